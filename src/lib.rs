@@ -1,0 +1,4 @@
+//! Facade.
+
+#[cfg(feature = "testkit")]
+pub use topology_runtime::testkit;

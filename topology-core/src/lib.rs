@@ -1,0 +1,1 @@
+//! Pure declarations and rules.

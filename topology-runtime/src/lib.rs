@@ -1,0 +1,4 @@
+//! Runtime of nats-topology.
+
+#[cfg(feature = "testkit")]
+pub mod testkit;

@@ -1,0 +1,1 @@
+//! Real nats-server processes for tests.
