@@ -1,4 +1,23 @@
 //! Facade.
 
+pub use topology_runtime::{Context, HandlerError, Incoming, Topology, model};
+
 #[cfg(feature = "testkit")]
 pub use topology_runtime::testkit;
+
+/// What generated code reaches. Not public API: it may change in any release.
+#[doc(hidden)]
+pub mod __private {
+    pub use ::core::time::Duration;
+    pub use ::inventory;
+    pub use ::std::boxed::Box;
+    pub use topology_core::model::{
+        BroadcastDecl, ConsumerDecl, ConsumerKind, DeliverPolicy, Delivery, Discard, QueueDecl,
+        Retention, Storage, StreamDecl, StreamDef, StreamRef,
+    };
+    pub use topology_runtime::handler::glue::{
+        RawPayload, assert_send, context, decode_json, decode_raw, into_result,
+    };
+    pub use topology_runtime::handler::{HandlerError, HandlerFuture, Incoming};
+    pub use topology_runtime::registry::{ConsumerRegistration, StreamRegistration};
+}

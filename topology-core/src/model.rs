@@ -1,0 +1,346 @@
+//! Plain, const-constructible declarations: what `#[stream]`, `#[queue_consumer]` and
+//! `#[broadcast]` produce, and what the programmatic API builds by hand.
+//!
+//! Every optional field is `None` when the declaration does not set it: the server default
+//! applies, and provisioning compares only the fields a declaration sets.
+
+use core::time::Duration;
+
+/// Where a stream keeps its messages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Storage {
+    /// On disk; survives a server restart (the server default).
+    File,
+    /// In memory; lost when the server restarts.
+    Memory,
+}
+
+/// When a stream may discard a message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Retention {
+    /// Kept until a limit (age, count, bytes) is reached (the server default).
+    Limits,
+    /// Kept while some consumer has not acknowledged it.
+    Interest,
+    /// Removed once acknowledged: each message is consumed once.
+    WorkQueue,
+}
+
+/// What a stream does when a limit is reached.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Discard {
+    /// Drop the oldest messages (the server default).
+    Old,
+    /// Refuse new messages.
+    New,
+}
+
+/// How a queue consumer receives its messages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Delivery {
+    /// A pull consumer: every instance fetches from the shared durable (the default; no bind race).
+    #[default]
+    Pull,
+    /// A push consumer with `deliver_group` = the group, consumed through a queue subscription;
+    /// for joining an existing push-based fleet.
+    Push,
+}
+
+/// Where a broadcast relay starts in its stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum DeliverPolicy {
+    /// Every message in the stream.
+    All,
+    /// Only messages published after the relay starts (the default for broadcasts).
+    #[default]
+    New,
+    /// The last message of the stream, then new ones.
+    Last,
+    /// The last message of each subject, then new ones.
+    LastPerSubject,
+}
+
+/// A stream declaration.
+///
+/// ```
+/// use core::time::Duration;
+/// use topology_core::model::{StreamDecl, Storage};
+///
+/// const ORDERS: StreamDecl = StreamDecl::new("ORDERS", &["orders.>"])
+///     .replicas(3)
+///     .storage(Storage::File)
+///     .max_age(Duration::from_secs(7 * 24 * 3600));
+/// assert_eq!(ORDERS.replicas, Some(3));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct StreamDecl {
+    /// The stream's name on the server.
+    pub name: &'static str,
+    /// The subjects the stream captures (at least one).
+    pub subjects: &'static [&'static str],
+    /// Number of replicas (1..=5).
+    pub replicas: Option<u8>,
+    /// Storage backend.
+    pub storage: Option<Storage>,
+    /// Retention policy.
+    pub retention: Option<Retention>,
+    /// Maximum age of a message.
+    pub max_age: Option<Duration>,
+    /// Maximum number of messages.
+    pub max_msgs: Option<i64>,
+    /// Maximum total size in bytes.
+    pub max_bytes: Option<i64>,
+    /// Maximum size of one message in bytes.
+    pub max_msg_size: Option<i32>,
+    /// Discard policy when a limit is reached.
+    pub discard: Option<Discard>,
+    /// Window in which a repeated `Nats-Msg-Id` is a duplicate.
+    pub duplicate_window: Option<Duration>,
+    /// A description stored on the server.
+    pub description: Option<&'static str>,
+    /// Owned by someone else: never created or changed here, only verified.
+    pub external: bool,
+}
+
+impl StreamDecl {
+    /// A stream with the given name and subjects and server defaults for everything else.
+    pub const fn new(name: &'static str, subjects: &'static [&'static str]) -> Self {
+        StreamDecl {
+            name,
+            subjects,
+            replicas: None,
+            storage: None,
+            retention: None,
+            max_age: None,
+            max_msgs: None,
+            max_bytes: None,
+            max_msg_size: None,
+            discard: None,
+            duplicate_window: None,
+            description: None,
+            external: false,
+        }
+    }
+    /// Sets the number of replicas.
+    pub const fn replicas(mut self, replicas: u8) -> Self {
+        self.replicas = Some(replicas);
+        self
+    }
+    /// Sets the storage backend.
+    pub const fn storage(mut self, storage: Storage) -> Self {
+        self.storage = Some(storage);
+        self
+    }
+    /// Sets the retention policy.
+    pub const fn retention(mut self, retention: Retention) -> Self {
+        self.retention = Some(retention);
+        self
+    }
+    /// Sets the maximum age of a message.
+    pub const fn max_age(mut self, max_age: Duration) -> Self {
+        self.max_age = Some(max_age);
+        self
+    }
+    /// Sets the maximum number of messages.
+    pub const fn max_msgs(mut self, max_msgs: i64) -> Self {
+        self.max_msgs = Some(max_msgs);
+        self
+    }
+    /// Sets the maximum total size in bytes.
+    pub const fn max_bytes(mut self, max_bytes: i64) -> Self {
+        self.max_bytes = Some(max_bytes);
+        self
+    }
+    /// Sets the maximum size of one message in bytes.
+    pub const fn max_msg_size(mut self, max_msg_size: i32) -> Self {
+        self.max_msg_size = Some(max_msg_size);
+        self
+    }
+    /// Sets the discard policy.
+    pub const fn discard(mut self, discard: Discard) -> Self {
+        self.discard = Some(discard);
+        self
+    }
+    /// Sets the duplicate window.
+    pub const fn duplicate_window(mut self, window: Duration) -> Self {
+        self.duplicate_window = Some(window);
+        self
+    }
+    /// Sets the description.
+    pub const fn description(mut self, description: &'static str) -> Self {
+        self.description = Some(description);
+        self
+    }
+    /// Marks the stream as owned elsewhere: verified, never created or changed.
+    pub const fn external(mut self) -> Self {
+        self.external = true;
+        self
+    }
+}
+
+/// Implemented by `#[stream]` types; lets `stream = MyStream` in a consumer attribute be checked
+/// by the compiler.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not a stream",
+    label = "not a `#[stream]` type",
+    note = "declare it with `#[stream(name = \"...\", subjects = [\"...\"])]` on a unit struct, or name a stream declared elsewhere with a string: `stream = \"NAME\"`"
+)]
+pub trait StreamDef {
+    /// The stream's declaration.
+    const DECL: StreamDecl;
+}
+
+/// How a consumer names its stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum StreamRef {
+    /// A `#[stream]` type (`stream = MyStream`): checked at compile time.
+    Declared(&'static StreamDecl),
+    /// A stream name (`stream = "NAME"`): declared elsewhere or external; checked at start-up.
+    Named(&'static str),
+}
+
+impl StreamRef {
+    /// The stream's name on the server.
+    pub const fn name(&self) -> &'static str {
+        match self {
+            StreamRef::Declared(decl) => decl.name,
+            StreamRef::Named(name) => name,
+        }
+    }
+}
+
+/// What kind of consumer a declaration makes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ConsumerKind {
+    /// Shared work: one durable for all instances; each message handled by one instance.
+    Queue(QueueDecl),
+    /// Fan-out: an ephemeral consumer per instance; every instance handles every message.
+    Broadcast(BroadcastDecl),
+}
+
+/// The settings of a queue consumer (`#[queue_consumer]`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct QueueDecl {
+    /// The durable name shared by every instance.
+    pub group: &'static str,
+    /// Pull (default) or push with `deliver_group = group`.
+    pub delivery: Delivery,
+    /// Maximum deliveries of one message before it is dead-lettered.
+    pub max_deliver: Option<i64>,
+    /// How long the server waits for an ack before redelivering.
+    pub ack_wait: Option<Duration>,
+    /// Redelivery delays, one per attempt (the last repeats).
+    pub backoff: &'static [Duration],
+    /// Maximum unacknowledged messages across all instances.
+    pub max_ack_pending: Option<i64>,
+    /// Subject to publish dead letters to.
+    pub dead_letter: Option<&'static str>,
+    /// A previous consumer to migrate from, losslessly.
+    pub migrate_from: Option<&'static str>,
+    /// A description stored on the server.
+    pub description: Option<&'static str>,
+}
+
+impl QueueDecl {
+    /// A pull queue consumer with the given group and server defaults for everything else.
+    pub const fn new(group: &'static str) -> Self {
+        QueueDecl {
+            group,
+            delivery: Delivery::Pull,
+            max_deliver: None,
+            ack_wait: None,
+            backoff: &[],
+            max_ack_pending: None,
+            dead_letter: None,
+            migrate_from: None,
+            description: None,
+        }
+    }
+}
+
+/// The settings of a broadcast relay (`#[broadcast]`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct BroadcastDecl {
+    /// Where the relay starts.
+    pub deliver: DeliverPolicy,
+}
+
+impl BroadcastDecl {
+    /// A relay that receives messages published after it starts.
+    pub const fn new() -> Self {
+        BroadcastDecl {
+            deliver: DeliverPolicy::New,
+        }
+    }
+}
+
+impl Default for BroadcastDecl {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// A consumer declaration: which stream, which subjects, what kind, which handler.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ConsumerDecl {
+    /// The handler's path (`module::function`), for reports and logs.
+    pub handler: &'static str,
+    /// The stream the consumer reads.
+    pub stream: StreamRef,
+    /// Filter subjects; empty means the whole stream.
+    pub subjects: &'static [&'static str],
+    /// Queue or broadcast, with their settings.
+    pub kind: ConsumerKind,
+    /// Maximum messages handled at once by this instance (default 1).
+    pub concurrency: Option<u32>,
+}
+
+impl ConsumerDecl {
+    /// The concurrency applied when none is declared.
+    pub const DEFAULT_CONCURRENCY: u32 = 1;
+
+    /// A queue consumer of `stream` handled by `handler`.
+    pub const fn queue(handler: &'static str, stream: StreamRef, queue: QueueDecl) -> Self {
+        ConsumerDecl {
+            handler,
+            stream,
+            subjects: &[],
+            kind: ConsumerKind::Queue(queue),
+            concurrency: None,
+        }
+    }
+    /// A broadcast relay of `stream` handled by `handler`.
+    pub const fn broadcast(handler: &'static str, stream: StreamRef, relay: BroadcastDecl) -> Self {
+        ConsumerDecl {
+            handler,
+            stream,
+            subjects: &[],
+            kind: ConsumerKind::Broadcast(relay),
+            concurrency: None,
+        }
+    }
+    /// Sets the filter subjects.
+    pub const fn subjects(mut self, subjects: &'static [&'static str]) -> Self {
+        self.subjects = subjects;
+        self
+    }
+    /// Sets the concurrency.
+    pub const fn concurrency(mut self, concurrency: u32) -> Self {
+        self.concurrency = Some(concurrency);
+        self
+    }
+    /// The concurrency in effect.
+    pub const fn effective_concurrency(&self) -> u32 {
+        match self.concurrency {
+            Some(n) => n,
+            None => Self::DEFAULT_CONCURRENCY,
+        }
+    }
+    /// The queue settings, if this is a queue consumer.
+    pub const fn as_queue(&self) -> Option<&QueueDecl> {
+        match &self.kind {
+            ConsumerKind::Queue(q) => Some(q),
+            ConsumerKind::Broadcast(_) => None,
+        }
+    }
+}

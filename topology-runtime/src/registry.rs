@@ -1,0 +1,149 @@
+//! The declarations that `#[stream]`, `#[queue_consumer]` and `#[broadcast]` register through
+//! `inventory`, read once into a sorted, deterministic [`Topology`].
+
+use crate::handler::HandlerFn;
+use topology_core::model::{ConsumerDecl, StreamDecl};
+
+/// A stream registered by `#[stream]`.
+#[doc(hidden)]
+pub struct StreamRegistration {
+    pub decl: &'static StreamDecl,
+}
+
+/// A consumer registered by `#[queue_consumer]` or `#[broadcast]`.
+#[doc(hidden)]
+pub struct ConsumerRegistration {
+    pub decl: &'static ConsumerDecl,
+    pub handler: HandlerFn,
+}
+
+inventory::collect!(StreamRegistration);
+inventory::collect!(ConsumerRegistration);
+
+use std::fmt;
+use std::sync::Arc;
+
+use crate::handler::{HandlerFuture, Incoming};
+
+/// A handler as the runtime holds it: a registered `fn` or any closure.
+pub type SharedHandler = Arc<dyn Fn(Incoming) -> HandlerFuture + Send + Sync + 'static>;
+
+/// A consumer declaration with its handler.
+#[derive(Clone)]
+pub struct Consumer {
+    /// The declaration.
+    pub decl: ConsumerDecl,
+    pub(crate) handler: SharedHandler,
+}
+
+impl fmt::Debug for Consumer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Consumer")
+            .field("decl", &self.decl)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Every stream and consumer a runtime provisions and runs.
+///
+/// [`Topology::from_registry`] reads what the macros registered, sorted by name so that
+/// iteration is deterministic; a topology can also be built by hand:
+///
+/// ```
+/// use nats_topology::{HandlerError, Topology};
+/// use nats_topology::model::{ConsumerDecl, QueueDecl, StreamDecl, StreamRef};
+///
+/// static ORDERS: StreamDecl = StreamDecl::new("ORDERS", &["orders.>"]);
+///
+/// let topology = Topology::new().stream(ORDERS).consumer(
+///     ConsumerDecl::queue("billing::on_order", StreamRef::Declared(&ORDERS), QueueDecl::new("billing"))
+///         .subjects(&["orders.created"]),
+///     |incoming| Box::pin(async move {
+///         println!("{} bytes", incoming.payload().len());
+///         Ok::<(), HandlerError>(())
+///     }),
+/// );
+/// assert_eq!(topology.consumers().len(), 1);
+/// ```
+#[derive(Clone, Default, Debug)]
+pub struct Topology {
+    streams: Vec<StreamDecl>,
+    consumers: Vec<Consumer>,
+}
+
+impl Topology {
+    /// An empty topology.
+    pub fn new() -> Self {
+        Topology::default()
+    }
+
+    /// Everything the macros registered in this program: streams sorted by name, consumers by
+    /// stream, then handler path. Streams referenced by a consumer's type path are included
+    /// even if nothing else registered them.
+    pub fn from_registry() -> Self {
+        let mut topology = Topology::new();
+        for registration in inventory::iter::<StreamRegistration> {
+            topology.add_stream(*registration.decl);
+        }
+        for registration in inventory::iter::<ConsumerRegistration> {
+            let handler = registration.handler;
+            topology.add_consumer(*registration.decl, Arc::new(handler));
+        }
+        topology.sort();
+        topology
+    }
+
+    /// Adds a stream.
+    pub fn stream(mut self, decl: StreamDecl) -> Self {
+        self.add_stream(decl);
+        self.sort();
+        self
+    }
+
+    /// Adds a consumer and its handler.
+    pub fn consumer<F>(mut self, decl: ConsumerDecl, handler: F) -> Self
+    where
+        F: Fn(Incoming) -> HandlerFuture + Send + Sync + 'static,
+    {
+        self.add_consumer(decl, Arc::new(handler));
+        self.sort();
+        self
+    }
+
+    /// The streams, sorted by name.
+    pub fn streams(&self) -> &[StreamDecl] {
+        &self.streams
+    }
+
+    /// The consumers, sorted by stream, then handler.
+    pub fn consumers(&self) -> &[Consumer] {
+        &self.consumers
+    }
+
+    /// The stream declared under `name`, if any.
+    pub fn find_stream(&self, name: &str) -> Option<&StreamDecl> {
+        self.streams.iter().find(|s| s.name == name)
+    }
+
+    fn add_stream(&mut self, decl: StreamDecl) {
+        // A stream seen twice (registered and referenced) is one stream; two *different*
+        // declarations under one name stay, so that validation can report them.
+        if !self.streams.contains(&decl) {
+            self.streams.push(decl);
+        }
+    }
+
+    fn add_consumer(&mut self, decl: ConsumerDecl, handler: SharedHandler) {
+        if let topology_core::model::StreamRef::Declared(stream) = decl.stream {
+            self.add_stream(*stream);
+        }
+        self.consumers.push(Consumer { decl, handler });
+    }
+
+    fn sort(&mut self) {
+        self.streams.sort_by(|a, b| a.name.cmp(b.name));
+        self.consumers.sort_by(|a, b| {
+            (a.decl.stream.name(), a.decl.handler).cmp(&(b.decl.stream.name(), b.decl.handler))
+        });
+    }
+}
