@@ -1,6 +1,10 @@
 //! Facade.
 
-pub use topology_runtime::{Context, HandlerError, Incoming, Topology, model};
+pub use topology_runtime::{
+    ConsumerState, ConsumerStatus, Context, HandlerError, Health, Incoming, Problem,
+    ProvisionError, ProvisionErrorKind, RetryPolicy, RunError, Runtime, RuntimeBuilder, Topology,
+    ValidationError, model,
+};
 
 #[cfg(feature = "testkit")]
 pub use topology_runtime::testkit;

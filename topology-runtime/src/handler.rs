@@ -126,8 +126,13 @@ pub struct Context {
     pub(crate) headers: Option<HeaderMap>,
     pub(crate) delivered: u64,
     pub(crate) stream_sequence: u64,
-    pub(crate) stream: Arc<str>,
-    pub(crate) consumer: Arc<str>,
+    pub(crate) scope: Arc<Scope>,
+}
+
+/// What every message of one consumer shares: names, application state, a JetStream context.
+pub(crate) struct Scope {
+    pub(crate) stream: String,
+    pub(crate) consumer: String,
     pub(crate) state: StateMap,
     pub(crate) jetstream: jetstream::Context,
 }
@@ -155,17 +160,17 @@ impl Context {
 
     /// The stream the message came from.
     pub fn stream(&self) -> &str {
-        &self.stream
+        &self.scope.stream
     }
 
     /// The consumer that delivered it.
     pub fn consumer(&self) -> &str {
-        &self.consumer
+        &self.scope.consumer
     }
 
     /// Application state of type `T`, if the builder was given one.
     pub fn state<T: Any + Send + Sync>(&self) -> Option<&T> {
-        self.state.get::<T>()
+        self.scope.state.get::<T>()
     }
 
     /// Publishes `value` as JSON to `subject` and waits for the stream's acknowledgement.
@@ -184,7 +189,7 @@ impl Context {
         subject: impl Into<async_nats::Subject>,
         payload: Bytes,
     ) -> Result<jetstream::publish::PublishAck, HandlerError> {
-        let ack = self.jetstream.publish(subject.into(), payload).await?;
+        let ack = self.scope.jetstream.publish(subject.into(), payload).await?;
         Ok(ack.await?)
     }
 }
@@ -193,8 +198,8 @@ impl fmt::Debug for Context {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Context")
             .field("subject", &self.subject)
-            .field("stream", &self.stream)
-            .field("consumer", &self.consumer)
+            .field("stream", &self.scope.stream)
+            .field("consumer", &self.scope.consumer)
             .field("stream_sequence", &self.stream_sequence)
             .field("delivered", &self.delivered)
             .finish_non_exhaustive()

@@ -4,10 +4,20 @@
 //! Modules depend one way: `model` <- `validate` <- `provision` <- `run`.
 
 pub mod handler;
+pub mod health;
+pub mod provision;
 pub mod registry;
+pub mod retry;
+pub mod run;
 #[cfg(feature = "testkit")]
 pub mod testkit;
+pub mod validate;
 
 pub use handler::{Context, HandlerError, Incoming};
+pub use health::{ConsumerState, ConsumerStatus, Health};
+pub use provision::{ProvisionError, ProvisionErrorKind};
 pub use registry::Topology;
+pub use retry::RetryPolicy;
+pub use run::{RunError, Runtime, RuntimeBuilder};
 pub use topology_core::model;
+pub use validate::{Problem, ValidationError};
