@@ -42,6 +42,7 @@ pub struct RuntimeBuilder {
     grace_period: Duration,
     heartbeat: Duration,
     expires: Duration,
+    pull_batch: Option<usize>,
 }
 
 impl RuntimeBuilder {
@@ -83,6 +84,15 @@ impl RuntimeBuilder {
         self
     }
 
+    /// How many messages one pull request asks for (default: the consumer's concurrency, so
+    /// that no more is fetched than can be started; the client pulls again at half).
+    /// A larger batch trades prefetched messages, which wait while others are handled, for
+    /// fewer round trips.
+    pub fn pull_batch(mut self, batch: usize) -> Self {
+        self.pull_batch = Some(batch.max(1));
+        self
+    }
+
     /// Validates the topology (every problem at once) and builds the runtime.
     pub fn build(self) -> Result<Runtime, ValidationError> {
         let topology = self.topology.unwrap_or_else(Topology::from_registry);
@@ -115,6 +125,7 @@ impl RuntimeBuilder {
                 grace_period: self.grace_period,
                 heartbeat: self.heartbeat,
                 expires: self.expires,
+                pull_batch: self.pull_batch,
                 health: Health {
                     slots: slots.into(),
                 },
@@ -148,6 +159,7 @@ struct Inner {
     grace_period: Duration,
     heartbeat: Duration,
     expires: Duration,
+    pull_batch: Option<usize>,
     health: Health,
     instance: String,
     provisioner: Provisioner,
@@ -166,6 +178,7 @@ impl Runtime {
             grace_period: Duration::from_secs(30),
             heartbeat: Duration::from_secs(5),
             expires: Duration::from_secs(30),
+            pull_batch: None,
         }
     }
 
@@ -449,7 +462,7 @@ async fn consume(
             Ok(config) => consumer::Consumer::new(config, info, js),
             Err(e) => return Exit::Lost(format!("not a pull consumer: {e}")),
         };
-        let batch = (concurrency * 2).clamp(2, 1000);
+        let batch = inner.pull_batch.unwrap_or(concurrency);
         let messages = match handle
             .stream()
             .max_messages_per_batch(batch)
@@ -502,6 +515,7 @@ enum MessageError {
 }
 
 /// Reads messages and dispatches them, at most `concurrency` at once, until shutdown or loss.
+/// With a concurrency of one, handlers run inline (no task per message).
 async fn pump<S>(
     messages: S,
     liveness: impl Future<Output = String>,
@@ -519,11 +533,15 @@ where
     let mut in_flight = JoinSet::new();
     let mut missed_heartbeats = 0u32;
     let exit = loop {
-        while in_flight.try_join_next().is_some() {}
-        // Take a permit before reading: never more read than can be started.
-        let permit = tokio::select! {
-            p = permits.clone().acquire_owned() => p.expect("the semaphore is never closed"),
-            _ = cancel.cancelled() => break Exit::Drained,
+        let permit = if concurrency > 1 {
+            while in_flight.try_join_next().is_some() {}
+            // Take a permit before reading: never more read than can be started.
+            Some(tokio::select! {
+                p = permits.clone().acquire_owned() => p.expect("the semaphore is never closed"),
+                _ = cancel.cancelled() => break Exit::Drained,
+            })
+        } else {
+            None
         };
         let next = tokio::select! {
             biased;
@@ -534,7 +552,24 @@ where
         match next {
             Some(Ok(message)) => {
                 missed_heartbeats = 0;
-                in_flight.spawn(dispatch(message, settle.clone(), permit));
+                match permit {
+                    Some(permit) => {
+                        in_flight.spawn(dispatch(message, settle.clone(), Some(permit)));
+                    }
+                    None => {
+                        let overdue = async {
+                            cancel.cancelled().await;
+                            tokio::time::sleep(grace).await;
+                        };
+                        tokio::select! {
+                            _ = dispatch(message, settle.clone(), None) => {}
+                            _ = overdue => {
+                                warn_overdue(&settle, 1, grace);
+                                break Exit::Drained;
+                            }
+                        }
+                    }
+                }
             }
             Some(Err(MessageError::Pull(kind))) => match kind {
                 pull::MessagesErrorKind::MissingHeartbeat => {
@@ -573,21 +608,29 @@ where
     })
     .await;
     if finished.is_err() {
-        tracing::warn!(
-            stream = %settle.scope.stream,
-            consumer = %settle.scope.consumer,
-            still_running = in_flight.len(),
-            ?grace,
-            "handlers still running after the grace period; their messages will be redelivered"
-        );
+        warn_overdue(&settle, in_flight.len(), grace);
         in_flight.abort_all();
     }
     exit
 }
 
+fn warn_overdue(settle: &Settle, still_running: usize, grace: Duration) {
+    tracing::warn!(
+        stream = %settle.scope.stream,
+        consumer = %settle.scope.consumer,
+        still_running,
+        ?grace,
+        "handlers still running after the grace period; their messages will be redelivered"
+    );
+}
+
 /// Runs the handler on one message and settles it: ack, nak with a delay, or dead-letter
 /// and terminate. Every message ends in exactly one of the three.
-async fn dispatch(message: jetstream::Message, settle: Arc<Settle>, permit: OwnedSemaphorePermit) {
+async fn dispatch(
+    message: jetstream::Message,
+    settle: Arc<Settle>,
+    permit: Option<OwnedSemaphorePermit>,
+) {
     let (delivered, stream_sequence) = match message.info() {
         Ok(info) => (u64::try_from(info.delivered).unwrap_or(1), info.stream_sequence),
         Err(_) => (1, 0),
@@ -608,13 +651,17 @@ async fn dispatch(message: jetstream::Message, settle: Arc<Settle>, permit: Owne
         match call {
             Ok(future) => {
                 let mut future = pin!(AssertUnwindSafe(future).catch_unwind());
-                loop {
+                // Most handlers finish without waiting: no timer for them.
+                match future.as_mut().now_or_never() {
+                    Some(outcome) => outcome,
+                    None => loop {
                     tokio::select! {
                         r = &mut future => break r,
                         _ = tokio::time::sleep(settle.progress_every) => {
                             let _ = message.ack_with(AckKind::Progress).await;
                         }
                     }
+                },
                 }
             }
             Err(panic) => Err(panic),
