@@ -442,22 +442,80 @@ impl Provisioner {
 
     /// Ensures a consumer on `stream` and returns its info. A queue consumer is the durable
     /// named by its group; a broadcast relay is an ephemeral named `relay_name`.
+    ///
+    /// A queue consumer declaring `migrate_from = "old"` first moves from `old` if it exists:
+    /// on a work-queue stream `old` is deleted and the new consumer delivers what remains
+    /// (acknowledged messages are gone, unacknowledged ones are still there); on any other
+    /// stream the new consumer starts at `old`'s ack floor + 1, then `old` is deleted. Both
+    /// orders are safe when every replica migrates at the same moment.
     pub async fn ensure_consumer(
         &self,
-        stream: &str,
+        stream: &stream::Info,
         decl: &ConsumerDecl,
         relay_name: Option<&str>,
         mode: UpdateMode,
     ) -> Result<consumer::Info, ProvisionError> {
-        let config = consumer_config(stream, decl, relay_name);
+        let stream_name = stream.config.name.as_str();
+        let workqueue = stream.config.retention == stream::RetentionPolicy::WorkQueue;
+        let config = consumer_config(stream_name, decl, relay_name);
         let name = config
             .name
             .clone()
             .expect("consumer_config always names the consumer");
-        self.retry(stream, Some(&name), || {
-            self.ensure_consumer_once(stream, &name, decl, &config, mode)
+        self.retry(stream_name, Some(&name), || async {
+            if let Some(old) = decl.as_queue().and_then(|q| q.migrate_from)
+                && old != name
+            {
+                self.migrate(stream_name, old, &name, &config, workqueue)
+                    .await?;
+            }
+            self.ensure_consumer_once(stream_name, &name, decl, &config, mode)
+                .await
         })
         .await
+    }
+
+    /// Moves from `old` to `new` if `old` exists; see [`Provisioner::ensure_consumer`].
+    async fn migrate(
+        &self,
+        stream: &str,
+        old: &str,
+        new: &str,
+        config: &consumer::Config,
+        workqueue: bool,
+    ) -> Result<(), Failure> {
+        let old_info = match self
+            .api::<consumer::Info>(format!("CONSUMER.INFO.{stream}.{old}"), &())
+            .await
+        {
+            Ok(info) => info,
+            Err(e) if e.code() == Some(ErrorCode::CONSUMER_NOT_FOUND) => return Ok(()),
+            Err(e) if e.is_transient() => return Err(Failure::Transient(e)),
+            Err(e) => return Err(rejected(stream, Some(old), e).into()),
+        };
+        if !workqueue {
+            let start = old_info.ack_floor.stream_sequence + 1;
+            let mut from_floor = config.clone();
+            from_floor.deliver_policy = consumer::DeliverPolicy::ByStartSequence {
+                start_sequence: start,
+            };
+            match self.create_consumer(stream, new, &from_floor, "create").await {
+                Ok(_) => {
+                    tracing::info!(stream, from = old, to = new, start, "migrated consumer: created at the old ack floor + 1")
+                }
+                // Another replica migrated first (from a later floor): theirs stands.
+                Err(e) if e.code() == Some(ErrorCode::CONSUMER_ALREADY_EXISTS) => {}
+                Err(e) if e.is_transient() => return Err(Failure::Transient(e)),
+                Err(e) => return Err(rejected(stream, Some(new), e).into()),
+            }
+        }
+        match self.delete_consumer(stream, old).await {
+            Ok(()) => {
+                tracing::info!(stream, consumer = old, "deleted the consumer migrated from");
+                Ok(())
+            }
+            Err(e) => Err(e.into()),
+        }
     }
 
     async fn ensure_consumer_once(
@@ -871,7 +929,14 @@ pub(crate) fn consumer_drift(
             .immutable
             .push(diff("ack_policy", server.ack_policy, declared.ack_policy));
     }
-    if server.deliver_policy != declared.deliver_policy {
+    // A consumer migrated from another starts at the old ack floor: that start is expected.
+    let migrated = decl.as_queue().is_some_and(|q| q.migrate_from.is_some())
+        && matches!(
+            server.deliver_policy,
+            consumer::DeliverPolicy::ByStartSequence { .. }
+        )
+        && declared.deliver_policy == consumer::DeliverPolicy::All;
+    if server.deliver_policy != declared.deliver_policy && !migrated {
         drift
             .immutable
             .push(diff("deliver_policy", server.deliver_policy, declared.deliver_policy));

@@ -113,7 +113,7 @@ impl RuntimeBuilder {
         let streams = topology
             .streams()
             .iter()
-            .map(|s| (s.name.to_owned(), Arc::new(Mutex::new(false))))
+            .map(|s| (s.name.to_owned(), Arc::new(Mutex::new(None))))
             .collect();
         let provisioner = Provisioner::new(self.client.clone(), self.retry);
         Ok(Runtime {
@@ -163,8 +163,8 @@ struct Inner {
     health: Health,
     instance: String,
     provisioner: Provisioner,
-    /// Per stream: ensured yet? The mutex makes ensuring single-flight.
-    streams: HashMap<String, Arc<Mutex<bool>>>,
+    /// Per stream: its info once ensured. The mutex makes ensuring single-flight.
+    streams: HashMap<String, Arc<Mutex<Option<async_nats::jetstream::stream::Info>>>>,
 }
 
 impl Runtime {
@@ -264,28 +264,32 @@ impl Inner {
     ) -> Result<consumer::Info, ProvisionError> {
         let stream = self.stream_decl(consumer);
         let gate = &self.streams[stream.name];
-        {
+        let info = {
             let mut ensured = gate.lock().await;
-            if !*ensured {
-                let consumed: Vec<&str> = self
-                    .topology
-                    .consumers()
-                    .iter()
-                    .filter(|c| c.decl.stream.name() == stream.name)
-                    .flat_map(|c| c.decl.subjects.iter().copied())
-                    .collect();
-                self.provisioner.ensure_stream(&stream, &consumed).await?;
-                *ensured = true;
+            match &*ensured {
+                Some(info) => info.clone(),
+                None => {
+                    let consumed: Vec<&str> = self
+                        .topology
+                        .consumers()
+                        .iter()
+                        .filter(|c| c.decl.stream.name() == stream.name)
+                        .flat_map(|c| c.decl.subjects.iter().copied())
+                        .collect();
+                    let info = self.provisioner.ensure_stream(&stream, &consumed).await?;
+                    *ensured = Some(info.clone());
+                    info
+                }
             }
-        }
+        };
         let result = self
             .provisioner
-            .ensure_consumer(stream.name, &consumer.decl, relay, mode)
+            .ensure_consumer(&info, &consumer.decl, relay, mode)
             .await;
         if let Err(e) = &result
             && e.kind() == ProvisionErrorKind::StreamMissing
         {
-            *gate.lock().await = false;
+            *gate.lock().await = None;
         }
         result
     }
