@@ -7,6 +7,7 @@ pub mod handler;
 pub mod health;
 pub mod provision;
 pub mod registry;
+pub mod report;
 pub mod retry;
 pub mod run;
 #[cfg(feature = "testkit")]
@@ -17,6 +18,7 @@ pub use handler::{Context, HandlerError, Incoming};
 pub use health::{ConsumerState, ConsumerStatus, Health};
 pub use provision::{ProvisionError, ProvisionErrorKind};
 pub use registry::Topology;
+pub use report::{Inspection, Plan, inspect, plan};
 pub use retry::RetryPolicy;
 pub use run::{RunError, Runtime, RuntimeBuilder};
 pub use topology_core::model;

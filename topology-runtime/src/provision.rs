@@ -325,13 +325,19 @@ impl Provisioner {
             Err(e) => e,
         };
         if error.code() == Some(ErrorCode::STREAM_SUBJECT_OVERLAP) {
+            let others = self.streams_overlapping(decl).await;
+            let others = if others.is_empty() {
+                "another stream on the server".to_owned()
+            } else {
+                format!("stream(s) {} on the server", others.join(", "))
+            };
             return Err(ProvisionError::new(
                 ProvisionErrorKind::Rejected,
                 decl.name,
                 format!(
-                    "its subjects {:?} overlap the subjects of another stream on the server; \
-                     give each subject to one stream (narrow the subjects, or consume the other \
-                     stream with `stream = \"NAME\"` and mark it `external`)",
+                    "its subjects {:?} overlap the subjects of {others}; give each subject to \
+                     one stream: narrow the subjects, or consume the other stream with \
+                     `stream = \"NAME\"` and declare it `external`",
                     decl.subjects
                 ),
             )
@@ -378,6 +384,28 @@ impl Provisioner {
         }
     }
 
+    /// The names of other streams on the server whose subjects overlap the declaration's
+    /// (best effort: empty if the server cannot be asked).
+    async fn streams_overlapping(&self, decl: &StreamDecl) -> Vec<String> {
+        #[derive(serde::Deserialize)]
+        struct Names {
+            #[serde(default)]
+            streams: Option<Vec<String>>,
+        }
+        let mut names = Vec::new();
+        for subject in decl.subjects {
+            let body = serde_json::json!({ "subject": subject });
+            if let Ok(found) = self.api::<Names>("STREAM.NAMES".to_owned(), &body).await {
+                for name in found.streams.unwrap_or_default() {
+                    if name != decl.name && !names.contains(&name) {
+                        names.push(name);
+                    }
+                }
+            }
+        }
+        names.iter().map(|n| format!("`{n}`")).collect()
+    }
+
     async fn stream_info(&self, name: &str) -> Result<stream::Info, Failure> {
         match self
             .api::<stream::Info>(format!("STREAM.INFO.{name}"), &())
@@ -414,26 +442,11 @@ impl Provisioner {
             Err(e) if e.is_transient() => return Err(Failure::Transient(e)),
             Err(e) => return Err(rejected(decl.name, None, e).into()),
         };
-        let uncovered: Vec<&str> = consumed
-            .iter()
-            .copied()
-            .filter(|subject| {
-                !info
-                    .config
-                    .subjects
-                    .iter()
-                    .any(|pattern| subject_within(subject, pattern))
-            })
-            .collect();
-        if !uncovered.is_empty() {
+        if let Err(why) = uncovered(&info.config, consumed) {
             return Err(ProvisionError::new(
                 ProvisionErrorKind::ExternalNotReady,
                 decl.name,
-                format!(
-                    "the external stream's subjects {:?} do not cover {:?} consumed from it; \
-                     ask its owner to add them, or change the consumer's subjects",
-                    info.config.subjects, uncovered
-                ),
+                format!("{why}; ask its owner to add them, or change the consumer's subjects"),
             )
             .into());
         }
@@ -616,6 +629,34 @@ impl Provisioner {
         .await
     }
 
+    /// Reads `subject` (an INFO request), retrying transient failures; `None` when the server
+    /// answers `absent`.
+    pub(crate) async fn read<T: DeserializeOwned>(
+        &self,
+        stream: &str,
+        consumer: Option<&str>,
+        subject: String,
+        absent: ErrorCode,
+    ) -> Result<Option<T>, ProvisionError> {
+        self.retry(stream, consumer, || async {
+            match self.api::<T>(subject.clone(), &()).await {
+                Ok(value) => Ok(Some(value)),
+                Err(e) if e.code() == Some(absent) => Ok(None),
+                Err(e) if e.code() == Some(ErrorCode::STREAM_NOT_FOUND) => {
+                    Err(ProvisionError::new(
+                        ProvisionErrorKind::StreamMissing,
+                        stream,
+                        "the stream does not exist",
+                    )
+                    .into())
+                }
+                Err(e) if e.is_transient() => Err(Failure::Transient(e)),
+                Err(e) => Err(rejected(stream, consumer, e).into()),
+            }
+        })
+        .await
+    }
+
     /// Deletes a consumer; a consumer already gone is not an error.
     pub async fn delete_consumer(&self, stream: &str, name: &str) -> Result<(), ProvisionError> {
         #[derive(serde::Deserialize)]
@@ -635,6 +676,28 @@ impl Provisioner {
             }
             Err(e) => Err(rejected(stream, Some(name), e)),
         }
+    }
+}
+
+/// `Err` naming the consumed subjects an external stream's subjects do not cover.
+pub(crate) fn uncovered(config: &stream::Config, consumed: &[&str]) -> Result<(), String> {
+    let missing: Vec<&str> = consumed
+        .iter()
+        .copied()
+        .filter(|subject| {
+            !config
+                .subjects
+                .iter()
+                .any(|pattern| subject_within(subject, pattern))
+        })
+        .collect();
+    if missing.is_empty() {
+        Ok(())
+    } else {
+        Err(format!(
+            "the external stream's subjects {:?} do not cover {:?} consumed from it",
+            config.subjects, missing
+        ))
     }
 }
 

@@ -192,6 +192,18 @@ impl Runtime {
         &self.inner.topology
     }
 
+    /// What provisioning would do (create, update which fields, nothing, conflict), read
+    /// from the server without changing anything.
+    pub async fn plan(&self) -> Result<crate::report::Plan, ProvisionError> {
+        crate::report::plan(&self.inner.client, &self.inner.topology).await
+    }
+
+    /// For every declared queue consumer: does it exist, is anyone consuming, what is
+    /// pending, where is its ack floor.
+    pub async fn inspect(&self) -> Result<crate::report::Inspection, ProvisionError> {
+        crate::report::inspect(&self.inner.client, &self.inner.topology).await
+    }
+
     /// Provisions and runs every consumer until `shutdown` completes, then drains: stops
     /// fetching, lets in-flight handlers finish (within the grace period), flushes acks,
     /// deletes relays.

@@ -1,0 +1,337 @@
+//! Reports for operators: [`plan`] (what provisioning would do, without doing it) and
+//! [`inspect`] (the state of every declared consumer on the server: does it exist, is anyone
+//! bound or pulling, what is pending). `inspect` is how "the consumer exists, bound by nobody"
+//! becomes visible.
+
+use std::fmt;
+
+use async_nats::jetstream::{ErrorCode, consumer, stream};
+
+use crate::provision::{
+    FieldDiff, ProvisionError, Provisioner, consumer_config, consumer_drift,
+    stream_drift,
+};
+use crate::registry::Topology;
+use crate::retry::RetryPolicy;
+use topology_core::model::ConsumerKind;
+
+/// What provisioning would do to one stream or consumer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Action {
+    /// It does not exist: it would be created.
+    Create,
+    /// It exists as declared: nothing to do.
+    Nothing,
+    /// It exists; these editable fields would be updated.
+    Update(Vec<FieldDiff>),
+    /// It exists with fields that cannot be changed in place: provisioning would fail.
+    Conflict(Vec<FieldDiff>),
+    /// An external stream: verified only. `Ok` if it exists and covers what is consumed.
+    Verify(Result<(), String>),
+    /// The consumer would be created from `from` at its ack floor, and `from` deleted.
+    Migrate {
+        /// The consumer migrated from.
+        from: String,
+    },
+    /// A broadcast relay: each instance creates its own at start-up.
+    PerInstance,
+}
+
+impl fmt::Display for Action {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let fields = |f: &mut fmt::Formatter<'_>, diffs: &[FieldDiff]| {
+            diffs
+                .iter()
+                .enumerate()
+                .try_for_each(|(i, d)| write!(f, "{}{d}", if i == 0 { "" } else { "; " }))
+        };
+        match self {
+            Action::Create => f.write_str("create"),
+            Action::Nothing => f.write_str("nothing to do"),
+            Action::Update(diffs) => {
+                f.write_str("update: ")?;
+                fields(f, diffs)
+            }
+            Action::Conflict(diffs) => {
+                f.write_str("CONFLICT (cannot change in place): ")?;
+                fields(f, diffs)
+            }
+            Action::Verify(Ok(())) => f.write_str("external: exists and covers the consumed subjects"),
+            Action::Verify(Err(why)) => write!(f, "external, NOT READY: {why}"),
+            Action::Migrate { from } => {
+                write!(f, "create at the ack floor of `{from}` + 1, then delete `{from}`")
+            }
+            Action::PerInstance => f.write_str("created by each instance at start-up (ephemeral relay)"),
+        }
+    }
+}
+
+/// One line of a [`Plan`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlanItem {
+    /// The stream.
+    pub stream: String,
+    /// The consumer, or `None` for the stream itself.
+    pub consumer: Option<String>,
+    /// What provisioning would do.
+    pub action: Action,
+}
+
+/// What provisioning would do, computed by reading the server only.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Plan {
+    /// Streams first (sorted by name), then their consumers.
+    pub items: Vec<PlanItem>,
+}
+
+impl Plan {
+    /// Whether provisioning would fail on a conflict.
+    pub fn has_conflicts(&self) -> bool {
+        self.items
+            .iter()
+            .any(|i| matches!(i.action, Action::Conflict(_)))
+    }
+}
+
+impl fmt::Display for Plan {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "provisioning plan:")?;
+        for item in &self.items {
+            match &item.consumer {
+                None => writeln!(f, "  stream `{}`: {}", item.stream, item.action)?,
+                Some(c) => writeln!(f, "    consumer `{c}` on `{}`: {}", item.stream, item.action)?,
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Computes what provisioning `topology` would do, reading the server and changing nothing.
+pub async fn plan(
+    client: &async_nats::Client,
+    topology: &Topology,
+) -> Result<Plan, ProvisionError> {
+    let provisioner = Provisioner::new(client.clone(), RetryPolicy::default());
+    let mut items = Vec::new();
+    for decl in topology.streams() {
+        let server = provisioner.read_stream(decl.name).await?;
+        let consumed: Vec<&str> = topology
+            .consumers()
+            .iter()
+            .filter(|c| c.decl.stream.name() == decl.name)
+            .flat_map(|c| c.decl.subjects.iter().copied())
+            .collect();
+        let action = match (&server, decl.external) {
+            (None, true) => Action::Verify(Err("the stream does not exist".to_owned())),
+            (Some(info), true) => Action::Verify(crate::provision::uncovered(
+                &info.config,
+                &consumed,
+            )),
+            (None, false) => Action::Create,
+            (Some(info), false) => {
+                let drift = stream_drift(decl, &info.config);
+                if !drift.immutable.is_empty() {
+                    Action::Conflict(drift.immutable)
+                } else if !drift.editable.is_empty() {
+                    Action::Update(drift.editable)
+                } else {
+                    Action::Nothing
+                }
+            }
+        };
+        items.push(PlanItem {
+            stream: decl.name.to_owned(),
+            consumer: None,
+            action,
+        });
+        for c in topology
+            .consumers()
+            .iter()
+            .filter(|c| c.decl.stream.name() == decl.name)
+        {
+            let ConsumerKind::Queue(queue) = &c.decl.kind else {
+                items.push(PlanItem {
+                    stream: decl.name.to_owned(),
+                    consumer: Some(format!("relay of {}", c.decl.handler)),
+                    action: Action::PerInstance,
+                });
+                continue;
+            };
+            let existing = match server {
+                Some(_) => provisioner.read_consumer(decl.name, queue.group).await?,
+                None => None,
+            };
+            let action = match existing {
+                Some(info) => {
+                    let declared = consumer_config(decl.name, &c.decl, None);
+                    let drift = consumer_drift(&c.decl, &declared, &info.config);
+                    if !drift.immutable.is_empty() {
+                        Action::Conflict(drift.immutable)
+                    } else if !drift.editable.is_empty() {
+                        Action::Update(drift.editable)
+                    } else {
+                        Action::Nothing
+                    }
+                }
+                None => match queue.migrate_from {
+                    Some(old)
+                        if server.is_some()
+                            && provisioner.read_consumer(decl.name, old).await?.is_some() =>
+                    {
+                        Action::Migrate {
+                            from: old.to_owned(),
+                        }
+                    }
+                    _ => Action::Create,
+                },
+            };
+            items.push(PlanItem {
+                stream: decl.name.to_owned(),
+                consumer: Some(queue.group.to_owned()),
+                action,
+            });
+        }
+    }
+    Ok(Plan { items })
+}
+
+/// The state of one declared queue consumer on the server.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConsumerReport {
+    /// The stream.
+    pub stream: String,
+    /// The consumer (the group).
+    pub consumer: String,
+    /// The handler declaring it.
+    pub handler: String,
+    /// What the server holds, or `None` if the consumer does not exist.
+    pub server: Option<ServerConsumer>,
+}
+
+/// What the server says about a consumer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServerConsumer {
+    /// `pull`, `push, group G`, or `push, NO GROUP (plain durable)`.
+    pub shape: String,
+    /// Whether anyone is consuming: a push consumer with a bound subscriber, or a pull
+    /// consumer with waiting pull requests.
+    pub active: bool,
+    /// Messages not yet delivered.
+    pub pending: u64,
+    /// Messages delivered but not yet acknowledged.
+    pub ack_pending: u64,
+    /// Pull requests waiting.
+    pub waiting: u64,
+    /// The stream sequence below which everything is acknowledged.
+    pub ack_floor: u64,
+}
+
+/// The state of every declared queue consumer: see [`inspect`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Inspection {
+    /// One report per declared queue consumer.
+    pub consumers: Vec<ConsumerReport>,
+}
+
+impl fmt::Display for Inspection {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "consumers:")?;
+        for c in &self.consumers {
+            write!(f, "  `{}` on `{}` ({}): ", c.consumer, c.stream, c.handler)?;
+            match &c.server {
+                None => writeln!(f, "DOES NOT EXIST")?,
+                Some(s) => writeln!(
+                    f,
+                    "{}, {}; pending {}, ack pending {}, waiting pulls {}, ack floor {}",
+                    s.shape,
+                    if s.active {
+                        "consuming"
+                    } else {
+                        "BOUND BY NOBODY"
+                    },
+                    s.pending,
+                    s.ack_pending,
+                    s.waiting,
+                    s.ack_floor
+                )?,
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Reads the state of every declared queue consumer.
+pub async fn inspect(
+    client: &async_nats::Client,
+    topology: &Topology,
+) -> Result<Inspection, ProvisionError> {
+    let provisioner = Provisioner::new(client.clone(), RetryPolicy::default());
+    let mut consumers = Vec::new();
+    for c in topology.consumers() {
+        let ConsumerKind::Queue(queue) = &c.decl.kind else {
+            continue;
+        };
+        let stream = c.decl.stream.name();
+        let server = provisioner
+            .read_consumer(stream, queue.group)
+            .await?
+            .map(|info| {
+                let shape = match (&info.config.deliver_subject, &info.config.deliver_group) {
+                    (None, _) => "pull".to_owned(),
+                    (Some(_), Some(group)) => format!("push, group `{group}`"),
+                    (Some(_), None) => "push, NO GROUP (plain durable)".to_owned(),
+                };
+                let push = info.config.deliver_subject.is_some();
+                ServerConsumer {
+                    shape,
+                    active: if push {
+                        info.push_bound
+                    } else {
+                        info.num_waiting > 0
+                    },
+                    pending: info.num_pending,
+                    ack_pending: info.num_ack_pending as u64,
+                    waiting: info.num_waiting as u64,
+                    ack_floor: info.ack_floor.stream_sequence,
+                }
+            });
+        consumers.push(ConsumerReport {
+            stream: stream.to_owned(),
+            consumer: queue.group.to_owned(),
+            handler: c.decl.handler.to_owned(),
+            server,
+        });
+    }
+    Ok(Inspection { consumers })
+}
+
+impl Provisioner {
+    /// Reads a stream; `None` if it does not exist.
+    pub(crate) async fn read_stream(
+        &self,
+        name: &str,
+    ) -> Result<Option<stream::Info>, ProvisionError> {
+        self.read(name, None, format!("STREAM.INFO.{name}"), ErrorCode::STREAM_NOT_FOUND)
+            .await
+    }
+
+    /// Reads a consumer; `None` if it (or its stream) does not exist.
+    pub(crate) async fn read_consumer(
+        &self,
+        stream: &str,
+        name: &str,
+    ) -> Result<Option<consumer::Info>, ProvisionError> {
+        match self
+            .read(
+                stream,
+                Some(name),
+                format!("CONSUMER.INFO.{stream}.{name}"),
+                ErrorCode::CONSUMER_NOT_FOUND,
+            )
+            .await
+        {
+            Err(e) if e.kind() == crate::ProvisionErrorKind::StreamMissing => Ok(None),
+            other => other,
+        }
+    }
+}
