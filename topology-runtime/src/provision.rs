@@ -230,6 +230,8 @@ pub enum UpdateMode {
 pub struct Provisioner {
     js: jetstream::Context,
     policy: RetryPolicy,
+    /// Requests attempted so far, retries included (for reports and benchmarks).
+    attempts: std::sync::Arc<std::sync::atomic::AtomicU32>,
 }
 
 impl Provisioner {
@@ -238,7 +240,16 @@ impl Provisioner {
         let js = jetstream::ContextBuilder::new()
             .timeout(policy.request_timeout)
             .build(client);
-        Provisioner { js, policy }
+        Provisioner {
+            js,
+            policy,
+            attempts: Default::default(),
+        }
+    }
+
+    /// How many provisioning attempts this provisioner has made, retries included.
+    pub fn attempts(&self) -> u32 {
+        self.attempts.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// The JetStream context requests go through.
@@ -268,6 +279,8 @@ impl Provisioner {
         let mut attempts = 0u32;
         loop {
             attempts += 1;
+            self.attempts
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             match attempt().await {
                 Ok(value) => return Ok(value),
                 Err(Failure::Fatal(mut e)) => {

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_nats::jetstream::consumer::{self, FromConsumer, pull, push};
-use async_nats::jetstream::{self, AckKind};
+use async_nats::jetstream::{self, AckKind, stream};
 use futures::{FutureExt, StreamExt};
 use tokio::sync::{Mutex, OwnedSemaphorePermit, Semaphore, mpsc};
 use tokio::task::JoinSet;
@@ -31,6 +31,15 @@ pub enum RunError {
     /// conflict, or a declaration the server refuses).
     #[error(transparent)]
     Provision(#[from] ProvisionError),
+}
+
+/// What [`Runtime::provision`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProvisionReport {
+    /// Provisioning attempts made (one per stream and consumer when nothing failed).
+    pub attempts: u32,
+    /// How long it took.
+    pub elapsed: Duration,
 }
 
 /// Configures a [`Runtime`]; see [`Runtime::builder`].
@@ -192,6 +201,33 @@ impl Runtime {
         &self.inner.topology
     }
 
+    /// Provisions every stream and queue consumer once, without consuming: streams
+    /// single-flight, consumers concurrently, transient failures retried under the retry
+    /// policy's deadline. Useful for an init job, and to measure provisioning.
+    /// [`Runtime::run_until`] does the same for each consumer before consuming.
+    pub async fn provision(&self) -> Result<ProvisionReport, ProvisionError> {
+        let started = std::time::Instant::now();
+        let streams = self
+            .inner
+            .topology
+            .streams()
+            .iter()
+            .map(|s| self.inner.ensure_stream(s));
+        futures::future::try_join_all(streams).await?;
+        let queues = self
+            .inner
+            .topology
+            .consumers()
+            .iter()
+            .filter(|c| c.decl.as_queue().is_some())
+            .map(|c| self.inner.ensure(c, None, UpdateMode::Update));
+        futures::future::try_join_all(queues).await?;
+        Ok(ProvisionReport {
+            attempts: self.inner.provisioner.attempts(),
+            elapsed: started.elapsed(),
+        })
+    }
+
     /// What provisioning would do (create, update which fields, nothing, conflict), read
     /// from the server without changing anything.
     pub async fn plan(&self) -> Result<crate::report::Plan, ProvisionError> {
@@ -219,6 +255,30 @@ impl Runtime {
             tasks.spawn(supervise(
                 self.inner.clone(),
                 index,
+                cancel.clone(),
+                fatal_tx.clone(),
+            ));
+        }
+        // Streams no consumer reads (this service only publishes to them) are ensured too.
+        let unread: Vec<StreamDecl> = self
+            .inner
+            .topology
+            .streams()
+            .iter()
+            .filter(|s| {
+                !self
+                    .inner
+                    .topology
+                    .consumers()
+                    .iter()
+                    .any(|c| c.decl.stream.name() == s.name)
+            })
+            .copied()
+            .collect();
+        for stream in unread {
+            tasks.spawn(ensure_unread_stream(
+                self.inner.clone(),
+                stream,
                 cancel.clone(),
                 fatal_tx.clone(),
             ));
@@ -267,7 +327,25 @@ impl Inner {
             .expect("validated: every consumer's stream is declared")
     }
 
-    /// Ensures the consumer's stream (once per stream, single-flight), then the consumer.
+    /// Ensures a stream once (single-flight): later calls reuse the first success.
+    async fn ensure_stream(&self, stream: &StreamDecl) -> Result<stream::Info, ProvisionError> {
+        let mut ensured = self.streams[stream.name].lock().await;
+        if let Some(info) = &*ensured {
+            return Ok(info.clone());
+        }
+        let consumed: Vec<&str> = self
+            .topology
+            .consumers()
+            .iter()
+            .filter(|c| c.decl.stream.name() == stream.name)
+            .flat_map(|c| c.decl.subjects.iter().copied())
+            .collect();
+        let info = self.provisioner.ensure_stream(stream, &consumed).await?;
+        *ensured = Some(info.clone());
+        Ok(info)
+    }
+
+    /// Ensures the consumer's stream, then the consumer.
     async fn ensure(
         &self,
         consumer: &Consumer,
@@ -275,25 +353,7 @@ impl Inner {
         mode: UpdateMode,
     ) -> Result<consumer::Info, ProvisionError> {
         let stream = self.stream_decl(consumer);
-        let gate = &self.streams[stream.name];
-        let info = {
-            let mut ensured = gate.lock().await;
-            match &*ensured {
-                Some(info) => info.clone(),
-                None => {
-                    let consumed: Vec<&str> = self
-                        .topology
-                        .consumers()
-                        .iter()
-                        .filter(|c| c.decl.stream.name() == stream.name)
-                        .flat_map(|c| c.decl.subjects.iter().copied())
-                        .collect();
-                    let info = self.provisioner.ensure_stream(&stream, &consumed).await?;
-                    *ensured = Some(info.clone());
-                    info
-                }
-            }
-        };
+        let info = self.ensure_stream(&stream).await?;
         let result = self
             .provisioner
             .ensure_consumer(&info, &consumer.decl, relay, mode)
@@ -301,9 +361,40 @@ impl Inner {
         if let Err(e) = &result
             && e.kind() == ProvisionErrorKind::StreamMissing
         {
-            *gate.lock().await = None;
+            *self.streams[stream.name].lock().await = None;
         }
         result
+    }
+}
+
+/// Ensures a stream that no consumer reads, retrying transient failures until it succeeds.
+async fn ensure_unread_stream(
+    inner: Arc<Inner>,
+    stream: StreamDecl,
+    cancel: CancellationToken,
+    fatal: mpsc::UnboundedSender<ProvisionError>,
+) {
+    let mut failures = 0u32;
+    loop {
+        let result = tokio::select! {
+            r = inner.ensure_stream(&stream) => r,
+            _ = cancel.cancelled() => return,
+        };
+        match result {
+            Ok(_) => return,
+            Err(e) if e.is_transient() => {
+                failures += 1;
+                tracing::warn!(stream = stream.name, attempt = failures, error = %e, "stream not provisioned yet; retrying");
+            }
+            Err(e) => {
+                let _ = fatal.send(e);
+                return;
+            }
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(inner.retry.delay(failures - 1)) => {}
+            _ = cancel.cancelled() => return,
+        }
     }
 }
 
