@@ -1,13 +1,16 @@
 //! Facade.
 
+pub use topology_runtime::handler::HandlerFuture;
 pub use topology_runtime::{
-    ConsumerState, ConsumerStatus, Context, HandlerError, Health, Incoming, Problem,
-    ProvisionError, ProvisionErrorKind, RetryPolicy, RunError, Runtime, RuntimeBuilder, Topology,
-    ValidationError, model,
+    ConsumerState, ConsumerStatus, Context, HandlerError, Health, Incoming, Inspection, Plan,
+    Problem, ProvisionError, ProvisionErrorKind, ProvisionReport, RetryPolicy, RunError, Runtime,
+    RuntimeBuilder, Topology, ValidationError, model, report,
 };
 
 #[cfg(feature = "testkit")]
 pub use topology_runtime::testkit;
+
+pub use topology_macros::{broadcast, queue_consumer, stream};
 
 /// What generated code reaches. Not public API: it may change in any release.
 #[doc(hidden)]
@@ -24,4 +27,8 @@ pub mod __private {
     };
     pub use topology_runtime::handler::{HandlerError, HandlerFuture, Incoming};
     pub use topology_runtime::registry::{ConsumerRegistration, StreamRegistration};
+    // The rules that generated `const _` assertions call (the same functions the macros call
+    // at expansion time and the runtime at start-up).
+    pub use topology_core::rules::{allows_broadcast, dead_letter_loops};
+    pub use topology_core::subject::covered_by;
 }

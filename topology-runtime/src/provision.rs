@@ -421,7 +421,7 @@ impl Provisioner {
 
     async fn stream_info(&self, name: &str) -> Result<stream::Info, Failure> {
         match self
-            .api::<stream::Info>(format!("STREAM.INFO.{name}"), &())
+            .api::<stream::Info>(format!("STREAM.INFO.{name}"), &serde_json::json!({}))
             .await
         {
             Ok(info) => Ok(info),
@@ -439,7 +439,7 @@ impl Provisioner {
         consumed: &[&str],
     ) -> Result<stream::Info, Failure> {
         let info = match self
-            .api::<stream::Info>(format!("STREAM.INFO.{}", decl.name), &())
+            .api::<stream::Info>(format!("STREAM.INFO.{}", decl.name), &serde_json::json!({}))
             .await
         {
             Ok(info) => info,
@@ -511,7 +511,7 @@ impl Provisioner {
         workqueue: bool,
     ) -> Result<(), Failure> {
         let old_info = match self
-            .api::<consumer::Info>(format!("CONSUMER.INFO.{stream}.{old}"), &())
+            .api::<consumer::Info>(format!("CONSUMER.INFO.{stream}.{old}"), &serde_json::json!({}))
             .await
         {
             Ok(info) => info,
@@ -571,7 +571,7 @@ impl Provisioner {
             return Err(rejected(stream, Some(name), error).into());
         }
         let info = match self
-            .api::<consumer::Info>(format!("CONSUMER.INFO.{stream}.{name}"), &())
+            .api::<consumer::Info>(format!("CONSUMER.INFO.{stream}.{name}"), &serde_json::json!({}))
             .await
         {
             Ok(info) => info,
@@ -652,7 +652,7 @@ impl Provisioner {
         absent: ErrorCode,
     ) -> Result<Option<T>, ProvisionError> {
         self.retry(stream, consumer, || async {
-            match self.api::<T>(subject.clone(), &()).await {
+            match self.api::<T>(subject.clone(), &serde_json::json!({})).await {
                 Ok(value) => Ok(Some(value)),
                 Err(e) if e.code() == Some(absent) => Ok(None),
                 Err(e) if e.code() == Some(ErrorCode::STREAM_NOT_FOUND) => {
@@ -675,7 +675,7 @@ impl Provisioner {
         #[derive(serde::Deserialize)]
         struct Deleted {}
         match self
-            .api::<Deleted>(format!("CONSUMER.DELETE.{stream}.{name}"), &())
+            .api::<Deleted>(format!("CONSUMER.DELETE.{stream}.{name}"), &serde_json::json!({}))
             .await
         {
             Ok(_) => Ok(()),
@@ -701,7 +701,7 @@ pub(crate) fn uncovered(config: &stream::Config, consumed: &[&str]) -> Result<()
             !config
                 .subjects
                 .iter()
-                .any(|pattern| subject_within(subject, pattern))
+                .any(|pattern| topology_core::subject::is_subset(subject, pattern))
         })
         .collect();
     if missing.is_empty() {
@@ -1063,27 +1063,4 @@ pub(crate) fn consumer_drift(
             .push(diff("description", &server.description, &declared.description));
     }
     drift
-}
-
-/// Whether every subject matched by `filter` is matched by `pattern` (NATS wildcards).
-pub(crate) fn subject_within(filter: &str, pattern: &str) -> bool {
-    let mut f = filter.split('.');
-    let mut p = pattern.split('.');
-    loop {
-        match (f.next(), p.next()) {
-            (None, None) => return true,
-            (_, Some(">")) => return true,
-            (Some(_), None) | (None, Some(_)) => return false,
-            (Some(ft), Some("*")) => {
-                if ft == ">" {
-                    return false;
-                }
-            }
-            (Some(ft), Some(pt)) => {
-                if ft != pt {
-                    return false;
-                }
-            }
-        }
-    }
 }

@@ -1,10 +1,16 @@
-//! Whole-topology checks that need more than one declaration; every problem reported at once.
+//! Start-up validation of a whole topology: every problem at once.
+//!
+//! The per-declaration rules are those of `topology_core::rules`, the same functions the
+//! macros run at expansion and the generated `const` assertions run at compile time; here
+//! they also cover what the compiler cannot see (string stream references, hand-built
+//! topologies) and what needs more than one declaration.
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::fmt;
 
 use crate::registry::Topology;
-use topology_core::model::{ConsumerKind, StreamDecl};
+use topology_core::model::{ConsumerDecl, ConsumerKind, Retention, StreamDecl};
+use topology_core::{rules, subject};
 
 /// One problem found in a topology.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -24,7 +30,7 @@ impl fmt::Display for Problem {
 /// Every problem found in a topology.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ValidationError {
-    /// The problems, in declaration order.
+    /// The problems, streams first, then consumers, each in name order.
     pub problems: Vec<Problem>,
 }
 
@@ -40,79 +46,190 @@ impl fmt::Display for ValidationError {
 
 impl std::error::Error for ValidationError {}
 
+struct Problems(Vec<Problem>);
+
+impl Problems {
+    fn push(&mut self, location: impl Into<String>, message: impl Into<String>) {
+        self.0.push(Problem {
+            location: location.into(),
+            message: message.into(),
+        });
+    }
+}
+
+fn stream_at(name: &str) -> String {
+    format!("stream `{name}`")
+}
+
+fn consumer_at(decl: &ConsumerDecl) -> String {
+    let name = match &decl.kind {
+        ConsumerKind::Queue(q) => format!("queue consumer `{}`", q.group),
+        ConsumerKind::Broadcast(_) => "broadcast".to_owned(),
+    };
+    format!(
+        "stream `{}`, {name} (handler `{}`)",
+        decl.stream.name(),
+        decl.handler
+    )
+}
+
 /// Checks a topology; returns every problem at once.
 pub fn validate(topology: &Topology) -> Result<(), ValidationError> {
-    let mut problems = Vec::new();
-    let mut by_name: HashMap<&str, &StreamDecl> = HashMap::new();
+    let mut problems = Problems(Vec::new());
+    let mut streams: BTreeMap<&str, &StreamDecl> = BTreeMap::new();
     for stream in topology.streams() {
-        if let Some(other) = by_name.insert(stream.name, stream)
+        if let Err(e) = rules::check_stream(stream) {
+            problems.push(stream_at(stream.name), e.message());
+        }
+        if let Some(other) = streams.insert(stream.name, stream)
             && other != stream
         {
-            problems.push(Problem {
-                location: format!("stream `{}`", stream.name),
-                message: "declared twice with different settings; keep one declaration and \
-                          refer to it from every consumer"
-                    .to_owned(),
-            });
+            problems.push(
+                stream_at(stream.name),
+                "declared twice with different settings; keep one declaration and refer to it \
+                 from every consumer",
+            );
         }
     }
+    check_owned_overlaps(&streams, &mut problems);
     for consumer in topology.consumers() {
         let decl = &consumer.decl;
-        let stream = decl.stream.name();
-        let location = format!("stream `{stream}`, handler `{}`", decl.handler);
-        let Some(stream_decl) = by_name.get(stream) else {
-            problems.push(Problem {
-                location,
-                message: format!(
-                    "no stream named `{stream}` is declared; declare it with \
-                     `#[stream(name = \"{stream}\", subjects = [...])]`, or with `external` if \
+        if let Err(e) = rules::check_consumer(decl) {
+            problems.push(consumer_at(decl), e.message());
+        }
+        let name = decl.stream.name();
+        let Some(stream) = streams.get(name) else {
+            problems.push(
+                consumer_at(decl),
+                format!(
+                    "no stream named `{name}` is declared; declare it with \
+                     `#[stream(name = \"{name}\", subjects = [...])]`, adding `external` if \
                      another service owns it"
                 ),
-            });
+            );
             continue;
         };
-        for subject in decl.subjects {
-            if !stream_decl.external
-                && !stream_decl
-                    .subjects
-                    .iter()
-                    .any(|pattern| crate::provision::subject_within(subject, pattern))
-            {
-                problems.push(Problem {
-                    location: location.clone(),
-                    message: format!(
-                        "subject `{subject}` is not covered by the stream's subjects {:?}; \
-                         add it to the stream or change the consumer's subject",
-                        stream_decl.subjects
-                    ),
-                });
-            }
+        match rules::check_consumer_on_stream(decl, stream) {
+            Ok(()) => {}
+            Err(rules::FitError::SubjectNotCovered { index }) => problems.push(
+                consumer_at(decl),
+                format!(
+                    "subject `{}` is not covered by the stream's subjects {:?}, so it would \
+                     never receive a message; add it to the stream or change the consumer's \
+                     subject",
+                    decl.subjects[index], stream.subjects
+                ),
+            ),
+            Err(e) => problems.push(consumer_at(decl), e.message()),
         }
-        if let ConsumerKind::Queue(queue) = &decl.kind {
-            let shapes: Vec<_> = topology
-                .consumers()
-                .iter()
-                .filter(|c| {
-                    c.decl.stream.name() == stream
-                        && c.decl.as_queue().is_some_and(|q| q.group == queue.group)
-                })
-                .collect();
-            if shapes.len() > 1 && shapes[0].decl.handler == decl.handler {
-                problems.push(Problem {
-                    location: location.clone(),
-                    message: format!(
-                        "group `{}` is declared by {} handlers on one stream; a group is one \
-                         durable with one handler: give each handler its own group",
-                        queue.group,
-                        shapes.len()
+    }
+    check_groups(topology, &mut problems);
+    check_work_queues(topology, &streams, &mut problems);
+    if problems.0.is_empty() {
+        Ok(())
+    } else {
+        Err(ValidationError {
+            problems: problems.0,
+        })
+    }
+}
+
+/// Owned streams whose subjects overlap: the server refuses the second one.
+fn check_owned_overlaps(streams: &BTreeMap<&str, &StreamDecl>, problems: &mut Problems) {
+    let owned: Vec<&StreamDecl> = streams.values().copied().filter(|s| !s.external).collect();
+    for (i, a) in owned.iter().enumerate() {
+        for b in &owned[i + 1..] {
+            let clash = a.subjects.iter().find_map(|x| {
+                b.subjects
+                    .iter()
+                    .find(|y| subject::overlaps(x, y))
+                    .map(|y| (*x, *y))
+            });
+            if let Some((x, y)) = clash {
+                problems.push(
+                    format!("streams `{}` and `{}`", a.name, b.name),
+                    format!(
+                        "subjects `{x}` and `{y}` overlap; the server gives a subject to one \
+                         stream only: narrow one of them, or declare one stream `external` if \
+                         another service owns it"
                     ),
-                });
+                );
             }
         }
     }
-    if problems.is_empty() {
-        Ok(())
-    } else {
-        Err(ValidationError { problems })
+}
+
+/// One durable (stream + group) declared by several handlers.
+fn check_groups(topology: &Topology, problems: &mut Problems) {
+    let mut groups: BTreeMap<(&str, &str), Vec<&ConsumerDecl>> = BTreeMap::new();
+    for consumer in topology.consumers() {
+        if let ConsumerKind::Queue(q) = &consumer.decl.kind {
+            groups
+                .entry((consumer.decl.stream.name(), q.group))
+                .or_default()
+                .push(&consumer.decl);
+        }
+    }
+    for ((stream, group), decls) in groups {
+        if decls.len() < 2 {
+            continue;
+        }
+        let handlers: Vec<&str> = decls.iter().map(|d| d.handler).collect();
+        let same_shape = decls.windows(2).all(|w| w[0].kind == w[1].kind && w[0].subjects == w[1].subjects);
+        let what = if same_shape {
+            "a group is one durable, and messages would be split between the handlers at random"
+        } else {
+            "with different shapes, each start-up would rewrite the other's configuration"
+        };
+        problems.push(
+            format!("stream `{stream}`, queue consumer `{group}`"),
+            format!(
+                "declared by {} handlers ({}); {what}: give each handler its own group",
+                handlers.len(),
+                handlers.join(", ")
+            ),
+        );
+    }
+}
+
+/// Work-queue streams: consumers may not overlap (each message goes to one consumer).
+fn check_work_queues(
+    topology: &Topology,
+    streams: &BTreeMap<&str, &StreamDecl>,
+    problems: &mut Problems,
+) {
+    for stream in streams.values() {
+        if stream.retention != Some(Retention::WorkQueue) {
+            continue;
+        }
+        let consumers: Vec<&ConsumerDecl> = topology
+            .consumers()
+            .iter()
+            .map(|c| &c.decl)
+            .filter(|d| d.stream.name() == stream.name && d.as_queue().is_some())
+            .collect();
+        for (i, a) in consumers.iter().enumerate() {
+            for b in &consumers[i + 1..] {
+                if a.as_queue().map(|q| q.group) == b.as_queue().map(|q| q.group) {
+                    continue; // reported by check_groups
+                }
+                let overlap = match (a.subjects, b.subjects) {
+                    ([], _) | (_, []) => true,
+                    (xs, ys) => xs.iter().any(|x| ys.iter().any(|y| subject::overlaps(x, y))),
+                };
+                if overlap {
+                    problems.push(
+                        stream_at(stream.name),
+                        format!(
+                            "work-queue stream: consumers `{}` and `{}` have overlapping filters; \
+                             a work queue hands each message to one consumer, so give them \
+                             disjoint subjects",
+                            a.as_queue().map_or("", |q| q.group),
+                            b.as_queue().map_or("", |q| q.group)
+                        ),
+                    );
+                }
+            }
+        }
     }
 }

@@ -1,0 +1,393 @@
+//! Provisioning against a real server: drift (editable updated, immutable refused with its
+//! fields), a plain durable under the queue's name, external streams, subject overlap, and
+//! lossless migration on limits and work-queue streams.
+
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_nats::jetstream::{self, consumer, stream};
+use futures::StreamExt;
+use nats_topology::model::{ConsumerDecl, QueueDecl, Retention, StreamDecl, StreamRef};
+use nats_topology::testkit::{NatsServer, eventually};
+use nats_topology::{
+    HandlerError, Health, ProvisionErrorKind, RetryPolicy, RunError, Runtime, Topology,
+};
+
+/// Quick retries: tests wait on conditions, not on backoff.
+fn quick() -> RetryPolicy {
+    RetryPolicy {
+        base: Duration::from_millis(20),
+        cap: Duration::from_millis(200),
+        deadline: Duration::from_secs(20),
+        request_timeout: Duration::from_secs(5),
+    }
+}
+
+fn noop(_: nats_topology::Incoming) -> nats_topology::HandlerFuture {
+    Box::pin(async { Ok::<(), HandlerError>(()) })
+}
+
+fn queue_topology(stream: &'static StreamDecl, queue: QueueDecl, subjects: &'static [&'static str]) -> Topology {
+    Topology::new().stream(*stream).consumer(
+        ConsumerDecl::queue("tests::handler", StreamRef::Declared(stream), queue).subjects(subjects),
+        noop,
+    )
+}
+
+async fn start() -> (NatsServer, async_nats::Client, jetstream::Context) {
+    let server = NatsServer::start().await.expect("nats-server starts");
+    let client = async_nats::connect(server.url()).await.unwrap();
+    let js = jetstream::new(client.clone());
+    (server, client, js)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn editable_drift_is_applied_and_extra_server_subjects_are_kept() {
+    static ORDERS: StreamDecl =
+        StreamDecl::new("DRIFT_ORDERS", &["drift.orders.>"]).max_age(Duration::from_secs(3600));
+    let (_server, client, js) = start().await;
+    // Someone created the stream with another max_age and an extra subject, and the consumer
+    // with another max_deliver and ack_wait.
+    js.create_stream(stream::Config {
+        name: ORDERS.name.into(),
+        subjects: vec!["drift.orders.>".into(), "drift.extra".into()],
+        max_age: Duration::from_secs(60),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    js.create_consumer_on_stream(
+        consumer::pull::Config {
+            durable_name: Some("billing".into()),
+            max_deliver: 3,
+            ack_wait: Duration::from_secs(10),
+            filter_subject: "drift.orders.created".into(),
+            ..Default::default()
+        },
+        ORDERS.name,
+    )
+    .await
+    .unwrap();
+
+    const QUEUE: QueueDecl = QueueDecl::new("billing")
+        .max_deliver(5)
+        .ack_wait(Duration::from_secs(30));
+    let runtime = Runtime::builder(client)
+        .topology(queue_topology(&ORDERS, QUEUE, &["drift.orders.created"]))
+        .retry(quick())
+        .build()
+        .unwrap();
+    let plan = runtime.plan().await.unwrap();
+    let text = plan.to_string();
+    assert!(text.contains("update: `max_age`"), "{text}");
+    assert!(text.contains("`max_deliver` is 3 on the server, declared 5"), "{text}");
+    runtime.provision().await.expect("editable drift is updated");
+
+    let mut stream = js.get_stream(ORDERS.name).await.unwrap();
+    let config = stream.info().await.unwrap().config.clone();
+    assert_eq!(config.max_age, Duration::from_secs(3600));
+    assert!(config.subjects.contains(&"drift.extra".to_owned()), "kept: {:?}", config.subjects);
+    let consumer = stream.consumer_info("billing").await.unwrap().clone();
+    assert_eq!(consumer.config.max_deliver, 5);
+    assert_eq!(consumer.config.ack_wait, Duration::from_secs(30));
+    let plan = runtime.plan().await.unwrap();
+    assert!(
+        plan.items.iter().all(|i| i.action == nats_topology::report::Action::Nothing),
+        "{plan}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn immutable_drift_is_a_conflict_naming_the_fields_and_is_not_retried() {
+    static EVENTS: StreamDecl = StreamDecl::new("IMMUTABLE_EVENTS", &["immutable.>"]);
+    let (_server, client, js) = start().await;
+    js.create_stream(stream::Config {
+        name: EVENTS.name.into(),
+        subjects: vec!["immutable.>".into()],
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    js.create_consumer_on_stream(
+        consumer::pull::Config {
+            durable_name: Some("workers".into()),
+            deliver_policy: consumer::DeliverPolicy::New,
+            ack_policy: consumer::AckPolicy::None,
+            ..Default::default()
+        },
+        EVENTS.name,
+    )
+    .await
+    .unwrap();
+    let runtime = Runtime::builder(client)
+        .topology(queue_topology(&EVENTS, QueueDecl::new("workers"), &[]))
+        .retry(quick())
+        .build()
+        .unwrap();
+    let error = runtime.provision().await.expect_err("an immutable change is refused");
+    assert_eq!(error.kind(), ProvisionErrorKind::Conflict);
+    assert_eq!(error.attempts(), 1, "a conflict is never retried");
+    assert_eq!(error.stream(), "IMMUTABLE_EVENTS");
+    assert_eq!(error.consumer_name(), Some("workers"));
+    let fields: BTreeSet<&str> = error.field_diffs().iter().map(|d| d.field).collect();
+    assert_eq!(fields, BTreeSet::from(["ack_policy", "deliver_policy"]), "{error}");
+    let text = error.to_string();
+    assert!(text.contains("migrate_from"), "the fix is named: {text}");
+
+    // run_until reports the same conflict instead of running without the consumer.
+    let runtime = Runtime::builder(jetstream_client(&js))
+        .topology(queue_topology(&EVENTS, QueueDecl::new("workers"), &[]))
+        .retry(quick())
+        .build()
+        .unwrap();
+    let outcome = tokio::time::timeout(Duration::from_secs(20), runtime.run_until(std::future::pending::<()>()))
+        .await
+        .expect("a conflict ends run_until");
+    let Err(RunError::Provision(error)) = outcome else {
+        panic!("expected a provisioning conflict, got {outcome:?}");
+    };
+    assert_eq!(error.kind(), ProvisionErrorKind::Conflict);
+}
+
+fn jetstream_client(js: &jetstream::Context) -> async_nats::Client {
+    js.client()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plain_durable_under_the_queue_name_is_refused_precisely() {
+    static JOBS: StreamDecl = StreamDecl::new("PLAIN_JOBS", &["plain.jobs.>"]);
+    let (_server, client, js) = start().await;
+    js.create_stream(stream::Config {
+        name: JOBS.name.into(),
+        subjects: vec!["plain.jobs.>".into()],
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    // The shape this library exists to prevent: a push durable without a deliver group.
+    js.create_consumer_on_stream(
+        consumer::push::Config {
+            durable_name: Some("sync".into()),
+            deliver_subject: "plain.deliver".into(),
+            ..Default::default()
+        },
+        JOBS.name,
+    )
+    .await
+    .unwrap();
+    let runtime = Runtime::builder(client)
+        .topology(queue_topology(&JOBS, QueueDecl::new("sync"), &[]))
+        .retry(quick())
+        .build()
+        .unwrap();
+    let inspection = runtime.inspect().await.unwrap().to_string();
+    assert!(inspection.contains("NO GROUP (plain durable)"), "{inspection}");
+    let error = runtime.provision().await.expect_err("a plain durable is refused");
+    assert_eq!(error.kind(), ProvisionErrorKind::Conflict);
+    assert_eq!(error.attempts(), 1);
+    let text = error.to_string();
+    assert!(text.contains("plain durable push consumer"), "{text}");
+    assert!(text.contains("second replica"), "{text}");
+    assert!(text.contains("migrate_from"), "{text}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_external_stream_is_waited_for_then_consumed_and_never_changed() {
+    static EMAIL: StreamDecl = StreamDecl::new("EXT_EMAIL", &["ext.email.>"]).external();
+    let (_server, client, js) = start().await;
+    let seen: Arc<Mutex<Vec<String>>> = Arc::default();
+    let record = seen.clone();
+    let topology = Topology::new().stream(EMAIL).consumer(
+        ConsumerDecl::queue("tests::on_email", StreamRef::Declared(&EMAIL), QueueDecl::new("mailer"))
+            .subjects(&["ext.email.sent"]),
+        move |incoming| {
+            record
+                .lock()
+                .unwrap()
+                .push(String::from_utf8_lossy(incoming.payload()).into_owned());
+            Box::pin(async { Ok::<(), HandlerError>(()) })
+        },
+    );
+    let runtime = Runtime::builder(client.clone())
+        .topology(topology)
+        .retry(quick())
+        .build()
+        .unwrap();
+    let health = runtime.health();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let running = tokio::spawn(runtime.run_until(async move {
+        let _ = stopped.await;
+    }));
+    // Not ready while the stream does not exist, and the reason says so.
+    eventually(Duration::from_secs(10), "the consumer to report the missing stream", || {
+        let status = health.consumers()[0].state.to_string();
+        async move { status.contains("external stream does not exist").then_some(()) }
+    })
+    .await;
+    assert!(!health.ready());
+    assert!(js.get_stream(EMAIL.name).await.is_err(), "an external stream is never created");
+
+    // Its owner deploys (with a max_age we must not touch).
+    js.create_stream(stream::Config {
+        name: EMAIL.name.into(),
+        subjects: vec!["ext.email.>".into()],
+        max_age: Duration::from_secs(120),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    wait_ready(&health).await;
+    js.publish("ext.email.sent", "hello".into()).await.unwrap().await.unwrap();
+    eventually(Duration::from_secs(10), "the message handled", || {
+        let n = seen.lock().unwrap().len();
+        async move { (n == 1).then_some(()) }
+    })
+    .await;
+    stop.send(()).unwrap();
+    running.await.unwrap().unwrap();
+    let config = js.get_stream(EMAIL.name).await.unwrap().cached_info().config.clone();
+    assert_eq!(config.max_age, Duration::from_secs(120), "the external stream is unchanged");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn overlapping_subjects_name_both_streams() {
+    static A: StreamDecl = StreamDecl::new("OVERLAP_A", &["overlap.>"]);
+    static B: StreamDecl = StreamDecl::new("OVERLAP_B", &["overlap.orders.*"]);
+    // Declared together: refused at build time, one error naming both.
+    let (_server, client, js) = start().await;
+    let error = Runtime::builder(client.clone())
+        .topology(Topology::new().stream(A).stream(B))
+        .build()
+        .err()
+        .expect("overlapping owned streams are refused");
+    let text = error.to_string();
+    assert_eq!(error.problems.len(), 1, "{text}");
+    assert!(text.contains("OVERLAP_A") && text.contains("OVERLAP_B"), "{text}");
+
+    // Against a stream already on the server: the server's 10065 becomes a precise message.
+    js.create_stream(stream::Config {
+        name: "SOMEONE_ELSES".into(),
+        subjects: vec!["overlap.orders.*".into()],
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let runtime = Runtime::builder(client)
+        .topology(Topology::new().stream(A))
+        .retry(quick())
+        .build()
+        .unwrap();
+    let error = runtime.provision().await.expect_err("overlap with the server is refused");
+    assert_eq!(error.kind(), ProvisionErrorKind::Rejected);
+    assert_eq!(error.attempts(), 1);
+    let text = error.to_string();
+    assert!(text.contains("OVERLAP_A") && text.contains("SOMEONE_ELSES"), "{text}");
+}
+
+async fn wait_ready(health: &Health) {
+    eventually(Duration::from_secs(20), "the runtime ready", || {
+        let ready = health.ready();
+        async move { ready.then_some(()) }
+    })
+    .await;
+}
+
+/// Publishes 1..=100 (payload = the number), acks 1..=40 with `old`, leaves 41..=50 delivered
+/// but unacked, then runs a runtime whose group `new` declares `migrate_from = "old"`: it must
+/// receive exactly 41..=100.
+async fn migrate(decl: &'static StreamDecl, retention: stream::RetentionPolicy) {
+    let (_server, client, js) = start().await;
+    let subject = format!("{}.work", decl.subjects[0].trim_end_matches(".>"));
+    js.create_stream(stream::Config {
+        name: decl.name.into(),
+        subjects: vec![decl.subjects[0].into()],
+        retention,
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let old: consumer::PullConsumer = js
+        .create_consumer_on_stream(
+            consumer::pull::Config {
+                durable_name: Some("old".into()),
+                ack_wait: Duration::from_secs(120),
+                ..Default::default()
+            },
+            decl.name,
+        )
+        .await
+        .unwrap();
+    for n in 1..=100u32 {
+        js.publish(subject.clone(), n.to_string().into()).await.unwrap().await.unwrap();
+    }
+    let mut batch = old.fetch().max_messages(50).messages().await.unwrap();
+    let mut fetched = 0;
+    while let Some(message) = batch.next().await {
+        let message = message.unwrap();
+        let n: u32 = std::str::from_utf8(&message.payload).unwrap().parse().unwrap();
+        if n <= 40 {
+            message.double_ack().await.unwrap();
+        }
+        fetched += 1;
+    }
+    assert_eq!(fetched, 50);
+    let floor = js
+        .get_stream(decl.name)
+        .await
+        .unwrap()
+        .consumer_info("old")
+        .await
+        .unwrap()
+        .ack_floor
+        .stream_sequence;
+    assert_eq!(floor, 40);
+
+    let seen: Arc<Mutex<Vec<u32>>> = Arc::default();
+    let record = seen.clone();
+    let topology = Topology::new().stream(*decl).consumer(
+        ConsumerDecl::queue(
+            "tests::on_work",
+            StreamRef::Declared(decl),
+            QueueDecl::new("new").migrate_from("old"),
+        ),
+        move |incoming| {
+            let n = std::str::from_utf8(incoming.payload()).unwrap().parse().unwrap();
+            record.lock().unwrap().push(n);
+            Box::pin(async { Ok::<(), HandlerError>(()) })
+        },
+    );
+    let runtime = Runtime::builder(client)
+        .topology(topology)
+        .retry(quick())
+        .build()
+        .unwrap();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let running = tokio::spawn(runtime.run_until(async move {
+        let _ = stopped.await;
+    }));
+    eventually(Duration::from_secs(20), "60 messages handled by the new consumer", || {
+        let n = seen.lock().unwrap().len();
+        async move { (n >= 60).then_some(()) }
+    })
+    .await;
+    stop.send(()).unwrap();
+    running.await.unwrap().unwrap();
+    let handled = seen.lock().unwrap().clone();
+    assert_eq!(handled, (41..=100).collect::<Vec<u32>>(), "exactly 41..=100, in order");
+    let stream = js.get_stream(decl.name).await.unwrap();
+    assert!(stream.consumer_info("old").await.is_err(), "the old consumer is deleted");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn migration_on_a_limits_stream_starts_at_the_ack_floor() {
+    static LIMITS: StreamDecl = StreamDecl::new("MIGRATE_LIMITS", &["migrate.limits.>"]);
+    migrate(&LIMITS, stream::RetentionPolicy::Limits).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn migration_on_a_workqueue_stream_deletes_first_and_loses_nothing() {
+    static QUEUE: StreamDecl =
+        StreamDecl::new("MIGRATE_WQ", &["migrate.wq.>"]).retention(Retention::WorkQueue);
+    migrate(&QUEUE, stream::RetentionPolicy::WorkQueue).await;
+}
