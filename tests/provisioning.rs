@@ -362,13 +362,20 @@ async fn migrate(decl: &'static StreamDecl, retention: stream::RetentionPolicy) 
         .retry(quick())
         .build()
         .unwrap();
+    let health = runtime.health();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let running = tokio::spawn(runtime.run_until(async move {
         let _ = stopped.await;
     }));
     eventually(Duration::from_secs(20), "60 messages handled by the new consumer", || {
         let n = seen.lock().unwrap().len();
-        async move { (n >= 60).then_some(()) }
+        let health = health.to_string();
+        async move {
+            if n < 60 {
+                eprintln!("{n} handled; {health}");
+            }
+            (n >= 60).then_some(())
+        }
     })
     .await;
     stop.send(()).unwrap();

@@ -87,6 +87,12 @@ impl fmt::Display for ConsumerStatus {
 }
 
 pub(crate) struct Slot {
+    /// Wakes the supervisor out of its backoff (a relay's `ensure()`).
+    pub(crate) wake: tokio::sync::Notify,
+    /// Whether the consumer is running, for waiters.
+    pub(crate) running: tokio::sync::watch::Sender<bool>,
+    /// Since when it has not been running, and when that was last reported as an error.
+    pub(crate) down: Mutex<(Option<Instant>, Option<Instant>)>,
     pub(crate) stream: String,
     pub(crate) consumer: Mutex<String>,
     pub(crate) handler: String,
@@ -101,6 +107,9 @@ pub(crate) struct Slot {
 impl Slot {
     pub(crate) fn new(stream: &str, consumer: &str, handler: &str, queue: bool) -> Self {
         Slot {
+            wake: tokio::sync::Notify::new(),
+            running: tokio::sync::watch::Sender::new(false),
+            down: Mutex::new((Some(Instant::now()), None)),
             stream: stream.to_owned(),
             consumer: Mutex::new(consumer.to_owned()),
             handler: handler.to_owned(),
@@ -116,6 +125,8 @@ impl Slot {
     /// Sets the state; returns the previous one and how long it lasted.
     pub(crate) fn set(&self, state: ConsumerState) -> (ConsumerState, std::time::Duration) {
         let mut guard = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        self.running
+            .send_replace(matches!(state, ConsumerState::Running));
         let previous = std::mem::replace(&mut *guard, (state, Instant::now()));
         (previous.0, previous.1.elapsed())
     }

@@ -20,6 +20,6 @@ pub use provision::{ProvisionError, ProvisionErrorKind};
 pub use registry::Topology;
 pub use report::{Inspection, Plan, inspect, plan};
 pub use retry::RetryPolicy;
-pub use run::{ProvisionReport, RunError, Runtime, RuntimeBuilder};
+pub use run::{ProvisionReport, Relay, RelayError, RunError, Runtime, RuntimeBuilder};
 pub use topology_core::model;
 pub use validate::{Problem, ValidationError};

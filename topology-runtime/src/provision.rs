@@ -119,6 +119,15 @@ impl ProvisionError {
         &self.fields
     }
 
+    /// The server's error code, when the server refused something.
+    pub fn server_code(&self) -> Option<ErrorCode> {
+        let source = self.source.as_deref()?;
+        match source.downcast_ref::<ApiError>()? {
+            ApiError::Server(e) => Some(e.error_code()),
+            _ => None,
+        }
+    }
+
     /// How many attempts were made.
     pub fn attempts(&self) -> u32 {
         self.attempts
@@ -165,6 +174,8 @@ impl std::error::Error for ProvisionError {
 pub(crate) enum ApiError {
     /// The request itself failed: timed out, no responders, connection closed.
     Request(jetstream::context::RequestError),
+    /// A server answer that is worth retrying in context.
+    Retry(String),
     /// The server answered with an error.
     Server(jetstream::Error),
 }
@@ -173,14 +184,14 @@ impl ApiError {
     fn code(&self) -> Option<ErrorCode> {
         match self {
             ApiError::Server(e) => Some(e.error_code()),
-            ApiError::Request(_) => None,
+            ApiError::Request(_) | ApiError::Retry(_) => None,
         }
     }
 
     /// Timeouts, no responders, and the server's "try again" codes.
     fn is_transient(&self) -> bool {
         match self {
-            ApiError::Request(_) => true,
+            ApiError::Request(_) | ApiError::Retry(_) => true,
             ApiError::Server(e) => {
                 let code = e.error_code();
                 code == ErrorCode::CLUSTER_NOT_AVAILABLE
@@ -196,6 +207,7 @@ impl fmt::Display for ApiError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             ApiError::Request(e) => write!(f, "request failed: {e}"),
+            ApiError::Retry(e) => f.write_str(e),
             ApiError::Server(e) => write!(f, "server error: {e}"),
         }
     }
@@ -495,8 +507,23 @@ impl Provisioner {
                 self.migrate(stream_name, old, &name, &config, workqueue)
                     .await?;
             }
-            self.ensure_consumer_once(stream_name, &name, decl, &config, mode)
+            match self
+                .ensure_consumer_once(stream_name, &name, decl, &config, mode)
                 .await
+            {
+                // Just after a work-queue migration deleted the old consumer, the server may
+                // still count it as overlapping the new one (10099/10100): try again.
+                Err(Failure::Fatal(e))
+                    if workqueue
+                        && decl.as_queue().is_some_and(|q| q.migrate_from.is_some())
+                        && e.server_code().is_some_and(|code| {
+                            code == ErrorCode(10099) || code == ErrorCode(10100)
+                        }) =>
+                {
+                    Err(Failure::Transient(ApiError::Retry(e.to_string())))
+                }
+                other => other,
+            }
         })
         .await
     }

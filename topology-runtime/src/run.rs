@@ -11,6 +11,7 @@ use std::time::Duration;
 use async_nats::jetstream::consumer::{self, FromConsumer, pull, push};
 use async_nats::jetstream::{self, AckKind, stream};
 use futures::{FutureExt, StreamExt};
+use tracing::Instrument;
 use tokio::sync::{Mutex, OwnedSemaphorePermit, Semaphore, mpsc};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
@@ -31,6 +32,66 @@ pub enum RunError {
     /// conflict, or a declaration the server refuses).
     #[error(transparent)]
     Provision(#[from] ProvisionError),
+}
+
+/// A handle on one broadcast relay; see [`Runtime::relay`].
+#[derive(Clone)]
+pub struct Relay {
+    slot: Arc<Slot>,
+}
+
+/// Why [`Relay::ensure`] failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("the relay `{consumer}` on stream `{stream}` is not supervised: the runtime is not running (start it with `run_until`)")]
+pub struct RelayError {
+    stream: String,
+    consumer: String,
+}
+
+impl Relay {
+    /// Makes sure the relay runs. While it runs this returns at once, with no round trip.
+    /// Otherwise its supervisor is woken to re-create it now (skipping any backoff) and this
+    /// waits until it runs; concurrent callers share that one re-creation. Fails if the
+    /// runtime has stopped or is draining.
+    pub async fn ensure(&self) -> Result<(), RelayError> {
+        let mut running = self.slot.running.subscribe();
+        loop {
+            if *running.borrow_and_update() {
+                return Ok(());
+            }
+            if matches!(
+                self.slot.state(),
+                ConsumerState::Draining | ConsumerState::Stopped { .. }
+            ) {
+                return Err(self.not_running());
+            }
+            self.slot.wake.notify_one();
+            if running.changed().await.is_err() {
+                return Err(self.not_running());
+            }
+        }
+    }
+
+    /// Whether the relay is running now.
+    pub fn is_running(&self) -> bool {
+        *self.slot.running.borrow()
+    }
+
+    /// The relay's consumer name on the server (unique per instance).
+    pub fn consumer(&self) -> String {
+        self.slot
+            .consumer
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    fn not_running(&self) -> RelayError {
+        RelayError {
+            stream: self.slot.stream.clone(),
+            consumer: self.consumer(),
+        }
+    }
 }
 
 /// What [`Runtime::provision`] did.
@@ -201,6 +262,35 @@ impl Runtime {
         &self.inner.topology
     }
 
+    /// The broadcast relay handled by `handler` (its function name, or its full path when
+    /// several relays share a name), as a cheap handle that stays valid while
+    /// [`Runtime::run_until`] runs.
+    ///
+    /// ```no_run
+    /// # async fn f(runtime: nats_topology::Runtime) {
+    /// let relay = runtime.relay("relay_status").expect("a #[broadcast] fn relay_status");
+    /// tokio::spawn(runtime.run_until(tokio::signal::ctrl_c()));
+    /// // When a local session subscribes:
+    /// relay.ensure().await.expect("the runtime is running");
+    /// # }
+    /// ```
+    pub fn relay(&self, handler: &str) -> Option<Relay> {
+        let suffix = format!("::{handler}");
+        let mut found = self
+            .inner
+            .topology
+            .consumers()
+            .iter()
+            .zip(self.inner.health.slots.iter())
+            .filter(|(c, _)| matches!(c.decl.kind, ConsumerKind::Broadcast(_)))
+            .filter(|(c, _)| c.decl.handler == handler || c.decl.handler.ends_with(&suffix));
+        let (_, slot) = found.next()?;
+        if found.next().is_some() {
+            return None;
+        }
+        Some(Relay { slot: slot.clone() })
+    }
+
     /// Provisions every stream and queue consumer once, without consuming: streams
     /// single-flight, consumers concurrently, transient failures retried under the retry
     /// policy's deadline. Useful for an init job, and to measure provisioning.
@@ -248,6 +338,31 @@ impl Runtime {
     /// Returns an error only for a failure no retry can fix, such as a configuration conflict
     /// with what the server holds; the other consumers are drained first.
     pub async fn run_until<F: Future>(self, shutdown: F) -> Result<(), RunError> {
+        self.run(shutdown, std::future::pending::<()>()).await
+    }
+
+    /// Like [`Runtime::run_until`], on the process's signals: the first SIGINT (Ctrl-C) or
+    /// SIGTERM drains; a second one during the drain stops waiting for handlers at once
+    /// (their messages are redelivered by the server).
+    pub async fn run_until_signal(self) -> Result<(), RunError> {
+        let (first_tx, first_rx) = tokio::sync::oneshot::channel::<()>();
+        let signals = async move {
+            shutdown_signal().await;
+            let _ = first_tx.send(());
+            shutdown_signal().await;
+            tracing::warn!("second signal: stopping without waiting for in-flight handlers");
+        };
+        let first = async move {
+            let _ = first_rx.await;
+        };
+        self.run(first, signals).await
+    }
+
+    async fn run(
+        self,
+        shutdown: impl Future,
+        force: impl Future,
+    ) -> Result<(), RunError> {
         let cancel = CancellationToken::new();
         let (fatal_tx, mut fatal_rx) = mpsc::unbounded_channel();
         let mut tasks = JoinSet::new();
@@ -290,10 +405,16 @@ impl Runtime {
         };
         tracing::info!("draining consumers");
         cancel.cancel();
-        while let Some(joined) = tasks.join_next().await {
-            if let Err(e) = joined {
-                tracing::error!(error = %e, "a consumer supervisor ended abnormally");
+        let drained = async {
+            while let Some(joined) = tasks.join_next().await {
+                if let Err(e) = joined {
+                    tracing::error!(error = %e, "a consumer supervisor ended abnormally");
+                }
             }
+        };
+        tokio::select! {
+            _ = drained => {}
+            _ = force => tasks.abort_all(),
         }
         if let Err(e) = self.inner.client.flush().await {
             tracing::warn!(error = %e, "could not flush acknowledgements on shutdown");
@@ -302,6 +423,29 @@ impl Runtime {
             Some(error) => Err(error.into()),
             None => Ok(()),
         }
+    }
+}
+
+/// SIGINT or SIGTERM.
+async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => {}
+                    _ = term.recv() => {}
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
     }
 }
 
@@ -472,6 +616,8 @@ async fn supervise(
         let delay = inner.retry.delay(failures.saturating_sub(1));
         tokio::select! {
             _ = tokio::time::sleep(delay) => {}
+            // A relay's ensure(): retry at once.
+            _ = slot.wake.notified() => {}
             _ = cancel.cancelled() => break,
         }
     }
@@ -483,7 +629,11 @@ async fn supervise(
     transition(&slot, ConsumerState::Stopped { error: None });
 }
 
-/// Sets a consumer's state and logs the change once, at a level that fits it.
+/// How long a consumer may be down before it is reported as an error, and how often.
+const DOWN_ALARM_AFTER: Duration = Duration::from_secs(60);
+
+/// Sets a consumer's state and logs the change once, at a level that fits it: a consumer that
+/// has not been running for a minute is an error, repeated at most once a minute.
 fn transition(slot: &Slot, state: ConsumerState) {
     let consumer = slot
         .consumer
@@ -491,7 +641,32 @@ fn transition(slot: &Slot, state: ConsumerState) {
         .unwrap_or_else(|e| e.into_inner())
         .clone();
     let (previous, _) = slot.set(state.clone());
-    if previous == state {
+    let mut down = slot.down.lock().unwrap_or_else(|e| e.into_inner());
+    match &state {
+        ConsumerState::Running => *down = (None, None),
+        ConsumerState::Draining | ConsumerState::Stopped { error: None } => {}
+        _ => {
+            let since = *down.0.get_or_insert_with(std::time::Instant::now);
+            let alarm_due = since.elapsed() >= DOWN_ALARM_AFTER
+                && down.1.is_none_or(|last| last.elapsed() >= DOWN_ALARM_AFTER);
+            if alarm_due {
+                down.1 = Some(std::time::Instant::now());
+                tracing::error!(
+                    stream = %slot.stream,
+                    consumer,
+                    down_for = ?since.elapsed(),
+                    state = %state,
+                    "consumer has not been running for over a minute: nothing consumes its messages"
+                );
+                return;
+            }
+        }
+    }
+    drop(down);
+    if std::mem::discriminant(&previous) == std::mem::discriminant(&state) {
+        if let ConsumerState::Retrying { attempt, error } = &state {
+            tracing::debug!(stream = %slot.stream, consumer, attempt, error, "consumer still not running; retrying");
+        }
         return;
     }
     match &state {
@@ -742,6 +917,26 @@ async fn dispatch(
         Ok(info) => (u64::try_from(info.delivered).unwrap_or(1), info.stream_sequence),
         Err(_) => (1, 0),
     };
+    let span = tracing::info_span!(
+        "message",
+        stream = %settle.scope.stream,
+        consumer = %settle.scope.consumer,
+        subject = %message.subject,
+        sequence = stream_sequence,
+        delivered,
+    );
+    settle_message(message, settle, permit, delivered, stream_sequence)
+        .instrument(span)
+        .await
+}
+
+async fn settle_message(
+    message: jetstream::Message,
+    settle: Arc<Settle>,
+    permit: Option<OwnedSemaphorePermit>,
+    delivered: u64,
+    stream_sequence: u64,
+) {
     let incoming = Incoming {
         payload: message.payload.clone(),
         context: Context {
