@@ -1,0 +1,101 @@
+//! Quickstart: declare a stream and a queue consumer, publish a few events, watch them handled.
+//!
+//! ```text
+//! cargo run --example quickstart                     # starts an embedded nats-server
+//! NATS_URL=nats://127.0.0.1:4222 cargo run --example quickstart
+//! ```
+
+use std::time::Duration;
+
+use nats_topology::testkit::NatsServer;
+use nats_topology::{Context, HandlerError, Runtime, queue_consumer, stream};
+use serde::{Deserialize, Serialize};
+use tokio::sync::mpsc;
+
+/// The stream this service owns: created (or updated) at start-up.
+#[stream(name = "QUICKSTART_SIGNUPS", subjects = ["quickstart.signups.>"])]
+struct Signups;
+
+#[derive(Debug, Serialize, Deserialize)]
+struct SignedUp {
+    id: u32,
+    email: String,
+}
+
+/// Shared work: however many instances run, each event is handled by one of them.
+#[queue_consumer(stream = Signups, group = "welcome-mailer", subject = "quickstart.signups.created")]
+async fn send_welcome(event: SignedUp, cx: Context) -> Result<(), HandlerError> {
+    println!(
+        "handled signup #{} <{}> (stream sequence {}, delivery {})",
+        event.id,
+        event.email,
+        cx.stream_sequence(),
+        cx.delivered()
+    );
+    if let Some(done) = cx.state::<mpsc::UnboundedSender<u32>>() {
+        let _ = done.send(event.id);
+    }
+    Ok(())
+}
+
+const EVENTS: u32 = 5;
+
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "warn".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+
+    // An embedded server unless NATS_URL names one; it stops when `_server` drops.
+    let (url, _server) = match std::env::var("NATS_URL") {
+        Ok(url) => (url, None),
+        Err(_) => {
+            let server = NatsServer::start().await?;
+            println!("started an embedded nats-server at {}", server.url());
+            (server.url(), Some(server))
+        }
+    };
+    let client = async_nats::connect(url.as_str()).await?;
+
+    let (done_tx, mut done) = mpsc::unbounded_channel::<u32>();
+    let runtime = Runtime::builder(client.clone()).state(done_tx).build()?;
+    let health = runtime.health();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let running = tokio::spawn(runtime.run_until(async move {
+        let _ = stopped.await;
+    }));
+
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while !health.ready() {
+        if tokio::time::Instant::now() > deadline {
+            return Err(format!("not ready after 30 s:\n{health}").into());
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    let js = async_nats::jetstream::new(client);
+    for id in 1..=EVENTS {
+        let event = SignedUp {
+            id,
+            email: format!("user{id}@example.com"),
+        };
+        js.publish("quickstart.signups.created", serde_json::to_vec(&event)?.into())
+            .await?
+            .await?;
+        println!("published signup #{id}");
+    }
+
+    for _ in 0..EVENTS {
+        tokio::time::timeout_at(deadline, done.recv())
+            .await
+            .map_err(|_| format!("not every event was handled within 30 s:\n{health}"))?;
+    }
+    let _ = stop.send(());
+    running.await??;
+    println!("all {EVENTS} events handled; drained cleanly");
+    Ok(())
+}
