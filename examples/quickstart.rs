@@ -3,6 +3,9 @@
 //! ```text
 //! cargo run --example quickstart                     # starts an embedded nats-server
 //! NATS_URL=nats://127.0.0.1:4222 cargo run --example quickstart
+//! cargo run --example quickstart -- --plan      # first print what provisioning will do
+//! cargo run --example quickstart -- --inspect   # at the end, print the consumers as the
+//!                                               # server has them (pending, ack floor, ...)
 //! ```
 
 use std::time::Duration;
@@ -44,8 +47,7 @@ const EVENTS: u32 = 5;
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "warn".into()),
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
         )
         .with_writer(std::io::stderr)
         .init();
@@ -63,6 +65,22 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     let (done_tx, mut done) = mpsc::unbounded_channel::<u32>();
     let runtime = Runtime::builder(client.clone()).state(done_tx).build()?;
+    let (mut plan, mut inspect) = (false, false);
+    for flag in std::env::args().skip(1) {
+        match flag.as_str() {
+            "--plan" => plan = true,
+            "--inspect" => inspect = true,
+            other => {
+                return Err(
+                    format!("unknown flag `{other}`; expected `--plan` or `--inspect`").into(),
+                );
+            }
+        }
+    }
+    if plan {
+        print!("{}", runtime.plan().await?);
+    }
+    let topology = runtime.topology().clone();
     let health = runtime.health();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let running = tokio::spawn(runtime.run_until(async move {
@@ -77,15 +95,18 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 
-    let js = async_nats::jetstream::new(client);
+    let js = async_nats::jetstream::new(client.clone());
     for id in 1..=EVENTS {
         let event = SignedUp {
             id,
             email: format!("user{id}@example.com"),
         };
-        js.publish("quickstart.signups.created", serde_json::to_vec(&event)?.into())
-            .await?
-            .await?;
+        js.publish(
+            "quickstart.signups.created",
+            serde_json::to_vec(&event)?.into(),
+        )
+        .await?
+        .await?;
         println!("published signup #{id}");
     }
 
@@ -97,5 +118,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let _ = stop.send(());
     running.await??;
     println!("all {EVENTS} events handled; drained cleanly");
+    if inspect {
+        print!("{}", nats_topology::inspect(&client, &topology).await?);
+    }
     Ok(())
 }

@@ -1,10 +1,61 @@
-//! Facade.
+//! Declare your NATS JetStream topology with attribute macros on handler functions; the
+//! compiler refuses unsafe shapes, and the runtime provisions, supervises and drains.
+//!
+//! ```no_run
+//! use nats_topology::{Context, HandlerError, Runtime, broadcast, queue_consumer, stream};
+//! use serde::Deserialize;
+//!
+//! // A stream this service owns: created (or updated) at start-up.
+//! #[stream(name = "DAEMON_SYNC", subjects = ["daemon.sync.>"], replicas = 3, max_age = "7d")]
+//! struct DaemonSync;
+//!
+//! #[derive(Deserialize)]
+//! struct SyncComplete {
+//!     member: u64,
+//! }
+//!
+//! // Work: each message handled by one instance; `group` names the durable they share.
+//! #[queue_consumer(stream = DaemonSync, group = "sync", subject = "daemon.sync.complete")]
+//! async fn on_sync_complete(event: SyncComplete, cx: Context) -> Result<(), HandlerError> {
+//!     cx.publish("daemon.sync.status", &event.member).await?;
+//!     Ok(())
+//! }
+//!
+//! // Fan-out: every instance receives every message (an ephemeral consumer per instance).
+//! #[broadcast(stream = DaemonSync, subject = "daemon.sync.status")]
+//! async fn relay_status(member: u64) -> Result<(), HandlerError> {
+//!     println!("member {member} synced: tell its local sessions");
+//!     Ok(())
+//! }
+//!
+//! #[tokio::main]
+//! async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//!     let client = async_nats::connect("nats://127.0.0.1:4222").await?;
+//!     let runtime = Runtime::builder(client).build()?; // validates the whole topology
+//!     let health = runtime.health(); // for a readiness probe: health.ready()
+//!     # drop(health);
+//!     runtime.run_until_signal().await?; // provision, supervise, drain on SIGINT/SIGTERM
+//!     Ok(())
+//! }
+//! ```
+//!
+//! - A plain durable (one subscriber: a second replica is refused or duplicates) cannot be
+//!   written: `#[queue_consumer]` requires a `group`, and `durable`/`deliver_group` keys are
+//!   compile errors.
+//! - Provisioning sends CREATE first (idempotent for an identical configuration), compares
+//!   only on conflict, updates editable fields, reports immutable ones with a `migrate_from`
+//!   hint, and retries transient failures with full jitter ([`RetryPolicy`]).
+//! - Every consumer is supervised until shutdown: re-ensured after any loss, visible in
+//!   [`Health`] while it is not running. [`Runtime::plan`] and [`Runtime::inspect`] show what
+//!   provisioning would do and what the server holds.
+//! - [`testkit`] starts real `nats-server` processes for your own tests.
 
 pub use topology_runtime::handler::HandlerFuture;
 pub use topology_runtime::{
     ConsumerState, ConsumerStatus, Context, HandlerError, Health, Incoming, Inspection, Plan,
-    Problem, ProvisionError, ProvisionErrorKind, ProvisionReport, RetryPolicy, RunError, Runtime,
-    RuntimeBuilder, Topology, ValidationError, model, report,
+    Problem, ProvisionError, ProvisionErrorKind, ProvisionReport, Relay, RelayError, RetryPolicy,
+    RunError, Runtime,
+    RuntimeBuilder, Topology, ValidationError, inspect, model, plan, report,
 };
 
 #[cfg(feature = "testkit")]
