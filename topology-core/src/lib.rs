@@ -4,8 +4,22 @@
 //! errors), generated `const _` assertions call them for cross-item checks, and the runtime
 //! calls them for the programmatic API and start-up validation. This crate has no
 //! dependencies and does no I/O.
+//!
+//! - [`model`]: the declarations.
+//! - [`names`], [`subject`], [`duration`]: the leaf rules (names, subjects and filters,
+//!   duration literals).
+//! - [`rules`]: ranges and cross-field rules, and whole-declaration checks built from the leaf
+//!   rules ([`rules::check_stream`], [`rules::check_consumer`],
+//!   [`rules::check_consumer_on_stream`]).
+//!
+//! Every rule is a `const fn` whose error is a small `Copy` enum with a
+//! `const fn message(&self) -> &'static str`.
 #![no_std]
 
+pub mod duration;
 pub mod model;
+pub mod names;
+pub mod rules;
+pub mod subject;
 
 pub use model::StreamDef;

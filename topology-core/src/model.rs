@@ -256,6 +256,46 @@ impl QueueDecl {
             description: None,
         }
     }
+    /// Sets how messages are received (pull or push).
+    pub const fn delivery(mut self, delivery: Delivery) -> Self {
+        self.delivery = delivery;
+        self
+    }
+    /// Sets the maximum deliveries of one message.
+    pub const fn max_deliver(mut self, max_deliver: i64) -> Self {
+        self.max_deliver = Some(max_deliver);
+        self
+    }
+    /// Sets how long the server waits for an ack before redelivering.
+    pub const fn ack_wait(mut self, ack_wait: Duration) -> Self {
+        self.ack_wait = Some(ack_wait);
+        self
+    }
+    /// Sets the redelivery delays, one per attempt.
+    pub const fn backoff(mut self, backoff: &'static [Duration]) -> Self {
+        self.backoff = backoff;
+        self
+    }
+    /// Sets the maximum unacknowledged messages across all instances.
+    pub const fn max_ack_pending(mut self, max_ack_pending: i64) -> Self {
+        self.max_ack_pending = Some(max_ack_pending);
+        self
+    }
+    /// Sets the subject dead letters are published to.
+    pub const fn dead_letter(mut self, subject: &'static str) -> Self {
+        self.dead_letter = Some(subject);
+        self
+    }
+    /// Sets the previous consumer to migrate from.
+    pub const fn migrate_from(mut self, consumer: &'static str) -> Self {
+        self.migrate_from = Some(consumer);
+        self
+    }
+    /// Sets the description.
+    pub const fn description(mut self, description: &'static str) -> Self {
+        self.description = Some(description);
+        self
+    }
 }
 
 /// The settings of a broadcast relay (`#[broadcast]`).
@@ -271,6 +311,11 @@ impl BroadcastDecl {
         BroadcastDecl {
             deliver: DeliverPolicy::New,
         }
+    }
+    /// Sets where the relay starts.
+    pub const fn deliver(mut self, deliver: DeliverPolicy) -> Self {
+        self.deliver = deliver;
+        self
     }
 }
 

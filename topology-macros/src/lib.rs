@@ -1,1 +1,210 @@
-//! Macros.
+//! Attribute macros of nats-topology: [`macro@stream`], [`macro@queue_consumer`] and
+//! [`macro@broadcast`].
+//!
+//! Use them through the facade crate, `nats_topology`, which re-exports them. (The examples
+//! here cannot be compiled in this crate, which cannot depend on the facade; each one is
+//! compiled and run by a case of the facade's UI suite, `tests/ui/pass`.)
+//!
+//! # What the macros guarantee
+//!
+//! - **There is no way to write a plain durable consumer.** A queue consumer without `group`,
+//!   any `durable` or `deliver_group` key, a `group` or `durable` on a broadcast: each is a
+//!   compile error that says why (a plain durable admits one subscriber: a second replica is
+//!   refused or receives every message again) and what to write instead.
+//! - **Every key is validated at expansion**, with the rules of `topology_core` (the same
+//!   functions the runtime uses at start-up): names, subjects, durations, ranges, and the rules
+//!   between keys. All the mistakes of one attribute are reported together, each at its token,
+//!   and the item is kept, so that no "cannot find" error follows.
+//! - **Cross-item checks at compile time** when a consumer names its stream by type
+//!   (`stream = Orders`): an unknown type, a type that is not a `#[stream]`, a filter not covered
+//!   by the stream's subjects, a broadcast on a work-queue stream, or dead letters published into
+//!   the stream a consumer reads in full are compile errors, reported at the offending token.
+//! - **Type errors in handlers point at the handler**: a payload that is not
+//!   `DeserializeOwned`, a second argument that is not `Context`, a return type that is not
+//!   `Result<(), E>` with `E: Into<HandlerError>`, a future that is not `Send` (one error, at the
+//!   function's name).
+//! - **Generated code is private and hygienic**: it names nothing but
+//!   `::nats_topology::__private` (or the `crate = path` override) and `::core`, and it lives in
+//!   `const _: () = { .. };`.
+//!
+//! # Values
+//!
+//! - Durations are string literals of whole numbers with the units `ms`, `s`, `m`, `h`, `d`,
+//!   largest first, each at most once: `"500ms"`, `"30s"`, `"5m"`, `"2h"`, `"7d"`, `"1h30m"`.
+//!   Zero is refused where it would mean nothing (`max_age`, `duplicate_window`, `ack_wait`,
+//!   `backoff` steps).
+//! - Subjects are dot-separated tokens; filters may use `*` (one token) and `>` (the rest, last
+//!   only) as whole tokens.
+//! - Integer limits must be at least 1 (omit a key for "no limit" or the server's default;
+//!   `-1` is not accepted); `replicas` is 1 to 5.
+
+mod args;
+mod consumer;
+mod ctxt;
+mod emit;
+mod handler;
+mod stream;
+mod suggest;
+
+#[cfg(test)]
+mod fuzz;
+
+use proc_macro::TokenStream;
+
+/// Declares a JetStream stream on a unit struct.
+///
+/// The struct names the stream in consumer attributes (`stream = Orders`), which lets the
+/// compiler check those consumers against it. The stream is registered, and provisioned at
+/// start-up: created if missing, updated if its editable settings changed.
+///
+/// ```ignore
+/// use nats_topology::stream;
+///
+/// // Compiled by tests/ui/pass/minimal.rs and tests/ui/pass/every_key.rs.
+/// #[stream(name = "DAEMON_SYNC", subjects = ["daemon.sync.>"], replicas = 3, max_age = "7d")]
+/// pub struct DaemonSync;
+///
+/// // Owned by another service: never created or changed here, only verified.
+/// #[stream(name = "EMAIL", subjects = ["email.>"], external, retention = "workqueue")]
+/// pub struct Email;
+/// ```
+///
+/// # Keys
+///
+/// | key | value | meaning |
+/// |-----|-------|---------|
+/// | `name` | string, **required** | The stream's name on the server: no whitespace, `.`, `*`, `>`, `/`, `\` or control characters, at most 255 bytes. `name = "ORDERS"` |
+/// | `subjects` | list of strings, **required** | The subjects the stream captures (at least one; wildcards allowed; they cannot overlap each other). `subjects = ["orders.>"]` |
+/// | `replicas` | integer 1..=5 | Copies kept in a cluster. `replicas = 3` |
+/// | `storage` | `"file"` \| `"memory"` | Where messages are kept (server default: file). |
+/// | `retention` | `"limits"` \| `"interest"` \| `"workqueue"` | When messages are removed (server default: limits). A `"workqueue"` stream takes no `#[broadcast]`. |
+/// | `max_age` | duration, not zero | How long a message is kept. `max_age = "7d"` |
+/// | `max_msgs` | integer ≥ 1 | Messages kept at most. |
+/// | `max_bytes` | integer ≥ 1 | Bytes kept at most. |
+/// | `max_msg_size` | integer 1..=`i32::MAX` | Largest message accepted, in bytes. |
+/// | `discard` | `"old"` \| `"new"` | At a limit, drop the oldest messages or refuse new ones (server default: old). |
+/// | `duplicate_window` | duration, not zero, at most `max_age` | Window in which a repeated `Nats-Msg-Id` is a duplicate. `duplicate_window = "2m"` |
+/// | `description` | string, at most 4096 bytes | Stored on the server. |
+/// | `external` | flag | Owned elsewhere: never created or changed, only verified. Takes no settings but `name`, `subjects` and `retention` (declare the retention to get the work-queue checks). |
+/// | `crate` | path | Where the facade is, when not at `::nats_topology` (a renamed dependency or a re-export): `crate = my_alias`. |
+///
+/// # Errors
+///
+/// Every mistake of the attribute is reported, each at its token: a missing or invalid key, a
+/// key given twice, an unknown key (with the expected keys and the nearest one), a value of the
+/// wrong kind or out of range, settings on an `external` stream, and anything but a unit struct
+/// without generics.
+#[proc_macro_attribute]
+pub fn stream(attr: TokenStream, item: TokenStream) -> TokenStream {
+    stream::expand(attr.into(), item.into()).into()
+}
+
+/// Declares the handler of a queue consumer: shared work, each message handled by one instance.
+///
+/// All the instances of the service share one durable consumer, named by `group`; each
+/// message goes to one of them, and a survivor takes over the messages of an instance that
+/// dies. This is the safe shape for work at any number of replicas: **a plain durable consumer
+/// cannot be written**, because it admits one subscriber (a second replica is refused, or
+/// receives every message again).
+///
+/// The attribute goes on an `async fn` that takes the payload (any `DeserializeOwned` type,
+/// decoded from JSON; `Vec<u8>` or `Bytes` for the raw bytes) and optionally a `Context`, and
+/// returns `Result<(), E>` with `E: Into<HandlerError>`. `Ok` acknowledges the message; `Err`
+/// asks for a redelivery after the `backoff` (or a dead letter once `max_deliver` is reached,
+/// or at once for `HandlerError::permanent`). The future must be `Send`. The function itself is
+/// left unchanged.
+///
+/// ```ignore
+/// use nats_topology::{queue_consumer, stream, Context, HandlerError};
+///
+/// #[stream(name = "DAEMON_SYNC", subjects = ["daemon.sync.>"], replicas = 3)]
+/// pub struct DaemonSync;
+///
+/// // Compiled by tests/ui/pass/every_key.rs.
+/// #[queue_consumer(stream = DaemonSync, group = "sync", subject = "daemon.sync.complete",
+///                  max_deliver = 5, ack_wait = "30s", backoff = ["1s", "10s"], concurrency = 8)]
+/// async fn on_sync_complete(event: SyncComplete, cx: Context) -> Result<(), HandlerError> {
+///     println!("sync {} completed (attempt {})", event.id, cx.delivered());
+///     Ok(())
+/// }
+///
+/// // A stream declared elsewhere, by name (checked at start-up); the whole stream.
+/// // Compiled by tests/ui/pass/string_stream.rs.
+/// #[queue_consumer(stream = "DAEMON_SYNC", group = "sync")]
+/// async fn on_sync(event: serde_json::Value) -> Result<(), HandlerError> {
+///     Ok(())
+/// }
+/// ```
+///
+/// # Keys
+///
+/// | key | value | meaning |
+/// |-----|-------|---------|
+/// | `stream` | type path or string, **required** | The stream read: a `#[stream]` type (`stream = DaemonSync`: checked at compile time, including that the filters are covered by its subjects), or the name of a stream declared elsewhere or external (`stream = "DAEMON_SYNC"`: checked at start-up). |
+/// | `group` | string, **required** | The durable consumer shared by all instances (a consumer name: no whitespace, `.`, `*`, `>`, `/`, `\`). `group = "sync"` |
+/// | `subject` | string | One filter subject. `subject = "daemon.sync.complete"` |
+/// | `subjects` | list of strings | Several filter subjects, which cannot overlap. Neither `subject` nor `subjects`: the whole stream. |
+/// | `delivery` | `"pull"` (default) \| `"push"` | `"push"`: a push consumer whose deliver group is the `group`, to join an existing push-based fleet. |
+/// | `max_deliver` | integer ≥ 1 | Deliveries of one message before it is dead-lettered (omit for unlimited). |
+/// | `ack_wait` | duration, not zero | How long the server waits for an acknowledgement before redelivering. |
+/// | `backoff` | list of durations, none zero | Delay before each redelivery (the last repeats); no more steps than `max_deliver`. `backoff = ["1s", "10s", "1m"]` |
+/// | `max_ack_pending` | integer ≥ 1 | Unacknowledged messages across all instances (server default: 1000). |
+/// | `concurrency` | integer ≥ 1 | Messages handled at once by this instance (default 1). |
+/// | `dead_letter` | subject (no wildcards) | Where a message that failed for good is published, with its error. Must not be read back by this consumer. |
+/// | `migrate_from` | consumer name | A previous consumer of this work (another shape or name): the new one starts at its acknowledgement floor, then it is deleted. |
+/// | `description` | string, at most 4096 bytes | Stored on the server. |
+/// | `crate` | path | Where the facade is, when not at `::nats_topology`: `crate = my_alias`. |
+///
+/// # Errors
+///
+/// Besides the errors of each key (as for [`macro@stream`]): a missing `group`, and any
+/// `durable`, `durable_name` or `deliver_group` key (plain durables); `subject` together with
+/// `subjects`; a `backoff` longer than `max_deliver`; `migrate_from` naming the group itself;
+/// and a handler that is not an `async fn`, is generic, takes `self`, takes no payload or more
+/// than a payload and a `Context`, or returns nothing.
+#[proc_macro_attribute]
+pub fn queue_consumer(attr: TokenStream, item: TokenStream) -> TokenStream {
+    consumer::expand(consumer::Kind::Queue, attr.into(), item.into()).into()
+}
+
+/// Declares the handler of a broadcast: every instance receives every message.
+///
+/// Each instance gets its own ephemeral consumer, started at boot, supervised, and deleted
+/// when the instance drains (the server removes it after a while if the instance dies). Use
+/// it to fan a message out to whichever instance holds the session it concerns. It has no
+/// `group` and no durable: for work handled once, use [`macro@queue_consumer`].
+///
+/// The handler is as for [`macro@queue_consumer`].
+///
+/// ```ignore
+/// use nats_topology::{broadcast, stream, Context, HandlerError};
+///
+/// #[stream(name = "MEMBER_STATUS", subjects = ["member.status.>"])]
+/// pub struct MemberStatus;
+///
+/// // Compiled by tests/ui/pass/every_key.rs.
+/// #[broadcast(stream = MemberStatus, subject = "member.status.>", deliver = "last_per_subject")]
+/// async fn relay_status(event: StatusChanged, cx: Context) -> Result<(), HandlerError> {
+///     println!("{} is now {:?}", cx.subject(), event);
+///     Ok(())
+/// }
+/// ```
+///
+/// # Keys
+///
+/// | key | value | meaning |
+/// |-----|-------|---------|
+/// | `stream` | type path or string, **required** | As for [`macro@queue_consumer`]. A stream declared with `retention = "workqueue"` cannot carry a broadcast (checked at compile time for a type, at start-up for a name). |
+/// | `subject` / `subjects` | string / list of strings | Filters, as for [`macro@queue_consumer`]. |
+/// | `deliver` | `"new"` (default) \| `"all"` \| `"last"` \| `"last_per_subject"` | Where the relay starts: messages published after it starts, the whole stream, the last message, or the last message of each subject. |
+/// | `concurrency` | integer ≥ 1 | Messages handled at once by this instance (default 1). |
+/// | `crate` | path | Where the facade is, when not at `::nats_topology`. |
+///
+/// # Errors
+///
+/// As for [`macro@queue_consumer`]; and a `group`, `durable`, `durable_name` or `deliver_group`
+/// key (a broadcast is per instance; shared work is a queue consumer).
+#[proc_macro_attribute]
+pub fn broadcast(attr: TokenStream, item: TokenStream) -> TokenStream {
+    consumer::expand(consumer::Kind::Broadcast, attr.into(), item.into()).into()
+}

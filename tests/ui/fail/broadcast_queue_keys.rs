@@ -1,0 +1,13 @@
+//! Refused: queue-consumer keys on a broadcast.
+
+#![allow(unused_imports)]
+
+use nats_topology::{HandlerError, broadcast, queue_consumer, stream};
+
+#[broadcast(stream = "STATUS", max_deliver = 5, delivery = "push")]
+async fn relay_status(event: String) -> Result<(), HandlerError> {
+    let _ = event;
+    Ok(())
+}
+
+fn main() {}

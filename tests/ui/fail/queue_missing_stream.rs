@@ -1,0 +1,13 @@
+//! Refused: no `stream`.
+
+#![allow(unused_imports)]
+
+use nats_topology::{HandlerError, broadcast, queue_consumer, stream};
+
+#[queue_consumer(group = "billing")]
+async fn on_order(event: String) -> Result<(), HandlerError> {
+    let _ = event;
+    Ok(())
+}
+
+fn main() {}

@@ -1,0 +1,828 @@
+//! The rules of a valid declaration, and of a consumer reading a stream.
+//!
+//! The macros call the individual rules (ranges, [`backoff_fits`], [`duplicate_window_fits`],
+//! [`dead_letter_loops`], [`allows_broadcast`], and the [`names`], [`subject`] and [`duration`]
+//! rules) key by key, to put each error on its token; generated `const _` assertions call
+//! [`covered_by`](crate::subject::covered_by), [`allows_broadcast`] and [`dead_letter_loops`]
+//! for what needs another item; and the runtime calls [`check_stream`], [`check_consumer`] and
+//! [`check_consumer_on_stream`], built from the same rules, on declarations built by hand or
+//! naming a stream by string.
+//!
+//! ```
+//! use topology_core::model::{ConsumerDecl, QueueDecl, StreamDecl, StreamRef};
+//! use topology_core::rules::{check_consumer, check_consumer_on_stream, check_stream, FitError};
+//!
+//! static ORDERS: StreamDecl = StreamDecl::new("ORDERS", &["orders.>"]).replicas(3);
+//! let consumer = ConsumerDecl::queue("billing::on_order", StreamRef::Named("ORDERS"), QueueDecl::new("billing"))
+//!     .subjects(&["invoices.created"]);
+//!
+//! assert_eq!(check_stream(&ORDERS), Ok(()));
+//! assert_eq!(check_consumer(&consumer), Ok(()));
+//! assert_eq!(
+//!     check_consumer_on_stream(&consumer, &ORDERS),
+//!     Err(FitError::SubjectNotCovered { index: 0 }),
+//! );
+//! ```
+
+use core::time::Duration;
+
+use crate::duration;
+use crate::model::{ConsumerDecl, ConsumerKind, DeliverPolicy, Retention, StreamDecl};
+use crate::names::{self, NameError};
+use crate::subject::{self, SubjectError};
+
+/// An inclusive range of integers a key accepts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct IntRange {
+    /// The smallest accepted value.
+    pub min: i128,
+    /// The largest accepted value.
+    pub max: i128,
+}
+
+impl IntRange {
+    /// Whether `value` is in the range.
+    pub const fn contains(&self, value: i128) -> bool {
+        self.min <= value && value <= self.max
+    }
+}
+
+/// `replicas`: 1 to 5 (a JetStream cluster replicates a stream on at most five servers).
+pub const REPLICAS: IntRange = IntRange { min: 1, max: 5 };
+/// `max_msgs`: at least 1 (omit the key for no limit).
+pub const MAX_MSGS: IntRange = IntRange {
+    min: 1,
+    max: i64::MAX as i128,
+};
+/// `max_bytes`: at least 1 (omit the key for no limit).
+pub const MAX_BYTES: IntRange = IntRange {
+    min: 1,
+    max: i64::MAX as i128,
+};
+/// `max_msg_size`: at least 1 byte, at most `i32::MAX` (omit the key for the server's limit).
+pub const MAX_MSG_SIZE: IntRange = IntRange {
+    min: 1,
+    max: i32::MAX as i128,
+};
+/// `max_deliver`: at least 1 (omit the key for unlimited deliveries; `-1` is not accepted).
+pub const MAX_DELIVER: IntRange = IntRange {
+    min: 1,
+    max: i64::MAX as i128,
+};
+/// `max_ack_pending`: at least 1 (omit the key for the server's default of 1000).
+pub const MAX_ACK_PENDING: IntRange = IntRange {
+    min: 1,
+    max: i64::MAX as i128,
+};
+/// `concurrency`: at least 1 message handled at once by one instance.
+pub const CONCURRENCY: IntRange = IntRange {
+    min: 1,
+    max: u32::MAX as i128,
+};
+
+/// The longest description the server accepts, in bytes.
+pub const MAX_DESCRIPTION_LEN: usize = 4096;
+
+/// Whether a description fits the server's limit.
+pub const fn description_fits(description: &str) -> bool {
+    description.len() <= MAX_DESCRIPTION_LEN
+}
+
+/// Whether a backoff of `len` steps fits `max_deliver`: the server refuses more steps than
+/// deliveries (`None`, no limit, accepts any number).
+pub const fn backoff_fits(len: usize, max_deliver: Option<i64>) -> bool {
+    match max_deliver {
+        Some(max) => (len as i128) <= max as i128,
+        None => true,
+    }
+}
+
+/// Whether a duplicate window fits the stream's maximum age: the server refuses a window longer
+/// than `max_age` (no `max_age`: any window).
+pub const fn duplicate_window_fits(window: Duration, max_age: Option<Duration>) -> bool {
+    match max_age {
+        Some(max_age) => window.as_nanos() <= max_age.as_nanos(),
+        None => true,
+    }
+}
+
+/// Whether dead letters published to `dead_letter` would come back to the same consumer: they
+/// match one of its `filters`, or, when it has none (it reads the whole stream), one of the
+/// stream's subjects. Such a consumer would dead-letter its dead letters forever.
+pub const fn dead_letter_loops(
+    dead_letter: &str,
+    filters: &[&str],
+    stream_subjects: &[&str],
+) -> bool {
+    if filters.is_empty() {
+        subject::covered_by(dead_letter, stream_subjects)
+    } else {
+        subject::covered_by(dead_letter, filters)
+    }
+}
+
+/// Whether a stream with this retention can carry a broadcast. A work-queue stream removes a
+/// message once one consumer acknowledges it, refuses overlapping consumers (server error
+/// 10100) and any deliver policy but `all` (10101): every instance cannot receive every message.
+pub const fn allows_broadcast(retention: Option<Retention>) -> bool {
+    !matches!(retention, Some(Retention::WorkQueue))
+}
+
+/// Whether `filters` overlap each other: the index of the later of the first overlapping pair.
+pub const fn first_overlap(filters: &[&str]) -> Option<(usize, usize)> {
+    let mut j = 1;
+    while j < filters.len() {
+        let mut i = 0;
+        while i < j {
+            if subject::overlaps(filters[i], filters[j]) {
+                return Some((i, j));
+            }
+            i += 1;
+        }
+        j += 1;
+    }
+    None
+}
+
+/// Why a stream declaration is invalid.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum StreamError {
+    /// The stream name.
+    Name(NameError),
+    /// No subjects.
+    NoSubjects,
+    /// The subject at `index`.
+    Subject {
+        /// Its position in `subjects`.
+        index: usize,
+        /// What is wrong with it.
+        error: SubjectError,
+    },
+    /// The subjects at `first` and `second` overlap (the server refuses overlapping subjects in
+    /// one stream).
+    SubjectsOverlap {
+        /// The earlier one.
+        first: usize,
+        /// The later one.
+        second: usize,
+    },
+    /// `replicas` outside [`REPLICAS`].
+    Replicas,
+    /// `max_msgs` outside [`MAX_MSGS`].
+    MaxMsgs,
+    /// `max_bytes` outside [`MAX_BYTES`].
+    MaxBytes,
+    /// `max_msg_size` outside [`MAX_MSG_SIZE`].
+    MaxMsgSize,
+    /// `max_age` is zero or too long.
+    MaxAge,
+    /// `duplicate_window` is zero or too long.
+    DuplicateWindow,
+    /// `duplicate_window` is longer than `max_age`.
+    DuplicateWindowExceedsMaxAge,
+    /// The description is longer than [`MAX_DESCRIPTION_LEN`].
+    DescriptionTooLong,
+    /// Settings on an external stream, which is never created or changed here.
+    ExternalWithSettings,
+}
+
+impl StreamError {
+    /// What is wrong, in lowercase.
+    pub const fn message(&self) -> &'static str {
+        match self {
+            StreamError::Name(error) => error.message(),
+            StreamError::NoSubjects => "a stream needs at least one subject",
+            StreamError::Subject { error, .. } => error.message(),
+            StreamError::SubjectsOverlap { .. } => {
+                "the subjects of one stream cannot overlap; keep the wider one"
+            }
+            StreamError::Replicas => "replicas must be between 1 and 5",
+            StreamError::MaxMsgs => "max_msgs must be at least 1; omit it for no limit",
+            StreamError::MaxBytes => "max_bytes must be at least 1; omit it for no limit",
+            StreamError::MaxMsgSize => {
+                "max_msg_size must be between 1 and 2147483647; omit it for the server's limit"
+            }
+            StreamError::MaxAge => {
+                "max_age must be more than zero and at most about 292 years; omit it for no limit"
+            }
+            StreamError::DuplicateWindow => {
+                "duplicate_window must be more than zero and at most about 292 years"
+            }
+            StreamError::DuplicateWindowExceedsMaxAge => {
+                "duplicate_window cannot be longer than max_age"
+            }
+            StreamError::DescriptionTooLong => "a description cannot be longer than 4096 bytes",
+            StreamError::ExternalWithSettings => {
+                "an external stream is never created or changed here, so it takes no settings but its name, subjects and retention"
+            }
+        }
+    }
+}
+
+/// Checks a stream declaration.
+pub const fn check_stream(decl: &StreamDecl) -> Result<(), StreamError> {
+    if let Err(error) = names::check_stream_name(decl.name) {
+        return Err(StreamError::Name(error));
+    }
+    if decl.subjects.is_empty() {
+        return Err(StreamError::NoSubjects);
+    }
+    let mut i = 0;
+    while i < decl.subjects.len() {
+        if let Err(error) = subject::check_filter(decl.subjects[i]) {
+            return Err(StreamError::Subject { index: i, error });
+        }
+        i += 1;
+    }
+    if let Some((first, second)) = first_overlap(decl.subjects) {
+        return Err(StreamError::SubjectsOverlap { first, second });
+    }
+    if decl.external && has_settings(decl) {
+        return Err(StreamError::ExternalWithSettings);
+    }
+    if let Some(n) = decl.replicas
+        && !REPLICAS.contains(n as i128)
+    {
+        return Err(StreamError::Replicas);
+    }
+    if let Some(n) = decl.max_msgs
+        && !MAX_MSGS.contains(n as i128)
+    {
+        return Err(StreamError::MaxMsgs);
+    }
+    if let Some(n) = decl.max_bytes
+        && !MAX_BYTES.contains(n as i128)
+    {
+        return Err(StreamError::MaxBytes);
+    }
+    if let Some(n) = decl.max_msg_size
+        && !MAX_MSG_SIZE.contains(n as i128)
+    {
+        return Err(StreamError::MaxMsgSize);
+    }
+    if let Some(d) = decl.max_age
+        && (d.is_zero() || !duration::fits(d))
+    {
+        return Err(StreamError::MaxAge);
+    }
+    if let Some(d) = decl.duplicate_window {
+        if d.is_zero() || !duration::fits(d) {
+            return Err(StreamError::DuplicateWindow);
+        }
+        if !duplicate_window_fits(d, decl.max_age) {
+            return Err(StreamError::DuplicateWindowExceedsMaxAge);
+        }
+    }
+    if let Some(d) = decl.description
+        && !description_fits(d)
+    {
+        return Err(StreamError::DescriptionTooLong);
+    }
+    Ok(())
+}
+
+/// Whether a stream declaration sets anything an external stream cannot take.
+const fn has_settings(decl: &StreamDecl) -> bool {
+    decl.replicas.is_some()
+        || decl.storage.is_some()
+        || decl.max_age.is_some()
+        || decl.max_msgs.is_some()
+        || decl.max_bytes.is_some()
+        || decl.max_msg_size.is_some()
+        || decl.discard.is_some()
+        || decl.duplicate_window.is_some()
+        || decl.description.is_some()
+}
+
+/// Why a consumer declaration is invalid (on its own, whatever its stream).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ConsumerError {
+    /// The stream name of a `StreamRef::Named`.
+    StreamName(NameError),
+    /// The queue group (the durable name).
+    Group(NameError),
+    /// The filter subject at `index`.
+    Subject {
+        /// Its position in `subjects`.
+        index: usize,
+        /// What is wrong with it.
+        error: SubjectError,
+    },
+    /// The filters at `first` and `second` overlap (the server refuses overlapping filters in
+    /// one consumer).
+    SubjectsOverlap {
+        /// The earlier one.
+        first: usize,
+        /// The later one.
+        second: usize,
+    },
+    /// `concurrency` outside [`CONCURRENCY`].
+    Concurrency,
+    /// `max_deliver` outside [`MAX_DELIVER`].
+    MaxDeliver,
+    /// `max_ack_pending` outside [`MAX_ACK_PENDING`].
+    MaxAckPending,
+    /// `ack_wait` is zero or too long.
+    AckWait,
+    /// The backoff step at `index` is zero or too long.
+    Backoff {
+        /// Its position in `backoff`.
+        index: usize,
+    },
+    /// More backoff steps than `max_deliver`.
+    BackoffLongerThanMaxDeliver,
+    /// The dead-letter subject.
+    DeadLetter(SubjectError),
+    /// Dead letters would match the consumer's own filters.
+    DeadLetterLoops,
+    /// The consumer to migrate from.
+    MigrateFrom(NameError),
+    /// `migrate_from` names the group itself.
+    MigrateFromItself,
+    /// The description is longer than [`MAX_DESCRIPTION_LEN`].
+    DescriptionTooLong,
+}
+
+impl ConsumerError {
+    /// What is wrong, in lowercase.
+    pub const fn message(&self) -> &'static str {
+        match self {
+            ConsumerError::StreamName(error)
+            | ConsumerError::Group(error)
+            | ConsumerError::MigrateFrom(error) => error.message(),
+            ConsumerError::Subject { error, .. } | ConsumerError::DeadLetter(error) => {
+                error.message()
+            }
+            ConsumerError::SubjectsOverlap { .. } => {
+                "the filter subjects of one consumer cannot overlap; keep the wider one"
+            }
+            ConsumerError::Concurrency => "concurrency must be at least 1",
+            ConsumerError::MaxDeliver => {
+                "max_deliver must be at least 1; omit it for unlimited deliveries"
+            }
+            ConsumerError::MaxAckPending => {
+                "max_ack_pending must be at least 1; omit it for the server's default"
+            }
+            ConsumerError::AckWait => "ack_wait must be more than zero and at most about 292 years",
+            ConsumerError::Backoff { .. } => {
+                "a backoff step must be more than zero and at most about 292 years"
+            }
+            ConsumerError::BackoffLongerThanMaxDeliver => {
+                "backoff has more steps than max_deliver allows deliveries; the server refuses it"
+            }
+            ConsumerError::DeadLetterLoops => {
+                "dead letters would be delivered to the same consumer again, forever"
+            }
+            ConsumerError::MigrateFromItself => {
+                "migrate_from names the consumer's own group; name the previous consumer"
+            }
+            ConsumerError::DescriptionTooLong => "a description cannot be longer than 4096 bytes",
+        }
+    }
+}
+
+/// Checks a consumer declaration on its own (see [`check_consumer_on_stream`] for the rules
+/// that need its stream).
+pub const fn check_consumer(decl: &ConsumerDecl) -> Result<(), ConsumerError> {
+    if let crate::model::StreamRef::Named(name) = decl.stream
+        && let Err(error) = names::check_stream_name(name)
+    {
+        return Err(ConsumerError::StreamName(error));
+    }
+    let mut i = 0;
+    while i < decl.subjects.len() {
+        if let Err(error) = subject::check_filter(decl.subjects[i]) {
+            return Err(ConsumerError::Subject { index: i, error });
+        }
+        i += 1;
+    }
+    if let Some((first, second)) = first_overlap(decl.subjects) {
+        return Err(ConsumerError::SubjectsOverlap { first, second });
+    }
+    if let Some(n) = decl.concurrency
+        && !CONCURRENCY.contains(n as i128)
+    {
+        return Err(ConsumerError::Concurrency);
+    }
+    let queue = match &decl.kind {
+        ConsumerKind::Queue(queue) => queue,
+        ConsumerKind::Broadcast(_) => return Ok(()),
+    };
+    if let Err(error) = names::check_consumer_name(queue.group) {
+        return Err(ConsumerError::Group(error));
+    }
+    if let Some(n) = queue.max_deliver
+        && !MAX_DELIVER.contains(n as i128)
+    {
+        return Err(ConsumerError::MaxDeliver);
+    }
+    if let Some(n) = queue.max_ack_pending
+        && !MAX_ACK_PENDING.contains(n as i128)
+    {
+        return Err(ConsumerError::MaxAckPending);
+    }
+    if let Some(d) = queue.ack_wait
+        && (d.is_zero() || !duration::fits(d))
+    {
+        return Err(ConsumerError::AckWait);
+    }
+    let mut i = 0;
+    while i < queue.backoff.len() {
+        let d = queue.backoff[i];
+        if d.is_zero() || !duration::fits(d) {
+            return Err(ConsumerError::Backoff { index: i });
+        }
+        i += 1;
+    }
+    if !backoff_fits(queue.backoff.len(), queue.max_deliver) {
+        return Err(ConsumerError::BackoffLongerThanMaxDeliver);
+    }
+    if let Some(dead_letter) = queue.dead_letter {
+        if let Err(error) = subject::check_subject(dead_letter) {
+            return Err(ConsumerError::DeadLetter(error));
+        }
+        if !decl.subjects.is_empty() && dead_letter_loops(dead_letter, decl.subjects, &[]) {
+            return Err(ConsumerError::DeadLetterLoops);
+        }
+    }
+    if let Some(old) = queue.migrate_from {
+        if let Err(error) = names::check_consumer_name(old) {
+            return Err(ConsumerError::MigrateFrom(error));
+        }
+        if str_eq(old, queue.group) {
+            return Err(ConsumerError::MigrateFromItself);
+        }
+    }
+    if let Some(d) = queue.description
+        && !description_fits(d)
+    {
+        return Err(ConsumerError::DescriptionTooLong);
+    }
+    Ok(())
+}
+
+/// Why a consumer cannot read the stream it names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum FitError {
+    /// The filter subject at `index` is not covered by the stream's subjects.
+    SubjectNotCovered {
+        /// Its position in the consumer's `subjects`.
+        index: usize,
+    },
+    /// A broadcast on a work-queue stream.
+    BroadcastOnWorkQueue,
+    /// A deliver policy other than `all` on a work-queue stream.
+    DeliverPolicyOnWorkQueue,
+    /// Dead letters would be published into the stream the consumer reads in full.
+    DeadLetterLoops,
+}
+
+impl FitError {
+    /// What is wrong, in lowercase.
+    pub const fn message(&self) -> &'static str {
+        match self {
+            FitError::SubjectNotCovered { .. } => {
+                "the filter subject is not covered by the stream's subjects, so it would never receive a message"
+            }
+            FitError::BroadcastOnWorkQueue => {
+                "a work-queue stream hands each message to one consumer and allows only the deliver policy `all`, so it cannot carry a broadcast; use a queue consumer, or a stream with `limits` or `interest` retention"
+            }
+            FitError::DeliverPolicyOnWorkQueue => {
+                "a consumer of a work-queue stream must deliver all messages (deliver policy `all`)"
+            }
+            FitError::DeadLetterLoops => {
+                "dead letters would be published into the stream this consumer reads in full, and delivered to it again, forever"
+            }
+        }
+    }
+}
+
+/// Checks what a consumer needs of its stream: its filters are covered by the stream's subjects,
+/// a work-queue stream carries no broadcast and only deliver policy `all`, and dead letters do not
+/// come back to it.
+pub const fn check_consumer_on_stream(
+    consumer: &ConsumerDecl,
+    stream: &StreamDecl,
+) -> Result<(), FitError> {
+    let mut i = 0;
+    while i < consumer.subjects.len() {
+        if !subject::covered_by(consumer.subjects[i], stream.subjects) {
+            return Err(FitError::SubjectNotCovered { index: i });
+        }
+        i += 1;
+    }
+    match &consumer.kind {
+        ConsumerKind::Broadcast(relay) => {
+            if !allows_broadcast(stream.retention) {
+                return Err(if matches!(relay.deliver, DeliverPolicy::All) {
+                    FitError::BroadcastOnWorkQueue
+                } else {
+                    FitError::DeliverPolicyOnWorkQueue
+                });
+            }
+        }
+        ConsumerKind::Queue(queue) => {
+            if let Some(dead_letter) = queue.dead_letter
+                && dead_letter_loops(dead_letter, consumer.subjects, stream.subjects)
+            {
+                return Err(FitError::DeadLetterLoops);
+            }
+        }
+    }
+    Ok(())
+}
+
+const fn str_eq(a: &str, b: &str) -> bool {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    if a.len() != b.len() {
+        return false;
+    }
+    let mut i = 0;
+    while i < a.len() {
+        if a[i] != b[i] {
+            return false;
+        }
+        i += 1;
+    }
+    true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{BroadcastDecl, Delivery, QueueDecl, StreamRef};
+
+    const ORDERS: StreamDecl = StreamDecl::new("ORDERS", &["orders.>", "refunds.*"]);
+    const S1: Duration = Duration::from_secs(1);
+    const S2: Duration = Duration::from_secs(2);
+    const QUEUE: ConsumerDecl = ConsumerDecl::queue(
+        "app::on_order",
+        StreamRef::Named("ORDERS"),
+        QueueDecl::new("billing"),
+    );
+
+    #[test]
+    fn ranges() {
+        assert!(REPLICAS.contains(1) && REPLICAS.contains(5));
+        assert!(!REPLICAS.contains(0) && !REPLICAS.contains(6));
+        assert!(!MAX_DELIVER.contains(-1));
+        assert!(CONCURRENCY.contains(u32::MAX as i128));
+        assert!(!CONCURRENCY.contains(u32::MAX as i128 + 1));
+        assert!(!MAX_MSG_SIZE.contains(i32::MAX as i128 + 1));
+    }
+
+    #[test]
+    fn pairwise_rules() {
+        assert!(backoff_fits(3, Some(3)));
+        assert!(!backoff_fits(4, Some(3)));
+        assert!(backoff_fits(100, None));
+        let s = Duration::from_secs;
+        assert!(duplicate_window_fits(s(120), Some(s(120))));
+        assert!(!duplicate_window_fits(s(121), Some(s(120))));
+        assert!(duplicate_window_fits(s(121), None));
+        assert!(dead_letter_loops("orders.dead", &[], &["orders.>"]));
+        assert!(!dead_letter_loops(
+            "orders.dead",
+            &["orders.created"],
+            &["orders.>"]
+        ));
+        assert!(dead_letter_loops(
+            "orders.dead",
+            &["orders.*"],
+            &["orders.>"]
+        ));
+        assert!(!dead_letter_loops("dlq.orders", &[], &["orders.>"]));
+        assert!(allows_broadcast(None));
+        assert!(allows_broadcast(Some(Retention::Interest)));
+        assert!(!allows_broadcast(Some(Retention::WorkQueue)));
+        assert_eq!(first_overlap(&["a.*", "b.*", "a.b"]), Some((0, 2)));
+        assert_eq!(first_overlap(&["a.*", "b.*"]), None);
+    }
+
+    #[test]
+    fn streams() {
+        assert_eq!(check_stream(&ORDERS), Ok(()));
+        let full = StreamDecl::new("FULL", &["full.>"])
+            .replicas(3)
+            .max_age(Duration::from_secs(3600))
+            .duplicate_window(Duration::from_secs(120))
+            .max_msgs(10)
+            .max_bytes(10)
+            .max_msg_size(10)
+            .description("d");
+        assert_eq!(check_stream(&full), Ok(()));
+        let cases = [
+            (
+                StreamDecl::new("A.B", &["a"]),
+                StreamError::Name(NameError::Dot),
+            ),
+            (StreamDecl::new("A", &[]), StreamError::NoSubjects),
+            (
+                StreamDecl::new("A", &["a", "b..c"]),
+                StreamError::Subject {
+                    index: 1,
+                    error: SubjectError::EmptyToken,
+                },
+            ),
+            (
+                StreamDecl::new("A", &["a.>", "a.b"]),
+                StreamError::SubjectsOverlap {
+                    first: 0,
+                    second: 1,
+                },
+            ),
+            (
+                StreamDecl::new("A", &["a"]).replicas(6),
+                StreamError::Replicas,
+            ),
+            (
+                StreamDecl::new("A", &["a"]).replicas(0),
+                StreamError::Replicas,
+            ),
+            (
+                StreamDecl::new("A", &["a"]).max_msgs(-1),
+                StreamError::MaxMsgs,
+            ),
+            (
+                StreamDecl::new("A", &["a"]).max_bytes(0),
+                StreamError::MaxBytes,
+            ),
+            (
+                StreamDecl::new("A", &["a"]).max_msg_size(0),
+                StreamError::MaxMsgSize,
+            ),
+            (
+                StreamDecl::new("A", &["a"]).max_age(Duration::ZERO),
+                StreamError::MaxAge,
+            ),
+            (
+                StreamDecl::new("A", &["a"]).duplicate_window(Duration::ZERO),
+                StreamError::DuplicateWindow,
+            ),
+            (
+                StreamDecl::new("A", &["a"])
+                    .max_age(Duration::from_secs(60))
+                    .duplicate_window(Duration::from_secs(120)),
+                StreamError::DuplicateWindowExceedsMaxAge,
+            ),
+            (
+                StreamDecl::new("A", &["a"]).external().replicas(3),
+                StreamError::ExternalWithSettings,
+            ),
+        ];
+        for (decl, error) in cases {
+            assert_eq!(check_stream(&decl), Err(error), "{decl:?}");
+            assert!(!error.message().is_empty());
+        }
+        let external = StreamDecl::new("EXT", &["ext.>"])
+            .external()
+            .retention(Retention::WorkQueue);
+        assert_eq!(check_stream(&external), Ok(()));
+    }
+
+    #[test]
+    fn consumers() {
+        assert_eq!(check_consumer(&QUEUE), Ok(()));
+        let queue = |q: QueueDecl| ConsumerDecl::queue("h", StreamRef::Named("ORDERS"), q);
+        let s = Duration::from_secs;
+        let good = queue(
+            QueueDecl::new("billing")
+                .delivery(Delivery::Push)
+                .max_deliver(3)
+                .ack_wait(s(30))
+                .backoff(&[S1, S2, S2])
+                .max_ack_pending(100)
+                .dead_letter("dlq.billing")
+                .migrate_from("billing_v1")
+                .description("bills"),
+        )
+        .subjects(&["orders.created"])
+        .concurrency(4);
+        assert_eq!(check_consumer(&good), Ok(()));
+        let cases = [
+            (
+                ConsumerDecl::queue("h", StreamRef::Named("A B"), QueueDecl::new("g")),
+                ConsumerError::StreamName(NameError::Whitespace),
+            ),
+            (
+                queue(QueueDecl::new("a.b")),
+                ConsumerError::Group(NameError::Dot),
+            ),
+            (
+                queue(QueueDecl::new("g")).subjects(&["a.>.b"]),
+                ConsumerError::Subject {
+                    index: 0,
+                    error: SubjectError::TailNotLast,
+                },
+            ),
+            (
+                queue(QueueDecl::new("g")).subjects(&["a.*", "a.b"]),
+                ConsumerError::SubjectsOverlap {
+                    first: 0,
+                    second: 1,
+                },
+            ),
+            (
+                queue(QueueDecl::new("g")).concurrency(0),
+                ConsumerError::Concurrency,
+            ),
+            (
+                queue(QueueDecl::new("g").max_deliver(0)),
+                ConsumerError::MaxDeliver,
+            ),
+            (
+                queue(QueueDecl::new("g").max_deliver(-1)),
+                ConsumerError::MaxDeliver,
+            ),
+            (
+                queue(QueueDecl::new("g").max_ack_pending(0)),
+                ConsumerError::MaxAckPending,
+            ),
+            (
+                queue(QueueDecl::new("g").ack_wait(Duration::ZERO)),
+                ConsumerError::AckWait,
+            ),
+            (
+                queue(QueueDecl::new("g").backoff(&[S1, Duration::ZERO])),
+                ConsumerError::Backoff { index: 1 },
+            ),
+            (
+                queue(QueueDecl::new("g").max_deliver(1).backoff(&[S1, S2])),
+                ConsumerError::BackoffLongerThanMaxDeliver,
+            ),
+            (
+                queue(QueueDecl::new("g").dead_letter("dlq.*")),
+                ConsumerError::DeadLetter(SubjectError::Wildcard),
+            ),
+            (
+                queue(QueueDecl::new("g").dead_letter("orders.dead")).subjects(&["orders.*"]),
+                ConsumerError::DeadLetterLoops,
+            ),
+            (
+                queue(QueueDecl::new("g").migrate_from("a>")),
+                ConsumerError::MigrateFrom(NameError::Wildcard),
+            ),
+            (
+                queue(QueueDecl::new("g").migrate_from("g")),
+                ConsumerError::MigrateFromItself,
+            ),
+        ];
+        for (decl, error) in cases {
+            assert_eq!(check_consumer(&decl), Err(error), "{decl:?}");
+            assert!(!error.message().is_empty());
+        }
+    }
+
+    #[test]
+    fn consumers_on_streams() {
+        assert_eq!(
+            check_consumer_on_stream(
+                &QUEUE.subjects(&["orders.eu.created", "refunds.x"]),
+                &ORDERS
+            ),
+            Ok(())
+        );
+        assert_eq!(
+            check_consumer_on_stream(&QUEUE.subjects(&["orders.x", "refunds.x.y"]), &ORDERS),
+            Err(FitError::SubjectNotCovered { index: 1 })
+        );
+        let work = StreamDecl::new("WORK", &["work.>"]).retention(Retention::WorkQueue);
+        let relay = ConsumerDecl::broadcast("h", StreamRef::Named("WORK"), BroadcastDecl::new());
+        assert_eq!(
+            check_consumer_on_stream(&relay, &work),
+            Err(FitError::DeliverPolicyOnWorkQueue)
+        );
+        let relay_all = ConsumerDecl::broadcast(
+            "h",
+            StreamRef::Named("WORK"),
+            BroadcastDecl::new().deliver(DeliverPolicy::All),
+        );
+        assert_eq!(
+            check_consumer_on_stream(&relay_all, &work),
+            Err(FitError::BroadcastOnWorkQueue)
+        );
+        assert_eq!(check_consumer_on_stream(&relay, &ORDERS), Ok(()));
+        assert_eq!(
+            check_consumer_on_stream(&QUEUE, &work),
+            Ok(()),
+            "a queue consumer delivers all"
+        );
+        let looping = ConsumerDecl::queue(
+            "h",
+            StreamRef::Named("ORDERS"),
+            QueueDecl::new("g").dead_letter("orders.dead"),
+        );
+        assert_eq!(
+            check_consumer_on_stream(&looping, &ORDERS),
+            Err(FitError::DeadLetterLoops)
+        );
+    }
+
+    #[test]
+    fn usable_in_const_context() {
+        const OK: bool = check_stream(&ORDERS).is_ok()
+            && check_consumer(&QUEUE).is_ok()
+            && check_consumer_on_stream(&QUEUE, &ORDERS).is_ok();
+        const { assert!(OK) };
+    }
+}

@@ -1,0 +1,430 @@
+//! The macros never panic: generated and mutated attribute arguments and items, fed to the
+//! three expansion functions. Each must return tokens, which either register something or
+//! carry a `compile_error!`, and always start with the user's item.
+
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::str::FromStr;
+
+use proc_macro2::{Delimiter, Group, Ident, Literal, Punct, Spacing, Span, TokenStream, TokenTree};
+
+use crate::consumer::{self, Kind};
+use crate::stream;
+
+/// Total inputs (each expanded by all three macros).
+const CASES: usize = 12_000;
+
+/// xorshift64*: small, deterministic, good enough to explore inputs.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n as u64) as usize
+    }
+
+    fn chance(&mut self, percent: usize) -> bool {
+        self.below(100) < percent
+    }
+
+    fn pick<T: Copy>(&mut self, items: &[T]) -> T {
+        items[self.below(items.len())]
+    }
+}
+
+const KEYS: &[&str] = &[
+    "name",
+    "subjects",
+    "replicas",
+    "storage",
+    "retention",
+    "max_age",
+    "max_msgs",
+    "max_bytes",
+    "max_msg_size",
+    "discard",
+    "duplicate_window",
+    "description",
+    "external",
+    "crate",
+    "stream",
+    "group",
+    "subject",
+    "delivery",
+    "max_deliver",
+    "ack_wait",
+    "backoff",
+    "max_ack_pending",
+    "concurrency",
+    "dead_letter",
+    "migrate_from",
+    "deliver",
+    "durable",
+    "durable_name",
+    "deliver_group",
+    "queue",
+    "replica",
+    "grup",
+    "x",
+    "self",
+    "type",
+    "async",
+    "_",
+    "ñame",
+];
+
+const STRINGS: &[&str] = &[
+    "",
+    " ",
+    "ORDERS",
+    "orders.>",
+    "orders.*.created",
+    "orders..x",
+    "a.>.b",
+    "a*",
+    ">",
+    "*",
+    "a b",
+    "\u{0}",
+    "\u{7f}",
+    "\u{85}",
+    "ünï.cödé",
+    "😀",
+    "30s",
+    "1h30m",
+    "0s",
+    "0ms",
+    "7d",
+    "1.5h",
+    "-5s",
+    "5sec",
+    "30m1h",
+    "1h1h",
+    "99999999999999999999999999d",
+    "ms",
+    "30",
+    "file",
+    "memory",
+    "limits",
+    "interest",
+    "workqueue",
+    "work_queue",
+    "old",
+    "new",
+    "all",
+    "last",
+    "last_per_subject",
+    "pull",
+    "push",
+    "sync",
+    "sync workers",
+    "a/b",
+    "a\\b",
+    "{}",
+    "{0}",
+    "\"",
+    "nats_topology",
+    "crate::x",
+    "::",
+    "a::b::c",
+    "1 2",
+];
+
+const IDENTS: &[&str] = &[
+    "Orders",
+    "DaemonSync",
+    "nats_topology",
+    "nt",
+    "crate",
+    "self",
+    "super",
+    "r#type",
+    "true",
+    "false",
+    "u8",
+    "Vec",
+    "String",
+    "a",
+    "_",
+    "async",
+    "fn",
+    "struct",
+    "impl",
+];
+
+fn ident(name: &str) -> TokenTree {
+    match name.strip_prefix("r#") {
+        Some(raw) => TokenTree::Ident(Ident::new_raw(raw, Span::call_site())),
+        None => TokenTree::Ident(Ident::new(name, Span::call_site())),
+    }
+}
+
+fn punct(c: char) -> TokenTree {
+    TokenTree::Punct(Punct::new(c, Spacing::Alone))
+}
+
+fn literal(rng: &mut Rng) -> TokenTree {
+    let lit = match rng.below(12) {
+        0..=4 => Literal::string(rng.pick(STRINGS)),
+        5 => Literal::i64_unsuffixed(rng.next() as i64 % 20 - 5),
+        6 => Literal::u128_unsuffixed(u128::from(rng.next()) << rng.below(80)),
+        7 => Literal::u8_suffixed(rng.below(256) as u8),
+        8 => Literal::f64_unsuffixed(rng.below(100) as f64 / 7.0),
+        9 => Literal::character(rng.pick(&['a', '\'', '😀'])),
+        10 => Literal::byte_string(b"orders.>"),
+        _ => {
+            Literal::from_str(rng.pick(&["r#\"raw.>\"#", "c\"c\"", "b'x'", "1e9", "0x10", "1_000"]))
+                .expect("a valid literal")
+        }
+    };
+    TokenTree::Literal(lit)
+}
+
+/// A value: literals, paths, lists, negatives, groups, or junk.
+fn value(rng: &mut Rng, depth: usize) -> TokenStream {
+    let mut out = TokenStream::new();
+    match rng.below(if depth > 2 { 4 } else { 9 }) {
+        0 | 1 => out.extend([literal(rng)]),
+        2 => {
+            out.extend([ident(rng.pick(IDENTS))]);
+            for _ in 0..rng.below(3) {
+                out.extend([
+                    TokenTree::Punct(Punct::new(':', Spacing::Joint)),
+                    punct(':'),
+                    ident(rng.pick(IDENTS)),
+                ]);
+            }
+        }
+        3 => out.extend([punct('-'), literal(rng)]),
+        4 | 5 => {
+            let mut inner = TokenStream::new();
+            for i in 0..rng.below(5) {
+                if i > 0 {
+                    inner.extend([punct(',')]);
+                }
+                inner.extend(value(rng, depth + 1));
+            }
+            if rng.chance(20) {
+                inner.extend([punct(',')]);
+            }
+            out.extend([TokenTree::Group(Group::new(Delimiter::Bracket, inner))]);
+        }
+        6 => {
+            let delimiter = rng.pick(&[Delimiter::Parenthesis, Delimiter::Brace, Delimiter::None]);
+            out.extend([TokenTree::Group(Group::new(
+                delimiter,
+                value(rng, depth + 1),
+            ))]);
+        }
+        7 => out.extend([punct(
+            rng.pick(&['#', '!', '|', '&', '<', '>', '.', '=', '?', '@']),
+        )]),
+        _ => {}
+    }
+    out
+}
+
+/// A generated attribute: random `key = value`, flags, parenthesised keys, stray punctuation.
+fn attribute(rng: &mut Rng) -> TokenStream {
+    let mut out = TokenStream::new();
+    for i in 0..rng.below(9) {
+        if i > 0 || rng.chance(3) {
+            out.extend([punct(',')]);
+        }
+        if rng.chance(3) {
+            out.extend(value(rng, 0));
+            continue;
+        }
+        out.extend([ident(rng.pick(KEYS))]);
+        match rng.below(10) {
+            0 => {}
+            1 => out.extend([TokenTree::Group(Group::new(
+                Delimiter::Parenthesis,
+                value(rng, 1),
+            ))]),
+            2 => out.extend([punct('=')]),
+            _ => {
+                out.extend([punct('=')]);
+                out.extend(value(rng, 0));
+                if rng.chance(5) {
+                    out.extend(value(rng, 0));
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Valid attributes, to mutate.
+const SEEDS: &[&str] = &[
+    r#"name = "DAEMON_SYNC", subjects = ["daemon.sync.>"], replicas = 3, max_age = "7d""#,
+    r#"name = "A", subjects = ["a.>", "b.*"], storage = "memory", retention = "workqueue", discard = "new", duplicate_window = "2m", max_msgs = 10, max_bytes = 10, max_msg_size = 10, description = "d", crate = nt"#,
+    r#"name = "EMAIL", subjects = ["email.>"], external"#,
+    r#"stream = DaemonSync, group = "sync", subject = "daemon.sync.complete""#,
+    r#"stream = "DAEMON_SYNC", group = "sync""#,
+    r#"stream = crate::Orders, group = "g", subjects = ["a.b", "a.c"], delivery = "push", max_deliver = 5, ack_wait = "30s", backoff = ["1s", "10s"], max_ack_pending = 100, concurrency = 8, dead_letter = "dead.g", migrate_from = "g1", description = "d", crate = ::nats_topology"#,
+    r#"stream = MemberStatus, subject = "member.status.>", deliver = "last_per_subject", concurrency = 4"#,
+    r#"stream = Jobs, durable = "x", deliver_group = "y", group = "z""#,
+];
+
+const ITEMS: &[&str] = &[
+    "pub struct Orders;",
+    "struct Orders;",
+    "#[derive(Debug)] pub(crate) struct Orders;",
+    "pub struct Orders { id: u64 }",
+    "pub struct Orders(u64);",
+    "pub struct Orders<T>;",
+    "enum Orders { A }",
+    "async fn on_order(event: Order) -> Result<(), HandlerError> { Ok(()) }",
+    "pub async fn on_order(event: Order, cx: Context) -> Result<(), HandlerError> { Ok(()) }",
+    "async fn on_order(raw: Vec<u8>) -> Result<(), std::io::Error> { Ok(()) }",
+    "async fn r#type(Order { id }: Order) -> HandlerResult { Ok(()) }",
+    "fn on_order(event: Order) -> Result<(), HandlerError> { Ok(()) }",
+    "async fn on_order<T>(event: T) -> Result<(), HandlerError> { Ok(()) }",
+    "async fn on_order() -> Result<(), HandlerError> { Ok(()) }",
+    "async fn on_order(self, e: E) -> Result<(), HandlerError> { Ok(()) }",
+    "async fn on_order(a: A, b: B, c: C) -> Result<(), HandlerError> { Ok(()) }",
+    "async fn on_order(e: impl Trait) {}",
+    "unsafe extern \"C\" fn on_order(e: E, ...) {}",
+    "const async fn on_order(e: E) -> R { x }",
+    "async fn on_order(e: E) where E: Send -> R {}",
+    "impl X { }",
+    "mod m {}",
+    "",
+    "garbage ! tokens ( )",
+];
+
+/// Mutates a token stream: delete, duplicate, swap, replace, insert, truncate, or recurse into
+/// a group.
+fn mutate(rng: &mut Rng, tokens: TokenStream) -> TokenStream {
+    let mut trees: Vec<TokenTree> = tokens.into_iter().collect();
+    for _ in 0..1 + rng.below(4) {
+        let len = trees.len();
+        match rng.below(7) {
+            0 if len > 0 => {
+                trees.remove(rng.below(len));
+            }
+            1 if len > 0 => {
+                let i = rng.below(len);
+                let copy = trees[i].clone();
+                trees.insert(i, copy);
+            }
+            2 if len > 1 => {
+                let (i, j) = (rng.below(len), rng.below(len));
+                trees.swap(i, j);
+            }
+            3 if len > 0 => {
+                let i = rng.below(len);
+                trees[i] = match rng.below(3) {
+                    0 => literal(rng),
+                    1 => ident(rng.pick(KEYS)),
+                    _ => punct(rng.pick(&[',', '=', ':', '-', '#'])),
+                };
+            }
+            4 => {
+                let at = rng.below(len + 1);
+                let new: Vec<TokenTree> = value(rng, 1).into_iter().collect();
+                trees.splice(at..at, new);
+            }
+            5 if len > 0 => trees.truncate(rng.below(len)),
+            _ => {
+                if let Some(i) = (0..len).find(|&i| matches!(trees[i], TokenTree::Group(_)))
+                    && let TokenTree::Group(g) = &trees[i]
+                {
+                    let inner = mutate(rng, g.stream());
+                    trees[i] = TokenTree::Group(Group::new(g.delimiter(), inner));
+                }
+            }
+        }
+    }
+    trees.into_iter().collect()
+}
+
+fn parse(text: &str) -> TokenStream {
+    TokenStream::from_str(text).expect("seeds lex")
+}
+
+type Expand = fn(TokenStream, TokenStream) -> TokenStream;
+
+/// Expands `attr` on `item` with every macro, asserting the properties of the output; counts
+/// the clean expansions and the failed ones.
+fn check_all(attr: &TokenStream, item: &TokenStream, tally: &mut [usize; 2]) {
+    let expanders: [(&str, Expand); 3] = [
+        ("stream", stream::expand),
+        ("queue_consumer", |a, i| consumer::expand(Kind::Queue, a, i)),
+        ("broadcast", |a, i| consumer::expand(Kind::Broadcast, a, i)),
+    ];
+    for (name, expand) in expanders {
+        let result = catch_unwind(AssertUnwindSafe(|| expand(attr.clone(), item.clone())));
+        let output = match result {
+            Ok(output) => output.to_string(),
+            Err(_) => panic!("#[{name}({attr})] on `{item}` panicked"),
+        };
+        assert!(
+            output.starts_with(&item.to_string()),
+            "#[{name}({attr})] on `{item}` did not keep the item: {output}"
+        );
+        let failed = output.contains("compile_error");
+        assert!(
+            failed || output.contains("submit"),
+            "#[{name}({attr})] on `{item}` neither registered anything nor failed: {output}"
+        );
+        tally[usize::from(failed)] += 1;
+    }
+}
+
+#[test]
+fn expansion_never_panics() {
+    let mut rng = Rng(0x5eed_cafe_f00d_d00d);
+    let seeds: Vec<TokenStream> = SEEDS.iter().map(|s| parse(s)).collect();
+    let items: Vec<TokenStream> = ITEMS.iter().map(|s| parse(s)).collect();
+    let mut inputs = 0;
+    let mut tally = [0, 0];
+    for case in 0..CASES {
+        let attr = match case % 3 {
+            0 => attribute(&mut rng),
+            _ => {
+                let seed = seeds[rng.below(seeds.len())].clone();
+                mutate(&mut rng, seed)
+            }
+        };
+        let item = items[rng.below(items.len())].clone();
+        let item = if rng.chance(25) {
+            mutate(&mut rng, item)
+        } else {
+            item
+        };
+        check_all(&attr, &item, &mut tally);
+        inputs += 1;
+    }
+    // Every seed, unmutated, on every item.
+    for attr in &seeds {
+        for item in &items {
+            check_all(attr, item, &mut tally);
+            inputs += 1;
+        }
+    }
+    assert!(inputs >= 10_000, "only {inputs} inputs");
+    // Both paths are exercised: some mutations stay valid, most do not.
+    let [clean, failed] = tally;
+    assert!(
+        clean >= 50 && failed >= 10_000,
+        "{clean} clean, {failed} failed"
+    );
+}
+
+/// The valid seeds do expand without errors on a fitting item.
+#[test]
+fn seeds_expand() {
+    let output = stream::expand(parse(SEEDS[0]), parse(ITEMS[0])).to_string();
+    assert!(!output.contains("compile_error"), "{output}");
+    let output = consumer::expand(Kind::Queue, parse(SEEDS[5]), parse(ITEMS[8])).to_string();
+    assert!(!output.contains("compile_error"), "{output}");
+    let output = consumer::expand(Kind::Broadcast, parse(SEEDS[6]), parse(ITEMS[9])).to_string();
+    assert!(!output.contains("compile_error"), "{output}");
+}
