@@ -91,9 +91,17 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 Some(c) => ours(&client, durable, args.messages, args.batch, *c).await?,
             };
             let rate = args.messages as f64 / elapsed.as_secs_f64();
-            println!("  round {} {:<24} {:>10.0} msg/s", rep + 1, label(*variant), rate);
+            println!(
+                "  round {} {:<24} {:>10.0} msg/s",
+                rep + 1,
+                label(*variant),
+                rate
+            );
             rates[i].push(rate);
-            js.get_stream(BENCH.name).await?.delete_consumer(durable).await?;
+            js.get_stream(BENCH.name)
+                .await?
+                .delete_consumer(durable)
+                .await?;
         }
     }
 
@@ -101,7 +109,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let raw_rate = medians[0];
     println!("\n| variant | median msg/s | ours/raw |\n|---|---:|---:|");
     for (variant, rate) in variants.iter().zip(&medians) {
-        println!("| {} | {:.0} | {:.3} |", label(*variant), rate, rate / raw_rate);
+        println!(
+            "| {} | {:.0} | {:.3} |",
+            label(*variant),
+            rate,
+            rate / raw_rate
+        );
     }
     let ratio = medians[1] / raw_rate;
     println!(
@@ -203,13 +216,15 @@ async fn ours(
         QueueDecl::new(durable),
     )
     .concurrency(concurrency);
-    let topology = Topology::new().stream(BENCH).consumer(decl, move |_incoming| {
-        h_first.get_or_init(Instant::now);
-        if h_handled.fetch_add(1, Ordering::Relaxed) + 1 == count {
-            h_done.notify_one();
-        }
-        Box::pin(async { Ok::<(), HandlerError>(()) })
-    });
+    let topology = Topology::new()
+        .stream(BENCH)
+        .consumer(decl, move |_incoming| {
+            h_first.get_or_init(Instant::now);
+            if h_handled.fetch_add(1, Ordering::Relaxed) + 1 == count {
+                h_done.notify_one();
+            }
+            Box::pin(async { Ok::<(), HandlerError>(()) })
+        });
     let runtime = Runtime::builder(client.clone())
         .topology(topology)
         .pull_batch(batch)

@@ -54,8 +54,7 @@ pub use topology_runtime::handler::HandlerFuture;
 pub use topology_runtime::{
     ConsumerState, ConsumerStatus, Context, HandlerError, Health, Incoming, Inspection, Plan,
     Problem, ProvisionError, ProvisionErrorKind, ProvisionReport, Relay, RelayError, RetryPolicy,
-    RunError, Runtime,
-    RuntimeBuilder, Topology, ValidationError, inspect, model, plan, report,
+    RunError, Runtime, RuntimeBuilder, Topology, ValidationError, inspect, model, plan, report,
 };
 
 #[cfg(feature = "testkit")]

@@ -77,17 +77,33 @@ async fn acks_retries_and_dead_letters() {
     .await;
     let status = health.consumers()[0].clone();
     assert_eq!(status.retried, 2, "flaky was redelivered twice: {status}");
-    assert_eq!(status.failed, 3, "two flaky failures and one poison: {status}");
+    assert_eq!(
+        status.failed, 3,
+        "two flaky failures and one poison: {status}"
+    );
     assert_eq!(attempts.lock().unwrap()["flaky"], 3);
-    assert_eq!(attempts.lock().unwrap()["poison"], 1, "permanent failures are not retried");
+    assert_eq!(
+        attempts.lock().unwrap()["poison"],
+        1,
+        "permanent failures are not retried"
+    );
 
     // The dead letter carries the payload and the reason.
     let stream = js.get_stream("PROG_ORDERS").await.unwrap();
-    let dead = stream.get_last_raw_message_by_subject("prog.dead").await.unwrap();
+    let dead = stream
+        .get_last_raw_message_by_subject("prog.dead")
+        .await
+        .unwrap();
     assert_eq!(&dead.payload[..], b"poison");
     let headers = dead.headers;
-    assert_eq!(headers.get("Nats-Topology-Error").unwrap().as_str(), "cannot ever work");
-    assert_eq!(headers.get("Nats-Topology-Subject").unwrap().as_str(), "prog.orders.created");
+    assert_eq!(
+        headers.get("Nats-Topology-Error").unwrap().as_str(),
+        "cannot ever work"
+    );
+    assert_eq!(
+        headers.get("Nats-Topology-Subject").unwrap().as_str(),
+        "prog.orders.created"
+    );
 
     stop.send(()).unwrap();
     running.await.unwrap().expect("clean drain");

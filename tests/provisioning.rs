@@ -28,9 +28,14 @@ fn noop(_: nats_topology::Incoming) -> nats_topology::HandlerFuture {
     Box::pin(async { Ok::<(), HandlerError>(()) })
 }
 
-fn queue_topology(stream: &'static StreamDecl, queue: QueueDecl, subjects: &'static [&'static str]) -> Topology {
+fn queue_topology(
+    stream: &'static StreamDecl,
+    queue: QueueDecl,
+    subjects: &'static [&'static str],
+) -> Topology {
     Topology::new().stream(*stream).consumer(
-        ConsumerDecl::queue("tests::handler", StreamRef::Declared(stream), queue).subjects(subjects),
+        ConsumerDecl::queue("tests::handler", StreamRef::Declared(stream), queue)
+            .subjects(subjects),
         noop,
     )
 }
@@ -81,19 +86,31 @@ async fn editable_drift_is_applied_and_extra_server_subjects_are_kept() {
     let plan = runtime.plan().await.unwrap();
     let text = plan.to_string();
     assert!(text.contains("update: `max_age`"), "{text}");
-    assert!(text.contains("`max_deliver` is 3 on the server, declared 5"), "{text}");
-    runtime.provision().await.expect("editable drift is updated");
+    assert!(
+        text.contains("`max_deliver` is 3 on the server, declared 5"),
+        "{text}"
+    );
+    runtime
+        .provision()
+        .await
+        .expect("editable drift is updated");
 
     let mut stream = js.get_stream(ORDERS.name).await.unwrap();
     let config = stream.info().await.unwrap().config.clone();
     assert_eq!(config.max_age, Duration::from_secs(3600));
-    assert!(config.subjects.contains(&"drift.extra".to_owned()), "kept: {:?}", config.subjects);
+    assert!(
+        config.subjects.contains(&"drift.extra".to_owned()),
+        "kept: {:?}",
+        config.subjects
+    );
     let consumer = stream.consumer_info("billing").await.unwrap().clone();
     assert_eq!(consumer.config.max_deliver, 5);
     assert_eq!(consumer.config.ack_wait, Duration::from_secs(30));
     let plan = runtime.plan().await.unwrap();
     assert!(
-        plan.items.iter().all(|i| i.action == nats_topology::report::Action::Nothing),
+        plan.items
+            .iter()
+            .all(|i| i.action == nats_topology::report::Action::Nothing),
         "{plan}"
     );
 }
@@ -125,13 +142,20 @@ async fn immutable_drift_is_a_conflict_naming_the_fields_and_is_not_retried() {
         .retry(quick())
         .build()
         .unwrap();
-    let error = runtime.provision().await.expect_err("an immutable change is refused");
+    let error = runtime
+        .provision()
+        .await
+        .expect_err("an immutable change is refused");
     assert_eq!(error.kind(), ProvisionErrorKind::Conflict);
     assert_eq!(error.attempts(), 1, "a conflict is never retried");
     assert_eq!(error.stream(), "IMMUTABLE_EVENTS");
     assert_eq!(error.consumer_name(), Some("workers"));
     let fields: BTreeSet<&str> = error.field_diffs().iter().map(|d| d.field).collect();
-    assert_eq!(fields, BTreeSet::from(["ack_policy", "deliver_policy"]), "{error}");
+    assert_eq!(
+        fields,
+        BTreeSet::from(["ack_policy", "deliver_policy"]),
+        "{error}"
+    );
     let text = error.to_string();
     assert!(text.contains("migrate_from"), "the fix is named: {text}");
 
@@ -141,9 +165,12 @@ async fn immutable_drift_is_a_conflict_naming_the_fields_and_is_not_retried() {
         .retry(quick())
         .build()
         .unwrap();
-    let outcome = tokio::time::timeout(Duration::from_secs(20), runtime.run_until(std::future::pending::<()>()))
-        .await
-        .expect("a conflict ends run_until");
+    let outcome = tokio::time::timeout(
+        Duration::from_secs(20),
+        runtime.run_until(std::future::pending::<()>()),
+    )
+    .await
+    .expect("a conflict ends run_until");
     let Err(RunError::Provision(error)) = outcome else {
         panic!("expected a provisioning conflict, got {outcome:?}");
     };
@@ -182,8 +209,14 @@ async fn a_plain_durable_under_the_queue_name_is_refused_precisely() {
         .build()
         .unwrap();
     let inspection = runtime.inspect().await.unwrap().to_string();
-    assert!(inspection.contains("NO GROUP (plain durable)"), "{inspection}");
-    let error = runtime.provision().await.expect_err("a plain durable is refused");
+    assert!(
+        inspection.contains("NO GROUP (plain durable)"),
+        "{inspection}"
+    );
+    let error = runtime
+        .provision()
+        .await
+        .expect_err("a plain durable is refused");
     assert_eq!(error.kind(), ProvisionErrorKind::Conflict);
     assert_eq!(error.attempts(), 1);
     let text = error.to_string();
@@ -199,8 +232,12 @@ async fn an_external_stream_is_waited_for_then_consumed_and_never_changed() {
     let seen: Arc<Mutex<Vec<String>>> = Arc::default();
     let record = seen.clone();
     let topology = Topology::new().stream(EMAIL).consumer(
-        ConsumerDecl::queue("tests::on_email", StreamRef::Declared(&EMAIL), QueueDecl::new("mailer"))
-            .subjects(&["ext.email.sent"]),
+        ConsumerDecl::queue(
+            "tests::on_email",
+            StreamRef::Declared(&EMAIL),
+            QueueDecl::new("mailer"),
+        )
+        .subjects(&["ext.email.sent"]),
         move |incoming| {
             record
                 .lock()
@@ -220,13 +257,24 @@ async fn an_external_stream_is_waited_for_then_consumed_and_never_changed() {
         let _ = stopped.await;
     }));
     // Not ready while the stream does not exist, and the reason says so.
-    eventually(Duration::from_secs(10), "the consumer to report the missing stream", || {
-        let status = health.consumers()[0].state.to_string();
-        async move { status.contains("external stream does not exist").then_some(()) }
-    })
+    eventually(
+        Duration::from_secs(10),
+        "the consumer to report the missing stream",
+        || {
+            let status = health.consumers()[0].state.to_string();
+            async move {
+                status
+                    .contains("external stream does not exist")
+                    .then_some(())
+            }
+        },
+    )
     .await;
     assert!(!health.ready());
-    assert!(js.get_stream(EMAIL.name).await.is_err(), "an external stream is never created");
+    assert!(
+        js.get_stream(EMAIL.name).await.is_err(),
+        "an external stream is never created"
+    );
 
     // Its owner deploys (with a max_age we must not touch).
     js.create_stream(stream::Config {
@@ -238,7 +286,11 @@ async fn an_external_stream_is_waited_for_then_consumed_and_never_changed() {
     .await
     .unwrap();
     wait_ready(&health).await;
-    js.publish("ext.email.sent", "hello".into()).await.unwrap().await.unwrap();
+    js.publish("ext.email.sent", "hello".into())
+        .await
+        .unwrap()
+        .await
+        .unwrap();
     eventually(Duration::from_secs(10), "the message handled", || {
         let n = seen.lock().unwrap().len();
         async move { (n == 1).then_some(()) }
@@ -246,8 +298,18 @@ async fn an_external_stream_is_waited_for_then_consumed_and_never_changed() {
     .await;
     stop.send(()).unwrap();
     running.await.unwrap().unwrap();
-    let config = js.get_stream(EMAIL.name).await.unwrap().cached_info().config.clone();
-    assert_eq!(config.max_age, Duration::from_secs(120), "the external stream is unchanged");
+    let config = js
+        .get_stream(EMAIL.name)
+        .await
+        .unwrap()
+        .cached_info()
+        .config
+        .clone();
+    assert_eq!(
+        config.max_age,
+        Duration::from_secs(120),
+        "the external stream is unchanged"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -263,7 +325,10 @@ async fn overlapping_subjects_name_both_streams() {
         .expect("overlapping owned streams are refused");
     let text = error.to_string();
     assert_eq!(error.problems.len(), 1, "{text}");
-    assert!(text.contains("OVERLAP_A") && text.contains("OVERLAP_B"), "{text}");
+    assert!(
+        text.contains("OVERLAP_A") && text.contains("OVERLAP_B"),
+        "{text}"
+    );
 
     // Against a stream already on the server: the server's 10065 becomes a precise message.
     js.create_stream(stream::Config {
@@ -278,11 +343,17 @@ async fn overlapping_subjects_name_both_streams() {
         .retry(quick())
         .build()
         .unwrap();
-    let error = runtime.provision().await.expect_err("overlap with the server is refused");
+    let error = runtime
+        .provision()
+        .await
+        .expect_err("overlap with the server is refused");
     assert_eq!(error.kind(), ProvisionErrorKind::Rejected);
     assert_eq!(error.attempts(), 1);
     let text = error.to_string();
-    assert!(text.contains("OVERLAP_A") && text.contains("SOMEONE_ELSES"), "{text}");
+    assert!(
+        text.contains("OVERLAP_A") && text.contains("SOMEONE_ELSES"),
+        "{text}"
+    );
 }
 
 async fn wait_ready(health: &Health) {
@@ -319,13 +390,20 @@ async fn migrate(decl: &'static StreamDecl, retention: stream::RetentionPolicy) 
         .await
         .unwrap();
     for n in 1..=100u32 {
-        js.publish(subject.clone(), n.to_string().into()).await.unwrap().await.unwrap();
+        js.publish(subject.clone(), n.to_string().into())
+            .await
+            .unwrap()
+            .await
+            .unwrap();
     }
     let mut batch = old.fetch().max_messages(50).messages().await.unwrap();
     let mut fetched = 0;
     while let Some(message) = batch.next().await {
         let message = message.unwrap();
-        let n: u32 = std::str::from_utf8(&message.payload).unwrap().parse().unwrap();
+        let n: u32 = std::str::from_utf8(&message.payload)
+            .unwrap()
+            .parse()
+            .unwrap();
         if n <= 40 {
             message.double_ack().await.unwrap();
         }
@@ -352,7 +430,10 @@ async fn migrate(decl: &'static StreamDecl, retention: stream::RetentionPolicy) 
             QueueDecl::new("new").migrate_from("old"),
         ),
         move |incoming| {
-            let n = std::str::from_utf8(incoming.payload()).unwrap().parse().unwrap();
+            let n = std::str::from_utf8(incoming.payload())
+                .unwrap()
+                .parse()
+                .unwrap();
             record.lock().unwrap().push(n);
             Box::pin(async { Ok::<(), HandlerError>(()) })
         },
@@ -367,23 +448,34 @@ async fn migrate(decl: &'static StreamDecl, retention: stream::RetentionPolicy) 
     let running = tokio::spawn(runtime.run_until(async move {
         let _ = stopped.await;
     }));
-    eventually(Duration::from_secs(20), "60 messages handled by the new consumer", || {
-        let n = seen.lock().unwrap().len();
-        let health = health.to_string();
-        async move {
-            if n < 60 {
-                eprintln!("{n} handled; {health}");
+    eventually(
+        Duration::from_secs(20),
+        "60 messages handled by the new consumer",
+        || {
+            let n = seen.lock().unwrap().len();
+            let health = health.to_string();
+            async move {
+                if n < 60 {
+                    eprintln!("{n} handled; {health}");
+                }
+                (n >= 60).then_some(())
             }
-            (n >= 60).then_some(())
-        }
-    })
+        },
+    )
     .await;
     stop.send(()).unwrap();
     running.await.unwrap().unwrap();
     let handled = seen.lock().unwrap().clone();
-    assert_eq!(handled, (41..=100).collect::<Vec<u32>>(), "exactly 41..=100, in order");
+    assert_eq!(
+        handled,
+        (41..=100).collect::<Vec<u32>>(),
+        "exactly 41..=100, in order"
+    );
     let stream = js.get_stream(decl.name).await.unwrap();
-    assert!(stream.consumer_info("old").await.is_err(), "the old consumer is deleted");
+    assert!(
+        stream.consumer_info("old").await.is_err(),
+        "the old consumer is deleted"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

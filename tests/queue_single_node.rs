@@ -11,7 +11,9 @@ struct Jobs;
 
 #[queue_consumer(stream = Jobs, group = "workers", subject = "e2e.jobs.created", concurrency = 8)]
 async fn on_job(job: Job, cx: Context) -> Result<(), HandlerError> {
-    cx.state::<Seen>().expect("state given to the builder").record(job.id);
+    cx.state::<Seen>()
+        .expect("state given to the builder")
+        .record(job.id);
     Ok(())
 }
 

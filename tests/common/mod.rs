@@ -64,7 +64,11 @@ pub async fn two_runtimes_share_work(addrs: Vec<ServerAddr>, subject: &str, coun
     let mut acks = Vec::with_capacity(count as usize);
     for id in 0..count {
         let body = serde_json::to_vec(&Job { id }).unwrap();
-        acks.push(js.publish(subject.to_owned(), body.into()).await.expect("publish"));
+        acks.push(
+            js.publish(subject.to_owned(), body.into())
+                .await
+                .expect("publish"),
+        );
     }
     for ack in acks {
         ack.await.expect("the stream acknowledges every publish");

@@ -147,7 +147,7 @@ pub fn stream(attr: TokenStream, item: TokenStream) -> TokenStream {
 /// | `delivery` | `"pull"` (default) \| `"push"` | `"push"`: a push consumer whose deliver group is the `group`, to join an existing push-based fleet. |
 /// | `max_deliver` | integer ≥ 1 | Deliveries of one message before it is dead-lettered (omit for unlimited). |
 /// | `ack_wait` | duration, not zero | How long the server waits for an acknowledgement before redelivering. |
-/// | `backoff` | list of durations, none zero | Delay before each redelivery (the last repeats); no more steps than `max_deliver`. `backoff = ["1s", "10s", "1m"]` |
+/// | `backoff` | list of durations, none zero | Delay before each redelivery after a handler failure (the last repeats); no more steps than `max_deliver`. Applied by the runtime when it naks, not sent as the server's consumer `backoff` (which would replace `ack_wait` with its first step). `backoff = ["1s", "10s", "1m"]` |
 /// | `max_ack_pending` | integer ≥ 1 | Unacknowledged messages across all instances (server default: 1000). |
 /// | `concurrency` | integer ≥ 1 | Messages handled at once by this instance (default 1). |
 /// | `dead_letter` | subject (no wildcards) | Where a message that failed for good is published, with its error. Must not be read back by this consumer. |

@@ -282,7 +282,12 @@ impl Provisioner {
     }
 
     /// Runs `attempt` until it succeeds, fails for good, or the deadline passes.
-    async fn retry<T, F, Fut>(&self, stream: &str, consumer: Option<&str>, mut attempt: F) -> Result<T, ProvisionError>
+    async fn retry<T, F, Fut>(
+        &self,
+        stream: &str,
+        consumer: Option<&str>,
+        mut attempt: F,
+    ) -> Result<T, ProvisionError>
     where
         F: FnMut() -> Fut,
         Fut: std::future::Future<Output = Result<T, Failure>>,
@@ -538,7 +543,10 @@ impl Provisioner {
         workqueue: bool,
     ) -> Result<(), Failure> {
         let old_info = match self
-            .api::<consumer::Info>(format!("CONSUMER.INFO.{stream}.{old}"), &serde_json::json!({}))
+            .api::<consumer::Info>(
+                format!("CONSUMER.INFO.{stream}.{old}"),
+                &serde_json::json!({}),
+            )
             .await
         {
             Ok(info) => info,
@@ -552,9 +560,18 @@ impl Provisioner {
             from_floor.deliver_policy = consumer::DeliverPolicy::ByStartSequence {
                 start_sequence: start,
             };
-            match self.create_consumer(stream, new, &from_floor, "create").await {
+            match self
+                .create_consumer(stream, new, &from_floor, "create")
+                .await
+            {
                 Ok(_) => {
-                    tracing::info!(stream, from = old, to = new, start, "migrated consumer: created at the old ack floor + 1")
+                    tracing::info!(
+                        stream,
+                        from = old,
+                        to = new,
+                        start,
+                        "migrated consumer: created at the old ack floor + 1"
+                    )
                 }
                 // Another replica migrated first (from a later floor): theirs stands.
                 Err(e) if e.code() == Some(ErrorCode::CONSUMER_ALREADY_EXISTS) => {}
@@ -598,7 +615,10 @@ impl Provisioner {
             return Err(rejected(stream, Some(name), error).into());
         }
         let info = match self
-            .api::<consumer::Info>(format!("CONSUMER.INFO.{stream}.{name}"), &serde_json::json!({}))
+            .api::<consumer::Info>(
+                format!("CONSUMER.INFO.{stream}.{name}"),
+                &serde_json::json!({}),
+            )
             .await
         {
             Ok(info) => info,
@@ -617,13 +637,16 @@ impl Provisioner {
                      starts at the old consumer's ack floor), or delete the old consumer"
                 ),
                 ConsumerKind::Broadcast(_) => {
-                    "a consumer with the relay's name and another shape exists; delete it".to_owned()
+                    "a consumer with the relay's name and another shape exists; delete it"
+                        .to_owned()
                 }
             };
-            return Err(ProvisionError::new(ProvisionErrorKind::Conflict, stream, hint)
-                .consumer(name)
-                .fields(drift.immutable)
-                .into());
+            return Err(
+                ProvisionError::new(ProvisionErrorKind::Conflict, stream, hint)
+                    .consumer(name)
+                    .fields(drift.immutable)
+                    .into(),
+            );
         }
         if drift.editable.is_empty() || mode == UpdateMode::CreateOnly {
             return Ok(info);
@@ -702,7 +725,10 @@ impl Provisioner {
         #[derive(serde::Deserialize)]
         struct Deleted {}
         match self
-            .api::<Deleted>(format!("CONSUMER.DELETE.{stream}.{name}"), &serde_json::json!({}))
+            .api::<Deleted>(
+                format!("CONSUMER.DELETE.{stream}.{name}"),
+                &serde_json::json!({}),
+            )
             .await
         {
             Ok(_) => Ok(()),
@@ -721,15 +747,11 @@ impl Provisioner {
 
 /// `Err` naming the consumed subjects an external stream's subjects do not cover.
 pub(crate) fn uncovered(config: &stream::Config, consumed: &[&str]) -> Result<(), String> {
+    let patterns: Vec<&str> = config.subjects.iter().map(String::as_str).collect();
     let missing: Vec<&str> = consumed
         .iter()
         .copied()
-        .filter(|subject| {
-            !config
-                .subjects
-                .iter()
-                .any(|pattern| topology_core::subject::is_subset(subject, pattern))
-        })
+        .filter(|subject| !topology_core::subject::covered_by(subject, &patterns))
         .collect();
     if missing.is_empty() {
         Ok(())
@@ -864,7 +886,9 @@ pub(crate) fn stream_drift(decl: &StreamDecl, server: &stream::Config) -> Drift 
     if let Some(storage) = decl.storage
         && server.storage != storage_type(storage)
     {
-        drift.immutable.push(diff("storage", server.storage, storage));
+        drift
+            .immutable
+            .push(diff("storage", server.storage, storage));
     }
     if let Some(retention) = decl.retention {
         let declared = retention_policy(retention);
@@ -878,22 +902,33 @@ pub(crate) fn stream_drift(decl: &StreamDecl, server: &stream::Config) -> Drift 
             }
         }
     }
-    let mut editable = |field, differs: bool, server: &dyn fmt::Debug, declared: &dyn fmt::Debug| {
-        if differs {
-            drift.editable.push(diff(field, server, declared));
-        }
-    };
+    let mut editable =
+        |field, differs: bool, server: &dyn fmt::Debug, declared: &dyn fmt::Debug| {
+            if differs {
+                drift.editable.push(diff(field, server, declared));
+            }
+        };
     if let Some(v) = decl.max_age {
         editable("max_age", server.max_age != v, &server.max_age, &v);
     }
     if let Some(v) = decl.max_msgs {
-        editable("max_msgs", server.max_messages != v, &server.max_messages, &v);
+        editable(
+            "max_msgs",
+            server.max_messages != v,
+            &server.max_messages,
+            &v,
+        );
     }
     if let Some(v) = decl.max_bytes {
         editable("max_bytes", server.max_bytes != v, &server.max_bytes, &v);
     }
     if let Some(v) = decl.max_msg_size {
-        editable("max_msg_size", server.max_message_size != v, &server.max_message_size, &v);
+        editable(
+            "max_msg_size",
+            server.max_message_size != v,
+            &server.max_message_size,
+            &v,
+        );
     }
     if let Some(v) = decl.discard {
         let declared = match v {
@@ -903,10 +938,20 @@ pub(crate) fn stream_drift(decl: &StreamDecl, server: &stream::Config) -> Drift 
         editable("discard", server.discard != declared, &server.discard, &v);
     }
     if let Some(v) = decl.duplicate_window {
-        editable("duplicate_window", server.duplicate_window != v, &server.duplicate_window, &v);
+        editable(
+            "duplicate_window",
+            server.duplicate_window != v,
+            &server.duplicate_window,
+            &v,
+        );
     }
     if let Some(v) = decl.description {
-        editable("description", server.description.as_deref() != Some(v), &server.description, &v);
+        editable(
+            "description",
+            server.description.as_deref() != Some(v),
+            &server.description,
+            &v,
+        );
     }
     drift
 }
@@ -968,9 +1013,9 @@ fn apply_queue_decl(queue: &QueueDecl, config: &mut consumer::Config) {
     if let Some(v) = queue.ack_wait {
         config.ack_wait = v;
     }
-    if !queue.backoff.is_empty() {
-        config.backoff = queue.backoff.to_vec();
-    }
+    // `backoff` is applied by the runtime when it naks a failed message. Sent to the server
+    // it would also replace `ack_wait` with its first step, so a handler declared with
+    // `ack_wait = "30s", backoff = ["1s", ..]` would be redelivered after one second.
     if let Some(v) = queue.max_ack_pending {
         config.max_ack_pending = v;
     }
@@ -982,15 +1027,13 @@ fn apply_queue_decl(queue: &QueueDecl, config: &mut consumer::Config) {
 /// Copies the editable fields a declaration sets from `declared` into `server`.
 fn apply_editable_consumer_fields(declared: &consumer::Config, server: &mut consumer::Config) {
     server.filter_subject = declared.filter_subject.clone();
+    server.backoff.clear();
     server.filter_subjects = declared.filter_subjects.clone();
     if declared.max_deliver != 0 {
         server.max_deliver = declared.max_deliver;
     }
     if !declared.ack_wait.is_zero() {
         server.ack_wait = declared.ack_wait;
-    }
-    if !declared.backoff.is_empty() {
-        server.backoff = declared.backoff.clone();
     }
     if declared.max_ack_pending != 0 {
         server.max_ack_pending = declared.max_ack_pending;
@@ -1023,9 +1066,11 @@ pub(crate) fn consumer_drift(
             .immutable
             .push(diff("delivery", kind(push_server), kind(push_declared)));
     } else if push_server && server.deliver_group != declared.deliver_group {
-        drift
-            .editable
-            .push(diff("deliver_group", &server.deliver_group, &declared.deliver_group));
+        drift.editable.push(diff(
+            "deliver_group",
+            &server.deliver_group,
+            &declared.deliver_group,
+        ));
     }
     if server.ack_policy != declared.ack_policy {
         drift
@@ -1040,14 +1085,18 @@ pub(crate) fn consumer_drift(
         )
         && declared.deliver_policy == consumer::DeliverPolicy::All;
     if server.deliver_policy != declared.deliver_policy && !migrated {
-        drift
-            .immutable
-            .push(diff("deliver_policy", server.deliver_policy, declared.deliver_policy));
+        drift.immutable.push(diff(
+            "deliver_policy",
+            server.deliver_policy,
+            declared.deliver_policy,
+        ));
     }
     if server.durable_name != declared.durable_name {
-        drift
-            .immutable
-            .push(diff("durable_name", &server.durable_name, &declared.durable_name));
+        drift.immutable.push(diff(
+            "durable_name",
+            &server.durable_name,
+            &declared.durable_name,
+        ));
     }
     let filters = |c: &consumer::Config| -> Vec<String> {
         let mut all = c.filter_subjects.clone();
@@ -1063,19 +1112,23 @@ pub(crate) fn consumer_drift(
             .push(diff("filter_subjects", filters(server), decl.subjects));
     }
     if declared.max_deliver != 0 && server.max_deliver != declared.max_deliver {
-        drift
-            .editable
-            .push(diff("max_deliver", server.max_deliver, declared.max_deliver));
+        drift.editable.push(diff(
+            "max_deliver",
+            server.max_deliver,
+            declared.max_deliver,
+        ));
     }
     if !declared.ack_wait.is_zero() && server.ack_wait != declared.ack_wait {
         drift
             .editable
             .push(diff("ack_wait", server.ack_wait, declared.ack_wait));
     }
-    if !declared.backoff.is_empty() && server.backoff != declared.backoff {
+    if !server.backoff.is_empty() {
+        // Set outside this library: it overrides `ack_wait`; the runtime's naks apply the
+        // declared backoff instead.
         drift
             .editable
-            .push(diff("backoff", &server.backoff, &declared.backoff));
+            .push(diff("backoff", &server.backoff, Vec::<Duration>::new()));
     }
     if declared.max_ack_pending != 0 && server.max_ack_pending != declared.max_ack_pending {
         drift.editable.push(diff(
@@ -1085,9 +1138,11 @@ pub(crate) fn consumer_drift(
         ));
     }
     if declared.description.is_some() && server.description != declared.description {
-        drift
-            .editable
-            .push(diff("description", &server.description, &declared.description));
+        drift.editable.push(diff(
+            "description",
+            &server.description,
+            &declared.description,
+        ));
     }
     drift
 }

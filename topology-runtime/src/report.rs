@@ -8,8 +8,7 @@ use std::fmt;
 use async_nats::jetstream::{ErrorCode, consumer, stream};
 
 use crate::provision::{
-    FieldDiff, ProvisionError, Provisioner, consumer_config, consumer_drift,
-    stream_drift,
+    FieldDiff, ProvisionError, Provisioner, consumer_config, consumer_drift, stream_drift,
 };
 use crate::registry::Topology;
 use crate::retry::RetryPolicy;
@@ -56,12 +55,19 @@ impl fmt::Display for Action {
                 f.write_str("CONFLICT (cannot change in place): ")?;
                 fields(f, diffs)
             }
-            Action::Verify(Ok(())) => f.write_str("external: exists and covers the consumed subjects"),
+            Action::Verify(Ok(())) => {
+                f.write_str("external: exists and covers the consumed subjects")
+            }
             Action::Verify(Err(why)) => write!(f, "external, NOT READY: {why}"),
             Action::Migrate { from } => {
-                write!(f, "create at the ack floor of `{from}` + 1, then delete `{from}`")
+                write!(
+                    f,
+                    "create at the ack floor of `{from}` + 1, then delete `{from}`"
+                )
             }
-            Action::PerInstance => f.write_str("created by each instance at start-up (ephemeral relay)"),
+            Action::PerInstance => {
+                f.write_str("created by each instance at start-up (ephemeral relay)")
+            }
         }
     }
 }
@@ -99,7 +105,11 @@ impl fmt::Display for Plan {
         for item in &self.items {
             match &item.consumer {
                 None => writeln!(f, "  stream `{}`: {}", item.stream, item.action)?,
-                Some(c) => writeln!(f, "    consumer `{c}` on `{}`: {}", item.stream, item.action)?,
+                Some(c) => writeln!(
+                    f,
+                    "    consumer `{c}` on `{}`: {}",
+                    item.stream, item.action
+                )?,
             }
         }
         Ok(())
@@ -123,10 +133,9 @@ pub async fn plan(
             .collect();
         let action = match (&server, decl.external) {
             (None, true) => Action::Verify(Err("the stream does not exist".to_owned())),
-            (Some(info), true) => Action::Verify(crate::provision::uncovered(
-                &info.config,
-                &consumed,
-            )),
+            (Some(info), true) => {
+                Action::Verify(crate::provision::uncovered(&info.config, &consumed))
+            }
             (None, false) => Action::Create,
             (Some(info), false) => {
                 let drift = stream_drift(decl, &info.config);
@@ -311,8 +320,13 @@ impl Provisioner {
         &self,
         name: &str,
     ) -> Result<Option<stream::Info>, ProvisionError> {
-        self.read(name, None, format!("STREAM.INFO.{name}"), ErrorCode::STREAM_NOT_FOUND)
-            .await
+        self.read(
+            name,
+            None,
+            format!("STREAM.INFO.{name}"),
+            ErrorCode::STREAM_NOT_FOUND,
+        )
+        .await
     }
 
     /// Reads a consumer; `None` if it (or its stream) does not exist.

@@ -175,7 +175,9 @@ fn check_groups(topology: &Topology, problems: &mut Problems) {
             continue;
         }
         let handlers: Vec<&str> = decls.iter().map(|d| d.handler).collect();
-        let same_shape = decls.windows(2).all(|w| w[0].kind == w[1].kind && w[0].subjects == w[1].subjects);
+        let same_shape = decls
+            .windows(2)
+            .all(|w| w[0].kind == w[1].kind && w[0].subjects == w[1].subjects);
         let what = if same_shape {
             "a group is one durable, and messages would be split between the handlers at random"
         } else {
@@ -215,7 +217,9 @@ fn check_work_queues(
                 }
                 let overlap = match (a.subjects, b.subjects) {
                     ([], _) | (_, []) => true,
-                    (xs, ys) => xs.iter().any(|x| ys.iter().any(|y| subject::overlaps(x, y))),
+                    (xs, ys) => xs
+                        .iter()
+                        .any(|x| ys.iter().any(|y| subject::overlaps(x, y))),
                 };
                 if overlap {
                     problems.push(
