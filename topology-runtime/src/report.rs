@@ -36,6 +36,18 @@ pub enum Action {
     PerInstance,
 }
 
+impl Action {
+    fn from_drift(drift: crate::provision::Drift) -> Self {
+        if !drift.immutable.is_empty() {
+            Action::Conflict(drift.immutable)
+        } else if !drift.editable.is_empty() {
+            Action::Update(drift.editable)
+        } else {
+            Action::Nothing
+        }
+    }
+}
+
 impl fmt::Display for Action {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let fields = |f: &mut fmt::Formatter<'_>, diffs: &[FieldDiff]| {
@@ -137,16 +149,7 @@ pub async fn plan(
                 Action::Verify(crate::provision::uncovered(&info.config, &consumed))
             }
             (None, false) => Action::Create,
-            (Some(info), false) => {
-                let drift = stream_drift(decl, &info.config);
-                if !drift.immutable.is_empty() {
-                    Action::Conflict(drift.immutable)
-                } else if !drift.editable.is_empty() {
-                    Action::Update(drift.editable)
-                } else {
-                    Action::Nothing
-                }
-            }
+            (Some(info), false) => Action::from_drift(stream_drift(decl, &info.config)),
         };
         items.push(PlanItem {
             stream: decl.name.to_owned(),
@@ -173,14 +176,7 @@ pub async fn plan(
             let action = match existing {
                 Some(info) => {
                     let declared = consumer_config(decl.name, &c.decl, None);
-                    let drift = consumer_drift(&c.decl, &declared, &info.config);
-                    if !drift.immutable.is_empty() {
-                        Action::Conflict(drift.immutable)
-                    } else if !drift.editable.is_empty() {
-                        Action::Update(drift.editable)
-                    } else {
-                        Action::Nothing
-                    }
+                    Action::from_drift(consumer_drift(&c.decl, &declared, &info.config))
                 }
                 None => match queue.migrate_from {
                     Some(old)
