@@ -244,6 +244,18 @@ pub struct Provisioner {
     policy: RetryPolicy,
     /// Requests attempted so far, retries included (for reports and benchmarks).
     attempts: std::sync::Arc<std::sync::atomic::AtomicU32>,
+    warned_version: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+/// The oldest server on which repeating an identical CREATE is safe.
+const MIN_SERVER_VERSION: (u64, u64, u64) = (2, 14, 5);
+
+/// `"2.15.1"` (or `"2.15.1-beta"`) as a tuple.
+fn parse_version(version: &str) -> Option<(u64, u64, u64)> {
+    let mut parts = version
+        .split(['.', '-', '+'])
+        .map(|p| p.parse::<u64>().ok());
+    Some((parts.next()??, parts.next()??, parts.next()??))
 }
 
 impl Provisioner {
@@ -256,6 +268,29 @@ impl Provisioner {
             js,
             policy,
             attempts: Default::default(),
+            warned_version: Default::default(),
+        }
+    }
+
+    /// Repeating an identical CREATE is safe from nats-server 2.14.5 on: before it, a replica
+    /// that was down could recreate the stream from a meta snapshot and lose its data
+    /// (nats-server #8413). Says so once per provisioner when the server is older.
+    fn warn_if_server_too_old(&self) {
+        if self
+            .warned_version
+            .swap(true, std::sync::atomic::Ordering::Relaxed)
+        {
+            return;
+        }
+        let version = self.js.client().server_info().version;
+        if let Some(found) = parse_version(&version)
+            && found < MIN_SERVER_VERSION
+        {
+            tracing::warn!(
+                server_version = %version,
+                "nats-server {version} is older than 2.14.5: concurrent identical stream creates can \
+                 make a recovering replica lose the stream's data (nats-server #8413); upgrade the server"
+            );
         }
     }
 
@@ -335,6 +370,7 @@ impl Provisioner {
         decl: &StreamDecl,
         consumed: &[&str],
     ) -> Result<stream::Info, ProvisionError> {
+        self.warn_if_server_too_old();
         if decl.external {
             return self
                 .retry(decl.name, None, || self.verify_external(decl, consumed))
@@ -1145,4 +1181,18 @@ pub(crate) fn consumer_drift(
         ));
     }
     drift
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn versions_compare_as_numbers() {
+        assert_eq!(parse_version("2.15.1"), Some((2, 15, 1)));
+        assert_eq!(parse_version("2.14.5-beta.1"), Some((2, 14, 5)));
+        assert!(parse_version("2.9.25").unwrap() < MIN_SERVER_VERSION);
+        assert!(parse_version("2.14.10").unwrap() > MIN_SERVER_VERSION);
+        assert_eq!(parse_version(""), None);
+    }
 }
