@@ -189,7 +189,11 @@ impl Context {
         subject: impl Into<async_nats::Subject>,
         payload: Bytes,
     ) -> Result<jetstream::publish::PublishAck, HandlerError> {
-        let ack = self.scope.jetstream.publish(subject.into(), payload).await?;
+        let ack = self
+            .scope
+            .jetstream
+            .publish(subject.into(), payload)
+            .await?;
         Ok(ack.await?)
     }
 }

@@ -1,20 +1,20 @@
 //! The runtime: builds from a validated topology, provisions, runs one supervised task per
 //! consumer, dispatches messages to handlers, and drains on shutdown.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::pin::pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_nats::jetstream::consumer::{self, FromConsumer, pull, push};
+use async_nats::jetstream::consumer::{self, FromConsumer, push};
 use async_nats::jetstream::{self, AckKind, stream};
 use futures::{FutureExt, StreamExt};
-use tracing::Instrument;
-use tokio::sync::{Mutex, OwnedSemaphorePermit, Semaphore, mpsc};
+use tokio::sync::{Mutex, mpsc};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 use crate::handler::{Context, HandlerError, Incoming, Scope, StateMap};
 use crate::health::{ConsumerState, Health, Slot};
@@ -42,7 +42,9 @@ pub struct Relay {
 
 /// Why [`Relay::ensure`] failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("the relay `{consumer}` on stream `{stream}` is not supervised: the runtime is not running (start it with `run_until`)")]
+#[error(
+    "the relay `{consumer}` on stream `{stream}` is not supervised: the runtime is not running (start it with `run_until`)"
+)]
 pub struct RelayError {
     stream: String,
     consumer: String,
@@ -154,10 +156,11 @@ impl RuntimeBuilder {
         self
     }
 
-    /// How many messages one pull request asks for (default: the consumer's concurrency, so
-    /// that no more is fetched than can be started; the client pulls again at half).
-    /// A larger batch trades prefetched messages, which wait while others are handled, for
-    /// fewer round trips.
+    /// The most messages one pull request asks for (default: the consumer's concurrency).
+    /// The runtime asks only for what it can start now, so by default nothing waits in this
+    /// instance while its `ack_wait` runs. A batch larger than the concurrency trades that for
+    /// fewer round trips: up to a batch of messages is fetched ahead and waits here (their
+    /// `ack_wait` running, no progress acks) while others are handled.
     pub fn pull_batch(mut self, batch: usize) -> Self {
         self.pull_batch = Some(batch.max(1));
         self
@@ -177,7 +180,12 @@ impl RuntimeBuilder {
                     ConsumerKind::Queue(q) => (q.group.to_owned(), true),
                     ConsumerKind::Broadcast(_) => (relay_name(&instance, index), false),
                 };
-                Arc::new(Slot::new(c.decl.stream.name(), &name, c.decl.handler, queue))
+                Arc::new(Slot::new(
+                    c.decl.stream.name(),
+                    &name,
+                    c.decl.handler,
+                    queue,
+                ))
             })
             .collect();
         let streams = topology
@@ -358,11 +366,7 @@ impl Runtime {
         self.run(first, signals).await
     }
 
-    async fn run(
-        self,
-        shutdown: impl Future,
-        force: impl Future,
-    ) -> Result<(), RunError> {
+    async fn run(self, shutdown: impl Future, force: impl Future) -> Result<(), RunError> {
         let cancel = CancellationToken::new();
         let (fatal_tx, mut fatal_rx) = mpsc::unbounded_channel();
         let mut tasks = JoinSet::new();
@@ -565,6 +569,10 @@ async fn supervise(
     let stream = consumer.decl.stream.name();
     let mut mode = UpdateMode::Update;
     let mut failures = 0u32;
+    // Handlers outlive the session that started them: a lost consumer is re-ensured at once,
+    // while they finish and settle their messages (their acks go to the same durable).
+    let mut in_flight = JoinSet::new();
+    let abandoned = Abandoned::default();
     loop {
         transition(&slot, ConsumerState::Provisioning);
         let ensured = tokio::select! {
@@ -578,7 +586,17 @@ async fn supervise(
                 mode = UpdateMode::CreateOnly;
                 failures = 0;
                 transition(&slot, ConsumerState::Running);
-                match consume(&inner, consumer, &slot, info, &cancel).await {
+                match consume(
+                    &inner,
+                    consumer,
+                    &slot,
+                    info,
+                    &cancel,
+                    &mut in_flight,
+                    &abandoned,
+                )
+                .await
+                {
                     Exit::Drained => break,
                     Exit::Lost(reason) => {
                         failures += 1;
@@ -610,6 +628,8 @@ async fn supervise(
                     },
                 );
                 let _ = fatal.send(e);
+                // Handlers of an earlier session still settle their messages.
+                finish_in_flight(&mut in_flight, inner.grace_period, &slot).await;
                 return;
             }
         }
@@ -619,6 +639,20 @@ async fn supervise(
             // A relay's ensure(): retry at once.
             _ = slot.wake.notified() => {}
             _ = cancel.cancelled() => break,
+        }
+    }
+    transition(&slot, ConsumerState::Draining);
+    finish_in_flight(&mut in_flight, inner.grace_period, &slot).await;
+    // Handlers stopped by the grace period settled nothing: return their messages now rather
+    // than after their ack_wait.
+    let abandoned = std::mem::take(&mut *abandoned.lock().unwrap_or_else(|e| e.into_inner()));
+    for reply in abandoned {
+        if let Err(e) = inner
+            .client
+            .publish(reply, bytes::Bytes::from_static(b"-NAK"))
+            .await
+        {
+            tracing::warn!(error = %e, "could not return a message whose handler was stopped");
         }
     }
     if let Some(relay) = &relay
@@ -691,6 +725,38 @@ struct Settle {
     dead_letter: Option<&'static str>,
     /// Progress acks are sent at this interval while a handler runs.
     progress_every: Duration,
+    /// Where handlers stopped before they finished record their message (see [`Unsettled`]).
+    abandoned: Abandoned,
+}
+
+/// The reply subjects of messages whose handler was stopped before it finished (a drain's
+/// grace period ran out): nothing settled them, so the drain naks them.
+type Abandoned = Arc<std::sync::Mutex<Vec<async_nats::Subject>>>;
+
+/// Records its message as abandoned if dropped before [`Unsettled::handled`]: a handler task
+/// aborted, or an inline handler dropped, at the end of a drain's grace period. Once the
+/// handler has returned, settling is under way (ack, nak or dead letter and term), and a
+/// drop no longer records anything: a message is never settled twice.
+struct Unsettled {
+    reply: Option<async_nats::Subject>,
+    abandoned: Abandoned,
+}
+
+impl Unsettled {
+    fn handled(&mut self) {
+        self.reply = None;
+    }
+}
+
+impl Drop for Unsettled {
+    fn drop(&mut self) {
+        if let Some(reply) = self.reply.take() {
+            self.abandoned
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(reply);
+        }
+    }
 }
 
 async fn consume(
@@ -699,6 +765,8 @@ async fn consume(
     slot: &Arc<Slot>,
     info: consumer::Info,
     cancel: &CancellationToken,
+    in_flight: &mut JoinSet<()>,
+    abandoned: &Abandoned,
 ) -> Exit {
     let js = inner.provisioner.jetstream().clone();
     let queue = consumer.decl.as_queue();
@@ -714,62 +782,61 @@ async fn consume(
         max_deliver: u64::try_from(info.config.max_deliver)
             .ok()
             .filter(|n| *n > 0),
-        backoff: info.config.backoff.clone(),
+        // The declared backoff (never sent to the server: there it would replace ack_wait).
+        backoff: queue.map(|q| q.backoff.to_vec()).unwrap_or_default(),
         dead_letter: queue.and_then(|q| q.dead_letter),
         progress_every: (info.config.ack_wait / 2).max(Duration::from_millis(100)),
+        abandoned: abandoned.clone(),
     });
     let concurrency = consumer.decl.effective_concurrency().max(1) as usize;
     let push = queue.is_some_and(|q| q.delivery == Delivery::Push);
-    if push {
+    let feed = if push {
         let handle = match push::Config::try_from_consumer_config(info.config.clone()) {
             Ok(config) => consumer::Consumer::new(config, info, js),
             Err(e) => return Exit::Lost(format!("not a push consumer: {e}")),
         };
+        // A queue subscription on the deliver subject, in the consumer's deliver group.
         let messages = match handle.messages().await {
             Ok(m) => m,
             Err(e) => return Exit::Lost(format!("could not subscribe: {e}")),
         };
-        let liveness = consumer_gone(inner, settle.scope.clone(), cancel);
-        pump(
-            messages.map(|m| m.map_err(|e| MessageError::Push(e.kind()))),
-            liveness,
-            settle,
-            concurrency,
-            inner.grace_period,
-            cancel,
-        )
-        .await
+        Feed::Push(Pusher {
+            messages,
+            gone: Box::pin(consumer_gone(
+                inner.clone(),
+                settle.scope.clone(),
+                cancel.clone(),
+            )),
+        })
     } else {
-        let handle = match pull::Config::try_from_consumer_config(info.config.clone()) {
-            Ok(config) => consumer::Consumer::new(config, info, js),
-            Err(e) => return Exit::Lost(format!("not a pull consumer: {e}")),
-        };
         let batch = inner.pull_batch.unwrap_or(concurrency);
-        let messages = match handle
-            .stream()
-            .max_messages_per_batch(batch)
-            .expires(inner.expires)
-            .heartbeat(inner.heartbeat)
-            .messages()
-            .await
-        {
-            Ok(m) => m,
-            Err(e) => return Exit::Lost(format!("could not start pulling: {e}")),
-        };
-        pump(
-            messages.map(|m| m.map_err(|e| MessageError::Pull(e.kind()))),
-            std::future::pending(),
-            settle,
-            concurrency,
-            inner.grace_period,
-            cancel,
+        match Puller::start(
+            &inner.client,
+            js,
+            &info,
+            batch,
+            inner.expires,
+            inner.heartbeat,
         )
         .await
-    }
+        {
+            Ok(puller) => Feed::Pull(puller),
+            Err(e) => return Exit::Lost(format!("could not start pulling: {e}")),
+        }
+    };
+    pump(
+        feed,
+        settle,
+        concurrency,
+        cancel,
+        in_flight,
+        inner.grace_period,
+    )
+    .await
 }
 
 /// Resolves when the consumer is gone from the server (push consumers never report it).
-async fn consumer_gone(inner: &Arc<Inner>, scope: Arc<Scope>, cancel: &CancellationToken) -> String {
+async fn consumer_gone(inner: Arc<Inner>, scope: Arc<Scope>, cancel: CancellationToken) -> String {
     let mut every = tokio::time::interval(inner.expires.max(Duration::from_secs(1)));
     every.tick().await;
     loop {
@@ -791,109 +858,450 @@ async fn consumer_gone(inner: &Arc<Inner>, scope: Arc<Scope>, cancel: &Cancellat
     }
 }
 
-enum MessageError {
-    Pull(pull::MessagesErrorKind),
-    Push(push::MessagesErrorKind),
+/// Where a consumer's messages come from.
+enum Feed {
+    Pull(Puller),
+    Push(Pusher),
 }
 
-/// Reads messages and dispatches them, at most `concurrency` at once, until shutdown or loss.
-/// With a concurrency of one, handlers run inline (no task per message).
-async fn pump<S>(
-    messages: S,
-    liveness: impl Future<Output = String>,
-    settle: Arc<Settle>,
-    concurrency: usize,
-    grace: Duration,
-    cancel: &CancellationToken,
-) -> Exit
-where
-    S: futures::Stream<Item = Result<jetstream::Message, MessageError>> + Unpin,
-{
-    let mut messages = messages;
-    let mut liveness = pin!(liveness);
-    let permits = Arc::new(Semaphore::new(concurrency));
-    let mut in_flight = JoinSet::new();
-    let mut missed_heartbeats = 0u32;
-    let exit = loop {
-        let permit = if concurrency > 1 {
-            while in_flight.try_join_next().is_some() {}
-            // Take a permit before reading: never more read than can be started.
-            Some(tokio::select! {
-                p = permits.clone().acquire_owned() => p.expect("the semaphore is never closed"),
-                _ = cancel.cancelled() => break Exit::Drained,
-            })
-        } else {
-            None
-        };
-        let next = tokio::select! {
-            biased;
-            _ = cancel.cancelled() => break Exit::Drained,
-            reason = &mut liveness => break Exit::Lost(reason),
-            next = messages.next() => next,
-        };
-        match next {
-            Some(Ok(message)) => {
-                missed_heartbeats = 0;
-                match permit {
-                    Some(permit) => {
-                        in_flight.spawn(dispatch(message, settle.clone(), Some(permit)));
+impl Feed {
+    /// How many messages this consumer may hold (in flight and waiting to start) at once.
+    fn capacity(&self, concurrency: usize) -> usize {
+        match self {
+            Feed::Pull(puller) => puller.batch.max(concurrency),
+            Feed::Push(_) => concurrency,
+        }
+    }
+
+    /// The next message, or why the consumer is lost. `room` is how many more messages this
+    /// instance can take now: a pull feed asks the server for no more than that. Cancel-safe.
+    async fn next(&mut self, room: usize) -> Result<jetstream::Message, String> {
+        match self {
+            Feed::Pull(puller) => puller.next(room).await,
+            Feed::Push(pusher) => pusher.next().await,
+        }
+    }
+
+    /// Stops receiving; returns what was received but not handed out (to be returned to the
+    /// server).
+    async fn close(self) -> Vec<jetstream::Message> {
+        match self {
+            Feed::Pull(puller) => puller.close().await,
+            Feed::Push(pusher) => pusher.close(),
+        }
+    }
+}
+
+/// A push consumer's queue subscription, and a poll that notices the consumer's deletion
+/// (a push subscription never reports it).
+struct Pusher {
+    messages: push::Messages,
+    gone: std::pin::Pin<Box<dyn Future<Output = String> + Send>>,
+}
+
+impl Pusher {
+    async fn next(&mut self) -> Result<jetstream::Message, String> {
+        loop {
+            let next = tokio::select! {
+                biased;
+                next = self.messages.next() => next,
+                reason = &mut self.gone => return Err(reason),
+            };
+            match next {
+                Some(Ok(message)) => return Ok(message),
+                Some(Err(e)) => match e.kind() {
+                    push::MessagesErrorKind::ConsumerDeleted
+                    | push::MessagesErrorKind::PullBasedConsumer => {
+                        return Err(format!("push delivery failed: {e}"));
                     }
-                    None => {
-                        let overdue = async {
-                            cancel.cancelled().await;
-                            tokio::time::sleep(grace).await;
-                        };
-                        tokio::select! {
-                            _ = dispatch(message, settle.clone(), None) => {}
-                            _ = overdue => {
-                                warn_overdue(&settle, 1, grace);
-                                break Exit::Drained;
+                    // Grouped members see spurious missed heartbeats; deletion is polled.
+                    _ => {}
+                },
+                None => return Err("the push subscription ended".to_owned()),
+            }
+        }
+    }
+
+    fn close(mut self) -> Vec<jetstream::Message> {
+        let mut unstarted = Vec::new();
+        while let Some(Some(next)) = self.messages.next().now_or_never() {
+            if let Ok(message) = next {
+                unstarted.push(message);
+            }
+        }
+        unstarted
+    }
+}
+
+/// The JetStream API prefix of the runtime's context (the default one).
+const API_PREFIX: &str = "$JS.API";
+
+/// A pull consumer read through our own pull requests on one inbox, so that the server is
+/// never asked for more messages than this instance can start: async-nats's `messages()`
+/// pulls a new batch when half of the last one arrived, which fetches up to a batch more than
+/// can be handled; those messages wait in the client while their `ack_wait` runs out, then
+/// are delivered again (and handled twice), or are stranded by a drain until `ack_wait`.
+///
+/// Server statuses on the inbox: 100 idle heartbeat (liveness), 408 a request expired, 409 a
+/// request ended (the consumer was deleted, a leader changed, a limit was exceeded), 503 no
+/// responders (the consumer or JetStream is unavailable). The 408/409 of a request carry how
+/// many of its messages it did not deliver (`Nats-Pending-Messages`).
+struct Puller {
+    client: async_nats::Client,
+    context: jetstream::Context,
+    subject: String,
+    inbox: async_nats::Subject,
+    subscriber: async_nats::Subscriber,
+    /// The most one request asks for.
+    batch: usize,
+    expires: Duration,
+    heartbeat: Duration,
+    /// Open pull requests, oldest first (the server serves and expires them in that order).
+    requests: VecDeque<PullRequest>,
+    /// When the server last sent anything to the inbox, or when a request was sent while none
+    /// was open: the start of the silence that missed heartbeats measure.
+    heard: tokio::time::Instant,
+    /// The connection the open requests were sent on (server id, client id), checked every
+    /// [`RECONNECT_CHECK`].
+    connection: (String, u64),
+    reconnect_check: tokio::time::Interval,
+}
+
+/// How often a pull feed checks whether its client reconnected (then its open requests may be
+/// gone with a restarted server: it asks again at once instead of waiting for missed
+/// heartbeats).
+const RECONNECT_CHECK: Duration = Duration::from_secs(1);
+
+fn connection_of(client: &async_nats::Client) -> (String, u64) {
+    let info = client.server_info();
+    (info.server_id, info.client_id)
+}
+
+struct PullRequest {
+    /// Messages it may still deliver.
+    remaining: usize,
+    /// When the server ends it.
+    expires_at: tokio::time::Instant,
+}
+
+/// Missed idle heartbeats (of two heartbeat intervals each, as async-nats counts them) after
+/// which the consumer, its stream or the server is presumed lost and ensured again.
+const MISSED_HEARTBEATS: u32 = 3;
+
+impl Puller {
+    async fn start(
+        client: &async_nats::Client,
+        context: jetstream::Context,
+        info: &consumer::Info,
+        batch: usize,
+        expires: Duration,
+        heartbeat: Duration,
+    ) -> Result<Puller, async_nats::SubscribeError> {
+        let inbox = async_nats::Subject::from(client.new_inbox());
+        let subscriber = client.subscribe(inbox.clone()).await?;
+        let expires = expires.max(Duration::from_millis(100));
+        Ok(Puller {
+            client: client.clone(),
+            context,
+            subject: format!(
+                "{API_PREFIX}.CONSUMER.MSG.NEXT.{}.{}",
+                info.stream_name, info.name
+            ),
+            inbox,
+            subscriber,
+            batch: batch.max(1),
+            expires,
+            // The server refuses a heartbeat longer than half the expiry.
+            heartbeat: heartbeat.min(expires / 2).max(Duration::from_millis(10)),
+            requests: VecDeque::new(),
+            heard: tokio::time::Instant::now(),
+            connection: connection_of(client),
+            reconnect_check: {
+                let mut every = tokio::time::interval(RECONNECT_CHECK);
+                every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                every
+            },
+        })
+    }
+
+    fn requested(&self) -> usize {
+        self.requests.iter().map(|r| r.remaining).sum()
+    }
+
+    /// Asks for what `room` allows beyond what is already asked for, in requests of at most a
+    /// batch: at once when nothing is asked for, else once half a batch can be asked for (not a
+    /// request per finished handler).
+    async fn top_up(&mut self, room: usize) -> Result<(), String> {
+        loop {
+            let asked = self.requested();
+            let want = room.saturating_sub(asked).min(self.batch);
+            if want == 0 || (asked > 0 && want < self.batch.div_ceil(2)) {
+                return Ok(());
+            }
+            self.request(want).await?;
+        }
+    }
+
+    async fn request(&mut self, want: usize) -> Result<(), String> {
+        let request = serde_json::json!({
+            "batch": want,
+            "expires": u64::try_from(self.expires.as_nanos()).unwrap_or(u64::MAX),
+            "idle_heartbeat": u64::try_from(self.heartbeat.as_nanos()).unwrap_or(u64::MAX),
+        });
+        let payload = bytes::Bytes::from(request.to_string());
+        self.client
+            .publish_with_reply(self.subject.clone(), self.inbox.clone(), payload)
+            .await
+            .map_err(|e| format!("could not send a pull request: {e}"))?;
+        let now = tokio::time::Instant::now();
+        if self.requests.is_empty() {
+            self.heard = now;
+        }
+        self.requests.push_back(PullRequest {
+            remaining: want,
+            expires_at: now + self.expires,
+        });
+        Ok(())
+    }
+
+    async fn next(&mut self, room: usize) -> Result<jetstream::Message, String> {
+        loop {
+            self.top_up(room).await?;
+            // What has arrived already needs no timer.
+            if let Some(arrived) = self.subscriber.next().now_or_never() {
+                self.heard = tokio::time::Instant::now();
+                match arrived {
+                    Some(message) => match self.receive(message)? {
+                        Some(message) => return Ok(message),
+                        None => continue,
+                    },
+                    None => return Err("the pull subscription ended".to_owned()),
+                }
+            }
+            let silence = self.heartbeat * 2 * MISSED_HEARTBEATS;
+            // A request the server should have ended by now (with a 408) was lost with a
+            // server restart or a connection loss: forget it, and ask again.
+            let margin = (self.heartbeat * 2).max(Duration::from_secs(1));
+            let overdue = self.requests.front().map(|r| r.expires_at + margin);
+            let open = !self.requests.is_empty();
+            tokio::select! {
+                biased;
+                message = self.subscriber.next() => {
+                    self.heard = tokio::time::Instant::now();
+                    match message {
+                        Some(message) => {
+                            if let Some(message) = self.receive(message)? {
+                                return Ok(message);
                             }
                         }
+                        None => return Err("the pull subscription ended".to_owned()),
+                    }
+                }
+                _ = tokio::time::sleep_until(self.heard + silence), if open => {
+                    return Err(format!(
+                        "{MISSED_HEARTBEATS} idle heartbeats missed (nothing from the server for {silence:?})"
+                    ));
+                }
+                _ = tokio::time::sleep_until(overdue.unwrap_or_else(tokio::time::Instant::now)), if overdue.is_some() => {
+                    let now = tokio::time::Instant::now();
+                    self.requests.retain(|r| r.expires_at + margin > now);
+                }
+                _ = self.reconnect_check.tick() => {
+                    let connection = connection_of(&self.client);
+                    if connection != self.connection {
+                        // Reconnected: a restarted server lost the open requests (a server
+                        // that kept them delivers a little ahead; those messages wait here).
+                        tracing::debug!(subject = %self.subject, "reconnected; pulling again");
+                        self.connection = connection;
+                        self.requests.clear();
+                        self.heard = tokio::time::Instant::now();
                     }
                 }
             }
-            Some(Err(MessageError::Pull(kind))) => match kind {
-                pull::MessagesErrorKind::MissingHeartbeat => {
-                    missed_heartbeats += 1;
-                    if missed_heartbeats >= 3 {
-                        break Exit::Lost("three idle heartbeats missed".to_owned());
+        }
+    }
+
+    /// Accounts for one thing the server sent to the inbox: a message is returned; a status
+    /// updates the open requests, or reports the consumer lost.
+    fn receive(
+        &mut self,
+        message: async_nats::Message,
+    ) -> Result<Option<jetstream::Message>, String> {
+        use async_nats::StatusCode;
+        let status = message.status.unwrap_or(StatusCode::OK);
+        if status == StatusCode::OK {
+            if let Some(front) = self.requests.front_mut() {
+                front.remaining -= 1;
+                if front.remaining == 0 {
+                    self.requests.pop_front();
+                }
+            }
+            return Ok(Some(jetstream::Message {
+                message,
+                context: self.context.clone(),
+            }));
+        }
+        if status == StatusCode::IDLE_HEARTBEAT {
+            return Ok(None);
+        }
+        if status == StatusCode::NO_RESPONDERS {
+            return Err("no responders to the pull request: the consumer, its stream or JetStream is unavailable".to_owned());
+        }
+        let description = message.description.as_deref().unwrap_or_default();
+        if description == "Consumer Deleted"
+            || description == "Consumer is push based"
+            || description.starts_with("Exceeded MaxRequest")
+        {
+            return Err(format!("pull request ended: {status} {description}"));
+        }
+        let ended_one = message
+            .headers
+            .as_ref()
+            .is_some_and(|h| h.get("Nats-Pending-Messages").is_some());
+        if ended_one || status == StatusCode::TIMEOUT || status == StatusCode::NOT_FOUND {
+            // The oldest open request ended (expired, or ended by the server) without
+            // delivering the rest of its batch.
+            self.requests.pop_front();
+        } else if description.starts_with("Exceeded MaxWaiting") {
+            // The newest request was refused.
+            self.requests.pop_back();
+        } else {
+            tracing::debug!(%status, description, "unexpected status on a pull inbox; asking again");
+            self.requests.clear();
+        }
+        Ok(None)
+    }
+
+    /// Unsubscribes, so the server stops delivering to the open requests (it drops requests
+    /// nobody listens to), and returns what arrived but was not handed out, including what
+    /// arrives before the unsubscription takes effect.
+    async fn close(mut self) -> Vec<jetstream::Message> {
+        let mut unstarted = Vec::new();
+        while let Some(Some(message)) = self.subscriber.next().now_or_never() {
+            if let Ok(Some(message)) = self.receive(message) {
+                unstarted.push(message);
+            }
+        }
+        if self.requests.is_empty() {
+            // Nothing is asked for: nothing more can arrive.
+            return unstarted;
+        }
+        if self.subscriber.drain().await.is_err() {
+            return unstarted;
+        }
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(1);
+        while let Ok(Some(message)) =
+            tokio::time::timeout_at(deadline, self.subscriber.next()).await
+        {
+            if let Ok(Some(message)) = self.receive(message) {
+                unstarted.push(message);
+            }
+        }
+        unstarted
+    }
+}
+
+/// Reads messages and dispatches them, at most `concurrency` at once, until shutdown or loss.
+/// With a concurrency of one, handlers run inline (no task per message). Handlers started
+/// here go into `in_flight`, which outlives this session.
+async fn pump(
+    mut feed: Feed,
+    settle: Arc<Settle>,
+    concurrency: usize,
+    cancel: &CancellationToken,
+    in_flight: &mut JoinSet<()>,
+    grace: Duration,
+) -> Exit {
+    let capacity = feed.capacity(concurrency);
+    // Received and not started (only when a pull batch larger than the concurrency is set).
+    let mut waiting: VecDeque<jetstream::Message> = VecDeque::new();
+    let exit = 'session: loop {
+        while in_flight.try_join_next().is_some() {}
+        while in_flight.len() < concurrency
+            && let Some(message) = waiting.pop_front()
+        {
+            if concurrency == 1 {
+                if run_inline(message, &settle, cancel, grace).await.is_err() {
+                    break 'session Exit::Drained;
+                }
+            } else {
+                in_flight.spawn(dispatch(message, settle.clone()));
+            }
+        }
+        let room = capacity.saturating_sub(in_flight.len() + waiting.len());
+        let readable = matches!(feed, Feed::Pull(_)) || in_flight.len() < concurrency;
+        let next = tokio::select! {
+            biased;
+            _ = cancel.cancelled() => break Exit::Drained,
+            // A handler finished: there is room for more.
+            Some(_) = in_flight.join_next(), if !in_flight.is_empty() => continue,
+            next = feed.next(room), if readable => next,
+        };
+        match next {
+            Ok(message) if waiting.is_empty() && in_flight.len() < concurrency => {
+                if concurrency == 1 {
+                    if run_inline(message, &settle, cancel, grace).await.is_err() {
+                        break Exit::Drained;
                     }
+                } else {
+                    in_flight.spawn(dispatch(message, settle.clone()));
                 }
-                pull::MessagesErrorKind::Other => {
-                    tracing::debug!(stream = %settle.scope.stream, consumer = %settle.scope.consumer, "transient pull error")
-                }
-                other => break Exit::Lost(format!("pull failed: {other}")),
-            },
-            Some(Err(MessageError::Push(kind))) => match kind {
-                push::MessagesErrorKind::ConsumerDeleted
-                | push::MessagesErrorKind::PullBasedConsumer => {
-                    break Exit::Lost(format!("push delivery failed: {kind}"));
-                }
-                _ => {}
-            },
-            None => break Exit::Lost("the message stream ended".to_owned()),
+            }
+            Ok(message) => waiting.push_back(message),
+            Err(reason) => break Exit::Lost(reason),
         }
     };
     if matches!(exit, Exit::Drained) {
         transition(&settle.slot, ConsumerState::Draining);
-        // Hand back what was fetched but not started, so another instance takes it at once.
-        while let Some(Some(Ok(message))) = messages.next().now_or_never() {
-            if let Err(e) = message.ack_with(AckKind::Nak(None)).await {
-                tracing::warn!(error = %e, "could not return an unstarted message");
-            }
+    }
+    // Hand back what was received but not started, so that another instance takes it at once.
+    waiting.extend(feed.close().await);
+    for message in waiting {
+        if let Err(e) = message.ack_with(AckKind::Nak(None)).await {
+            tracing::warn!(error = %e, "could not return an unstarted message");
         }
     }
-    drop(messages);
+    exit
+}
+
+/// Runs one handler inline; `Err` when a drain's grace period ran out first (the handler is
+/// dropped; its message is recorded as abandoned and returned by the drain).
+async fn run_inline(
+    message: jetstream::Message,
+    settle: &Arc<Settle>,
+    cancel: &CancellationToken,
+    grace: Duration,
+) -> Result<(), ()> {
+    let overdue = async {
+        cancel.cancelled().await;
+        tokio::time::sleep(grace).await;
+    };
+    tokio::select! {
+        _ = dispatch(message, settle.clone()) => Ok(()),
+        _ = overdue => {
+            warn_overdue(settle, 1, grace);
+            Err(())
+        }
+    }
+}
+
+/// Waits (within the grace period) for the handlers still running; the ones still running
+/// after it are stopped (their messages are recorded as abandoned, see [`Unsettled`]).
+async fn finish_in_flight(in_flight: &mut JoinSet<()>, grace: Duration, slot: &Slot) {
     let finished = tokio::time::timeout(grace, async {
         while in_flight.join_next().await.is_some() {}
     })
     .await;
     if finished.is_err() {
-        warn_overdue(&settle, in_flight.len(), grace);
+        tracing::warn!(
+            stream = %slot.stream,
+            still_running = in_flight.len(),
+            ?grace,
+            "handlers still running after the grace period; stopping them and returning their messages"
+        );
         in_flight.abort_all();
+        while in_flight.join_next().await.is_some() {}
     }
-    exit
 }
 
 fn warn_overdue(settle: &Settle, still_running: usize, grace: Duration) {
@@ -902,19 +1310,18 @@ fn warn_overdue(settle: &Settle, still_running: usize, grace: Duration) {
         consumer = %settle.scope.consumer,
         still_running,
         ?grace,
-        "handlers still running after the grace period; their messages will be redelivered"
+        "handlers still running after the grace period; stopping them and returning their messages"
     );
 }
 
 /// Runs the handler on one message and settles it: ack, nak with a delay, or dead-letter
 /// and terminate. Every message ends in exactly one of the three.
-async fn dispatch(
-    message: jetstream::Message,
-    settle: Arc<Settle>,
-    permit: Option<OwnedSemaphorePermit>,
-) {
+async fn dispatch(message: jetstream::Message, settle: Arc<Settle>) {
     let (delivered, stream_sequence) = match message.info() {
-        Ok(info) => (u64::try_from(info.delivered).unwrap_or(1), info.stream_sequence),
+        Ok(info) => (
+            u64::try_from(info.delivered).unwrap_or(1),
+            info.stream_sequence,
+        ),
         Err(_) => (1, 0),
     };
     let span = tracing::info_span!(
@@ -925,7 +1332,7 @@ async fn dispatch(
         sequence = stream_sequence,
         delivered,
     );
-    settle_message(message, settle, permit, delivered, stream_sequence)
+    settle_message(message, settle, delivered, stream_sequence)
         .instrument(span)
         .await
 }
@@ -933,10 +1340,13 @@ async fn dispatch(
 async fn settle_message(
     message: jetstream::Message,
     settle: Arc<Settle>,
-    permit: Option<OwnedSemaphorePermit>,
     delivered: u64,
     stream_sequence: u64,
 ) {
+    let mut unsettled = Unsettled {
+        reply: message.reply.clone(),
+        abandoned: settle.abandoned.clone(),
+    };
     let incoming = Incoming {
         payload: message.payload.clone(),
         context: Context {
@@ -957,19 +1367,19 @@ async fn settle_message(
                 match future.as_mut().now_or_never() {
                     Some(outcome) => outcome,
                     None => loop {
-                    tokio::select! {
-                        r = &mut future => break r,
-                        _ = tokio::time::sleep(settle.progress_every) => {
-                            let _ = message.ack_with(AckKind::Progress).await;
+                        tokio::select! {
+                            r = &mut future => break r,
+                            _ = tokio::time::sleep(settle.progress_every) => {
+                                let _ = message.ack_with(AckKind::Progress).await;
+                            }
                         }
-                    }
-                },
+                    },
                 }
             }
             Err(panic) => Err(panic),
         }
     };
-    drop(permit);
+    unsettled.handled();
     let error = match outcome {
         Ok(Ok(())) => {
             match message.ack().await {
@@ -990,24 +1400,37 @@ async fn settle_message(
         tracing::debug!(subject = %message.subject, delivered, ?delay, %error, "handler failed; redelivering later");
         match message.ack_with(AckKind::Nak(Some(delay))).await {
             Ok(()) => Slot::count(&settle.slot.retried),
-            Err(e) => tracing::warn!(error = %e, "could not nak a failed message; it is redelivered after ack_wait"),
+            Err(e) => {
+                tracing::warn!(error = %e, "could not nak a failed message; it is redelivered after ack_wait")
+            }
         }
     }
 }
 
 /// Publishes the message to the dead-letter subject (if declared), then terminates it. If the
 /// dead letter cannot be published, the message is naked instead: nothing is lost.
-async fn terminate(message: &jetstream::Message, settle: &Settle, delivered: u64, error: &HandlerError) {
+async fn terminate(
+    message: &jetstream::Message,
+    settle: &Settle,
+    delivered: u64,
+    error: &HandlerError,
+) {
     if let Some(subject) = settle.dead_letter {
         let mut headers = message.headers.clone().unwrap_or_default();
         headers.insert("Nats-Topology-Subject", message.subject.as_str());
         headers.insert("Nats-Topology-Stream", settle.scope.stream.as_str());
         headers.insert("Nats-Topology-Consumer", settle.scope.consumer.as_str());
         if let Ok(info) = message.info() {
-            headers.insert("Nats-Topology-Sequence", info.stream_sequence.to_string().as_str());
+            headers.insert(
+                "Nats-Topology-Sequence",
+                info.stream_sequence.to_string().as_str(),
+            );
         }
         headers.insert("Nats-Topology-Delivered", delivered.to_string().as_str());
-        headers.insert("Nats-Topology-Error", error.to_string().replace(['\r', '\n'], " ").as_str());
+        headers.insert(
+            "Nats-Topology-Error",
+            error.to_string().replace(['\r', '\n'], " ").as_str(),
+        );
         let published = async {
             settle
                 .scope
@@ -1018,7 +1441,9 @@ async fn terminate(message: &jetstream::Message, settle: &Settle, delivered: u64
         };
         if let Err(e) = published.await {
             tracing::error!(dead_letter = subject, error = %e, "could not publish a dead letter; the message is redelivered instead");
-            let _ = message.ack_with(AckKind::Nak(Some(Duration::from_secs(1)))).await;
+            let _ = message
+                .ack_with(AckKind::Nak(Some(Duration::from_secs(1))))
+                .await;
             return;
         }
     }

@@ -1,0 +1,375 @@
+//! Drain on a real server: a rolling deploy under load loses nothing, and a drained runtime
+//! leaves nothing unacknowledged and no relay behind.
+
+mod support;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use nats_topology::model::{BroadcastDecl, ConsumerDecl, QueueDecl, StreamRef};
+use nats_topology::testkit::{NatsServer, eventually};
+use nats_topology::{ConsumerState, Runtime, Topology};
+use support::{Ledger, Running};
+
+/// An old instance drains while a new one takes over and jobs keep arriving: every job is
+/// handled exactly once, and the server ends with nothing pending and nothing unacknowledged.
+/// The consumer keeps the default 30 s ack_wait, so a message stranded by the drain would show
+/// as a timeout here rather than be redelivered in time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rolling_deploy_under_load_loses_nothing() {
+    support::trace();
+    let server = NatsServer::start().await.expect("nats-server starts");
+    let stream = support::stream("ROLLING", &["rolling.>"]);
+    let consumer = support::queue(
+        "tests::rolling",
+        &stream,
+        "rolling.jobs",
+        QueueDecl::new("workers"),
+    )
+    .concurrency(4);
+    let start = |ledger: Ledger| {
+        let url = server.url();
+        async move {
+            let client = async_nats::connect(url).await.unwrap();
+            let runtime = support::fast(Runtime::builder(client))
+                .topology(support::job_topology(
+                    stream,
+                    consumer,
+                    ledger,
+                    Duration::from_millis(10),
+                ))
+                .build()
+                .expect("valid topology");
+            let running = Running::spawn(runtime);
+            running.ready(Duration::from_secs(20)).await;
+            running
+        }
+    };
+    let old_ledger = Ledger::default();
+    let new_ledger = Ledger::default();
+    let old = start(old_ledger.clone()).await;
+
+    // Load: one job every 5 ms, each publish acknowledged, until told to stop.
+    let js = support::jetstream(&server.url()).await;
+    let stop_publishing = Arc::new(AtomicBool::new(false));
+    let publisher = tokio::spawn({
+        let js = js.clone();
+        let stop = stop_publishing.clone();
+        async move {
+            let mut next = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                support::publish_jobs(&js, "rolling.jobs", [next]).await;
+                next += 1;
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            next
+        }
+    });
+    eventually(Duration::from_secs(20), "the old instance at work", || {
+        let n = old_ledger.len();
+        async move { (n >= 50).then_some(()) }
+    })
+    .await;
+
+    let new = start(new_ledger.clone()).await;
+    old.stop().await.expect("the old instance drains cleanly");
+    let old_count = old_ledger.len();
+    eventually(Duration::from_secs(20), "the new instance at work", || {
+        let n = new_ledger.len();
+        async move { (n >= 50).then_some(()) }
+    })
+    .await;
+    assert_eq!(
+        old_ledger.len(),
+        old_count,
+        "nothing handled after the drain returned"
+    );
+
+    stop_publishing.store(true, Ordering::Relaxed);
+    let published = publisher.await.unwrap();
+    let ledgers = [old_ledger, new_ledger];
+    eventually(Duration::from_secs(20), "every job handled", || {
+        let n = support::union(&ledgers).len() as u64;
+        async move { (n == published).then_some(()) }
+    })
+    .await;
+    support::settled(&js, "ROLLING", "workers", Duration::from_secs(5)).await;
+    new.stop().await.expect("the new instance drains cleanly");
+
+    let handled: usize = ledgers.iter().map(Ledger::len).sum();
+    assert_eq!(
+        support::union(&ledgers),
+        (0..published).collect(),
+        "every job published is handled"
+    );
+    assert_eq!(handled as u64, published, "no job handled twice");
+    eprintln!(
+        "{published} jobs: {} by the old instance, {} by the new one",
+        ledgers[0].len(),
+        ledgers[1].len()
+    );
+}
+
+/// A runtime with a queue consumer and two relays drains while handlers run: when `run_until`
+/// returns, nothing is unacknowledged, only the queue's durable remains on the server, and
+/// the jobs not started are handled by the next instance (each job once overall).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn drain_leaves_no_ack_pending_and_no_relays() {
+    support::trace();
+    let server = NatsServer::start().await.expect("nats-server starts");
+    let stream = support::stream("DRAINING", &["draining.>"]);
+    let jobs = support::queue(
+        "tests::drain_jobs",
+        &stream,
+        "draining.jobs",
+        QueueDecl::new("drainers"),
+    )
+    .concurrency(4);
+    let relay = |name: &str| {
+        ConsumerDecl::broadcast(
+            support::leak(name),
+            StreamRef::Named(stream.name),
+            BroadcastDecl::new(),
+        )
+        .subjects(support::leak_all(&["draining.status"]))
+    };
+    let topology = |ledger: Ledger| {
+        Topology::new()
+            .stream(stream)
+            .consumer(
+                jobs,
+                support::job_handler(ledger, Duration::from_millis(200)),
+            )
+            .consumer(
+                relay("tests::relay_a"),
+                support::job_handler(Ledger::default(), Duration::ZERO),
+            )
+            .consumer(
+                relay("tests::relay_b"),
+                support::job_handler(Ledger::default(), Duration::ZERO),
+            )
+    };
+
+    let first = Ledger::default();
+    let client = async_nats::connect(server.url()).await.unwrap();
+    let runtime = support::fast(Runtime::builder(client))
+        .topology(topology(first.clone()))
+        .build()
+        .expect("valid topology");
+    let relays = [
+        runtime.relay("relay_a").unwrap(),
+        runtime.relay("relay_b").unwrap(),
+    ];
+    let running = Running::spawn(runtime);
+    running.ready(Duration::from_secs(20)).await;
+    for relay in &relays {
+        relay.ensure().await.expect("the relay runs");
+    }
+    let js = support::jetstream(&server.url()).await;
+    let mut expected: std::collections::BTreeSet<String> =
+        relays.iter().map(|r| r.consumer()).collect();
+    expected.insert("drainers".to_owned());
+    assert_eq!(support::consumer_names(&js, "DRAINING").await, expected);
+
+    support::publish_jobs(&js, "draining.jobs", 0..40).await;
+    eventually(Duration::from_secs(20), "handlers at work", || {
+        let n = first.len();
+        async move { (n >= 4).then_some(()) }
+    })
+    .await;
+    let health = running.health.clone();
+    running.stop().await.expect("clean drain");
+
+    for status in health.consumers() {
+        assert_eq!(
+            status.state,
+            ConsumerState::Stopped { error: None },
+            "{status}"
+        );
+    }
+    assert_eq!(
+        support::consumer_names(&js, "DRAINING").await,
+        ["drainers".to_owned()].into(),
+        "only the queue's durable remains"
+    );
+    let info = eventually(
+        Duration::from_secs(3),
+        "the drain's acks processed",
+        || async {
+            let info = support::consumer_info(&js, "DRAINING", "drainers").await?;
+            (info.num_ack_pending == 0).then_some(info)
+        },
+    )
+    .await;
+    let handled = first.len() as u64;
+    assert_eq!(
+        info.num_pending,
+        40 - handled,
+        "what was not handled is back in the queue: {info:?}"
+    );
+
+    // The next instance handles the rest: each job once overall.
+    let second = Ledger::default();
+    let client = async_nats::connect(server.url()).await.unwrap();
+    let runtime = support::fast(Runtime::builder(client))
+        .topology(topology(second.clone()))
+        .build()
+        .expect("valid topology");
+    let running = Running::spawn(runtime);
+    eventually(Duration::from_secs(30), "the rest handled", || {
+        let n = support::union(&[first.clone(), second.clone()]).len();
+        async move { (n == 40).then_some(()) }
+    })
+    .await;
+    support::settled(&js, "DRAINING", "drainers", Duration::from_secs(5)).await;
+    running.stop().await.expect("clean drain");
+    assert_eq!(first.len() + second.len(), 40, "no job handled twice");
+    assert!(
+        support::consumer_names(&js, "DRAINING")
+            .await
+            .iter()
+            .all(|name| name == "drainers"),
+        "the second instance's relays are gone too"
+    );
+}
+
+/// A runtime drained while idle (its pull requests open on the server) leaves no request
+/// behind: jobs published after `run_until` returned are stored as pending, none is delivered
+/// to the instance that is gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn drain_while_idle_leaves_no_pull_request_behind() {
+    support::trace();
+    let server = NatsServer::start().await.expect("nats-server starts");
+    let stream = support::stream("IDLE", &["idle.>"]);
+    let consumer = support::queue(
+        "tests::idle",
+        &stream,
+        "idle.jobs",
+        QueueDecl::new("idlers"),
+    )
+    .concurrency(4);
+    let ledger = Ledger::default();
+    let client = async_nats::connect(server.url()).await.unwrap();
+    let runtime = support::fast(Runtime::builder(client))
+        .topology(support::job_topology(
+            stream,
+            consumer,
+            ledger.clone(),
+            Duration::ZERO,
+        ))
+        .build()
+        .expect("valid topology");
+    let running = Running::spawn(runtime);
+    running.ready(Duration::from_secs(20)).await;
+    let js = support::jetstream(&server.url()).await;
+    eventually(
+        Duration::from_secs(10),
+        "a pull request waiting on the server",
+        || async {
+            let info = support::consumer_info(&js, "IDLE", "idlers").await?;
+            (info.num_waiting > 0).then_some(())
+        },
+    )
+    .await;
+    running.stop().await.expect("clean drain");
+
+    support::publish_jobs(&js, "idle.jobs", 0..10).await;
+    let info = eventually(
+        Duration::from_secs(5),
+        "the jobs stored as pending",
+        || async {
+            let info = support::consumer_info(&js, "IDLE", "idlers").await?;
+            (info.num_pending + info.num_ack_pending as u64 == 10).then_some(info)
+        },
+    )
+    .await;
+    assert_eq!(
+        (info.num_pending, info.num_ack_pending),
+        (10, 0),
+        "nothing delivered to the drained instance: {info:?}"
+    );
+    assert_eq!(ledger.len(), 0);
+}
+
+/// Handlers still running when the grace period ends (one inline at concurrency 1, two in
+/// tasks at concurrency 2) are stopped, and their messages are returned to the server at once:
+/// the next instance handles them long before their 30 s ack_wait.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn handlers_past_the_grace_period_have_their_messages_returned() {
+    support::trace();
+    let server = NatsServer::start().await.expect("nats-server starts");
+    let stream = support::stream("GRACE", &["grace.>"]);
+    let queue =
+        |group: &str| QueueDecl::new(support::leak(group)).ack_wait(Duration::from_secs(30));
+    let inline = support::queue(
+        "tests::grace_inline",
+        &stream,
+        "grace.inline",
+        queue("inline"),
+    );
+    let tasks =
+        support::queue("tests::grace_tasks", &stream, "grace.tasks", queue("tasks")).concurrency(2);
+    let topology = |ledger: &Ledger, work: Duration| {
+        Topology::new()
+            .stream(stream)
+            .consumer(inline, support::job_handler(ledger.clone(), work))
+            .consumer(tasks, support::job_handler(ledger.clone(), work))
+    };
+
+    // Handlers that would take a minute; a one-second grace period.
+    let stuck = Ledger::default();
+    let client = async_nats::connect(server.url()).await.unwrap();
+    let runtime = support::fast(Runtime::builder(client))
+        .topology(topology(&stuck, Duration::from_secs(60)))
+        .grace_period(Duration::from_secs(1))
+        .build()
+        .expect("valid topology");
+    let running = Running::spawn(runtime);
+    running.ready(Duration::from_secs(20)).await;
+    let js = support::jetstream(&server.url()).await;
+    support::publish_jobs(&js, "grace.inline", [1]).await;
+    support::publish_jobs(&js, "grace.tasks", [2, 3]).await;
+    eventually(
+        Duration::from_secs(10),
+        "the three handlers running",
+        || async {
+            let inline = support::consumer_info(&js, "GRACE", "inline").await?;
+            let tasks = support::consumer_info(&js, "GRACE", "tasks").await?;
+            (inline.num_ack_pending == 1 && tasks.num_ack_pending == 2).then_some(())
+        },
+    )
+    .await;
+    let stopping = std::time::Instant::now();
+    running
+        .stop()
+        .await
+        .expect("the drain returns after the grace period");
+    assert!(
+        stopping.elapsed() < Duration::from_secs(10),
+        "bounded by the grace period"
+    );
+    assert_eq!(stuck.len(), 0, "no stuck handler finished");
+
+    let done = Ledger::default();
+    let client = async_nats::connect(server.url()).await.unwrap();
+    let runtime = support::fast(Runtime::builder(client))
+        .topology(topology(&done, Duration::ZERO))
+        .build()
+        .expect("valid topology");
+    let running = Running::spawn(runtime);
+    eventually(Duration::from_secs(10), "the returned jobs handled", || {
+        let all = done.covers([1, 2, 3]);
+        async move { all.then_some(()) }
+    })
+    .await;
+    assert_eq!(done.len(), 3, "each once");
+    for group in ["inline", "tasks"] {
+        let info = support::settled(&js, "GRACE", group, Duration::from_secs(5)).await;
+        assert_eq!(
+            info.delivered.stream_sequence,
+            info.ack_floor.stream_sequence
+        );
+    }
+    running.stop().await.expect("clean drain");
+}

@@ -1,0 +1,138 @@
+//! Broadcast relays on a real server: every instance receives every message; a relay deleted
+//! on the server comes back (through `Relay::ensure`, or by itself) and receives again.
+
+mod support;
+
+use std::time::Duration;
+
+use nats_topology::model::{BroadcastDecl, ConsumerDecl, StreamDecl, StreamRef};
+use nats_topology::testkit::{NatsServer, eventually};
+use nats_topology::{Relay, Runtime, Topology};
+use support::{Ledger, Running};
+
+fn relay_topology(stream: StreamDecl, ledger: Ledger) -> Topology {
+    let relay = ConsumerDecl::broadcast(
+        "tests::relay_status",
+        StreamRef::Named(stream.name),
+        BroadcastDecl::new(),
+    )
+    .subjects(support::leak_all(&["status.>"]));
+    Topology::new()
+        .stream(stream)
+        .consumer(relay, support::job_handler(ledger, Duration::ZERO))
+}
+
+async fn wait_running(relay: &Relay) {
+    eventually(Duration::from_secs(20), "the relay to run", || {
+        let running = relay.is_running();
+        async move { running.then_some(()) }
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_instance_receives_every_broadcast_and_a_deleted_relay_comes_back() {
+    support::trace();
+    let server = NatsServer::start().await.expect("nats-server starts");
+    let stream = support::stream("STATUS", &["status.>"]);
+    let mut ledgers = Vec::new();
+    let mut relays = Vec::new();
+    let mut instances = Vec::new();
+    for _ in 0..3 {
+        let client = async_nats::connect(server.url()).await.unwrap();
+        let ledger = Ledger::default();
+        let runtime = support::fast(Runtime::builder(client))
+            .topology(relay_topology(stream, ledger.clone()))
+            .build()
+            .expect("valid topology");
+        let relay = runtime
+            .relay("relay_status")
+            .expect("one relay named relay_status");
+        instances.push(Running::spawn(runtime));
+        wait_running(&relay).await;
+        relay
+            .ensure()
+            .await
+            .expect("a running relay is ensured at once");
+        ledgers.push(ledger);
+        relays.push(relay);
+    }
+    let js = support::jetstream(&server.url()).await;
+    let names: Vec<String> = relays.iter().map(Relay::consumer).collect();
+    assert_eq!(
+        support::consumer_names(&js, "STATUS").await,
+        names.iter().cloned().collect(),
+        "one relay per instance, each with its own name"
+    );
+
+    support::publish_jobs(&js, "status.member", 0..20).await;
+    eventually(
+        Duration::from_secs(20),
+        "every instance receives every message",
+        || {
+            let done = ledgers.iter().all(|l| l.covers(0..20));
+            async move { done.then_some(()) }
+        },
+    )
+    .await;
+    for (i, ledger) in ledgers.iter().enumerate() {
+        assert_eq!(
+            ledger.ids(),
+            (0..20).collect::<Vec<_>>(),
+            "instance {i}: each once, in order"
+        );
+    }
+
+    // Delete the first instance's relay on the server; ensure() brings it back.
+    let created = support::consumer_info(&js, "STATUS", &names[0])
+        .await
+        .expect("the relay exists")
+        .created;
+    js.get_stream("STATUS")
+        .await
+        .unwrap()
+        .delete_consumer(&names[0])
+        .await
+        .expect("delete the relay out of band");
+    relays[0].ensure().await.expect("the runtime runs");
+    eventually(Duration::from_secs(20), "the relay re-created", || async {
+        let info = support::consumer_info(&js, "STATUS", &names[0]).await?;
+        (info.created != created).then_some(())
+    })
+    .await;
+    relays[0].ensure().await.expect("the runtime runs");
+    assert!(relays[0].is_running());
+
+    support::publish_jobs(&js, "status.member", 20..40).await;
+    eventually(
+        Duration::from_secs(20),
+        "every instance receives the new messages",
+        || {
+            let done = ledgers.iter().all(|l| l.covers(20..40));
+            async move { done.then_some(()) }
+        },
+    )
+    .await;
+    for (i, ledger) in ledgers.iter().enumerate() {
+        assert_eq!(
+            ledger.ids(),
+            (0..40).collect::<Vec<_>>(),
+            "instance {i}: each once, in order"
+        );
+    }
+
+    for running in instances {
+        running.stop().await.expect("clean drain");
+    }
+    assert!(
+        support::consumer_names(&js, "STATUS").await.is_empty(),
+        "relays are deleted on drain"
+    );
+    for relay in &relays {
+        assert!(!relay.is_running());
+        assert!(
+            relay.ensure().await.is_err(),
+            "a stopped runtime's relay cannot be ensured"
+        );
+    }
+}
