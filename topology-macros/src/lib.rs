@@ -57,16 +57,16 @@ use proc_macro::TokenStream;
 /// compiler check those consumers against it. The stream is registered, and provisioned at
 /// start-up: created if missing, updated if its editable settings changed.
 ///
-/// ```ignore
+/// ```
 /// use nats_topology::stream;
 ///
-/// // Compiled by tests/ui/pass/minimal.rs and tests/ui/pass/every_key.rs.
 /// #[stream(name = "DAEMON_SYNC", subjects = ["daemon.sync.>"], replicas = 3, max_age = "7d")]
 /// pub struct DaemonSync;
 ///
 /// // Owned by another service: never created or changed here, only verified.
 /// #[stream(name = "EMAIL", subjects = ["email.>"], external, retention = "workqueue")]
 /// pub struct Email;
+/// # fn main() {}
 /// ```
 ///
 /// # Keys
@@ -114,13 +114,14 @@ pub fn stream(attr: TokenStream, item: TokenStream) -> TokenStream {
 /// or at once for `HandlerError::permanent`). The future must be `Send`. The function itself is
 /// left unchanged.
 ///
-/// ```ignore
+/// ```
 /// use nats_topology::{queue_consumer, stream, Context, HandlerError};
+/// # #[derive(serde::Deserialize)]
+/// # struct SyncComplete { id: u64 }
 ///
 /// #[stream(name = "DAEMON_SYNC", subjects = ["daemon.sync.>"], replicas = 3)]
 /// pub struct DaemonSync;
 ///
-/// // Compiled by tests/ui/pass/every_key.rs.
 /// #[queue_consumer(stream = DaemonSync, group = "sync", subject = "daemon.sync.complete",
 ///                  max_deliver = 5, ack_wait = "30s", backoff = ["1s", "10s"], concurrency = 8)]
 /// async fn on_sync_complete(event: SyncComplete, cx: Context) -> Result<(), HandlerError> {
@@ -129,11 +130,11 @@ pub fn stream(attr: TokenStream, item: TokenStream) -> TokenStream {
 /// }
 ///
 /// // A stream declared elsewhere, by name (checked at start-up); the whole stream.
-/// // Compiled by tests/ui/pass/string_stream.rs.
-/// #[queue_consumer(stream = "DAEMON_SYNC", group = "sync")]
+/// #[queue_consumer(stream = "DAEMON_SYNC", group = "audit")]
 /// async fn on_sync(event: serde_json::Value) -> Result<(), HandlerError> {
 ///     Ok(())
 /// }
+/// # fn main() {}
 /// ```
 ///
 /// # Keys
@@ -176,18 +177,20 @@ pub fn queue_consumer(attr: TokenStream, item: TokenStream) -> TokenStream {
 ///
 /// The handler is as for [`macro@queue_consumer`].
 ///
-/// ```ignore
+/// ```
 /// use nats_topology::{broadcast, stream, Context, HandlerError};
+/// # #[derive(Debug, serde::Deserialize)]
+/// # struct StatusChanged { online: bool }
 ///
 /// #[stream(name = "MEMBER_STATUS", subjects = ["member.status.>"])]
 /// pub struct MemberStatus;
 ///
-/// // Compiled by tests/ui/pass/every_key.rs.
 /// #[broadcast(stream = MemberStatus, subject = "member.status.>", deliver = "last_per_subject")]
 /// async fn relay_status(event: StatusChanged, cx: Context) -> Result<(), HandlerError> {
 ///     println!("{} is now {:?}", cx.subject(), event);
 ///     Ok(())
 /// }
+/// # fn main() {}
 /// ```
 ///
 /// # Keys
