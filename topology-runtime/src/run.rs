@@ -353,17 +353,30 @@ impl Runtime {
     /// SIGTERM drains; a second one during the drain stops waiting for handlers at once
     /// (their messages are redelivered by the server).
     pub async fn run_until_signal(self) -> Result<(), RunError> {
+        // Listen before anything else: a signal that arrives while provisioning must drain,
+        // not kill the process with the default action.
+        let mut signals = ShutdownSignals::listen();
         let (first_tx, first_rx) = tokio::sync::oneshot::channel::<()>();
-        let signals = async move {
-            shutdown_signal().await;
+        let (second_tx, second_rx) = tokio::sync::oneshot::channel::<()>();
+        let listener = tokio::spawn(async move {
+            signals.next().await;
             let _ = first_tx.send(());
-            shutdown_signal().await;
+            signals.next().await;
             tracing::warn!("second signal: stopping without waiting for in-flight handlers");
-        };
-        let first = async move {
-            let _ = first_rx.await;
-        };
-        self.run(first, signals).await
+            let _ = second_tx.send(());
+        });
+        let outcome = self
+            .run(
+                async move {
+                    let _ = first_rx.await;
+                },
+                async move {
+                    let _ = second_rx.await;
+                },
+            )
+            .await;
+        listener.abort();
+        outcome
     }
 
     async fn run(self, shutdown: impl Future, force: impl Future) -> Result<(), RunError> {
@@ -430,26 +443,56 @@ impl Runtime {
     }
 }
 
-/// SIGINT or SIGTERM.
-async fn shutdown_signal() {
+/// SIGINT (Ctrl-C) and SIGTERM, listened to from creation on.
+struct ShutdownSignals {
     #[cfg(unix)]
-    {
-        use tokio::signal::unix::{SignalKind, signal};
-        match signal(SignalKind::terminate()) {
-            Ok(mut term) => {
-                tokio::select! {
-                    _ = tokio::signal::ctrl_c() => {}
-                    _ = term.recv() => {}
+    interrupt: Option<tokio::signal::unix::Signal>,
+    #[cfg(unix)]
+    terminate: Option<tokio::signal::unix::Signal>,
+}
+
+impl ShutdownSignals {
+    fn listen() -> Self {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{SignalKind, signal};
+            let listen = |kind| match signal(kind) {
+                Ok(signal) => Some(signal),
+                Err(e) => {
+                    tracing::error!(error = %e, "cannot listen for a shutdown signal");
+                    None
                 }
-            }
-            Err(_) => {
-                let _ = tokio::signal::ctrl_c().await;
+            };
+            ShutdownSignals {
+                interrupt: listen(SignalKind::interrupt()),
+                terminate: listen(SignalKind::terminate()),
             }
         }
+        #[cfg(not(unix))]
+        ShutdownSignals {}
     }
-    #[cfg(not(unix))]
-    {
-        let _ = tokio::signal::ctrl_c().await;
+
+    /// The next SIGINT or SIGTERM.
+    async fn next(&mut self) {
+        #[cfg(unix)]
+        {
+            async fn recv(signal: &mut Option<tokio::signal::unix::Signal>) {
+                match signal {
+                    Some(signal) => {
+                        signal.recv().await;
+                    }
+                    None => std::future::pending().await,
+                }
+            }
+            tokio::select! {
+                _ = recv(&mut self.interrupt) => {}
+                _ = recv(&mut self.terminate) => {}
+            }
+        }
+        #[cfg(not(unix))]
+        {
+            let _ = tokio::signal::ctrl_c().await;
+        }
     }
 }
 
@@ -1274,6 +1317,8 @@ async fn run_inline(
 ) -> Result<(), ()> {
     let overdue = async {
         cancel.cancelled().await;
+        // Visible at once, even while this handler keeps the consumer busy.
+        transition(&settle.slot, ConsumerState::Draining);
         tokio::time::sleep(grace).await;
     };
     tokio::select! {
