@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use nats_topology::model::{BroadcastDecl, ConsumerDecl, StreamDecl, StreamRef};
 use nats_topology::testkit::{NatsServer, eventually};
-use nats_topology::{Relay, Runtime, Topology};
+use nats_topology::{Relay, RetryPolicy, Runtime, Topology};
 use support::{Ledger, Running};
 
 fn relay_topology(stream: StreamDecl, ledger: Ledger) -> Topology {
@@ -38,10 +38,20 @@ async fn every_instance_receives_every_broadcast_and_a_deleted_relay_comes_back(
     let mut ledgers = Vec::new();
     let mut relays = Vec::new();
     let mut instances = Vec::new();
-    for _ in 0..3 {
+    for i in 0..3 {
         let client = async_nats::connect(server.url()).await.unwrap();
         let ledger = Ledger::default();
-        let runtime = support::fast(Runtime::builder(client))
+        let mut builder = support::fast(Runtime::builder(client));
+        if i == 0 {
+            // After a loss, this supervisor would wait up to a minute (full jitter over
+            // [0, 60 s]) before re-creating its relay: only ensure() brings it back in time.
+            builder = builder.retry(RetryPolicy {
+                base: Duration::from_secs(60),
+                cap: Duration::from_secs(60),
+                ..support::fast_retry()
+            });
+        }
+        let runtime = builder
             .topology(relay_topology(stream, ledger.clone()))
             .build()
             .expect("valid topology");
@@ -94,7 +104,18 @@ async fn every_instance_receives_every_broadcast_and_a_deleted_relay_comes_back(
         .delete_consumer(&names[0])
         .await
         .expect("delete the relay out of band");
-    relays[0].ensure().await.expect("the runtime runs");
+    // The supervisor notices the loss (the open pull request ends with "Consumer Deleted").
+    eventually(Duration::from_secs(20), "the relay seen as lost", || {
+        let running = relays[0].is_running();
+        async move { (!running).then_some(()) }
+    })
+    .await;
+    // ensure() wakes the supervisor out of its backoff and returns once the relay runs again.
+    tokio::time::timeout(Duration::from_secs(10), relays[0].ensure())
+        .await
+        .expect("ensure() returns once the relay runs again")
+        .expect("the runtime runs");
+    assert!(relays[0].is_running());
     eventually(Duration::from_secs(20), "the relay re-created", || async {
         let info = support::consumer_info(&js, "STATUS", &names[0]).await?;
         (info.created != created).then_some(())

@@ -411,7 +411,7 @@ impl Provisioner {
             .into());
         }
         if error.code() != Some(ErrorCode::STREAM_NAME_EXIST) {
-            return Err(rejected(decl.name, None, error).into());
+            return Err(rejected("creating the stream", decl.name, None, error).into());
         }
         // Exists with a different configuration: compare what the declaration sets.
         let info = self.stream_info(decl.name).await?;
@@ -446,7 +446,7 @@ impl Provisioner {
         {
             Ok(info) => Ok(info),
             Err(e) if e.is_transient() => Err(Failure::Transient(e)),
-            Err(e) => Err(rejected(decl.name, None, e).into()),
+            Err(e) => Err(rejected("updating the stream", decl.name, None, e).into()),
         }
     }
 
@@ -482,7 +482,7 @@ impl Provisioner {
             Err(e) if e.is_transient() || e.code() == Some(ErrorCode::STREAM_NOT_FOUND) => {
                 Err(Failure::Transient(e))
             }
-            Err(e) => Err(rejected(name, None, e).into()),
+            Err(e) => Err(rejected("reading the stream", name, None, e).into()),
         }
     }
 
@@ -506,7 +506,9 @@ impl Provisioner {
                 .into());
             }
             Err(e) if e.is_transient() => return Err(Failure::Transient(e)),
-            Err(e) => return Err(rejected(decl.name, None, e).into()),
+            Err(e) => {
+                return Err(rejected("reading the external stream", decl.name, None, e).into());
+            }
         };
         if let Err(why) = uncovered(&info.config, consumed) {
             return Err(ProvisionError::new(
@@ -588,7 +590,11 @@ impl Provisioner {
             Ok(info) => info,
             Err(e) if e.code() == Some(ErrorCode::CONSUMER_NOT_FOUND) => return Ok(()),
             Err(e) if e.is_transient() => return Err(Failure::Transient(e)),
-            Err(e) => return Err(rejected(stream, Some(old), e).into()),
+            Err(e) => {
+                return Err(
+                    rejected("reading the consumer to migrate from", stream, Some(old), e).into(),
+                );
+            }
         };
         if !workqueue {
             let start = old_info.ack_floor.stream_sequence + 1;
@@ -612,16 +618,22 @@ impl Provisioner {
                 // Another replica migrated first (from a later floor): theirs stands.
                 Err(e) if e.code() == Some(ErrorCode::CONSUMER_ALREADY_EXISTS) => {}
                 Err(e) if e.is_transient() => return Err(Failure::Transient(e)),
-                Err(e) => return Err(rejected(stream, Some(new), e).into()),
+                Err(e) => {
+                    return Err(rejected(
+                        "creating the consumer at the old ack floor",
+                        stream,
+                        Some(new),
+                        e,
+                    )
+                    .into());
+                }
             }
         }
-        match self.delete_consumer(stream, old).await {
-            Ok(()) => {
-                tracing::info!(stream, consumer = old, "deleted the consumer migrated from");
-                Ok(())
-            }
-            Err(e) => Err(e.into()),
-        }
+        // A timed-out delete is retried with the rest of this attempt (creating the new
+        // consumer again is idempotent).
+        self.delete_consumer_once(stream, old).await?;
+        tracing::info!(stream, consumer = old, "deleted the consumer migrated from");
+        Ok(())
     }
 
     async fn ensure_consumer_once(
@@ -648,7 +660,7 @@ impl Provisioner {
             .into());
         }
         if error.code() != Some(ErrorCode::CONSUMER_ALREADY_EXISTS) {
-            return Err(rejected(stream, Some(name), error).into());
+            return Err(rejected("creating the consumer", stream, Some(name), error).into());
         }
         let info = match self
             .api::<consumer::Info>(
@@ -662,7 +674,7 @@ impl Provisioner {
             Err(e) if e.is_transient() || e.code() == Some(ErrorCode::CONSUMER_NOT_FOUND) => {
                 return Err(Failure::Transient(e));
             }
-            Err(e) => return Err(rejected(stream, Some(name), e).into()),
+            Err(e) => return Err(rejected("reading the consumer", stream, Some(name), e).into()),
         };
         let drift = consumer_drift(decl, config, &info.config);
         if !drift.immutable.is_empty() {
@@ -695,7 +707,7 @@ impl Provisioner {
             Err(e) if e.is_transient() || e.code() == Some(ErrorCode::CONSUMER_DOES_NOT_EXIST) => {
                 Err(Failure::Transient(e))
             }
-            Err(e) => Err(rejected(stream, Some(name), e).into()),
+            Err(e) => Err(rejected("updating the consumer", stream, Some(name), e).into()),
         }
     }
 
@@ -745,19 +757,28 @@ impl Provisioner {
                     Err(ProvisionError::new(
                         ProvisionErrorKind::StreamMissing,
                         stream,
-                        "the stream does not exist",
+                        "the stream does not exist; it is created again when its consumers are \
+                 ensured (an external stream must be deployed by its owner)",
                     )
                     .into())
                 }
                 Err(e) if e.is_transient() => Err(Failure::Transient(e)),
-                Err(e) => Err(rejected(stream, consumer, e).into()),
+                Err(e) => Err(rejected("reading", stream, consumer, e).into()),
             }
         })
         .await
     }
 
-    /// Deletes a consumer; a consumer already gone is not an error.
+    /// Deletes a consumer, retrying transient failures; a consumer already gone is not an
+    /// error.
     pub async fn delete_consumer(&self, stream: &str, name: &str) -> Result<(), ProvisionError> {
+        self.retry(stream, Some(name), || {
+            self.delete_consumer_once(stream, name)
+        })
+        .await
+    }
+
+    async fn delete_consumer_once(&self, stream: &str, name: &str) -> Result<(), Failure> {
         #[derive(serde::Deserialize)]
         struct Deleted {}
         match self
@@ -776,7 +797,8 @@ impl Provisioner {
             {
                 Ok(())
             }
-            Err(e) => Err(rejected(stream, Some(name), e)),
+            Err(e) if e.is_transient() => Err(Failure::Transient(e)),
+            Err(e) => Err(rejected("deleting the consumer", stream, Some(name), e).into()),
         }
     }
 }
@@ -799,11 +821,23 @@ pub(crate) fn uncovered(config: &stream::Config, consumed: &[&str]) -> Result<()
     }
 }
 
-fn rejected(stream: &str, consumer: Option<&str>, error: ApiError) -> ProvisionError {
+/// The server refused `operation`. Creates and updates are refused for what the declaration
+/// says; anything else (reads, deletes) for permissions or the server's state.
+fn rejected(
+    operation: &str,
+    stream: &str,
+    consumer: Option<&str>,
+    error: ApiError,
+) -> ProvisionError {
+    let fix = if operation.starts_with("creating") || operation.starts_with("updating") {
+        "change the declaration to what the server accepts"
+    } else {
+        "check this account's JetStream permissions and the server's state"
+    };
     let mut e = ProvisionError::new(
         ProvisionErrorKind::Rejected,
         stream,
-        format!("the server refused the declaration: {error}; fix the declaration"),
+        format!("the server refused {operation}: {error}; {fix}"),
     )
     .source(error);
     e.consumer = consumer.map(str::to_owned);

@@ -57,6 +57,12 @@ impl Relay {
     /// runtime has stopped or is draining.
     pub async fn ensure(&self) -> Result<(), RelayError> {
         let mut running = self.slot.running.subscribe();
+        if *running.borrow_and_update() {
+            return Ok(());
+        }
+        // One wake-up per call: waking on every state change would cut every backoff short
+        // and spin against a stream that is not there yet.
+        self.slot.wake.notify_one();
         loop {
             if *running.borrow_and_update() {
                 return Ok(());
@@ -67,7 +73,6 @@ impl Relay {
             ) {
                 return Err(self.not_running());
             }
-            self.slot.wake.notify_one();
             if running.changed().await.is_err() {
                 return Err(self.not_running());
             }
@@ -305,12 +310,11 @@ impl Runtime {
     /// [`Runtime::run_until`] does the same for each consumer before consuming.
     pub async fn provision(&self) -> Result<ProvisionReport, ProvisionError> {
         let started = std::time::Instant::now();
-        let streams = self
-            .inner
-            .topology
-            .streams()
-            .iter()
-            .map(|s| self.inner.ensure_stream(s));
+        let deadline = tokio::time::Instant::now() + self.inner.retry.deadline;
+        let streams = self.inner.topology.streams().iter().map(|s| {
+            self.inner
+                .until_deadline(deadline, || self.inner.ensure_stream(s))
+        });
         futures::future::try_join_all(streams).await?;
         let queues = self
             .inner
@@ -318,7 +322,10 @@ impl Runtime {
             .consumers()
             .iter()
             .filter(|c| c.decl.as_queue().is_some())
-            .map(|c| self.inner.ensure(c, None, UpdateMode::Update));
+            .map(|c| {
+                self.inner
+                    .until_deadline(deadline, || self.inner.ensure(c, None, UpdateMode::Update))
+            });
         futures::future::try_join_all(queues).await?;
         Ok(ProvisionReport {
             attempts: self.inner.provisioner.attempts(),
@@ -496,12 +503,11 @@ impl ShutdownSignals {
     }
 }
 
+/// A random id per runtime: relay names must never collide between instances (in containers
+/// every process may be pid 1).
 fn instance_id() -> String {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos())
-        .unwrap_or_default();
-    format!("{:x}{:06x}", std::process::id(), (nanos as u64) & 0xff_ffff)
+    use rand::RngExt;
+    format!("{:016x}", rand::rng().random::<u64>())
 }
 
 fn relay_name(instance: &str, index: usize) -> String {
@@ -516,6 +522,38 @@ impl Inner {
             .topology
             .find_stream(name)
             .expect("validated: every consumer's stream is declared")
+    }
+
+    /// Repeats `ensure` while it fails in a way that waiting fixes (an external stream not
+    /// deployed yet, a stream that vanished or is still being created) until `deadline`.
+    async fn until_deadline<T, F, Fut>(
+        &self,
+        deadline: tokio::time::Instant,
+        mut ensure: F,
+    ) -> Result<T, ProvisionError>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T, ProvisionError>>,
+    {
+        let mut attempt = 0;
+        loop {
+            match ensure().await {
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        ProvisionErrorKind::StreamMissing | ProvisionErrorKind::ExternalNotReady
+                    ) =>
+                {
+                    let delay = self.retry.delay(attempt);
+                    if tokio::time::Instant::now() + delay >= deadline {
+                        return Err(e);
+                    }
+                    attempt += 1;
+                    tokio::time::sleep(delay).await;
+                }
+                other => return other,
+            }
+        }
     }
 
     /// Ensures a stream once (single-flight): later calls reuse the first success.
@@ -616,6 +654,8 @@ async fn supervise(
     // while they finish and settle their messages (their acks go to the same durable).
     let mut in_flight = JoinSet::new();
     let abandoned = Abandoned::default();
+    // A failure no retry can fix ends the loop too, through the same drain.
+    let mut stopped_by: Option<ProvisionError> = None;
     loop {
         transition(&slot, ConsumerState::Provisioning);
         let ensured = tokio::select! {
@@ -627,8 +667,8 @@ async fn supervise(
                 // Updates happen at start-up only; a re-ensure after a loss creates but never
                 // updates, so an old instance cannot revert a newer one's configuration.
                 mode = UpdateMode::CreateOnly;
-                failures = 0;
                 transition(&slot, ConsumerState::Running);
+                let session = std::time::Instant::now();
                 match consume(
                     &inner,
                     consumer,
@@ -642,6 +682,11 @@ async fn supervise(
                 {
                     Exit::Drained => break,
                     Exit::Lost(reason) => {
+                        // A session that ran for a while starts the backoff afresh; one lost
+                        // at once keeps backing off.
+                        if session.elapsed() >= inner.retry.cap {
+                            failures = 0;
+                        }
                         failures += 1;
                         transition(
                             &slot,
@@ -664,16 +709,8 @@ async fn supervise(
                 );
             }
             Err(e) => {
-                transition(
-                    &slot,
-                    ConsumerState::Stopped {
-                        error: Some(e.to_string()),
-                    },
-                );
-                let _ = fatal.send(e);
-                // Handlers of an earlier session still settle their messages.
-                finish_in_flight(&mut in_flight, inner.grace_period, &slot).await;
-                return;
+                stopped_by = Some(e);
+                break;
             }
         }
         let delay = inner.retry.delay(failures.saturating_sub(1));
@@ -684,7 +721,15 @@ async fn supervise(
             _ = cancel.cancelled() => break,
         }
     }
-    transition(&slot, ConsumerState::Draining);
+    match &stopped_by {
+        Some(e) => transition(
+            &slot,
+            ConsumerState::Stopped {
+                error: Some(e.to_string()),
+            },
+        ),
+        None => transition(&slot, ConsumerState::Draining),
+    }
     finish_in_flight(&mut in_flight, inner.grace_period, &slot).await;
     // Handlers stopped by the grace period settled nothing: return their messages now rather
     // than after their ack_wait.
@@ -703,7 +748,12 @@ async fn supervise(
     {
         tracing::warn!(stream, consumer = %relay, error = %e, "could not delete the relay on shutdown; the server reaps it after its inactivity threshold");
     }
-    transition(&slot, ConsumerState::Stopped { error: None });
+    match stopped_by {
+        Some(e) => {
+            let _ = fatal.send(e);
+        }
+        None => transition(&slot, ConsumerState::Stopped { error: None }),
+    }
 }
 
 /// How long a consumer may be down before it is reported as an error, and how often.
@@ -1476,19 +1526,49 @@ async fn terminate(
             "Nats-Topology-Error",
             error.to_string().replace(['\r', '\n'], " ").as_str(),
         );
-        let published = async {
+        let publish = || async {
             settle
                 .scope
                 .jetstream
-                .publish_with_headers(subject.to_owned(), headers, message.payload.clone())
+                .publish_with_headers(subject.to_owned(), headers.clone(), message.payload.clone())
                 .await?
                 .await
         };
-        if let Err(e) = published.await {
-            tracing::error!(dead_letter = subject, error = %e, "could not publish a dead letter; the message is redelivered instead");
-            let _ = message
-                .ack_with(AckKind::Nak(Some(Duration::from_secs(1))))
-                .await;
+        // A failed publish is retried while the message is held (progress acks): on its last
+        // delivery a nak would not bring it back.
+        let mut attempt = 0u32;
+        let failure = loop {
+            match publish().await {
+                Ok(_) => break None,
+                Err(e) if attempt + 1 >= DEAD_LETTER_ATTEMPTS => break Some(e),
+                Err(_) => {
+                    let _ = message.ack_with(AckKind::Progress).await;
+                    tokio::time::sleep(full_jitter(
+                        Duration::from_millis(100).saturating_mul(1 << attempt),
+                    ))
+                    .await;
+                    attempt += 1;
+                }
+            }
+        };
+        if let Some(e) = failure {
+            let last = settle.max_deliver.is_some_and(|max| delivered >= max);
+            if last {
+                tracing::error!(
+                    dead_letter = subject,
+                    stream = %settle.scope.stream,
+                    consumer = %settle.scope.consumer,
+                    error = %e,
+                    "could not publish a dead letter after {DEAD_LETTER_ATTEMPTS} attempts; this was the last \
+                     delivery, so the message stays unacknowledged in the stream (the server emits a \
+                     MAX_DELIVERIES advisory): check that a stream captures the dead-letter subject"
+                );
+            } else {
+                tracing::error!(dead_letter = subject, error = %e, "could not publish a dead letter; the message is redelivered instead");
+                let _ = message
+                    .ack_with(AckKind::Nak(Some(Duration::from_secs(1))))
+                    .await;
+            }
             return;
         }
     }
@@ -1498,6 +1578,10 @@ async fn terminate(
         Err(e) => tracing::warn!(error = %e, "could not terminate a message"),
     }
 }
+
+/// How often publishing a dead letter is tried (with full jitter over 0.1 s .. 1.6 s) before
+/// the message is given back.
+const DEAD_LETTER_ATTEMPTS: u32 = 5;
 
 /// The delay before redelivery: the declared backoff for this attempt (the last entry
 /// repeats), or full jitter over a doubling window when none is declared.
