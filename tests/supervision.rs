@@ -155,6 +155,70 @@ async fn consumer_deleted_out_of_band_is_recreated() {
     support::settled(&js, "DELETED", "worker", Duration::from_secs(5)).await;
 }
 
+/// On a limits stream (which keeps acknowledged messages), a queue consumer deleted out of
+/// band is re-created at the ack floor the runtime last read, not at the start of the stream:
+/// nothing acknowledged is handled again, nothing published meanwhile is lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn consumer_deleted_from_a_limits_stream_resumes_after_its_ack_floor() {
+    support::trace();
+    let server = NatsServer::start().await.expect("nats-server starts");
+    let client = async_nats::connect(server.url()).await.unwrap();
+    let ledger = Ledger::default();
+    let stream = support::stream("DELETED_LIMITS", &["deleted_limits.>"]);
+    let consumer = support::queue(
+        "tests::deleted_limits",
+        &stream,
+        "deleted_limits.jobs",
+        QueueDecl::new("worker"),
+    );
+    let runtime = support::fast(Runtime::builder(client))
+        .topology(support::job_topology(
+            stream,
+            consumer,
+            ledger.clone(),
+            Duration::ZERO,
+        ))
+        .build()
+        .expect("valid topology");
+    let health = runtime.health();
+    let running = Running::spawn(runtime);
+    running.ready(Duration::from_secs(20)).await;
+
+    let js = support::jetstream(&server.url()).await;
+    support::publish_jobs(&js, "deleted_limits.jobs", 0..20).await;
+    // The runtime has read the ack floor of all 20 (it reads it every two heartbeats).
+    eventually(Duration::from_secs(20), "the ack floor of 20 read", || {
+        let floor = health.consumers()[0].ack_floor;
+        async move { (floor == 20).then_some(()) }
+    })
+    .await;
+    js.get_stream("DELETED_LIMITS")
+        .await
+        .unwrap()
+        .delete_consumer("worker")
+        .await
+        .expect("delete the consumer out of band");
+    support::publish_jobs(&js, "deleted_limits.jobs", 20..30).await;
+    eventually(Duration::from_secs(20), "every job handled", || {
+        let done = ledger.covers(0..30);
+        async move { done.then_some(()) }
+    })
+    .await;
+    running.stop().await.expect("clean drain");
+    assert_eq!(
+        ledger.ids(),
+        (0..30).collect::<Vec<_>>(),
+        "each job once, in order: nothing acknowledged is replayed"
+    );
+    let info = support::consumer_info(&js, "DELETED_LIMITS", "worker")
+        .await
+        .expect("re-created");
+    assert_eq!(
+        info.config.deliver_policy,
+        async_nats::jetstream::consumer::DeliverPolicy::ByStartSequence { start_sequence: 21 }
+    );
+}
+
 /// The only server is killed and restarted on its file store, first while jobs are being
 /// handled, then while the runtime idles with a pull request open: the runtime resumes each
 /// time; nothing published before or after is lost. The runtime keeps the default heartbeat

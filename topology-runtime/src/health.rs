@@ -67,6 +67,9 @@ pub struct ConsumerStatus {
     pub retried: u64,
     /// Messages dead-lettered and terminated.
     pub dead_lettered: u64,
+    /// The queue consumer's ack floor (every stream sequence up to it is acknowledged) when
+    /// last read from the server; 0 for relays and before the first read.
+    pub ack_floor: u64,
 }
 
 impl fmt::Display for ConsumerStatus {
@@ -102,6 +105,7 @@ pub(crate) struct Slot {
     pub(crate) failed: AtomicU64,
     pub(crate) retried: AtomicU64,
     pub(crate) dead_lettered: AtomicU64,
+    pub(crate) ack_floor: AtomicU64,
 }
 
 impl Slot {
@@ -119,6 +123,7 @@ impl Slot {
             failed: AtomicU64::new(0),
             retried: AtomicU64::new(0),
             dead_lettered: AtomicU64::new(0),
+            ack_floor: AtomicU64::new(0),
         }
     }
 
@@ -158,6 +163,7 @@ impl Slot {
             failed: self.failed.load(Ordering::Relaxed),
             retried: self.retried.load(Ordering::Relaxed),
             dead_lettered: self.dead_lettered.load(Ordering::Relaxed),
+            ack_floor: self.ack_floor.load(Ordering::Relaxed),
         }
     }
 }

@@ -233,8 +233,13 @@ pub enum UpdateMode {
     /// Apply editable differences (start-up: the declaration is the source of truth).
     Update,
     /// Create if absent, accept what exists (re-ensure after a loss: an old instance in a
-    /// rolling deploy must not revert a newer one's configuration).
-    CreateOnly,
+    /// rolling deploy must not revert a newer one's configuration). A queue consumer that
+    /// has to be created again starts after `resume_after` (the last ack floor this instance
+    /// saw), not at the start of the stream.
+    CreateOnly {
+        /// The stream sequence below which everything was acknowledged, when last seen.
+        resume_after: Option<u64>,
+    },
 }
 
 /// Ensures streams and consumers through the JetStream API.
@@ -538,7 +543,20 @@ impl Provisioner {
     ) -> Result<consumer::Info, ProvisionError> {
         let stream_name = stream.config.name.as_str();
         let workqueue = stream.config.retention == stream::RetentionPolicy::WorkQueue;
-        let config = consumer_config(stream_name, decl, relay_name);
+        let mut config = consumer_config(stream_name, decl, relay_name);
+        if let UpdateMode::CreateOnly {
+            resume_after: Some(floor),
+        } = mode
+            && floor > 0
+            && !workqueue
+            && decl.as_queue().is_some()
+        {
+            // Re-created after a loss: not from the start of the stream again. (A work-queue
+            // stream holds only what is unacknowledged: deliver-all is exact there.)
+            config.deliver_policy = consumer::DeliverPolicy::ByStartSequence {
+                start_sequence: floor + 1,
+            };
+        }
         let name = config
             .name
             .clone()
@@ -696,7 +714,7 @@ impl Provisioner {
                     .into(),
             );
         }
-        if drift.editable.is_empty() || mode == UpdateMode::CreateOnly {
+        if drift.editable.is_empty() || matches!(mode, UpdateMode::CreateOnly { .. }) {
             return Ok(info);
         }
         tracing::info!(stream, consumer = name, changes = ?drift.editable, "updating consumer to match its declaration");
@@ -1147,14 +1165,18 @@ pub(crate) fn consumer_drift(
             .immutable
             .push(diff("ack_policy", server.ack_policy, declared.ack_policy));
     }
-    // A consumer migrated from another starts at the old ack floor: that start is expected.
-    let migrated = decl.as_queue().is_some_and(|q| q.migrate_from.is_some())
-        && matches!(
-            server.deliver_policy,
-            consumer::DeliverPolicy::ByStartSequence { .. }
+    // A queue consumer delivers the whole stream; one migrated from another, or re-created
+    // after a loss, starts where its predecessor was acknowledged: the same shape.
+    let from_start_or_floor = |p: &consumer::DeliverPolicy| {
+        matches!(
+            p,
+            consumer::DeliverPolicy::All | consumer::DeliverPolicy::ByStartSequence { .. }
         )
-        && declared.deliver_policy == consumer::DeliverPolicy::All;
-    if server.deliver_policy != declared.deliver_policy && !migrated {
+    };
+    let same_start = decl.as_queue().is_some()
+        && from_start_or_floor(&server.deliver_policy)
+        && from_start_or_floor(&declared.deliver_policy);
+    if server.deliver_policy != declared.deliver_policy && !same_start {
         drift.immutable.push(diff(
             "deliver_policy",
             server.deliver_policy,

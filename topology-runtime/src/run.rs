@@ -666,20 +666,30 @@ async fn supervise(
             Ok(info) => {
                 // Updates happen at start-up only; a re-ensure after a loss creates but never
                 // updates, so an old instance cannot revert a newer one's configuration.
-                mode = UpdateMode::CreateOnly;
+                let floor = &slot.ack_floor;
+                floor.fetch_max(
+                    info.ack_floor.stream_sequence,
+                    std::sync::atomic::Ordering::Relaxed,
+                );
+                let (stream_name, name) = (info.stream_name.clone(), info.name.clone());
                 transition(&slot, ConsumerState::Running);
                 let session = std::time::Instant::now();
-                match consume(
-                    &inner,
-                    consumer,
-                    &slot,
-                    info,
-                    &cancel,
-                    &mut in_flight,
-                    &abandoned,
-                )
-                .await
-                {
+                let exit = tokio::select! {
+                    exit = consume(
+                        &inner,
+                        consumer,
+                        &slot,
+                        info,
+                        &cancel,
+                        &mut in_flight,
+                        &abandoned,
+                    ) => exit,
+                    never = follow_ack_floor(&inner, &stream_name, &name, floor), if relay.is_none() => match never {},
+                };
+                mode = UpdateMode::CreateOnly {
+                    resume_after: Some(floor.load(std::sync::atomic::Ordering::Relaxed)),
+                };
+                match exit {
                     Exit::Drained => break,
                     Exit::Lost(reason) => {
                         // A session that ran for a while starts the backoff afresh; one lost
@@ -753,6 +763,29 @@ async fn supervise(
             let _ = fatal.send(e);
         }
         None => transition(&slot, ConsumerState::Stopped { error: None }),
+    }
+}
+
+/// Keeps `floor` at the consumer's ack floor on the server, read every two heartbeats (10 s by
+/// default), so that a consumer deleted out of band is re-created where it was acknowledged,
+/// not at the start of its stream. Never returns.
+async fn follow_ack_floor(
+    inner: &Inner,
+    stream: &str,
+    consumer: &str,
+    floor: &std::sync::atomic::AtomicU64,
+) -> std::convert::Infallible {
+    let mut every = tokio::time::interval(inner.heartbeat * 2);
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    every.tick().await;
+    loop {
+        every.tick().await;
+        if let Ok(Some(info)) = inner.provisioner.read_consumer(stream, consumer).await {
+            floor.fetch_max(
+                info.ack_floor.stream_sequence,
+                std::sync::atomic::Ordering::Relaxed,
+            );
+        }
     }
 }
 
