@@ -1292,8 +1292,11 @@ impl Puller {
             // The newest request was refused.
             self.requests.pop_back();
         } else {
-            tracing::debug!(%status, description, "unexpected status on a pull inbox; asking again");
-            self.requests.clear();
+            // Asking again at once could repeat the refusal in a hot loop: let the supervisor
+            // ensure the consumer again, with its backoff.
+            return Err(format!(
+                "unexpected answer to a pull request: {status} {description}"
+            ));
         }
         Ok(None)
     }
