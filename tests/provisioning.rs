@@ -365,10 +365,10 @@ async fn wait_ready(health: &Health) {
 }
 
 /// Publishes 1..=100 (payload = the number), acks 1..=40 with `old`, leaves 41..=50 delivered
-/// but unacked, then runs a runtime whose group `new` declares `migrate_from = "old"`: it must
-/// receive exactly 41..=100.
-async fn migrate(decl: &'static StreamDecl, retention: stream::RetentionPolicy) {
-    let (_server, client, js) = start().await;
+/// but unacked, then starts `instances` runtimes at once whose group `new` declares
+/// `migrate_from = "old"`: together they must receive exactly 41..=100, each once.
+async fn migrate(decl: &'static StreamDecl, retention: stream::RetentionPolicy, instances: usize) {
+    let (server, _client, js) = start().await;
     let subject = format!("{}.work", decl.subjects[0].trim_end_matches(".>"));
     js.create_stream(stream::Config {
         name: decl.name.into(),
@@ -422,55 +422,75 @@ async fn migrate(decl: &'static StreamDecl, retention: stream::RetentionPolicy) 
     assert_eq!(floor, 40);
 
     let seen: Arc<Mutex<Vec<u32>>> = Arc::default();
-    let record = seen.clone();
-    let topology = Topology::new().stream(*decl).consumer(
-        ConsumerDecl::queue(
-            "tests::on_work",
-            StreamRef::Declared(decl),
-            QueueDecl::new("new").migrate_from("old"),
-        ),
-        move |incoming| {
-            let n = std::str::from_utf8(incoming.payload())
-                .unwrap()
-                .parse()
-                .unwrap();
-            record.lock().unwrap().push(n);
-            Box::pin(async { Ok::<(), HandlerError>(()) })
-        },
-    );
-    let runtime = Runtime::builder(client)
-        .topology(topology)
-        .retry(quick())
-        .build()
-        .unwrap();
-    let health = runtime.health();
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let running = tokio::spawn(runtime.run_until(async move {
-        let _ = stopped.await;
-    }));
+    let mut runtimes = Vec::new();
+    for _ in 0..instances {
+        let record = seen.clone();
+        let topology = Topology::new().stream(*decl).consumer(
+            ConsumerDecl::queue(
+                "tests::on_work",
+                StreamRef::Declared(decl),
+                QueueDecl::new("new").migrate_from("old"),
+            ),
+            move |incoming| {
+                let n = std::str::from_utf8(incoming.payload())
+                    .unwrap()
+                    .parse()
+                    .unwrap();
+                record.lock().unwrap().push(n);
+                Box::pin(async { Ok::<(), HandlerError>(()) })
+            },
+        );
+        // Each instance on its own connection, as separate processes would be.
+        let client = async_nats::connect(server.url()).await.unwrap();
+        runtimes.push(
+            Runtime::builder(client)
+                .topology(topology)
+                .retry(quick())
+                .build()
+                .unwrap(),
+        );
+    }
+    // Every instance migrates at the same moment.
+    let mut stops = Vec::new();
+    let mut running = Vec::new();
+    for runtime in runtimes {
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        running.push(tokio::spawn(runtime.run_until(async move {
+            let _ = stopped.await;
+        })));
+        stops.push(stop);
+    }
     eventually(
         Duration::from_secs(20),
         "60 messages handled by the new consumer",
         || {
             let n = seen.lock().unwrap().len();
-            let health = health.to_string();
-            async move {
-                if n < 60 {
-                    eprintln!("{n} handled; {health}");
-                }
-                (n >= 60).then_some(())
-            }
+            async move { (n >= 60).then_some(()) }
         },
     )
     .await;
-    stop.send(()).unwrap();
-    running.await.unwrap().unwrap();
+    for stop in stops {
+        stop.send(()).unwrap();
+    }
+    for run in running {
+        run.await.unwrap().unwrap();
+    }
     let handled = seen.lock().unwrap().clone();
-    assert_eq!(
-        handled,
-        (41..=100).collect::<Vec<u32>>(),
-        "exactly 41..=100, in order"
-    );
+    if instances == 1 {
+        assert_eq!(
+            handled,
+            (41..=100).collect::<Vec<u32>>(),
+            "exactly 41..=100, in order"
+        );
+    } else {
+        let mut sorted = handled.clone();
+        sorted.sort_unstable();
+        assert_eq!(
+            sorted,
+            (41..=100).collect::<Vec<u32>>(),
+            "exactly 41..=100, each once, across {instances} instances"
+        );
+    }
     let stream = js.get_stream(decl.name).await.unwrap();
     assert!(
         stream.consumer_info("old").await.is_err(),
@@ -481,12 +501,25 @@ async fn migrate(decl: &'static StreamDecl, retention: stream::RetentionPolicy) 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn migration_on_a_limits_stream_starts_at_the_ack_floor() {
     static LIMITS: StreamDecl = StreamDecl::new("MIGRATE_LIMITS", &["migrate.limits.>"]);
-    migrate(&LIMITS, stream::RetentionPolicy::Limits).await;
+    migrate(&LIMITS, stream::RetentionPolicy::Limits, 1).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn migration_on_a_workqueue_stream_deletes_first_and_loses_nothing() {
     static QUEUE: StreamDecl =
         StreamDecl::new("MIGRATE_WQ", &["migrate.wq.>"]).retention(Retention::WorkQueue);
-    migrate(&QUEUE, stream::RetentionPolicy::WorkQueue).await;
+    migrate(&QUEUE, stream::RetentionPolicy::WorkQueue, 1).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn four_instances_migrating_at_once_on_a_limits_stream_lose_and_repeat_nothing() {
+    static LIMITS: StreamDecl = StreamDecl::new("MIGRATE_LIMITS_4", &["migrate.limits4.>"]);
+    migrate(&LIMITS, stream::RetentionPolicy::Limits, 4).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn four_instances_migrating_at_once_on_a_workqueue_stream_lose_and_repeat_nothing() {
+    static QUEUE: StreamDecl =
+        StreamDecl::new("MIGRATE_WQ_4", &["migrate.wq4.>"]).retention(Retention::WorkQueue);
+    migrate(&QUEUE, stream::RetentionPolicy::WorkQueue, 4).await;
 }
