@@ -37,36 +37,9 @@ impl Rng {
     }
 }
 
-const KEYS: &[&str] = &[
-    "name",
-    "subjects",
-    "replicas",
-    "storage",
-    "retention",
-    "max_age",
-    "max_msgs",
-    "max_bytes",
-    "max_msg_size",
-    "discard",
-    "duplicate_window",
-    "description",
-    "external",
-    "crate",
-    "stream",
-    "group",
-    "subject",
-    "delivery",
-    "max_deliver",
-    "ack_wait",
-    "backoff",
-    "max_ack_pending",
-    "concurrency",
-    "dead_letter",
-    "migrate_from",
-    "deliver",
-    "durable",
+/// Keys the macros do not accept: typos, other frameworks' words, keywords, non-ASCII.
+const ODD_KEYS: &[&str] = &[
     "durable_name",
-    "deliver_group",
     "queue",
     "replica",
     "grup",
@@ -77,6 +50,23 @@ const KEYS: &[&str] = &[
     "_",
     "ñame",
 ];
+
+/// Every key the three macros accept or refuse with an explanation (read from their specs, so
+/// that a new key is fuzzed too), and [`ODD_KEYS`].
+static KEYS: std::sync::LazyLock<Vec<&'static str>> = std::sync::LazyLock::new(|| {
+    let mut keys: Vec<&'static str> = ODD_KEYS.to_vec();
+    for spec in [
+        &stream::SPEC,
+        &consumer::QUEUE_SPEC,
+        &consumer::BROADCAST_SPEC,
+    ] {
+        keys.extend(spec.keys);
+        keys.extend(spec.refused.iter().map(|r| r.key));
+    }
+    keys.sort_unstable();
+    keys.dedup();
+    keys
+});
 
 const STRINGS: &[&str] = &[
     "",
@@ -240,7 +230,7 @@ fn attribute(rng: &mut Rng) -> TokenStream {
             out.extend(value(rng, 0));
             continue;
         }
-        out.extend([ident(rng.pick(KEYS))]);
+        out.extend([ident(rng.pick(&KEYS))]);
         match rng.below(10) {
             0 => {}
             1 => out.extend([TokenTree::Group(Group::new(
@@ -322,7 +312,7 @@ fn mutate(rng: &mut Rng, tokens: TokenStream) -> TokenStream {
                 let i = rng.below(len);
                 trees[i] = match rng.below(3) {
                     0 => literal(rng),
-                    1 => ident(rng.pick(KEYS)),
+                    1 => ident(rng.pick(&KEYS)),
                     _ => punct(rng.pick(&[',', '=', ':', '-', '#'])),
                 };
             }
