@@ -3,7 +3,7 @@
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// What a consumer is doing.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -89,18 +89,23 @@ impl fmt::Display for ConsumerStatus {
     }
 }
 
+/// One consumer's live state, shared by its supervisor, its handlers and [`Health`]. Only the
+/// methods here change its state, so that every change is logged once, at a fitting level.
 pub(crate) struct Slot {
     /// Wakes the supervisor out of its backoff (a relay's `ensure()`).
     pub(crate) wake: tokio::sync::Notify,
     /// Whether the consumer is running, for waiters.
     pub(crate) running: tokio::sync::watch::Sender<bool>,
-    /// Since when it has not been running, and when that was last reported as an error.
-    pub(crate) down: Mutex<(Option<Instant>, Option<Instant>)>,
     pub(crate) stream: String,
-    pub(crate) consumer: Mutex<String>,
-    pub(crate) handler: String,
-    pub(crate) queue: bool,
+    /// The consumer's name on the server (the group, or the relay's per-instance name).
+    pub(crate) consumer: String,
+    handler: String,
+    queue: bool,
+    /// How long the consumer may be down before that is logged as an error, and how often.
+    down_alarm: Duration,
     state: Mutex<(ConsumerState, Instant)>,
+    /// Since when it has not been running, and when that was last reported as an error.
+    down: Mutex<(Option<Instant>, Option<Instant>)>,
     pub(crate) handled: AtomicU64,
     pub(crate) failed: AtomicU64,
     pub(crate) retried: AtomicU64,
@@ -109,16 +114,23 @@ pub(crate) struct Slot {
 }
 
 impl Slot {
-    pub(crate) fn new(stream: &str, consumer: &str, handler: &str, queue: bool) -> Self {
+    pub(crate) fn new(
+        stream: &str,
+        consumer: &str,
+        handler: &str,
+        queue: bool,
+        down_alarm: Duration,
+    ) -> Self {
         Slot {
             wake: tokio::sync::Notify::new(),
             running: tokio::sync::watch::Sender::new(false),
-            down: Mutex::new((Some(Instant::now()), None)),
             stream: stream.to_owned(),
-            consumer: Mutex::new(consumer.to_owned()),
+            consumer: consumer.to_owned(),
             handler: handler.to_owned(),
             queue,
+            down_alarm,
             state: Mutex::new((ConsumerState::Starting, Instant::now())),
+            down: Mutex::new((Some(Instant::now()), None)),
             handled: AtomicU64::new(0),
             failed: AtomicU64::new(0),
             retried: AtomicU64::new(0),
@@ -127,13 +139,60 @@ impl Slot {
         }
     }
 
-    /// Sets the state; returns the previous one and how long it lasted.
-    pub(crate) fn set(&self, state: ConsumerState) -> (ConsumerState, std::time::Duration) {
+    /// Sets the consumer's state and logs the change once, at a level that fits it: a
+    /// consumer that has not been running for the down-alarm delay (a minute by default) is
+    /// an error, repeated at most once per that delay.
+    pub(crate) fn transition(&self, state: ConsumerState) {
+        let previous = self.set(state.clone());
+        let consumer = self.consumer.as_str();
+        let mut down = self.down.lock().unwrap_or_else(|e| e.into_inner());
+        match &state {
+            ConsumerState::Running => *down = (None, None),
+            ConsumerState::Draining | ConsumerState::Stopped { error: None } => {}
+            _ => {
+                let since = *down.0.get_or_insert_with(Instant::now);
+                let alarm_due = since.elapsed() >= self.down_alarm
+                    && down.1.is_none_or(|last| last.elapsed() >= self.down_alarm);
+                if alarm_due {
+                    down.1 = Some(Instant::now());
+                    tracing::error!(
+                        stream = %self.stream,
+                        consumer,
+                        down_for = ?since.elapsed(),
+                        state = %state,
+                        "consumer has not been running for over {:?}: nothing consumes its messages",
+                        self.down_alarm
+                    );
+                    return;
+                }
+            }
+        }
+        drop(down);
+        if std::mem::discriminant(&previous) == std::mem::discriminant(&state) {
+            if let ConsumerState::Retrying { attempt, error } = &state {
+                tracing::debug!(stream = %self.stream, consumer, attempt, error, "consumer still not running; retrying");
+            }
+            return;
+        }
+        match &state {
+            ConsumerState::Retrying { attempt, error } => {
+                tracing::warn!(stream = %self.stream, consumer, attempt, error, "consumer not running; retrying")
+            }
+            ConsumerState::Stopped { error: Some(error) } => {
+                tracing::error!(stream = %self.stream, consumer, error, "consumer stopped")
+            }
+            other => {
+                tracing::info!(stream = %self.stream, consumer, state = %other, "consumer state")
+            }
+        }
+    }
+
+    /// Sets the state; returns the previous one.
+    fn set(&self, state: ConsumerState) -> ConsumerState {
         let mut guard = self.state.lock().unwrap_or_else(|e| e.into_inner());
         self.running
             .send_replace(matches!(state, ConsumerState::Running));
-        let previous = std::mem::replace(&mut *guard, (state, Instant::now()));
-        (previous.0, previous.1.elapsed())
+        std::mem::replace(&mut *guard, (state, Instant::now())).0
     }
 
     pub(crate) fn state(&self) -> ConsumerState {
@@ -151,11 +210,7 @@ impl Slot {
     fn status(&self) -> ConsumerStatus {
         ConsumerStatus {
             stream: self.stream.clone(),
-            consumer: self
-                .consumer
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .clone(),
+            consumer: self.consumer.clone(),
             handler: self.handler.clone(),
             queue: self.queue,
             state: self.state(),

@@ -1,14 +1,16 @@
 //! Reports for operators: [`plan`] (what provisioning would do, without doing it) and
 //! [`inspect`] (the state of every declared consumer on the server: does it exist, is anyone
 //! bound or pulling, what is pending). `inspect` is how "the consumer exists, bound by nobody"
-//! becomes visible.
+//! becomes visible. And [`ProvisionReport`], what [`Runtime::provision`](crate::Runtime::provision)
+//! did.
 
 use std::fmt;
 
-use async_nats::jetstream::{ErrorCode, consumer, stream};
+use std::time::Duration;
 
 use crate::provision::{
-    FieldDiff, ProvisionError, Provisioner, consumer_config, consumer_drift, stream_drift,
+    Drift, FieldDiff, ProvisionError, Provisioner, consumer_config, consumer_drift, stream_drift,
+    uncovered,
 };
 use crate::registry::Topology;
 use crate::retry::RetryPolicy;
@@ -37,7 +39,7 @@ pub enum Action {
 }
 
 impl Action {
-    fn from_drift(drift: crate::provision::Drift) -> Self {
+    fn from_drift(drift: Drift) -> Self {
         if !drift.immutable.is_empty() {
             Action::Conflict(drift.immutable)
         } else if !drift.editable.is_empty() {
@@ -129,11 +131,24 @@ impl fmt::Display for Plan {
 }
 
 /// Computes what provisioning `topology` would do, reading the server and changing nothing.
+/// Reads are retried under [`RetryPolicy::default`]; [`Runtime::plan`](crate::Runtime::plan)
+/// uses the runtime's policy.
 pub async fn plan(
     client: &async_nats::Client,
     topology: &Topology,
 ) -> Result<Plan, ProvisionError> {
-    let provisioner = Provisioner::new(client.clone(), RetryPolicy::default());
+    plan_with(
+        &Provisioner::new(client.clone(), RetryPolicy::default()),
+        topology,
+    )
+    .await
+}
+
+/// [`plan`] through `provisioner` (its retry policy and request timeout).
+pub(crate) async fn plan_with(
+    provisioner: &Provisioner,
+    topology: &Topology,
+) -> Result<Plan, ProvisionError> {
     let mut items = Vec::new();
     for decl in topology.streams() {
         let server = provisioner.read_stream(decl.name).await?;
@@ -145,9 +160,7 @@ pub async fn plan(
             .collect();
         let action = match (&server, decl.external) {
             (None, true) => Action::Verify(Err("the stream does not exist".to_owned())),
-            (Some(info), true) => {
-                Action::Verify(crate::provision::uncovered(&info.config, &consumed))
-            }
+            (Some(info), true) => Action::Verify(uncovered(&info.config, &consumed)),
             (None, false) => Action::Create,
             (Some(info), false) => Action::from_drift(stream_drift(decl, &info.config)),
         };
@@ -265,12 +278,25 @@ impl fmt::Display for Inspection {
     }
 }
 
-/// Reads the state of every declared queue consumer.
+/// Reads the state of every declared queue consumer. Reads are retried under
+/// [`RetryPolicy::default`]; [`Runtime::inspect`](crate::Runtime::inspect) uses the runtime's
+/// policy.
 pub async fn inspect(
     client: &async_nats::Client,
     topology: &Topology,
 ) -> Result<Inspection, ProvisionError> {
-    let provisioner = Provisioner::new(client.clone(), RetryPolicy::default());
+    inspect_with(
+        &Provisioner::new(client.clone(), RetryPolicy::default()),
+        topology,
+    )
+    .await
+}
+
+/// [`inspect`] through `provisioner` (its retry policy and request timeout).
+pub(crate) async fn inspect_with(
+    provisioner: &Provisioner,
+    topology: &Topology,
+) -> Result<Inspection, ProvisionError> {
     let mut consumers = Vec::new();
     for c in topology.consumers() {
         let ConsumerKind::Queue(queue) = &c.decl.kind else {
@@ -310,38 +336,11 @@ pub async fn inspect(
     Ok(Inspection { consumers })
 }
 
-impl Provisioner {
-    /// Reads a stream; `None` if it does not exist.
-    pub(crate) async fn read_stream(
-        &self,
-        name: &str,
-    ) -> Result<Option<stream::Info>, ProvisionError> {
-        self.read(
-            name,
-            None,
-            format!("STREAM.INFO.{name}"),
-            ErrorCode::STREAM_NOT_FOUND,
-        )
-        .await
-    }
-
-    /// Reads a consumer; `None` if it (or its stream) does not exist.
-    pub(crate) async fn read_consumer(
-        &self,
-        stream: &str,
-        name: &str,
-    ) -> Result<Option<consumer::Info>, ProvisionError> {
-        match self
-            .read(
-                stream,
-                Some(name),
-                format!("CONSUMER.INFO.{stream}.{name}"),
-                ErrorCode::CONSUMER_NOT_FOUND,
-            )
-            .await
-        {
-            Err(e) if e.kind() == crate::ProvisionErrorKind::StreamMissing => Ok(None),
-            other => other,
-        }
-    }
+/// What [`Runtime::provision`](crate::Runtime::provision) did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProvisionReport {
+    /// Provisioning attempts made (one per stream and consumer when nothing failed).
+    pub attempts: u32,
+    /// How long it took.
+    pub elapsed: Duration,
 }

@@ -1,15 +1,22 @@
-//! Retry with full jitter: `sleep = uniform(0, min(cap, base * 2^attempt))`.
+//! Retry with full jitter: `sleep = uniform(0, min(cap, base * 2^attempt))`, the one retry
+//! primitive every retrying loop of the runtime goes through ([`RetryPolicy::run`], or a
+//! [`Backoff`] where the attempts are not one call).
 //!
 //! Full jitter keeps the losers of a start-up race from re-synchronising: when many replicas
 //! start at once against a fresh cluster, a fixed or equal-jitter window makes them collide
 //! again on every attempt (see DESIGN.md, "the cold-start cliff").
 
+use std::future::Future;
 use std::time::Duration;
 
 use rand::RngExt;
+use tokio::time::Instant;
 
-/// How provisioning retries transient failures (request timeouts, no responders, JetStream
-/// temporarily unavailable, no leader). Configuration conflicts are never retried.
+/// How an operation is retried: full-jitter waits over a doubling window, until a deadline
+/// (and, optionally, a number of attempts). Provisioning uses it for transient failures
+/// (request timeouts, no responders, JetStream temporarily unavailable, no leader); the
+/// runtime also uses it for redelivery delays and dead-letter publishing. Configuration
+/// conflicts are never retried.
 ///
 /// The defaults follow measurements on a 3-node loopback cluster (nats-server 2.15.1):
 /// - `request_timeout` 5 s: an R3 create during a leader election can take a few seconds; a
@@ -20,6 +27,7 @@ use rand::RngExt;
 ///   re-election takes (about 6–9 s after a leader is lost).
 /// - `deadline` 60 s: long enough to ride out a node restart and a re-election; a
 ///   supervised consumer keeps retrying after it, this only bounds one provisioning call.
+/// - `max_attempts` none: the deadline bounds provisioning.
 ///
 /// ```
 /// use std::time::Duration;
@@ -39,8 +47,11 @@ pub struct RetryPolicy {
     pub base: Duration,
     /// The largest window.
     pub cap: Duration,
-    /// The overall time one provisioning call may take, retries included.
+    /// The overall time one retried operation may take, retries included: no wait starts
+    /// that would end past it.
     pub deadline: Duration,
+    /// The most attempts one retried operation makes (`None`: as many as the deadline allows).
+    pub max_attempts: Option<u32>,
     /// The bound on each JetStream API request.
     pub request_timeout: Duration,
 }
@@ -51,9 +62,31 @@ impl Default for RetryPolicy {
             base: Duration::from_millis(250),
             cap: Duration::from_secs(5),
             deadline: Duration::from_secs(60),
+            max_attempts: None,
             request_timeout: Duration::from_secs(5),
         }
     }
+}
+
+/// Why [`RetryPolicy::run`] stopped without a success.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GaveUp {
+    /// The last failure was one that retrying cannot fix.
+    Final,
+    /// Failures were transient, but the deadline or the attempt limit was reached.
+    Exhausted,
+}
+
+/// The last error of a [`RetryPolicy::run`] that did not succeed, with how many attempts it
+/// made and why it stopped.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Failed<E> {
+    /// The last attempt's error.
+    pub error: E,
+    /// Attempts made, the last one included.
+    pub attempts: u32,
+    /// Why it stopped.
+    pub gave_up: GaveUp,
 }
 
 impl RetryPolicy {
@@ -74,6 +107,131 @@ impl RetryPolicy {
     /// A random delay in `[0, window(attempt)]`.
     pub fn delay(&self, attempt: u32) -> Duration {
         full_jitter(self.window(attempt))
+    }
+
+    /// The waits of one retried operation whose deadline starts now.
+    pub fn backoff(&self) -> Backoff {
+        self.backoff_until(Some(Instant::now() + self.deadline))
+    }
+
+    /// The waits of one retried operation with the given deadline (`None`: no deadline; the
+    /// attempt limit, if any, still applies).
+    pub fn backoff_until(&self, deadline: Option<Instant>) -> Backoff {
+        Backoff {
+            policy: *self,
+            deadline,
+            failures: 0,
+        }
+    }
+
+    /// Runs `op` until it succeeds, fails in a way `transient` says retrying cannot fix, or
+    /// the next wait would pass the deadline (from now) or the attempt limit. Returns the
+    /// value and the attempts made.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// use std::time::Duration;
+    /// use nats_topology::RetryPolicy;
+    /// use nats_topology::retry::GaveUp;
+    ///
+    /// let policy = RetryPolicy { base: Duration::from_millis(1), ..RetryPolicy::default() };
+    /// let mut calls = 0;
+    /// let (value, attempts) = policy
+    ///     .run(|| { calls += 1; let n = calls; async move { if n < 3 { Err("busy") } else { Ok(n) } } },
+    ///          |e| *e == "busy")
+    ///     .await
+    ///     .unwrap();
+    /// assert_eq!((value, attempts), (3, 3));
+    ///
+    /// let refused = policy.run(|| async { Err::<(), _>("refused") }, |e| *e == "busy").await;
+    /// assert_eq!(refused.unwrap_err().gave_up, GaveUp::Final);
+    /// # }
+    /// ```
+    pub async fn run<T, E, F, Fut>(
+        &self,
+        op: F,
+        transient: impl FnMut(&E) -> bool,
+    ) -> Result<(T, u32), Failed<E>>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+    {
+        self.backoff().run(op, transient).await
+    }
+}
+
+/// The waits between the attempts of one retried operation: full jitter over a doubling
+/// window, bounded by a deadline and an attempt limit. [`RetryPolicy::run`] is built on it;
+/// a loop whose attempts are not one call (a supervisor that consumes between failures)
+/// uses it directly.
+#[derive(Debug, Clone)]
+pub struct Backoff {
+    policy: RetryPolicy,
+    deadline: Option<Instant>,
+    failures: u32,
+}
+
+impl Backoff {
+    /// Failures recorded since the start or the last [`Backoff::reset`].
+    pub fn failures(&self) -> u32 {
+        self.failures
+    }
+
+    /// Records a failure and returns how long to wait before the next attempt, or `None` when
+    /// that wait would end past the deadline or the attempt limit is reached.
+    pub fn fail(&mut self) -> Option<Duration> {
+        self.failures = self.failures.saturating_add(1);
+        if self
+            .policy
+            .max_attempts
+            .is_some_and(|max| self.failures >= max)
+        {
+            return None;
+        }
+        let delay = self.policy.delay(self.failures - 1);
+        match self.deadline {
+            Some(deadline) if Instant::now() + delay >= deadline => None,
+            _ => Some(delay),
+        }
+    }
+
+    /// Starts counting failures afresh (the window shrinks back to `base`).
+    pub fn reset(&mut self) {
+        self.failures = 0;
+    }
+
+    /// Runs `op` until it succeeds, fails in a way `transient` says retrying cannot fix, or
+    /// [`Backoff::fail`] says to stop; see [`RetryPolicy::run`].
+    pub async fn run<T, E, F, Fut>(
+        mut self,
+        mut op: F,
+        mut transient: impl FnMut(&E) -> bool,
+    ) -> Result<(T, u32), Failed<E>>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+    {
+        let mut attempts = 0u32;
+        loop {
+            attempts += 1;
+            let error = match op().await {
+                Ok(value) => return Ok((value, attempts)),
+                Err(error) => error,
+            };
+            let gave_up = if !transient(&error) {
+                GaveUp::Final
+            } else if let Some(delay) = self.fail() {
+                tokio::time::sleep(delay).await;
+                continue;
+            } else {
+                GaveUp::Exhausted
+            };
+            return Err(Failed {
+                error,
+                attempts,
+                gave_up,
+            });
+        }
     }
 }
 

@@ -1,0 +1,168 @@
+//! Declaration -> server configuration: the stream and consumer configs a declaration
+//! creates, and which of their fields it sets.
+
+use std::time::Duration;
+
+use async_nats::jetstream::{consumer, stream};
+
+use topology_core::model::{
+    ConsumerDecl, ConsumerKind, DeliverPolicy, Delivery, Discard, QueueDecl, Retention, Storage,
+    StreamDecl,
+};
+
+/// The stream configuration a declaration creates.
+pub(crate) fn stream_config(decl: &StreamDecl) -> stream::Config {
+    let mut config = stream::Config {
+        name: decl.name.to_owned(),
+        ..Default::default()
+    };
+    apply_stream_decl(decl, &mut config);
+    config
+}
+
+/// Writes every field the declaration sets into `config`; subjects are added, never removed.
+pub(crate) fn apply_stream_decl(decl: &StreamDecl, config: &mut stream::Config) {
+    for subject in decl.subjects {
+        if !config.subjects.iter().any(|s| s == subject) {
+            config.subjects.push((*subject).to_owned());
+        }
+    }
+    if let Some(replicas) = decl.replicas {
+        config.num_replicas = replicas.into();
+    }
+    if let Some(storage) = decl.storage {
+        config.storage = storage_type(storage);
+    }
+    if let Some(retention) = decl.retention {
+        config.retention = retention_policy(retention);
+    }
+    if let Some(max_age) = decl.max_age {
+        config.max_age = max_age;
+    }
+    if let Some(max_msgs) = decl.max_msgs {
+        config.max_messages = max_msgs;
+    }
+    if let Some(max_bytes) = decl.max_bytes {
+        config.max_bytes = max_bytes;
+    }
+    if let Some(size) = decl.max_msg_size {
+        config.max_message_size = size;
+    }
+    if let Some(discard) = decl.discard {
+        config.discard = match discard {
+            Discard::Old => stream::DiscardPolicy::Old,
+            Discard::New => stream::DiscardPolicy::New,
+        };
+    }
+    if let Some(window) = decl.duplicate_window {
+        config.duplicate_window = window;
+    }
+    if let Some(description) = decl.description {
+        config.description = Some(description.to_owned());
+    }
+}
+
+pub(crate) fn storage_type(storage: Storage) -> stream::StorageType {
+    match storage {
+        Storage::File => stream::StorageType::File,
+        Storage::Memory => stream::StorageType::Memory,
+    }
+}
+
+pub(crate) fn retention_policy(retention: Retention) -> stream::RetentionPolicy {
+    match retention {
+        Retention::Limits => stream::RetentionPolicy::Limits,
+        Retention::Interest => stream::RetentionPolicy::Interest,
+        Retention::WorkQueue => stream::RetentionPolicy::WorkQueue,
+    }
+}
+
+/// The deliver subject of a push queue consumer: the same for every instance of the group.
+pub(crate) fn push_deliver_subject(stream: &str, group: &str) -> String {
+    format!("_NT_DELIVER.{stream}.{group}")
+}
+
+/// How long the server keeps a relay whose instance stopped pulling.
+pub(crate) const RELAY_INACTIVE_THRESHOLD: Duration = Duration::from_secs(30);
+
+/// The consumer configuration a declaration creates.
+pub(crate) fn consumer_config(
+    stream: &str,
+    decl: &ConsumerDecl,
+    relay_name: Option<&str>,
+) -> consumer::Config {
+    let mut config = consumer::Config {
+        ack_policy: consumer::AckPolicy::Explicit,
+        ..Default::default()
+    };
+    match decl.subjects {
+        [] => {}
+        [one] => config.filter_subject = (*one).to_owned(),
+        many => config.filter_subjects = many.iter().map(|s| (*s).to_owned()).collect(),
+    }
+    match &decl.kind {
+        ConsumerKind::Queue(queue) => {
+            config.durable_name = Some(queue.group.to_owned());
+            config.name = Some(queue.group.to_owned());
+            config.deliver_policy = consumer::DeliverPolicy::All;
+            apply_queue_decl(queue, &mut config);
+            if queue.delivery == Delivery::Push {
+                config.deliver_subject = Some(push_deliver_subject(stream, queue.group));
+                config.deliver_group = Some(queue.group.to_owned());
+            }
+        }
+        ConsumerKind::Broadcast(relay) => {
+            config.name = relay_name.map(str::to_owned);
+            config.deliver_policy = match relay.deliver {
+                DeliverPolicy::All => consumer::DeliverPolicy::All,
+                DeliverPolicy::New => consumer::DeliverPolicy::New,
+                DeliverPolicy::Last => consumer::DeliverPolicy::Last,
+                DeliverPolicy::LastPerSubject => consumer::DeliverPolicy::LastPerSubject,
+            };
+            config.inactive_threshold = RELAY_INACTIVE_THRESHOLD;
+            config.memory_storage = true;
+            config.num_replicas = 1;
+        }
+    }
+    config
+}
+
+fn apply_queue_decl(queue: &QueueDecl, config: &mut consumer::Config) {
+    if let Some(v) = queue.max_deliver {
+        config.max_deliver = v;
+    }
+    if let Some(v) = queue.ack_wait {
+        config.ack_wait = v;
+    }
+    // `backoff` is applied by the runtime when it naks a failed message. Sent to the server
+    // it would also replace `ack_wait` with its first step, so a handler declared with
+    // `ack_wait = "30s", backoff = ["1s", ..]` would be redelivered after one second.
+    if let Some(v) = queue.max_ack_pending {
+        config.max_ack_pending = v;
+    }
+    if let Some(v) = queue.description {
+        config.description = Some(v.to_owned());
+    }
+}
+
+/// Copies the editable fields a declaration sets from `declared` into `server`.
+pub(crate) fn apply_editable_consumer_fields(
+    declared: &consumer::Config,
+    server: &mut consumer::Config,
+) {
+    server.filter_subject = declared.filter_subject.clone();
+    server.backoff.clear();
+    server.filter_subjects = declared.filter_subjects.clone();
+    if declared.max_deliver != 0 {
+        server.max_deliver = declared.max_deliver;
+    }
+    if !declared.ack_wait.is_zero() {
+        server.ack_wait = declared.ack_wait;
+    }
+    if declared.max_ack_pending != 0 {
+        server.max_ack_pending = declared.max_ack_pending;
+    }
+    if declared.description.is_some() {
+        server.description = declared.description.clone();
+    }
+}

@@ -1,0 +1,157 @@
+//! One runtime's provisioning of its topology: each stream ensured once (single-flight) and
+//! remembered, a consumer after its stream, and waits for streams that are not there yet
+//! (an external stream not deployed, a stream vanished or still being created).
+
+use std::collections::HashMap;
+use std::future::Future;
+
+use async_nats::jetstream::{consumer, stream};
+use tokio::sync::Mutex;
+
+use super::{ProvisionError, ProvisionErrorKind, Provisioner, UpdateMode};
+use crate::registry::{Consumer, Topology};
+use crate::retry::{Failed, RetryPolicy};
+use topology_core::model::StreamDecl;
+
+/// Ensures a topology's streams and consumers for one runtime.
+pub(crate) struct Ensurer {
+    topology: Topology,
+    provisioner: Provisioner,
+    /// Per stream: its info once ensured. The mutex makes ensuring single-flight.
+    streams: HashMap<String, Mutex<Option<stream::Info>>>,
+}
+
+impl Ensurer {
+    pub(crate) fn new(topology: Topology, provisioner: Provisioner) -> Self {
+        let streams = topology
+            .streams()
+            .iter()
+            .map(|s| (s.name.to_owned(), Mutex::new(None)))
+            .collect();
+        Ensurer {
+            topology,
+            provisioner,
+            streams,
+        }
+    }
+
+    pub(crate) fn topology(&self) -> &Topology {
+        &self.topology
+    }
+
+    pub(crate) fn provisioner(&self) -> &Provisioner {
+        &self.provisioner
+    }
+
+    pub(crate) fn policy(&self) -> &RetryPolicy {
+        self.provisioner.policy()
+    }
+
+    /// Ensures every stream and queue consumer once: streams single-flight, consumers
+    /// concurrently, waiting for missing streams until the retry policy's deadline.
+    pub(crate) async fn ensure_all(&self) -> Result<(), ProvisionError> {
+        let deadline = tokio::time::Instant::now() + self.policy().deadline;
+        let streams = self
+            .topology
+            .streams()
+            .iter()
+            .map(|s| self.until_deadline(deadline, || self.ensure_stream(s)));
+        futures::future::try_join_all(streams).await?;
+        let queues = self
+            .topology
+            .consumers()
+            .iter()
+            .filter(|c| c.decl.as_queue().is_some())
+            .map(|c| self.until_deadline(deadline, || self.ensure(c, None, UpdateMode::Update)));
+        futures::future::try_join_all(queues).await?;
+        Ok(())
+    }
+
+    /// The streams no consumer reads (this service only publishes to them): they are ensured
+    /// too.
+    pub(crate) fn unread_streams(&self) -> Vec<StreamDecl> {
+        let consumers = self.topology.consumers();
+        self.topology
+            .streams()
+            .iter()
+            .filter(|s| !consumers.iter().any(|c| c.decl.stream.name() == s.name))
+            .copied()
+            .collect()
+    }
+
+    /// Repeats `ensure` while it fails in a way that waiting fixes (an external stream not
+    /// deployed yet, a stream that vanished or is still being created) until `deadline`.
+    async fn until_deadline<T, F, Fut>(
+        &self,
+        deadline: tokio::time::Instant,
+        ensure: F,
+    ) -> Result<T, ProvisionError>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T, ProvisionError>>,
+    {
+        let waiting_fixes = |e: &ProvisionError| {
+            matches!(
+                e.kind(),
+                ProvisionErrorKind::StreamMissing | ProvisionErrorKind::ExternalNotReady
+            )
+        };
+        self.policy()
+            .backoff_until(Some(deadline))
+            .run(ensure, waiting_fixes)
+            .await
+            .map(|(value, _)| value)
+            .map_err(|Failed { error, .. }| error)
+    }
+
+    /// Ensures a stream once (single-flight): later calls reuse the first success.
+    pub(crate) async fn ensure_stream(
+        &self,
+        stream: &StreamDecl,
+    ) -> Result<stream::Info, ProvisionError> {
+        let mut ensured = self.streams[stream.name].lock().await;
+        if let Some(info) = &*ensured {
+            return Ok(info.clone());
+        }
+        let consumed: Vec<&str> = self
+            .topology
+            .consumers()
+            .iter()
+            .filter(|c| c.decl.stream.name() == stream.name)
+            .flat_map(|c| c.decl.subjects.iter().copied())
+            .collect();
+        let info = self.provisioner.ensure_stream(stream, &consumed).await?;
+        *ensured = Some(info.clone());
+        Ok(info)
+    }
+
+    /// Ensures the consumer's stream, then the consumer; a stream found missing is ensured
+    /// again next time.
+    pub(crate) async fn ensure(
+        &self,
+        consumer: &Consumer,
+        relay: Option<&str>,
+        mode: UpdateMode,
+    ) -> Result<consumer::Info, ProvisionError> {
+        let stream = self.stream_decl(consumer);
+        let info = self.ensure_stream(&stream).await?;
+        let result = self
+            .provisioner
+            .ensure_consumer(&info, &consumer.decl, relay, mode)
+            .await;
+        if let Err(e) = &result
+            && e.kind() == ProvisionErrorKind::StreamMissing
+        {
+            *self.streams[stream.name].lock().await = None;
+        }
+        result
+    }
+
+    fn stream_decl(&self, consumer: &Consumer) -> StreamDecl {
+        // Validation guarantees a declaration for every stream a consumer names.
+        *self
+            .topology
+            .find_stream(consumer.decl.stream.name())
+            .expect("validated: every consumer's stream is declared")
+    }
+}

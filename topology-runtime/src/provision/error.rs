@@ -1,0 +1,244 @@
+//! Provisioning errors: what went wrong, where (stream, consumer, fields) and what to do; and
+//! the classification of a JetStream API failure as worth retrying or final.
+
+use std::fmt;
+
+use async_nats::jetstream::{self, ErrorCode};
+
+/// What kind of provisioning failure happened; see [`ProvisionError::kind`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ProvisionErrorKind {
+    /// The server holds a configuration that cannot be changed in place to the declared one
+    /// (an immutable field differs, or a plain durable holds the queue's name).
+    Conflict,
+    /// The server refused the declaration (for example subjects overlapping another stream).
+    Rejected,
+    /// An external stream does not exist yet, or does not cover the subjects consumed from it.
+    ExternalNotReady,
+    /// The stream of a consumer disappeared; ensuring the stream again fixes it.
+    StreamMissing,
+    /// Transient failures (timeouts, no responders, no leader) lasted until the deadline.
+    Exhausted,
+}
+
+/// One field whose value on the server differs from the declaration.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FieldDiff {
+    /// The field's name as the server calls it.
+    pub field: &'static str,
+    /// The value on the server.
+    pub server: String,
+    /// The declared value.
+    pub declared: String,
+}
+
+impl fmt::Display for FieldDiff {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "`{}` is {} on the server, declared {}",
+            self.field, self.server, self.declared
+        )
+    }
+}
+
+/// A provisioning failure: what, where (stream, consumer, fields) and what to do.
+#[derive(Debug)]
+pub struct ProvisionError {
+    kind: ProvisionErrorKind,
+    stream: String,
+    consumer: Option<String>,
+    message: String,
+    fields: Vec<FieldDiff>,
+    attempts: u32,
+    source: Option<Box<dyn std::error::Error + Send + Sync>>,
+}
+
+impl ProvisionError {
+    pub(crate) fn new(kind: ProvisionErrorKind, stream: &str, message: impl Into<String>) -> Self {
+        ProvisionError {
+            kind,
+            stream: stream.to_owned(),
+            consumer: None,
+            message: message.into(),
+            fields: Vec::new(),
+            attempts: 1,
+            source: None,
+        }
+    }
+
+    pub(crate) fn consumer(self, consumer: &str) -> Self {
+        self.in_consumer(Some(consumer))
+    }
+
+    pub(crate) fn in_consumer(mut self, consumer: Option<&str>) -> Self {
+        self.consumer = consumer.map(str::to_owned);
+        self
+    }
+
+    pub(crate) fn fields(mut self, fields: Vec<FieldDiff>) -> Self {
+        self.fields = fields;
+        self
+    }
+
+    pub(crate) fn source(mut self, source: impl std::error::Error + Send + Sync + 'static) -> Self {
+        self.source = Some(Box::new(source));
+        self
+    }
+
+    /// Records how many attempts were made before this error.
+    pub(crate) fn after(mut self, attempts: u32) -> Self {
+        self.attempts = attempts;
+        self
+    }
+
+    /// The kind of failure.
+    pub fn kind(&self) -> ProvisionErrorKind {
+        self.kind
+    }
+
+    /// The stream concerned.
+    pub fn stream(&self) -> &str {
+        &self.stream
+    }
+
+    /// The consumer concerned, if any.
+    pub fn consumer_name(&self) -> Option<&str> {
+        self.consumer.as_deref()
+    }
+
+    /// The differing fields, for a conflict.
+    pub fn field_diffs(&self) -> &[FieldDiff] {
+        &self.fields
+    }
+
+    /// The server's error code, when the server refused something.
+    pub fn server_code(&self) -> Option<ErrorCode> {
+        let source = self.source.as_deref()?;
+        match source.downcast_ref::<ApiError>()? {
+            ApiError::Server(e) => Some(e.error_code()),
+            _ => None,
+        }
+    }
+
+    /// How many attempts were made.
+    pub fn attempts(&self) -> u32 {
+        self.attempts
+    }
+
+    /// Whether retrying later may succeed (the supervisor keeps retrying these).
+    pub fn is_transient(&self) -> bool {
+        matches!(
+            self.kind,
+            ProvisionErrorKind::Exhausted
+                | ProvisionErrorKind::ExternalNotReady
+                | ProvisionErrorKind::StreamMissing
+        )
+    }
+}
+
+impl fmt::Display for ProvisionError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "stream `{}`", self.stream)?;
+        if let Some(consumer) = &self.consumer {
+            write!(f, ", consumer `{consumer}`")?;
+        }
+        write!(f, ": {}", self.message)?;
+        for diff in &self.fields {
+            write!(f, "; {diff}")?;
+        }
+        if self.kind == ProvisionErrorKind::Exhausted {
+            write!(f, " (gave up after {} attempts)", self.attempts)?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for ProvisionError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.source
+            .as_deref()
+            .map(|e| e as &(dyn std::error::Error + 'static))
+    }
+}
+
+/// A failed JetStream API call, before classification.
+#[derive(Debug)]
+pub(crate) enum ApiError {
+    /// The request itself failed: timed out, no responders, connection closed.
+    Request(jetstream::context::RequestError),
+    /// A server answer that is worth retrying in context.
+    Retry(String),
+    /// The server answered with an error.
+    Server(jetstream::Error),
+}
+
+impl ApiError {
+    pub(crate) fn code(&self) -> Option<ErrorCode> {
+        match self {
+            ApiError::Server(e) => Some(e.error_code()),
+            ApiError::Request(_) | ApiError::Retry(_) => None,
+        }
+    }
+
+    /// Timeouts, no responders, and the server's "try again" codes.
+    pub(crate) fn is_transient(&self) -> bool {
+        match self {
+            ApiError::Request(_) | ApiError::Retry(_) => true,
+            ApiError::Server(e) => {
+                let code = e.error_code();
+                code == ErrorCode::CLUSTER_NOT_AVAILABLE
+                    || code == ErrorCode::CLUSTER_NOT_LEADER
+                    || code == ErrorCode::CLUSTER_NO_PEERS
+                    || e.code() == 503
+            }
+        }
+    }
+}
+
+impl fmt::Display for ApiError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ApiError::Request(e) => write!(f, "request failed: {e}"),
+            ApiError::Retry(e) => f.write_str(e),
+            ApiError::Server(e) => write!(f, "server error: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for ApiError {}
+
+/// The outcome of one attempt: done, worth retrying, or final.
+pub(crate) enum Failure {
+    Transient(ApiError),
+    Fatal(ProvisionError),
+}
+
+impl From<ProvisionError> for Failure {
+    fn from(e: ProvisionError) -> Self {
+        Failure::Fatal(e)
+    }
+}
+
+/// The server refused `operation`. Creates and updates are refused for what the declaration
+/// says; anything else (reads, deletes) for permissions or the server's state.
+pub(crate) fn rejected(
+    operation: &str,
+    stream: &str,
+    consumer: Option<&str>,
+    error: ApiError,
+) -> ProvisionError {
+    let fix = if operation.starts_with("creating") || operation.starts_with("updating") {
+        "change the declaration to what the server accepts"
+    } else {
+        "check this account's JetStream permissions and the server's state"
+    };
+    ProvisionError::new(
+        ProvisionErrorKind::Rejected,
+        stream,
+        format!("the server refused {operation}: {error}; {fix}"),
+    )
+    .source(error)
+    .in_consumer(consumer)
+}

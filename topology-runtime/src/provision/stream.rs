@@ -1,0 +1,187 @@
+//! Streams: ensure an owned stream (CREATE first; compare only on conflict), verify an
+//! external one.
+
+use async_nats::jetstream::{ErrorCode, stream};
+
+use super::config::{apply_stream_decl, stream_config};
+use super::drift::stream_drift;
+use super::{Failure, ProvisionError, ProvisionErrorKind, Provisioner, rejected};
+use topology_core::model::StreamDecl;
+
+impl Provisioner {
+    /// Ensures a stream: created if absent, editable differences updated, immutable ones
+    /// reported. An external stream is only verified: it must exist and cover `subjects`.
+    pub async fn ensure_stream(
+        &self,
+        decl: &StreamDecl,
+        consumed: &[&str],
+    ) -> Result<stream::Info, ProvisionError> {
+        self.warn_if_server_too_old();
+        if decl.external {
+            return self
+                .retry(decl.name, None, || self.verify_external(decl, consumed))
+                .await;
+        }
+        self.retry(decl.name, None, || self.ensure_owned_stream(decl))
+            .await
+    }
+
+    async fn ensure_owned_stream(&self, decl: &StreamDecl) -> Result<stream::Info, Failure> {
+        let config = stream_config(decl);
+        let created = self
+            .api::<stream::Info>(format!("STREAM.CREATE.{}", decl.name), &config)
+            .await;
+        let error = match created {
+            Ok(info) => return Ok(info),
+            Err(e) if e.is_transient() => return Err(Failure::Transient(e)),
+            Err(e) => e,
+        };
+        if error.code() == Some(ErrorCode::STREAM_SUBJECT_OVERLAP) {
+            let others = self.streams_overlapping(decl).await;
+            let others = if others.is_empty() {
+                "another stream on the server".to_owned()
+            } else {
+                format!("stream(s) {} on the server", others.join(", "))
+            };
+            return Err(ProvisionError::new(
+                ProvisionErrorKind::Rejected,
+                decl.name,
+                format!(
+                    "its subjects {:?} overlap the subjects of {others}; give each subject to \
+                     one stream: narrow the subjects, or consume the other stream with \
+                     `stream = \"NAME\"` and declare it `external`",
+                    decl.subjects
+                ),
+            )
+            .source(error)
+            .into());
+        }
+        if error.code() != Some(ErrorCode::STREAM_NAME_EXIST) {
+            return Err(rejected("creating the stream", decl.name, None, error).into());
+        }
+        // Exists with a different configuration: compare what the declaration sets.
+        let info = self.stream_info(decl.name).await?;
+        let drift = stream_drift(decl, &info.config);
+        if !drift.immutable.is_empty() {
+            return Err(ProvisionError::new(
+                ProvisionErrorKind::Conflict,
+                decl.name,
+                "the stream on the server differs from the declaration in fields that cannot be \
+                 changed in place; create a stream under a new name and move consumers to it, or \
+                 change the declaration to match the server",
+            )
+            .fields(drift.immutable)
+            .into());
+        }
+        if !drift.extra_subjects.is_empty() {
+            tracing::warn!(
+                stream = decl.name,
+                subjects = ?drift.extra_subjects,
+                "the stream on the server has subjects the declaration lacks; keeping them"
+            );
+        }
+        if drift.editable.is_empty() {
+            return Ok(info);
+        }
+        tracing::info!(stream = decl.name, changes = ?drift.editable, "updating stream to match its declaration");
+        let mut updated = info.config.clone();
+        apply_stream_decl(decl, &mut updated);
+        match self
+            .api::<stream::Info>(format!("STREAM.UPDATE.{}", decl.name), &updated)
+            .await
+        {
+            Ok(info) => Ok(info),
+            Err(e) if e.is_transient() => Err(Failure::Transient(e)),
+            Err(e) => Err(rejected("updating the stream", decl.name, None, e).into()),
+        }
+    }
+
+    /// The names of other streams on the server whose subjects overlap the declaration's
+    /// (best effort: empty if the server cannot be asked).
+    async fn streams_overlapping(&self, decl: &StreamDecl) -> Vec<String> {
+        #[derive(serde::Deserialize)]
+        struct Names {
+            #[serde(default)]
+            streams: Option<Vec<String>>,
+        }
+        let mut names = Vec::new();
+        for subject in decl.subjects {
+            let body = serde_json::json!({ "subject": subject });
+            if let Ok(found) = self.api::<Names>("STREAM.NAMES".to_owned(), &body).await {
+                for name in found.streams.unwrap_or_default() {
+                    if name != decl.name && !names.contains(&name) {
+                        names.push(name);
+                    }
+                }
+            }
+        }
+        names.iter().map(|n| format!("`{n}`")).collect()
+    }
+
+    async fn stream_info(&self, name: &str) -> Result<stream::Info, Failure> {
+        match self
+            .api::<stream::Info>(format!("STREAM.INFO.{name}"), &serde_json::json!({}))
+            .await
+        {
+            Ok(info) => Ok(info),
+            // Deleted between our CREATE and this read: the next attempt creates it.
+            Err(e) if e.is_transient() || e.code() == Some(ErrorCode::STREAM_NOT_FOUND) => {
+                Err(Failure::Transient(e))
+            }
+            Err(e) => Err(rejected("reading the stream", name, None, e).into()),
+        }
+    }
+
+    async fn verify_external(
+        &self,
+        decl: &StreamDecl,
+        consumed: &[&str],
+    ) -> Result<stream::Info, Failure> {
+        let info = match self
+            .api::<stream::Info>(format!("STREAM.INFO.{}", decl.name), &serde_json::json!({}))
+            .await
+        {
+            Ok(info) => info,
+            Err(e) if e.code() == Some(ErrorCode::STREAM_NOT_FOUND) => {
+                return Err(ProvisionError::new(
+                    ProvisionErrorKind::ExternalNotReady,
+                    decl.name,
+                    "the external stream does not exist; it is owned elsewhere and is never \
+                     created here: deploy its owner (this consumer waits, not ready, until it does)",
+                )
+                .into());
+            }
+            Err(e) if e.is_transient() => return Err(Failure::Transient(e)),
+            Err(e) => {
+                return Err(rejected("reading the external stream", decl.name, None, e).into());
+            }
+        };
+        if let Err(why) = uncovered(&info.config, consumed) {
+            return Err(ProvisionError::new(
+                ProvisionErrorKind::ExternalNotReady,
+                decl.name,
+                format!("{why}; ask its owner to add them, or change the consumer's subjects"),
+            )
+            .into());
+        }
+        Ok(info)
+    }
+}
+
+/// `Err` naming the consumed subjects an external stream's subjects do not cover.
+pub(crate) fn uncovered(config: &stream::Config, consumed: &[&str]) -> Result<(), String> {
+    let patterns: Vec<&str> = config.subjects.iter().map(String::as_str).collect();
+    let missing: Vec<&str> = consumed
+        .iter()
+        .copied()
+        .filter(|subject| !topology_core::subject::covered_by(subject, &patterns))
+        .collect();
+    if missing.is_empty() {
+        Ok(())
+    } else {
+        Err(format!(
+            "the external stream's subjects {:?} do not cover {:?} consumed from it",
+            config.subjects, missing
+        ))
+    }
+}

@@ -1,0 +1,223 @@
+//! [`RuntimeBuilder`]: the topology, application state, and every timing the runtime uses,
+//! each a value with a documented default.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::relay::relay_name;
+use super::{Inner, Runtime};
+use crate::handler::StateMap;
+use crate::health::{Health, Slot};
+use crate::provision::{Ensurer, Provisioner};
+use crate::registry::Topology;
+use crate::retry::RetryPolicy;
+use crate::validate::{self, ValidationError};
+use topology_core::model::ConsumerKind;
+
+/// Configures a [`Runtime`]; see [`Runtime::builder`].
+///
+/// ```no_run
+/// # async fn f() -> Result<(), Box<dyn std::error::Error>> {
+/// use std::time::Duration;
+/// use nats_topology::{RetryPolicy, Runtime};
+///
+/// let client = async_nats::connect("nats://127.0.0.1:4222").await?;
+/// let runtime = Runtime::builder(client)
+///     .retry(RetryPolicy { deadline: Duration::from_secs(120), ..RetryPolicy::default() })
+///     .grace_period(Duration::from_secs(10))
+///     .build()?;
+/// # drop(runtime); Ok(()) }
+/// ```
+pub struct RuntimeBuilder {
+    client: async_nats::Client,
+    topology: Option<Topology>,
+    state: StateMap,
+    retry: RetryPolicy,
+    settings: Settings,
+}
+
+/// The timings of a running runtime (all set through [`RuntimeBuilder`]).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Settings {
+    pub(crate) grace_period: Duration,
+    pub(crate) heartbeat: Duration,
+    pub(crate) expires: Duration,
+    pub(crate) pull_batch: Option<usize>,
+    pub(crate) pull_close_wait: Duration,
+    pub(crate) reconnect_check: Duration,
+    pub(crate) down_alarm: Duration,
+    pub(crate) redelivery: RetryPolicy,
+    pub(crate) dead_letter: RetryPolicy,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            grace_period: Duration::from_secs(30),
+            heartbeat: Duration::from_secs(5),
+            expires: Duration::from_secs(30),
+            pull_batch: None,
+            pull_close_wait: Duration::from_secs(1),
+            reconnect_check: Duration::from_secs(1),
+            down_alarm: Duration::from_secs(60),
+            redelivery: RetryPolicy {
+                base: Duration::from_millis(100),
+                cap: Duration::from_secs(30),
+                ..RetryPolicy::default()
+            },
+            dead_letter: RetryPolicy {
+                base: Duration::from_millis(100),
+                cap: Duration::from_secs(1),
+                max_attempts: Some(5),
+                ..RetryPolicy::default()
+            },
+        }
+    }
+}
+
+impl RuntimeBuilder {
+    pub(super) fn new(client: async_nats::Client) -> Self {
+        RuntimeBuilder {
+            client,
+            topology: None,
+            state: StateMap::default(),
+            retry: RetryPolicy::default(),
+            settings: Settings::default(),
+        }
+    }
+
+    /// Runs this topology instead of the one the macros registered.
+    pub fn topology(mut self, topology: Topology) -> Self {
+        self.topology = Some(topology);
+        self
+    }
+
+    /// Makes `value` available to handlers as `cx.state::<T>()`; one value per type.
+    pub fn state<T: std::any::Any + Send + Sync>(mut self, value: T) -> Self {
+        self.state.insert(value);
+        self
+    }
+
+    /// How provisioning retries transient failures (default: [`RetryPolicy::default`]). Its
+    /// window also paces a supervised consumer's re-ensures, which never give up.
+    pub fn retry(mut self, policy: RetryPolicy) -> Self {
+        self.retry = policy;
+        self
+    }
+
+    /// How long a drain waits for in-flight handlers (default 30 s). Messages whose handler
+    /// has not finished by then are left unacknowledged: the server redelivers them.
+    pub fn grace_period(mut self, grace: Duration) -> Self {
+        self.settings.grace_period = grace;
+        self
+    }
+
+    /// The idle heartbeat of pull requests (default 5 s): three missed heartbeats make a
+    /// consumer re-ensure itself (the consumer or its stream may be gone). A queue consumer
+    /// also reads its ack floor every two heartbeats.
+    pub fn heartbeat(mut self, heartbeat: Duration) -> Self {
+        self.settings.heartbeat = heartbeat;
+        self
+    }
+
+    /// How long one pull request waits on the server (default 30 s).
+    pub fn pull_expires(mut self, expires: Duration) -> Self {
+        self.settings.expires = expires;
+        self
+    }
+
+    /// The most messages one pull request asks for (default: the consumer's concurrency).
+    /// The runtime asks only for what it can start now, so by default nothing waits in this
+    /// instance while its `ack_wait` runs. A batch larger than the concurrency trades that for
+    /// fewer round trips: up to a batch of messages is fetched ahead and waits here (their
+    /// `ack_wait` running, no progress acks) while others are handled.
+    pub fn pull_batch(mut self, batch: usize) -> Self {
+        self.settings.pull_batch = Some(batch.max(1));
+        self
+    }
+
+    /// How long a pull feed that stops (drain, or a lost consumer) waits for messages already
+    /// on their way to its open requests, to hand them back at once (default 1 s). What
+    /// arrives later is redelivered after its `ack_wait`.
+    pub fn pull_close_wait(mut self, wait: Duration) -> Self {
+        self.settings.pull_close_wait = wait;
+        self
+    }
+
+    /// How often a pull feed checks whether its client reconnected (default 1 s): the open
+    /// requests of a restarted server are gone, so it asks again at once instead of waiting
+    /// for missed heartbeats.
+    pub fn reconnect_check(mut self, every: Duration) -> Self {
+        self.settings.reconnect_check = every;
+        self
+    }
+
+    /// How long a consumer may be down (not running) before that is logged as an error, and
+    /// how often the error is repeated while it stays down (default 60 s).
+    pub fn down_alarm(mut self, after: Duration) -> Self {
+        self.settings.down_alarm = after;
+        self
+    }
+
+    /// The delay before a failed message is redelivered when its consumer declares no
+    /// `backoff`: full jitter over the policy's window for the delivery's attempt (default
+    /// base 100 ms, cap 30 s). Only `base` and `cap` are used.
+    pub fn redelivery(mut self, policy: RetryPolicy) -> Self {
+        self.settings.redelivery = policy;
+        self
+    }
+
+    /// How publishing a dead letter is retried while its message is held with progress acks
+    /// (default: 5 attempts, full jitter from 100 ms, cap 1 s). When every attempt fails, the
+    /// message is naked with a delay of the policy's `cap` (or, on its last delivery, left
+    /// unacknowledged: the server emits a MAX_DELIVERIES advisory).
+    pub fn dead_letter_retry(mut self, policy: RetryPolicy) -> Self {
+        self.settings.dead_letter = policy;
+        self
+    }
+
+    /// Validates the topology (every problem at once) and builds the runtime.
+    pub fn build(self) -> Result<Runtime, ValidationError> {
+        let topology = self.topology.unwrap_or_else(Topology::from_registry);
+        validate::validate(&topology)?;
+        let instance = instance_id();
+        let slots: Vec<Arc<Slot>> = topology
+            .consumers()
+            .iter()
+            .enumerate()
+            .map(|(index, c)| {
+                let (name, queue) = match &c.decl.kind {
+                    ConsumerKind::Queue(q) => (q.group.to_owned(), true),
+                    ConsumerKind::Broadcast(_) => (relay_name(&instance, index), false),
+                };
+                Arc::new(Slot::new(
+                    c.decl.stream.name(),
+                    &name,
+                    c.decl.handler,
+                    queue,
+                    self.settings.down_alarm,
+                ))
+            })
+            .collect();
+        let provisioner = Provisioner::new(self.client.clone(), self.retry);
+        Ok(Runtime {
+            inner: Arc::new(Inner {
+                client: self.client,
+                ensurer: Ensurer::new(topology, provisioner),
+                state: self.state,
+                settings: self.settings,
+                health: Health {
+                    slots: slots.into(),
+                },
+                instance,
+            }),
+        })
+    }
+}
+
+/// A random id per runtime: relay names must never collide between instances (in containers
+/// every process may be pid 1).
+fn instance_id() -> String {
+    use rand::RngExt;
+    format!("{:016x}", rand::rng().random::<u64>())
+}

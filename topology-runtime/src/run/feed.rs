@@ -1,0 +1,133 @@
+//! Where a consumer's messages come from: a pull consumer through our own pull requests
+//! (see `pull`), or a push consumer's queue subscription.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_nats::jetstream::{self, consumer::push};
+use futures::{FutureExt, StreamExt};
+use tokio_util::sync::CancellationToken;
+
+use super::pull::Puller;
+use crate::handler::Scope;
+
+/// Where a consumer's messages come from.
+pub(super) enum Feed {
+    Pull(Puller),
+    Push(Pusher),
+}
+
+impl Feed {
+    /// How many messages this consumer may hold (in flight and waiting to start) at once.
+    pub(super) fn capacity(&self, concurrency: usize) -> usize {
+        match self {
+            Feed::Pull(puller) => puller.batch().max(concurrency),
+            Feed::Push(_) => concurrency,
+        }
+    }
+
+    /// Whether the server sends only what was asked for: a pull feed may be read while every
+    /// handler is busy (it asks for no more than `room`); a push feed may not.
+    pub(super) fn asks(&self) -> bool {
+        matches!(self, Feed::Pull(_))
+    }
+
+    /// The next message, or why the consumer is lost. `room` is how many more messages this
+    /// instance can take now: a pull feed asks the server for no more than that. Cancel-safe.
+    pub(super) async fn next(&mut self, room: usize) -> Result<jetstream::Message, String> {
+        match self {
+            Feed::Pull(puller) => puller.next(room).await,
+            Feed::Push(pusher) => pusher.next().await,
+        }
+    }
+
+    /// Stops receiving; returns what was received but not handed out (to be returned to the
+    /// server).
+    pub(super) async fn close(self) -> Vec<jetstream::Message> {
+        match self {
+            Feed::Pull(puller) => puller.close().await,
+            Feed::Push(pusher) => pusher.close(),
+        }
+    }
+}
+
+/// A push consumer's queue subscription, and a poll that notices the consumer's deletion
+/// (a push subscription never reports it).
+pub(super) struct Pusher {
+    messages: push::Messages,
+    gone: Pin<Box<dyn Future<Output = String> + Send>>,
+}
+
+impl Pusher {
+    pub(super) fn new(
+        messages: push::Messages,
+        gone: impl Future<Output = String> + Send + 'static,
+    ) -> Self {
+        Pusher {
+            messages,
+            gone: Box::pin(gone),
+        }
+    }
+
+    async fn next(&mut self) -> Result<jetstream::Message, String> {
+        loop {
+            let next = tokio::select! {
+                biased;
+                next = self.messages.next() => next,
+                reason = &mut self.gone => return Err(reason),
+            };
+            match next {
+                Some(Ok(message)) => return Ok(message),
+                Some(Err(e)) => match e.kind() {
+                    push::MessagesErrorKind::ConsumerDeleted
+                    | push::MessagesErrorKind::PullBasedConsumer => {
+                        return Err(format!("push delivery failed: {e}"));
+                    }
+                    // Grouped members see spurious missed heartbeats; deletion is polled.
+                    _ => {}
+                },
+                None => return Err("the push subscription ended".to_owned()),
+            }
+        }
+    }
+
+    fn close(mut self) -> Vec<jetstream::Message> {
+        let mut unstarted = Vec::new();
+        while let Some(Some(next)) = self.messages.next().now_or_never() {
+            if let Ok(message) = next {
+                unstarted.push(message);
+            }
+        }
+        unstarted
+    }
+}
+
+/// Resolves when the consumer is gone from the server (checked `every`; push consumers never
+/// report it).
+pub(super) async fn consumer_gone(
+    js: jetstream::Context,
+    scope: Arc<Scope>,
+    every: Duration,
+    cancel: CancellationToken,
+) -> String {
+    let mut every = tokio::time::interval(every);
+    every.tick().await;
+    loop {
+        tokio::select! {
+            _ = every.tick() => {}
+            _ = cancel.cancelled() => return std::future::pending().await,
+        }
+        if let Ok(stream) = js.get_stream_no_info(&scope.stream).await
+            && let Err(e) = stream.consumer_info(&scope.consumer).await
+            && matches!(
+                e.kind(),
+                jetstream::context::ConsumerInfoErrorKind::NotFound
+                    | jetstream::context::ConsumerInfoErrorKind::StreamNotFound
+            )
+        {
+            return format!("the consumer disappeared from the server: {e}");
+        }
+    }
+}

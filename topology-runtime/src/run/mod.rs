@@ -1,0 +1,207 @@
+//! The runtime: builds from a validated topology, provisions, runs one supervised task per
+//! consumer, dispatches messages to handlers, and drains on shutdown.
+//!
+//! - [`Runtime`] (here): the public handle and its lifecycle (run, drain).
+//! - `builder`: [`RuntimeBuilder`] and the runtime's timings.
+//! - `signals`: SIGINT/SIGTERM for [`Runtime::run_until_signal`].
+//! - `relay`: [`Relay`] handles and relay names.
+//! - `supervise`: one task per consumer: ensure, consume, re-ensure after a loss, drain.
+//! - `feed`: where a consumer's messages come from (`pull`: our own pull requests; push).
+//! - `pump`: flow control: how many messages are held and started at once.
+//! - `dispatch`: one message from fetched to settled.
+
+mod builder;
+mod dispatch;
+mod feed;
+mod pull;
+mod pump;
+mod relay;
+mod signals;
+mod supervise;
+
+use std::future::Future;
+use std::sync::Arc;
+
+use tokio::sync::mpsc;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+use crate::handler::StateMap;
+use crate::health::Health;
+use crate::provision::{Ensurer, ProvisionError};
+use crate::registry::Topology;
+use crate::report::{self, Inspection, Plan, ProvisionReport};
+
+pub use builder::RuntimeBuilder;
+pub(crate) use builder::Settings;
+pub use relay::{Relay, RelayError};
+
+/// Why [`Runtime::run_until`] returned an error.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RunError {
+    /// A consumer could not be provisioned and retrying cannot fix it (a configuration
+    /// conflict, or a declaration the server refuses).
+    #[error(transparent)]
+    Provision(#[from] ProvisionError),
+}
+
+/// Runs a topology: provisions it, supervises every consumer, drains on shutdown.
+///
+/// ```no_run
+/// # async fn f() -> Result<(), Box<dyn std::error::Error>> {
+/// let client = async_nats::connect("nats://127.0.0.1:4222").await?;
+/// let runtime = nats_topology::Runtime::builder(client).build()?;
+/// let health = runtime.health(); // for a readiness probe
+/// runtime.run_until(tokio::signal::ctrl_c()).await?;
+/// # Ok(()) }
+/// ```
+pub struct Runtime {
+    inner: Arc<Inner>,
+}
+
+/// What every task of a running runtime shares.
+pub(crate) struct Inner {
+    pub(crate) client: async_nats::Client,
+    pub(crate) ensurer: Ensurer,
+    pub(crate) state: StateMap,
+    pub(crate) settings: Settings,
+    pub(crate) health: Health,
+    /// A random id of this runtime, in its relays' names.
+    pub(crate) instance: String,
+}
+
+impl Runtime {
+    /// A builder for a runtime on `client`, running what the macros registered.
+    pub fn builder(client: async_nats::Client) -> RuntimeBuilder {
+        RuntimeBuilder::new(client)
+    }
+
+    /// A cheap handle on every consumer's state.
+    pub fn health(&self) -> Health {
+        self.inner.health.clone()
+    }
+
+    /// The topology this runtime runs.
+    pub fn topology(&self) -> &Topology {
+        self.inner.ensurer.topology()
+    }
+
+    /// Provisions every stream and queue consumer once, without consuming: streams
+    /// single-flight, consumers concurrently, transient failures retried under the retry
+    /// policy's deadline. Useful for an init job, and to measure provisioning.
+    /// [`Runtime::run_until`] does the same for each consumer before consuming.
+    pub async fn provision(&self) -> Result<ProvisionReport, ProvisionError> {
+        let started = std::time::Instant::now();
+        self.inner.ensurer.ensure_all().await?;
+        Ok(ProvisionReport {
+            attempts: self.inner.ensurer.provisioner().attempts(),
+            elapsed: started.elapsed(),
+        })
+    }
+
+    /// What provisioning would do (create, update which fields, nothing, conflict), read
+    /// from the server without changing anything (reads retried under the runtime's policy).
+    pub async fn plan(&self) -> Result<Plan, ProvisionError> {
+        let ensurer = &self.inner.ensurer;
+        report::plan_with(ensurer.provisioner(), ensurer.topology()).await
+    }
+
+    /// For every declared queue consumer: does it exist, is anyone consuming, what is
+    /// pending, where is its ack floor (reads retried under the runtime's policy).
+    pub async fn inspect(&self) -> Result<Inspection, ProvisionError> {
+        let ensurer = &self.inner.ensurer;
+        report::inspect_with(ensurer.provisioner(), ensurer.topology()).await
+    }
+
+    /// Provisions and runs every consumer until `shutdown` completes, then drains: stops
+    /// fetching, lets in-flight handlers finish (within the grace period), flushes acks,
+    /// deletes relays.
+    ///
+    /// Transient failures (broker down, timeouts, a deleted consumer) are retried forever.
+    /// Returns an error only for a failure no retry can fix, such as a configuration conflict
+    /// with what the server holds; the other consumers are drained first.
+    pub async fn run_until<F: Future>(self, shutdown: F) -> Result<(), RunError> {
+        self.run(shutdown, std::future::pending::<()>()).await
+    }
+
+    /// Like [`Runtime::run_until`], on the process's signals: the first SIGINT (Ctrl-C) or
+    /// SIGTERM drains; a second one during the drain stops waiting for handlers at once
+    /// (their messages are redelivered by the server).
+    pub async fn run_until_signal(self) -> Result<(), RunError> {
+        // Listen before anything else: a signal that arrives while provisioning must drain,
+        // not kill the process with the default action.
+        let mut signals = signals::ShutdownSignals::listen();
+        let (first_tx, first_rx) = tokio::sync::oneshot::channel::<()>();
+        let (second_tx, second_rx) = tokio::sync::oneshot::channel::<()>();
+        let listener = tokio::spawn(async move {
+            signals.next().await;
+            let _ = first_tx.send(());
+            signals.next().await;
+            tracing::warn!("second signal: stopping without waiting for in-flight handlers");
+            let _ = second_tx.send(());
+        });
+        let outcome = self
+            .run(
+                async move {
+                    let _ = first_rx.await;
+                },
+                async move {
+                    let _ = second_rx.await;
+                },
+            )
+            .await;
+        // After the drain, signals take their default action again.
+        listener.abort();
+        outcome
+    }
+
+    /// Runs until `shutdown`, or until a consumer fails in a way no retry fixes; then drains
+    /// every consumer (stopping the wait for handlers at once if `force` completes first).
+    async fn run(self, shutdown: impl Future, force: impl Future) -> Result<(), RunError> {
+        let cancel = CancellationToken::new();
+        let (fatal_tx, mut fatal_rx) = mpsc::unbounded_channel();
+        let mut tasks = JoinSet::new();
+        for index in 0..self.topology().consumers().len() {
+            tasks.spawn(supervise::supervise(
+                self.inner.clone(),
+                index,
+                cancel.clone(),
+                fatal_tx.clone(),
+            ));
+        }
+        for stream in self.inner.ensurer.unread_streams() {
+            tasks.spawn(supervise::ensure_unread_stream(
+                self.inner.clone(),
+                stream,
+                cancel.clone(),
+                fatal_tx.clone(),
+            ));
+        }
+        drop(fatal_tx);
+        let fatal = tokio::select! {
+            _ = shutdown => None,
+            Some(error) = fatal_rx.recv() => Some(error),
+        };
+        tracing::info!("draining consumers");
+        cancel.cancel();
+        let drained = async {
+            while let Some(joined) = tasks.join_next().await {
+                if let Err(e) = joined {
+                    tracing::error!(error = %e, "a consumer supervisor ended abnormally");
+                }
+            }
+        };
+        tokio::select! {
+            _ = drained => {}
+            _ = force => tasks.abort_all(),
+        }
+        if let Err(e) = self.inner.client.flush().await {
+            tracing::warn!(error = %e, "could not flush acknowledgements on shutdown");
+        }
+        match fatal {
+            Some(error) => Err(error.into()),
+            None => Ok(()),
+        }
+    }
+}

@@ -1,0 +1,287 @@
+//! A pull consumer read through our own pull requests, so that the server is never asked for
+//! more messages than this instance can start.
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use async_nats::jetstream::{self, consumer};
+use futures::{FutureExt, StreamExt};
+
+use super::Settings;
+
+/// The JetStream API prefix of the runtime's context (the default one).
+const API_PREFIX: &str = "$JS.API";
+
+/// A pull consumer read through our own pull requests on one inbox, so that the server is
+/// never asked for more messages than this instance can start: async-nats's `messages()`
+/// pulls a new batch when half of the last one arrived, which fetches up to a batch more than
+/// can be handled; those messages wait in the client while their `ack_wait` runs out, then
+/// are delivered again (and handled twice), or are stranded by a drain until `ack_wait`.
+///
+/// Server statuses on the inbox: 100 idle heartbeat (liveness), 408 a request expired, 409 a
+/// request ended (the consumer was deleted, a leader changed, a limit was exceeded), 503 no
+/// responders (the consumer or JetStream is unavailable). The 408/409 of a request carry how
+/// many of its messages it did not deliver (`Nats-Pending-Messages`).
+pub(super) struct Puller {
+    client: async_nats::Client,
+    context: jetstream::Context,
+    subject: String,
+    inbox: async_nats::Subject,
+    subscriber: async_nats::Subscriber,
+    /// The most one request asks for.
+    batch: usize,
+    expires: Duration,
+    heartbeat: Duration,
+    /// Open pull requests, oldest first (the server serves and expires them in that order).
+    requests: VecDeque<PullRequest>,
+    /// When the server last sent anything to the inbox, or when a request was sent while none
+    /// was open: the start of the silence that missed heartbeats measure.
+    heard: tokio::time::Instant,
+    /// The connection the open requests were sent on (server id, client id), checked at
+    /// every tick of `reconnect_check`: a restarted server lost the open requests, so the
+    /// feed asks again at once instead of waiting for missed heartbeats.
+    connection: (String, u64),
+    reconnect_check: tokio::time::Interval,
+    /// How long [`Puller::close`] waits for messages already on their way.
+    close_wait: Duration,
+}
+
+fn connection_of(client: &async_nats::Client) -> (String, u64) {
+    let info = client.server_info();
+    (info.server_id, info.client_id)
+}
+
+struct PullRequest {
+    /// Messages it may still deliver.
+    remaining: usize,
+    /// When the server ends it.
+    expires_at: tokio::time::Instant,
+}
+
+/// Missed idle heartbeats (of two heartbeat intervals each, as async-nats counts them) after
+/// which the consumer, its stream or the server is presumed lost and ensured again.
+const MISSED_HEARTBEATS: u32 = 3;
+
+impl Puller {
+    pub(super) async fn start(
+        client: &async_nats::Client,
+        context: jetstream::Context,
+        info: &consumer::Info,
+        batch: usize,
+        settings: &Settings,
+    ) -> Result<Puller, async_nats::SubscribeError> {
+        let inbox = async_nats::Subject::from(client.new_inbox());
+        let subscriber = client.subscribe(inbox.clone()).await?;
+        let expires = settings.expires.max(Duration::from_millis(100));
+        Ok(Puller {
+            client: client.clone(),
+            context,
+            subject: format!(
+                "{API_PREFIX}.CONSUMER.MSG.NEXT.{}.{}",
+                info.stream_name, info.name
+            ),
+            inbox,
+            subscriber,
+            batch: batch.max(1),
+            expires,
+            // The server refuses a heartbeat longer than half the expiry.
+            heartbeat: settings
+                .heartbeat
+                .min(expires / 2)
+                .max(Duration::from_millis(10)),
+            requests: VecDeque::new(),
+            heard: tokio::time::Instant::now(),
+            connection: connection_of(client),
+            reconnect_check: {
+                let mut every = tokio::time::interval(settings.reconnect_check);
+                every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                every
+            },
+            close_wait: settings.pull_close_wait,
+        })
+    }
+
+    /// The most one request asks for.
+    pub(super) fn batch(&self) -> usize {
+        self.batch
+    }
+
+    fn requested(&self) -> usize {
+        self.requests.iter().map(|r| r.remaining).sum()
+    }
+
+    /// Asks for what `room` allows beyond what is already asked for, in requests of at most a
+    /// batch: at once when nothing is asked for, else once half a batch can be asked for (not a
+    /// request per finished handler).
+    async fn top_up(&mut self, room: usize) -> Result<(), String> {
+        loop {
+            let asked = self.requested();
+            let want = room.saturating_sub(asked).min(self.batch);
+            if want == 0 || (asked > 0 && want < self.batch.div_ceil(2)) {
+                return Ok(());
+            }
+            self.request(want).await?;
+        }
+    }
+
+    async fn request(&mut self, want: usize) -> Result<(), String> {
+        let request = serde_json::json!({
+            "batch": want,
+            "expires": u64::try_from(self.expires.as_nanos()).unwrap_or(u64::MAX),
+            "idle_heartbeat": u64::try_from(self.heartbeat.as_nanos()).unwrap_or(u64::MAX),
+        });
+        let payload = bytes::Bytes::from(request.to_string());
+        self.client
+            .publish_with_reply(self.subject.clone(), self.inbox.clone(), payload)
+            .await
+            .map_err(|e| format!("could not send a pull request: {e}"))?;
+        let now = tokio::time::Instant::now();
+        if self.requests.is_empty() {
+            self.heard = now;
+        }
+        self.requests.push_back(PullRequest {
+            remaining: want,
+            expires_at: now + self.expires,
+        });
+        Ok(())
+    }
+
+    pub(super) async fn next(&mut self, room: usize) -> Result<jetstream::Message, String> {
+        loop {
+            self.top_up(room).await?;
+            // What has arrived already needs no timer.
+            if let Some(arrived) = self.subscriber.next().now_or_never() {
+                self.heard = tokio::time::Instant::now();
+                match arrived {
+                    Some(message) => match self.receive(message)? {
+                        Some(message) => return Ok(message),
+                        None => continue,
+                    },
+                    None => return Err("the pull subscription ended".to_owned()),
+                }
+            }
+            let silence = self.heartbeat * 2 * MISSED_HEARTBEATS;
+            // A request the server should have ended by now (with a 408) was lost with a
+            // server restart or a connection loss: forget it, and ask again.
+            let margin = (self.heartbeat * 2).max(Duration::from_secs(1));
+            let overdue = self.requests.front().map(|r| r.expires_at + margin);
+            let open = !self.requests.is_empty();
+            tokio::select! {
+                biased;
+                message = self.subscriber.next() => {
+                    self.heard = tokio::time::Instant::now();
+                    match message {
+                        Some(message) => {
+                            if let Some(message) = self.receive(message)? {
+                                return Ok(message);
+                            }
+                        }
+                        None => return Err("the pull subscription ended".to_owned()),
+                    }
+                }
+                _ = tokio::time::sleep_until(self.heard + silence), if open => {
+                    return Err(format!(
+                        "{MISSED_HEARTBEATS} idle heartbeats missed (nothing from the server for {silence:?})"
+                    ));
+                }
+                _ = tokio::time::sleep_until(overdue.unwrap_or_else(tokio::time::Instant::now)), if overdue.is_some() => {
+                    let now = tokio::time::Instant::now();
+                    self.requests.retain(|r| r.expires_at + margin > now);
+                }
+                _ = self.reconnect_check.tick() => {
+                    let connection = connection_of(&self.client);
+                    if connection != self.connection {
+                        // Reconnected: a restarted server lost the open requests (a server
+                        // that kept them delivers a little ahead; those messages wait here).
+                        tracing::debug!(subject = %self.subject, "reconnected; pulling again");
+                        self.connection = connection;
+                        self.requests.clear();
+                        self.heard = tokio::time::Instant::now();
+                    }
+                }
+            }
+        }
+    }
+
+    /// Accounts for one thing the server sent to the inbox: a message is returned; a status
+    /// updates the open requests, or reports the consumer lost.
+    fn receive(
+        &mut self,
+        message: async_nats::Message,
+    ) -> Result<Option<jetstream::Message>, String> {
+        use async_nats::StatusCode;
+        let status = message.status.unwrap_or(StatusCode::OK);
+        if status == StatusCode::OK {
+            if let Some(front) = self.requests.front_mut() {
+                front.remaining -= 1;
+                if front.remaining == 0 {
+                    self.requests.pop_front();
+                }
+            }
+            return Ok(Some(jetstream::Message {
+                message,
+                context: self.context.clone(),
+            }));
+        }
+        if status == StatusCode::IDLE_HEARTBEAT {
+            return Ok(None);
+        }
+        if status == StatusCode::NO_RESPONDERS {
+            return Err("no responders to the pull request: the consumer, its stream or JetStream is unavailable".to_owned());
+        }
+        let description = message.description.as_deref().unwrap_or_default();
+        if description == "Consumer Deleted"
+            || description == "Consumer is push based"
+            || description.starts_with("Exceeded MaxRequest")
+        {
+            return Err(format!("pull request ended: {status} {description}"));
+        }
+        let ended_one = message
+            .headers
+            .as_ref()
+            .is_some_and(|h| h.get("Nats-Pending-Messages").is_some());
+        if ended_one || status == StatusCode::TIMEOUT || status == StatusCode::NOT_FOUND {
+            // The oldest open request ended (expired, or ended by the server) without
+            // delivering the rest of its batch.
+            self.requests.pop_front();
+        } else if description.starts_with("Exceeded MaxWaiting") {
+            // The newest request was refused.
+            self.requests.pop_back();
+        } else {
+            // Asking again at once could repeat the refusal in a hot loop: let the supervisor
+            // ensure the consumer again, with its backoff.
+            return Err(format!(
+                "unexpected answer to a pull request: {status} {description}"
+            ));
+        }
+        Ok(None)
+    }
+
+    /// Unsubscribes, so the server stops delivering to the open requests (it drops requests
+    /// nobody listens to), and returns what arrived but was not handed out, including what
+    /// arrives before the unsubscription takes effect.
+    pub(super) async fn close(mut self) -> Vec<jetstream::Message> {
+        let mut unstarted = Vec::new();
+        while let Some(Some(message)) = self.subscriber.next().now_or_never() {
+            if let Ok(Some(message)) = self.receive(message) {
+                unstarted.push(message);
+            }
+        }
+        if self.requests.is_empty() {
+            // Nothing is asked for: nothing more can arrive.
+            return unstarted;
+        }
+        if self.subscriber.drain().await.is_err() {
+            return unstarted;
+        }
+        let deadline = tokio::time::Instant::now() + self.close_wait;
+        while let Ok(Some(message)) =
+            tokio::time::timeout_at(deadline, self.subscriber.next()).await
+        {
+            if let Ok(Some(message)) = self.receive(message) {
+                unstarted.push(message);
+            }
+        }
+        unstarted
+    }
+}

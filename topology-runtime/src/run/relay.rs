@@ -1,0 +1,107 @@
+//! Broadcast relays: a [`Relay`] handle per `#[broadcast]` handler, whose `ensure()` a
+//! service calls when a local session subscribes, and the relays' per-instance names.
+
+use std::sync::Arc;
+
+use super::Runtime;
+use crate::health::{ConsumerState, Slot};
+use topology_core::model::ConsumerKind;
+
+impl Runtime {
+    /// The broadcast relay handled by `handler` (its function name, or its full path when
+    /// several relays share a name), as a cheap handle that stays valid while
+    /// [`Runtime::run_until`] runs.
+    ///
+    /// ```no_run
+    /// # async fn f(runtime: nats_topology::Runtime) {
+    /// let relay = runtime.relay("relay_status").expect("a #[broadcast] fn relay_status");
+    /// tokio::spawn(runtime.run_until(tokio::signal::ctrl_c()));
+    /// // When a local session subscribes:
+    /// relay.ensure().await.expect("the runtime is running");
+    /// # }
+    /// ```
+    pub fn relay(&self, handler: &str) -> Option<Relay> {
+        let suffix = format!("::{handler}");
+        let mut found = self
+            .topology()
+            .consumers()
+            .iter()
+            .zip(self.inner.health.slots.iter())
+            .filter(|(c, _)| matches!(c.decl.kind, ConsumerKind::Broadcast(_)))
+            .filter(|(c, _)| c.decl.handler == handler || c.decl.handler.ends_with(&suffix));
+        let (_, slot) = found.next()?;
+        if found.next().is_some() {
+            return None;
+        }
+        Some(Relay { slot: slot.clone() })
+    }
+}
+
+/// The name of this instance's relay for the consumer at `index`: unique per instance, so
+/// that every instance receives every message.
+pub(crate) fn relay_name(instance: &str, index: usize) -> String {
+    format!("relay_{instance}_{index}")
+}
+
+/// A handle on one broadcast relay; see [`Runtime::relay`].
+#[derive(Clone)]
+pub struct Relay {
+    slot: Arc<Slot>,
+}
+
+/// Why [`Relay::ensure`] failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "the relay `{consumer}` on stream `{stream}` is not supervised: the runtime is not running (start it with `run_until`)"
+)]
+pub struct RelayError {
+    stream: String,
+    consumer: String,
+}
+
+impl Relay {
+    /// Makes sure the relay runs. While it runs this returns at once, with no round trip.
+    /// Otherwise its supervisor is woken to re-create it now (skipping any backoff) and this
+    /// waits until it runs; concurrent callers share that one re-creation. Fails if the
+    /// runtime has stopped or is draining.
+    pub async fn ensure(&self) -> Result<(), RelayError> {
+        let mut running = self.slot.running.subscribe();
+        if *running.borrow_and_update() {
+            return Ok(());
+        }
+        // One wake-up per call: waking on every state change would cut every backoff short
+        // and spin against a stream that is not there yet.
+        self.slot.wake.notify_one();
+        loop {
+            if *running.borrow_and_update() {
+                return Ok(());
+            }
+            if matches!(
+                self.slot.state(),
+                ConsumerState::Draining | ConsumerState::Stopped { .. }
+            ) {
+                return Err(self.not_running());
+            }
+            if running.changed().await.is_err() {
+                return Err(self.not_running());
+            }
+        }
+    }
+
+    /// Whether the relay is running now.
+    pub fn is_running(&self) -> bool {
+        *self.slot.running.borrow()
+    }
+
+    /// The relay's consumer name on the server (unique per instance).
+    pub fn consumer(&self) -> String {
+        self.slot.consumer.clone()
+    }
+
+    fn not_running(&self) -> RelayError {
+        RelayError {
+            stream: self.slot.stream.clone(),
+            consumer: self.consumer(),
+        }
+    }
+}

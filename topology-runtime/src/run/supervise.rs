@@ -1,0 +1,276 @@
+//! Supervision: one task per consumer that ensures it, consumes, re-ensures it after any loss
+//! (with backoff, never giving up), and drains it on shutdown; and one per stream no consumer
+//! reads.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use async_nats::jetstream::consumer::{self, FromConsumer, push};
+use tokio::sync::mpsc;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+use super::Inner;
+use super::dispatch::{Abandoned, Settle};
+use super::feed::{Feed, Pusher, consumer_gone};
+use super::pull::Puller;
+use super::pump::{finish_in_flight, pump};
+use super::relay::relay_name;
+use crate::handler::Scope;
+use crate::health::{ConsumerState, Slot};
+use crate::provision::{ProvisionError, UpdateMode};
+use crate::registry::Consumer;
+use crate::retry::RetryPolicy;
+use topology_core::model::{ConsumerKind, Delivery, StreamDecl};
+
+/// Why consuming stopped.
+pub(super) enum Exit {
+    /// Shutdown: drained.
+    Drained,
+    /// The consumer, its stream or the connection was lost: ensure again and resume.
+    Lost(String),
+}
+
+/// Ensures a stream that no consumer reads, retrying transient failures until it succeeds.
+pub(super) async fn ensure_unread_stream(
+    inner: Arc<Inner>,
+    stream: StreamDecl,
+    cancel: CancellationToken,
+    fatal: mpsc::UnboundedSender<ProvisionError>,
+) {
+    let forever = RetryPolicy {
+        max_attempts: None,
+        ..*inner.ensurer.policy()
+    };
+    let mut failures = 0u32;
+    let transient = |e: &ProvisionError| {
+        if e.is_transient() {
+            failures += 1;
+            tracing::warn!(stream = stream.name, attempt = failures, error = %e, "stream not provisioned yet; retrying");
+        }
+        e.is_transient()
+    };
+    let ensured = forever
+        .backoff_until(None)
+        .run(|| inner.ensurer.ensure_stream(&stream), transient);
+    let result = tokio::select! {
+        r = ensured => r,
+        _ = cancel.cancelled() => return,
+    };
+    if let Err(failed) = result {
+        let _ = fatal.send(failed.error);
+    }
+}
+
+/// Supervises the consumer at `index` until shutdown, or until a failure no retry fixes
+/// (sent to `fatal` after its drain).
+pub(super) async fn supervise(
+    inner: Arc<Inner>,
+    index: usize,
+    cancel: CancellationToken,
+    fatal: mpsc::UnboundedSender<ProvisionError>,
+) {
+    let consumer = &inner.ensurer.topology().consumers()[index];
+    let slot = inner.health.slots[index].clone();
+    let relay = match consumer.decl.kind {
+        ConsumerKind::Broadcast(_) => Some(relay_name(&inner.instance, index)),
+        ConsumerKind::Queue(_) => None,
+    };
+    let stream = consumer.decl.stream.name();
+    let policy = RetryPolicy {
+        max_attempts: None,
+        ..*inner.ensurer.policy()
+    };
+    let mut backoff = policy.backoff_until(None);
+    let mut mode = UpdateMode::Update;
+    // Handlers outlive the session that started them: a lost consumer is re-ensured at once,
+    // while they finish and settle their messages (their acks go to the same durable).
+    let mut in_flight = JoinSet::new();
+    let abandoned = Abandoned::default();
+    // A failure no retry can fix ends the loop too, through the same drain.
+    let mut stopped_by: Option<ProvisionError> = None;
+    loop {
+        slot.transition(ConsumerState::Provisioning);
+        let ensured = tokio::select! {
+            r = inner.ensurer.ensure(consumer, relay.as_deref(), mode) => r,
+            _ = cancel.cancelled() => break,
+        };
+        let failure = match ensured {
+            Ok(info) => {
+                // Updates happen at start-up only; a re-ensure after a loss creates but never
+                // updates, so an old instance cannot revert a newer one's configuration.
+                let floor = &slot.ack_floor;
+                floor.fetch_max(info.ack_floor.stream_sequence, Ordering::Relaxed);
+                let (stream_name, name) = (info.stream_name.clone(), info.name.clone());
+                slot.transition(ConsumerState::Running);
+                let session = std::time::Instant::now();
+                let exit = tokio::select! {
+                    exit = consume(
+                        &inner,
+                        consumer,
+                        &slot,
+                        info,
+                        &cancel,
+                        &mut in_flight,
+                        &abandoned,
+                    ) => exit,
+                    never = follow_ack_floor(&inner, &stream_name, &name, floor), if relay.is_none() => match never {},
+                };
+                mode = UpdateMode::CreateOnly {
+                    resume_after: Some(floor.load(Ordering::Relaxed)),
+                };
+                match exit {
+                    Exit::Drained => break,
+                    Exit::Lost(reason) => {
+                        // A session that ran for a while starts the backoff afresh; one lost
+                        // at once keeps backing off.
+                        if session.elapsed() >= policy.cap {
+                            backoff.reset();
+                        }
+                        reason
+                    }
+                }
+            }
+            Err(e) if e.is_transient() => e.to_string(),
+            Err(e) => {
+                stopped_by = Some(e);
+                break;
+            }
+        };
+        // Without a deadline or an attempt limit, a backoff always gives a delay.
+        let delay = backoff.fail().unwrap_or(policy.cap);
+        slot.transition(ConsumerState::Retrying {
+            attempt: backoff.failures(),
+            error: failure,
+        });
+        tokio::select! {
+            _ = tokio::time::sleep(delay) => {}
+            // A relay's ensure(): retry at once.
+            _ = slot.wake.notified() => {}
+            _ = cancel.cancelled() => break,
+        }
+    }
+    match &stopped_by {
+        Some(e) => slot.transition(ConsumerState::Stopped {
+            error: Some(e.to_string()),
+        }),
+        None => slot.transition(ConsumerState::Draining),
+    }
+    finish_in_flight(&mut in_flight, inner.settings.grace_period, &slot).await;
+    // Handlers stopped by the grace period settled nothing: return their messages now rather
+    // than after their ack_wait.
+    let abandoned = std::mem::take(&mut *abandoned.lock().unwrap_or_else(|e| e.into_inner()));
+    for reply in abandoned {
+        if let Err(e) = inner
+            .client
+            .publish(reply, bytes::Bytes::from_static(b"-NAK"))
+            .await
+        {
+            tracing::warn!(error = %e, "could not return a message whose handler was stopped");
+        }
+    }
+    if let Some(relay) = &relay
+        && let Err(e) = inner
+            .ensurer
+            .provisioner()
+            .delete_consumer(stream, relay)
+            .await
+    {
+        tracing::warn!(stream, consumer = %relay, error = %e, "could not delete the relay on shutdown; the server reaps it after its inactivity threshold");
+    }
+    match stopped_by {
+        Some(e) => {
+            let _ = fatal.send(e);
+        }
+        None => slot.transition(ConsumerState::Stopped { error: None }),
+    }
+}
+
+/// Keeps `floor` at the consumer's ack floor on the server, read every two heartbeats (10 s by
+/// default), so that a consumer deleted out of band is re-created where it was acknowledged,
+/// not at the start of its stream. Never returns.
+async fn follow_ack_floor(
+    inner: &Inner,
+    stream: &str,
+    consumer: &str,
+    floor: &AtomicU64,
+) -> std::convert::Infallible {
+    let mut every = tokio::time::interval(inner.settings.heartbeat * 2);
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    every.tick().await;
+    loop {
+        every.tick().await;
+        let read = inner.ensurer.provisioner().read_consumer(stream, consumer);
+        if let Ok(Some(info)) = read.await {
+            floor.fetch_max(info.ack_floor.stream_sequence, Ordering::Relaxed);
+        }
+    }
+}
+
+/// One session of a provisioned consumer: opens its feed and pumps messages to its handler
+/// until shutdown or loss.
+async fn consume(
+    inner: &Arc<Inner>,
+    consumer: &Consumer,
+    slot: &Arc<Slot>,
+    info: consumer::Info,
+    cancel: &CancellationToken,
+    in_flight: &mut JoinSet<()>,
+    abandoned: &Abandoned,
+) -> Exit {
+    let settings = &inner.settings;
+    let js = inner.ensurer.provisioner().jetstream().clone();
+    let queue = consumer.decl.as_queue();
+    let settle = Arc::new(Settle {
+        handler: consumer.handler.clone(),
+        scope: Arc::new(Scope {
+            stream: info.stream_name.clone(),
+            consumer: info.name.clone(),
+            state: inner.state.clone(),
+            jetstream: js.clone(),
+        }),
+        slot: slot.clone(),
+        max_deliver: u64::try_from(info.config.max_deliver)
+            .ok()
+            .filter(|n| *n > 0),
+        // The declared backoff (never sent to the server: there it would replace ack_wait).
+        backoff: queue.map(|q| q.backoff.to_vec()).unwrap_or_default(),
+        redelivery: settings.redelivery,
+        dead_letter: queue.and_then(|q| q.dead_letter),
+        dead_letter_retry: settings.dead_letter,
+        progress_every: (info.config.ack_wait / 2).max(Duration::from_millis(100)),
+        abandoned: abandoned.clone(),
+    });
+    let concurrency = consumer.decl.effective_concurrency().max(1) as usize;
+    let push = queue.is_some_and(|q| q.delivery == Delivery::Push);
+    let feed = if push {
+        let handle = match push::Config::try_from_consumer_config(info.config.clone()) {
+            Ok(config) => consumer::Consumer::new(config, info, js.clone()),
+            Err(e) => return Exit::Lost(format!("not a push consumer: {e}")),
+        };
+        // A queue subscription on the deliver subject, in the consumer's deliver group.
+        let messages = match handle.messages().await {
+            Ok(m) => m,
+            Err(e) => return Exit::Lost(format!("could not subscribe: {e}")),
+        };
+        let every = settings.expires.max(Duration::from_secs(1));
+        let gone = consumer_gone(js, settle.scope.clone(), every, cancel.clone());
+        Feed::Push(Pusher::new(messages, gone))
+    } else {
+        let batch = settings.pull_batch.unwrap_or(concurrency);
+        match Puller::start(&inner.client, js, &info, batch, settings).await {
+            Ok(puller) => Feed::Pull(puller),
+            Err(e) => return Exit::Lost(format!("could not start pulling: {e}")),
+        }
+    };
+    pump(
+        feed,
+        settle,
+        concurrency,
+        cancel,
+        in_flight,
+        settings.grace_period,
+    )
+    .await
+}
