@@ -50,6 +50,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_nats::jetstream::{self, ErrorCode, consumer, context::CreateStreamErrorKind, stream};
 use nats_topology::model::{ConsumerDecl, QueueDecl, Storage, StreamDecl, StreamRef};
+use nats_topology::retry::Failed;
 use nats_topology::testkit::NatsCluster;
 use nats_topology::{HandlerError, HandlerFuture, Incoming, RetryPolicy, Runtime, Topology};
 use serde_json::{Value, json};
@@ -460,29 +461,39 @@ async fn update_first(
     policy: &RetryPolicy,
 ) -> Result<u32, (u32, String)> {
     let config = shape.stream_config();
-    let stream_attempts = retry(policy, stream_transient, || {
-        js.create_or_update_stream(config.clone())
-    })
-    .await
-    .map(|(_, n)| n)
-    .map_err(|(n, e)| (n, format!("stream: {}", stream_error(&e))))?;
+    // The runtime's own retry primitive: giving up when the next sleep would pass the
+    // deadline, so `RetryPolicy::no_retry()` makes one attempt.
+    let stream_attempts = policy
+        .run(
+            || js.create_or_update_stream(config.clone()),
+            stream_transient,
+        )
+        .await
+        .map(|(_, n)| n)
+        .map_err(|f| (f.attempts, format!("stream: {}", stream_error(&f.error))))?;
     let name = shape.stream.name;
     let a = Shape::consumer_config(GROUP_A, shape.subject_a);
     let b = Shape::consumer_config(GROUP_B, shape.subject_b);
     let (ra, rb) = tokio::join!(
-        retry(policy, consumer_transient, || js
-            .create_consumer_on_stream(a.clone(), name)),
-        retry(policy, consumer_transient, || js
-            .create_consumer_on_stream(b.clone(), name)),
+        policy.run(
+            || js.create_consumer_on_stream(a.clone(), name),
+            consumer_transient
+        ),
+        policy.run(
+            || js.create_consumer_on_stream(b.clone(), name),
+            consumer_transient
+        ),
     );
     let mut attempts = stream_attempts;
     let mut errors = Vec::new();
     for (group, result) in [(GROUP_A, ra), (GROUP_B, rb)] {
         match result {
             Ok((_, n)) => attempts += n,
-            Err((n, e)) => {
+            Err(Failed {
+                error, attempts: n, ..
+            }) => {
                 attempts += n;
-                errors.push(format!("consumer {group}: {e}{}", causes(&e)));
+                errors.push(format!("consumer {group}: {error}{}", causes(&error)));
             }
         }
     }
@@ -490,37 +501,6 @@ async fn update_first(
         Ok(attempts)
     } else {
         Err((attempts, errors.join("; ")))
-    }
-}
-
-/// The retry wrapper for the UPDATE-first variant, with the runtime's semantics: full jitter
-/// `uniform(0, min(cap, base * 2^attempt))`, giving up when the next sleep would pass the
-/// deadline (so `RetryPolicy::no_retry()` makes one attempt). Returns the value and the
-/// attempts made, or the attempts and the last error.
-async fn retry<T, E, F, Fut>(
-    policy: &RetryPolicy,
-    transient: fn(&E) -> bool,
-    mut op: F,
-) -> Result<(T, u32), (u32, E)>
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Result<T, E>>,
-{
-    let deadline = Instant::now() + policy.deadline;
-    let mut attempts = 0;
-    loop {
-        attempts += 1;
-        match op().await {
-            Ok(value) => return Ok((value, attempts)),
-            Err(e) if transient(&e) => {
-                let delay = policy.delay(attempts - 1);
-                if Instant::now() + delay >= deadline {
-                    return Err((attempts, e));
-                }
-                tokio::time::sleep(delay).await;
-            }
-            Err(e) => return Err((attempts, e)),
-        }
     }
 }
 

@@ -55,6 +55,7 @@ pub use topology_runtime::{
     ConsumerState, ConsumerStatus, Context, HandlerError, Health, Incoming, Inspection, Plan,
     Problem, ProvisionError, ProvisionErrorKind, ProvisionReport, Relay, RelayError, RetryPolicy,
     RunError, Runtime, RuntimeBuilder, Topology, ValidationError, inspect, model, plan, report,
+    retry,
 };
 
 #[cfg(feature = "testkit")]

@@ -12,8 +12,7 @@ use std::time::Duration;
 use rand::RngExt;
 use tokio::time::Instant;
 
-/// How an operation is retried: full-jitter waits over a doubling window, until a deadline
-/// (and, optionally, a number of attempts). Provisioning uses it for transient failures
+/// How an operation is retried: full-jitter waits over a doubling window, until a deadline. Provisioning uses it for transient failures
 /// (request timeouts, no responders, JetStream temporarily unavailable, no leader); the
 /// runtime also uses it for redelivery delays and dead-letter publishing. Configuration
 /// conflicts are never retried.
@@ -27,7 +26,6 @@ use tokio::time::Instant;
 ///   re-election takes (about 6–9 s after a leader is lost).
 /// - `deadline` 60 s: long enough to ride out a node restart and a re-election; a
 ///   supervised consumer keeps retrying after it, this only bounds one provisioning call.
-/// - `max_attempts` none: the deadline bounds provisioning.
 ///
 /// ```
 /// use std::time::Duration;
@@ -50,8 +48,6 @@ pub struct RetryPolicy {
     /// The overall time one retried operation may take, retries included: no wait starts
     /// that would end past it.
     pub deadline: Duration,
-    /// The most attempts one retried operation makes (`None`: as many as the deadline allows).
-    pub max_attempts: Option<u32>,
     /// The bound on each JetStream API request.
     pub request_timeout: Duration,
 }
@@ -62,7 +58,6 @@ impl Default for RetryPolicy {
             base: Duration::from_millis(250),
             cap: Duration::from_secs(5),
             deadline: Duration::from_secs(60),
-            max_attempts: None,
             request_timeout: Duration::from_secs(5),
         }
     }
@@ -114,19 +109,19 @@ impl RetryPolicy {
         self.backoff_until(Some(Instant::now() + self.deadline))
     }
 
-    /// The waits of one retried operation with the given deadline (`None`: no deadline; the
-    /// attempt limit, if any, still applies).
+    /// The waits of one retried operation with the given deadline (`None`: no deadline).
     pub fn backoff_until(&self, deadline: Option<Instant>) -> Backoff {
         Backoff {
             policy: *self,
             deadline,
+            max_attempts: None,
             failures: 0,
         }
     }
 
     /// Runs `op` until it succeeds, fails in a way `transient` says retrying cannot fix, or
-    /// the next wait would pass the deadline (from now) or the attempt limit. Returns the
-    /// value and the attempts made.
+    /// the next wait would pass the deadline (from now). Returns the value and the attempts
+    /// made.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")] async fn main() {
@@ -161,17 +156,24 @@ impl RetryPolicy {
 }
 
 /// The waits between the attempts of one retried operation: full jitter over a doubling
-/// window, bounded by a deadline and an attempt limit. [`RetryPolicy::run`] is built on it;
+/// window, bounded by a deadline and optionally by a number of attempts. [`RetryPolicy::run`] is built on it;
 /// a loop whose attempts are not one call (a supervisor that consumes between failures)
 /// uses it directly.
 #[derive(Debug, Clone)]
 pub struct Backoff {
     policy: RetryPolicy,
     deadline: Option<Instant>,
+    max_attempts: Option<u32>,
     failures: u32,
 }
 
 impl Backoff {
+    /// Stops after `attempts` attempts, whatever the deadline.
+    pub fn max_attempts(mut self, attempts: u32) -> Self {
+        self.max_attempts = Some(attempts);
+        self
+    }
+
     /// Failures recorded since the start or the last [`Backoff::reset`].
     pub fn failures(&self) -> u32 {
         self.failures
@@ -181,11 +183,7 @@ impl Backoff {
     /// that wait would end past the deadline or the attempt limit is reached.
     pub fn fail(&mut self) -> Option<Duration> {
         self.failures = self.failures.saturating_add(1);
-        if self
-            .policy
-            .max_attempts
-            .is_some_and(|max| self.failures >= max)
-        {
+        if self.max_attempts.is_some_and(|max| self.failures >= max) {
             return None;
         }
         let delay = self.policy.delay(self.failures - 1);
@@ -269,5 +267,73 @@ mod tests {
         assert!(delays.iter().all(|d| *d <= policy.window(2)));
         let distinct: std::collections::HashSet<_> = delays.iter().collect();
         assert!(distinct.len() > 150, "full jitter must spread delays");
+    }
+
+    #[test]
+    fn a_backoff_stops_at_its_attempt_limit_and_starts_afresh_on_reset() {
+        let policy = RetryPolicy::default();
+        let mut backoff = policy.backoff_until(None).max_attempts(3);
+        assert!(backoff.fail().is_some());
+        assert!(backoff.fail().is_some());
+        assert_eq!(
+            backoff.fail(),
+            None,
+            "the third failure is the last attempt"
+        );
+        backoff.reset();
+        assert_eq!(backoff.failures(), 0);
+        assert!(backoff.fail().is_some_and(|d| d <= policy.window(0)));
+    }
+
+    #[test]
+    fn a_backoff_never_waits_past_its_deadline() {
+        let mut none_left = RetryPolicy::no_retry().backoff();
+        assert_eq!(none_left.fail(), None);
+        let mut unbounded = RetryPolicy::default().backoff_until(None);
+        assert!((0..100).all(|_| unbounded.fail().is_some()));
+    }
+
+    #[tokio::test]
+    async fn run_retries_transient_failures_only_and_counts_attempts() {
+        let policy = RetryPolicy {
+            base: Duration::from_millis(1),
+            ..RetryPolicy::default()
+        };
+        let mut calls = 0;
+        let outcome = policy
+            .run(
+                || {
+                    calls += 1;
+                    let n = calls;
+                    async move { if n < 4 { Err(n) } else { Ok(n) } }
+                },
+                |_| true,
+            )
+            .await;
+        assert_eq!(outcome, Ok((4, 4)));
+
+        let fatal = policy.run(|| async { Err::<(), _>("no") }, |_| false).await;
+        assert_eq!(
+            fatal,
+            Err(Failed {
+                error: "no",
+                attempts: 1,
+                gave_up: GaveUp::Final
+            })
+        );
+
+        let exhausted = policy
+            .backoff()
+            .max_attempts(5)
+            .run(|| async { Err::<(), _>("busy") }, |_| true)
+            .await;
+        assert_eq!(
+            exhausted,
+            Err(Failed {
+                error: "busy",
+                attempts: 5,
+                gave_up: GaveUp::Exhausted
+            })
+        );
     }
 }

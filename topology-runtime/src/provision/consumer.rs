@@ -85,10 +85,7 @@ impl Provisioner {
         workqueue: bool,
     ) -> Result<(), Failure> {
         let old_info = match self
-            .api::<consumer::Info>(
-                format!("CONSUMER.INFO.{stream}.{old}"),
-                &serde_json::json!({}),
-            )
+            .api_empty::<consumer::Info>(format!("CONSUMER.INFO.{stream}.{old}"))
             .await
         {
             Ok(info) => info,
@@ -167,10 +164,7 @@ impl Provisioner {
             return Err(rejected("creating the consumer", stream, Some(name), error).into());
         }
         let info = match self
-            .api::<consumer::Info>(
-                format!("CONSUMER.INFO.{stream}.{name}"),
-                &serde_json::json!({}),
-            )
+            .api_empty::<consumer::Info>(format!("CONSUMER.INFO.{stream}.{name}"))
             .await
         {
             Ok(info) => info,
@@ -257,10 +251,7 @@ impl Provisioner {
         #[derive(serde::Deserialize)]
         struct Deleted {}
         match self
-            .api::<Deleted>(
-                format!("CONSUMER.DELETE.{stream}.{name}"),
-                &serde_json::json!({}),
-            )
+            .api_empty::<Deleted>(format!("CONSUMER.DELETE.{stream}.{name}"))
             .await
         {
             Ok(_) => Ok(()),

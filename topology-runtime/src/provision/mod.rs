@@ -133,6 +133,11 @@ impl Provisioner {
         }
     }
 
+    /// An INFO request (or a DELETE: any request whose body is empty).
+    async fn api_empty<T: DeserializeOwned>(&self, subject: String) -> Result<T, ApiError> {
+        self.api(subject, &serde_json::json!({})).await
+    }
+
     /// Runs `attempt` under the retry policy until it succeeds, fails for good, or the
     /// deadline passes.
     async fn retry<T, F, Fut>(
@@ -193,7 +198,7 @@ impl Provisioner {
         absent: ErrorCode,
     ) -> Result<Option<T>, ProvisionError> {
         self.retry(stream, consumer, || async {
-            match self.api::<T>(subject.clone(), &serde_json::json!({})).await {
+            match self.api_empty::<T>(subject.clone()).await {
                 Ok(value) => Ok(Some(value)),
                 Err(e) if e.code() == Some(absent) => Ok(None),
                 Err(e) if e.code() == Some(ErrorCode::STREAM_NOT_FOUND) => {

@@ -120,7 +120,7 @@ impl Provisioner {
 
     async fn stream_info(&self, name: &str) -> Result<stream::Info, Failure> {
         match self
-            .api::<stream::Info>(format!("STREAM.INFO.{name}"), &serde_json::json!({}))
+            .api_empty::<stream::Info>(format!("STREAM.INFO.{name}"))
             .await
         {
             Ok(info) => Ok(info),
@@ -138,7 +138,7 @@ impl Provisioner {
         consumed: &[&str],
     ) -> Result<stream::Info, Failure> {
         let info = match self
-            .api::<stream::Info>(format!("STREAM.INFO.{}", decl.name), &serde_json::json!({}))
+            .api_empty::<stream::Info>(format!("STREAM.INFO.{}", decl.name))
             .await
         {
             Ok(info) => info,

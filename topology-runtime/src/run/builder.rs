@@ -48,6 +48,7 @@ pub(crate) struct Settings {
     pub(crate) down_alarm: Duration,
     pub(crate) redelivery: RetryPolicy,
     pub(crate) dead_letter: RetryPolicy,
+    pub(crate) dead_letter_attempts: u32,
 }
 
 impl Default for Settings {
@@ -68,9 +69,9 @@ impl Default for Settings {
             dead_letter: RetryPolicy {
                 base: Duration::from_millis(100),
                 cap: Duration::from_secs(1),
-                max_attempts: Some(5),
                 ..RetryPolicy::default()
             },
+            dead_letter_attempts: 5,
         }
     }
 }
@@ -167,12 +168,14 @@ impl RuntimeBuilder {
         self
     }
 
-    /// How publishing a dead letter is retried while its message is held with progress acks
-    /// (default: 5 attempts, full jitter from 100 ms, cap 1 s). When every attempt fails, the
-    /// message is naked with a delay of the policy's `cap` (or, on its last delivery, left
+    /// How publishing a dead letter is retried while its message is held with progress acks:
+    /// at most `attempts` attempts (at least one) under `policy` (default: 5 attempts, full
+    /// jitter from 100 ms, cap 1 s, within the policy's deadline). When every attempt fails,
+    /// the message is naked with a delay of the policy's `cap` (or, on its last delivery, left
     /// unacknowledged: the server emits a MAX_DELIVERIES advisory).
-    pub fn dead_letter_retry(mut self, policy: RetryPolicy) -> Self {
+    pub fn dead_letter_retry(mut self, policy: RetryPolicy, attempts: u32) -> Self {
         self.settings.dead_letter = policy;
+        self.settings.dead_letter_attempts = attempts.max(1);
         self
     }
 

@@ -29,8 +29,9 @@ pub(super) struct Settle {
     /// The redelivery delay when no backoff is declared.
     pub(super) redelivery: RetryPolicy,
     pub(super) dead_letter: Option<&'static str>,
-    /// How publishing a dead letter is retried.
+    /// How publishing a dead letter is retried, and how often at most.
     pub(super) dead_letter_retry: RetryPolicy,
+    pub(super) dead_letter_attempts: u32,
     /// Progress acks are sent at this interval while a handler runs.
     pub(super) progress_every: Duration,
     /// Where handlers stopped before they finished record their message (see [`Unsettled`]).
@@ -245,6 +246,8 @@ async fn publish_dead_letter(
     };
     settle
         .dead_letter_retry
+        .backoff()
+        .max_attempts(settle.dead_letter_attempts)
         .run(publish, |_| true)
         .await
         .map(|_| ())

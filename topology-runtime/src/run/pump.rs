@@ -12,8 +12,15 @@ use tokio_util::sync::CancellationToken;
 
 use super::dispatch::{Settle, dispatch};
 use super::feed::Feed;
-use super::supervise::Exit;
 use crate::health::{ConsumerState, Slot};
+
+/// Why consuming stopped.
+pub(super) enum Exit {
+    /// Shutdown: drained.
+    Drained,
+    /// The consumer, its stream or the connection was lost: ensure again and resume.
+    Lost(String),
+}
 
 /// A drain's grace period ran out while a handler ran inline.
 struct Overdue;

@@ -15,22 +15,13 @@ use super::Inner;
 use super::dispatch::{Abandoned, Settle};
 use super::feed::{Feed, Pusher, consumer_gone};
 use super::pull::Puller;
-use super::pump::{finish_in_flight, pump};
+use super::pump::{Exit, finish_in_flight, pump};
 use super::relay::relay_name;
 use crate::handler::Scope;
 use crate::health::{ConsumerState, Slot};
 use crate::provision::{ProvisionError, UpdateMode};
 use crate::registry::Consumer;
-use crate::retry::RetryPolicy;
 use topology_core::model::{ConsumerKind, Delivery, StreamDecl};
-
-/// Why consuming stopped.
-pub(super) enum Exit {
-    /// Shutdown: drained.
-    Drained,
-    /// The consumer, its stream or the connection was lost: ensure again and resume.
-    Lost(String),
-}
 
 /// Ensures a stream that no consumer reads, retrying transient failures until it succeeds.
 pub(super) async fn ensure_unread_stream(
@@ -39,10 +30,6 @@ pub(super) async fn ensure_unread_stream(
     cancel: CancellationToken,
     fatal: mpsc::UnboundedSender<ProvisionError>,
 ) {
-    let forever = RetryPolicy {
-        max_attempts: None,
-        ..*inner.ensurer.policy()
-    };
     let mut failures = 0u32;
     let transient = |e: &ProvisionError| {
         if e.is_transient() {
@@ -51,7 +38,9 @@ pub(super) async fn ensure_unread_stream(
         }
         e.is_transient()
     };
-    let ensured = forever
+    let ensured = inner
+        .ensurer
+        .policy()
         .backoff_until(None)
         .run(|| inner.ensurer.ensure_stream(&stream), transient);
     let result = tokio::select! {
@@ -78,10 +67,7 @@ pub(super) async fn supervise(
         ConsumerKind::Queue(_) => None,
     };
     let stream = consumer.decl.stream.name();
-    let policy = RetryPolicy {
-        max_attempts: None,
-        ..*inner.ensurer.policy()
-    };
+    let policy = *inner.ensurer.policy();
     let mut backoff = policy.backoff_until(None);
     let mut mode = UpdateMode::Update;
     // Handlers outlive the session that started them: a lost consumer is re-ensured at once,
@@ -138,7 +124,7 @@ pub(super) async fn supervise(
                 break;
             }
         };
-        // Without a deadline or an attempt limit, a backoff always gives a delay.
+        // Without a deadline, a backoff always gives a delay.
         let delay = backoff.fail().unwrap_or(policy.cap);
         slot.transition(ConsumerState::Retrying {
             attempt: backoff.failures(),
@@ -239,6 +225,7 @@ async fn consume(
         redelivery: settings.redelivery,
         dead_letter: queue.and_then(|q| q.dead_letter),
         dead_letter_retry: settings.dead_letter,
+        dead_letter_attempts: settings.dead_letter_attempts,
         progress_every: (info.config.ack_wait / 2).max(Duration::from_millis(100)),
         abandoned: abandoned.clone(),
     });
