@@ -31,7 +31,8 @@ pub(crate) enum Value {
 /// A key that is refused with a dedicated explanation rather than "unknown key".
 pub(crate) struct Refused {
     pub key: &'static str,
-    pub message: fn(attr: &str, key: &str) -> String,
+    /// Why, after "`#[attr]` has no `key` key: ", in pieces written one after the other.
+    pub why: &'static [&'static str],
     /// A required key whose absence this message already explains (`durable` explains the
     /// missing `group`), so that it is not reported twice.
     pub answers: Option<&'static str>,
@@ -134,7 +135,14 @@ impl Args {
         let name = arg.key.to_string();
         let name = name.strip_prefix("r#").unwrap_or(&name);
         if let Some(refused) = spec.refused.iter().find(|r| r.key == name) {
-            cx.error_spanned_by(&arg.key, (refused.message)(spec.attr, name));
+            cx.error_spanned_by(
+                &arg.key,
+                format!(
+                    "`#[{}]` has no `{name}` key: {}",
+                    spec.attr,
+                    refused.why.concat()
+                ),
+            );
             self.answered.extend(refused.answers);
             return;
         }

@@ -5,7 +5,7 @@
 use proc_macro2::TokenStream;
 use quote::quote;
 
-use crate::args::Args;
+use crate::args::{Args, Spec};
 use crate::attrs::consumer::{BROADCAST_SPEC, QUEUE_SPEC};
 use crate::attrs::stream::SPEC as STREAM_SPEC;
 use crate::attrs::{BroadcastAttrs, QueueAttrs, StreamAttrs};
@@ -25,60 +25,65 @@ pub(crate) fn stream(attr: TokenStream, item: TokenStream) -> TokenStream {
         return emit::with_errors(item, cx, STREAM_SPEC.attr);
     };
     let ident = &target.ident;
-    let krate = emit::krate(&attrs.krate);
     let result = cx.check();
     if result.is_ok()
-        && let Some(krate) = &krate
-        && let Some(tokens) = emit::stream(ident, &attrs, krate)
+        && let Some(tokens) = emit::stream(ident, &attrs)
     {
         return quote!(#item #tokens);
     }
     let errors = emit::errors_or_bug(result, STREAM_SPEC.attr);
-    // Unless the `crate` path is itself wrong, keep the struct usable as a stream, so that the
-    // consumers naming it add no errors of their own.
-    let fallback = krate.map(|krate| emit::stream_fallback(ident, &krate));
+    let fallback = emit::stream_fallback(ident, &attrs.krate);
     quote! { #item #fallback #errors }
 }
 
 /// `#[queue_consumer(..)]` on an `async fn`.
 pub(crate) fn queue_consumer(attr: TokenStream, item: TokenStream) -> TokenStream {
-    let mut cx = Ctxt::new();
-    let args = Args::parse(&QUEUE_SPEC, attr, &mut cx);
-    let handler = item::handler(QUEUE_SPEC.attr, &item, &mut cx);
-    let attrs = QueueAttrs::parse(&args, &mut cx);
-    validate::queue(&attrs, &mut cx);
-    consumer(cx, QUEUE_SPEC.attr, item, handler, |item, handler| {
-        emit::queue(&attrs, item, handler)
-    })
+    consumer(&QUEUE, attr, item)
 }
 
 /// `#[broadcast(..)]` on an `async fn`.
 pub(crate) fn broadcast(attr: TokenStream, item: TokenStream) -> TokenStream {
-    let mut cx = Ctxt::new();
-    let args = Args::parse(&BROADCAST_SPEC, attr, &mut cx);
-    let handler = item::handler(BROADCAST_SPEC.attr, &item, &mut cx);
-    let attrs = BroadcastAttrs::parse(&args, &mut cx);
-    validate::broadcast(&attrs, &mut cx);
-    consumer(cx, BROADCAST_SPEC.attr, item, handler, |item, handler| {
-        emit::broadcast(&attrs, item, handler)
-    })
+    consumer(&BROADCAST, attr, item)
+}
+
+static QUEUE: Passes<QueueAttrs> = Passes {
+    spec: &QUEUE_SPEC,
+    parse: QueueAttrs::parse,
+    validate: validate::queue,
+    emit: emit::queue,
+};
+
+static BROADCAST: Passes<BroadcastAttrs> = Passes {
+    spec: &BROADCAST_SPEC,
+    parse: BroadcastAttrs::parse,
+    validate: validate::broadcast,
+    emit: emit::broadcast,
+};
+
+/// The passes of one consumer macro, whose attributes parse into an `A`.
+struct Passes<A> {
+    spec: &'static Spec,
+    parse: fn(&Args, &mut Ctxt) -> A,
+    validate: fn(&A, &mut Ctxt),
+    /// The item and its registration; `None` if something it needs is missing (a bug, since
+    /// validation passed).
+    emit: fn(&A, &TokenStream, &Handler) -> Option<TokenStream>,
 }
 
 /// The consumer's code if nothing was wrong, else the item and the errors.
-fn consumer(
-    cx: Ctxt,
-    attr: &str,
-    item: TokenStream,
-    handler: Option<Handler>,
-    generate: impl FnOnce(&TokenStream, &Handler) -> Option<TokenStream>,
-) -> TokenStream {
+fn consumer<A>(passes: &Passes<A>, attr: TokenStream, item: TokenStream) -> TokenStream {
+    let mut cx = Ctxt::new();
+    let args = Args::parse(passes.spec, attr, &mut cx);
+    let handler = item::handler(passes.spec.attr, &item, &mut cx);
+    let attrs = (passes.parse)(&args, &mut cx);
+    (passes.validate)(&attrs, &mut cx);
     let result = cx.check();
     if result.is_ok()
         && let Some(handler) = &handler
-        && let Some(tokens) = generate(&item, handler)
+        && let Some(tokens) = (passes.emit)(&attrs, &item, handler)
     {
         return tokens;
     }
-    let errors = emit::errors_or_bug(result, attr);
+    let errors = emit::errors_or_bug(result, passes.spec.attr);
     quote!(#item #errors)
 }

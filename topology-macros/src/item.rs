@@ -233,47 +233,20 @@ fn contains_impl_trait(ty: &Type) -> bool {
 
 /// The start of an item, to point at when the item is of the wrong kind.
 fn item_head(item: &Item) -> TokenStream {
+    fn head(keyword: &dyn ToTokens, ident: &Ident) -> TokenStream {
+        quote!(#keyword #ident)
+    }
     match item {
-        Item::Enum(i) => {
-            let (t, n) = (&i.enum_token, &i.ident);
-            quote!(#t #n)
-        }
-        Item::Fn(i) => {
-            let (t, n) = (&i.sig.fn_token, &i.sig.ident);
-            quote!(#t #n)
-        }
-        Item::Struct(i) => {
-            let (t, n) = (&i.struct_token, &i.ident);
-            quote!(#t #n)
-        }
-        Item::Union(i) => {
-            let (t, n) = (&i.union_token, &i.ident);
-            quote!(#t #n)
-        }
-        Item::Trait(i) => {
-            let (t, n) = (&i.trait_token, &i.ident);
-            quote!(#t #n)
-        }
-        Item::Type(i) => {
-            let (t, n) = (&i.type_token, &i.ident);
-            quote!(#t #n)
-        }
-        Item::Const(i) => {
-            let (t, n) = (&i.const_token, &i.ident);
-            quote!(#t #n)
-        }
-        Item::Static(i) => {
-            let (t, n) = (&i.static_token, &i.ident);
-            quote!(#t #n)
-        }
-        Item::Mod(i) => {
-            let (t, n) = (&i.mod_token, &i.ident);
-            quote!(#t #n)
-        }
-        Item::Impl(i) => {
-            let t = &i.impl_token;
-            quote!(#t)
-        }
+        Item::Enum(i) => head(&i.enum_token, &i.ident),
+        Item::Fn(i) => head(&i.sig.fn_token, &i.sig.ident),
+        Item::Struct(i) => head(&i.struct_token, &i.ident),
+        Item::Union(i) => head(&i.union_token, &i.ident),
+        Item::Trait(i) => head(&i.trait_token, &i.ident),
+        Item::Type(i) => head(&i.type_token, &i.ident),
+        Item::Const(i) => head(&i.const_token, &i.ident),
+        Item::Static(i) => head(&i.static_token, &i.ident),
+        Item::Mod(i) => head(&i.mod_token, &i.ident),
+        Item::Impl(i) => i.impl_token.to_token_stream(),
         other => other.to_token_stream(),
     }
 }

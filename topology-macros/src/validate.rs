@@ -6,29 +6,20 @@
 //! assertions by [`crate::emit`].
 
 use syn::LitStr;
+use topology_core::names::{self, NameError};
 use topology_core::rules::{self, EXTERNAL_REFUSED_KEYS};
-use topology_core::{names, subject};
+use topology_core::subject;
 
 use crate::attrs::{BroadcastAttrs, ConsumerAttrs, Filters, QueueAttrs, StreamAttrs};
 use crate::ctxt::Ctxt;
 use crate::value::{PathOrString, key_msg};
 
+/// The rules of `#[stream]`: the name, the subjects, no settings on an external stream, the
+/// duplicate window within `max_age`, the description's length.
 pub(crate) fn stream(attrs: &StreamAttrs, cx: &mut Ctxt) {
     let msg = |key: &str, what: String| key_msg("stream", key, what);
-    if let Some(name) = &attrs.name
-        && let Err(error) = names::check_stream_name(&name.value())
-    {
-        cx.error_spanned_by(
-            name,
-            msg(
-                "name",
-                format!(
-                    "{:?} is not a valid stream name: {}",
-                    name.value(),
-                    error.message()
-                ),
-            ),
-        );
+    if let Some(name) = &attrs.name {
+        valid_name("stream", "name", name, STREAM, cx);
     }
     if let Some(subjects) = attrs.subjects.as_ref().filter(|list| list.complete) {
         if subjects.lits.is_empty()
@@ -81,24 +72,15 @@ pub(crate) fn stream(attrs: &StreamAttrs, cx: &mut Ctxt) {
     }
 }
 
+/// The rules of `#[queue_consumer]`: those of every consumer, the group, the backoff against
+/// `max_deliver`, the dead-letter subject against the filters, `migrate_from` against the group,
+/// the description's length.
 pub(crate) fn queue(attrs: &QueueAttrs, cx: &mut Ctxt) {
     consumer(&attrs.common, cx);
     let attr = attrs.common.attr;
     let msg = |key: &str, what: String| key_msg(attr, key, what);
-    if let Some(group) = &attrs.group
-        && let Err(error) = names::check_consumer_name(&group.value())
-    {
-        cx.error_spanned_by(
-            group,
-            msg(
-                "group",
-                format!(
-                    "{:?} is not a valid consumer name: {}",
-                    group.value(),
-                    error.message()
-                ),
-            ),
-        );
+    if let Some(group) = &attrs.group {
+        valid_name(attr, "group", group, CONSUMER, cx);
     }
     if let Some(backoff) = &attrs.backoff {
         let steps = &backoff.steps;
@@ -165,36 +147,30 @@ pub(crate) fn queue(attrs: &QueueAttrs, cx: &mut Ctxt) {
             }
         }
     }
-    if let Some(lit) = &attrs.migrate_from {
-        let value = lit.value();
-        if let Err(error) = names::check_consumer_name(&value) {
-            cx.error_spanned_by(
-                lit,
-                msg(
-                    "migrate_from",
-                    format!(
-                        "{value:?} is not a valid consumer name: {}",
-                        error.message()
-                    ),
+    if let Some(lit) = &attrs.migrate_from
+        && valid_name(attr, "migrate_from", lit, CONSUMER, cx)
+        && attrs
+            .group
+            .as_ref()
+            .is_some_and(|g| g.value() == lit.value())
+    {
+        cx.error_spanned_by(
+            lit,
+            msg(
+                "migrate_from",
+                format!(
+                    "{:?} is this consumer's own group; name the previous consumer to migrate from, or remove `migrate_from`",
+                    lit.value()
                 ),
-            );
-        } else if attrs.group.as_ref().is_some_and(|g| g.value() == value) {
-            cx.error_spanned_by(
-                lit,
-                msg(
-                    "migrate_from",
-                    format!(
-                        "{value:?} is this consumer's own group; name the previous consumer to migrate from, or remove `migrate_from`"
-                    ),
-                ),
-            );
-        }
+            ),
+        );
     }
     if let Some(lit) = &attrs.description {
         description(attr, lit, cx);
     }
 }
 
+/// The rules of `#[broadcast]`: those of every consumer.
 pub(crate) fn broadcast(attrs: &BroadcastAttrs, cx: &mut Ctxt) {
     consumer(&attrs.common, cx);
 }
@@ -202,21 +178,8 @@ pub(crate) fn broadcast(attrs: &BroadcastAttrs, cx: &mut Ctxt) {
 /// The rules both consumer macros share: the stream's name, and the filters.
 fn consumer(attrs: &ConsumerAttrs, cx: &mut Ctxt) {
     let attr = attrs.attr;
-    if let Some(PathOrString::String(name)) = &attrs.stream
-        && let Err(error) = names::check_stream_name(&name.value())
-    {
-        cx.error_spanned_by(
-            name,
-            key_msg(
-                attr,
-                "stream",
-                format!(
-                    "{:?} is not a valid stream name: {}",
-                    name.value(),
-                    error.message()
-                ),
-            ),
-        );
+    if let Some(PathOrString::String(name)) = &attrs.stream {
+        valid_name(attr, "stream", name, STREAM, cx);
     }
     match &attrs.filters {
         Filters::Both { later } => cx.error_spanned_by(
@@ -276,6 +239,31 @@ fn check_filters(attr: &str, key: &str, filters: &[LitStr], whose: &str, cx: &mu
             cx.error_spanned_by(&filters[j], key_msg(attr, key, what));
         }
     }
+}
+
+/// A kind of name, and its rule.
+type NameRule = (&'static str, fn(&str) -> Result<(), NameError>);
+const STREAM: NameRule = ("stream", names::check_stream_name);
+const CONSUMER: NameRule = ("consumer", names::check_consumer_name);
+
+/// Whether `lit` is a valid name by `rule`; an error at it if not.
+fn valid_name(attr: &str, key: &str, lit: &LitStr, (kind, rule): NameRule, cx: &mut Ctxt) -> bool {
+    let Err(error) = rule(&lit.value()) else {
+        return true;
+    };
+    cx.error_spanned_by(
+        lit,
+        key_msg(
+            attr,
+            key,
+            format!(
+                "{:?} is not a valid {kind} name: {}",
+                lit.value(),
+                error.message()
+            ),
+        ),
+    );
+    false
 }
 
 fn description(attr: &str, lit: &LitStr, cx: &mut Ctxt) {

@@ -75,23 +75,13 @@ impl<'a> Key<'a> {
     /// The value expression; an error for a flag or a parenthesised list.
     fn expr(&self, cx: &mut Ctxt) -> Option<&'a Expr> {
         let arg = self.arg?;
-        match &arg.value {
-            Value::Expr(expr) => Some(ungroup(expr)),
-            Value::Flag => {
-                cx.error_spanned_by(
-                    &arg.key,
-                    self.msg(format!("needs a value: `{}`", self.example)),
-                );
-                None
-            }
-            Value::Parens(group) => {
-                cx.error_spanned_by(
-                    group,
-                    self.msg(format!("write `{}` (with `=`)", self.example)),
-                );
-                None
-            }
-        }
+        let (tokens, what): (&dyn ToTokens, String) = match &arg.value {
+            Value::Expr(expr) => return Some(ungroup(expr)),
+            Value::Flag => (&arg.key, format!("needs a value: `{}`", self.example)),
+            Value::Parens(group) => (group, format!("write `{}` (with `=`)", self.example)),
+        };
+        cx.error_spanned_by(tokens, self.msg(what));
+        None
     }
 
     /// A string literal.
@@ -248,28 +238,21 @@ impl<'a> Key<'a> {
         let Some(arg) = self.arg else {
             return false;
         };
-        match &arg.value {
-            Value::Flag => true,
+        let value: &dyn ToTokens = match &arg.value {
+            Value::Flag => return true,
             Value::Expr(expr) => match ungroup(expr) {
                 Expr::Lit(ExprLit {
                     lit: Lit::Bool(b), ..
-                }) => b.value,
-                other => {
-                    cx.error_spanned_by(
-                        other,
-                        self.msg(format!("takes no value; write `{}` alone", self.key)),
-                    );
-                    false
-                }
+                }) => return b.value,
+                other => other,
             },
-            Value::Parens(group) => {
-                cx.error_spanned_by(
-                    group,
-                    self.msg(format!("takes no value; write `{}` alone", self.key)),
-                );
-                false
-            }
-        }
+            Value::Parens(group) => group,
+        };
+        cx.error_spanned_by(
+            value,
+            self.msg(format!("takes no value; write `{}` alone", self.key)),
+        );
+        false
     }
 
     /// A path (`Orders`, `crate::streams::Orders`) or a string literal.

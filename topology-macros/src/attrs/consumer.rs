@@ -6,41 +6,36 @@ use topology_core::rules::{CONCURRENCY, MAX_ACK_PENDING, MAX_DELIVER};
 
 use crate::args::{Args, Refused, Spec};
 use crate::ctxt::Ctxt;
-use crate::value::{Dur, Int, Krate, PathOrString, StrList};
+use crate::value::{Dur, Int, Key, Krate, PathOrString, StrList};
 
 /// Why a plain durable is refused, and what to write instead: the end of every such message.
 const PLAIN_DURABLE: &str = "a plain durable consumer admits one subscriber, so with a second replica the second instance is refused or receives every message again";
 const FIX: &str = "write `#[queue_consumer(group = \"...\")]` for work shared by all instances (each message handled by one of them), or `#[broadcast]` for every instance to receive every message";
 
-fn queue_durable(attr: &str, key: &str) -> String {
-    format!(
-        "`#[{attr}]` has no `{key}` key: {PLAIN_DURABLE}; the durable of a queue consumer is its `group`, shared by every instance; {FIX}"
-    )
-}
-
-fn queue_deliver_group(attr: &str, key: &str) -> String {
-    format!(
-        "`#[{attr}]` has no `{key}` key: the deliver group is always the `group` (with `delivery = \"push\"`), so that every instance joins the same queue; without it, {PLAIN_DURABLE}; {FIX}"
-    )
-}
-
-fn queue_name(attr: &str, key: &str) -> String {
-    format!(
-        "`#[{attr}]` has no `{key}` key: the durable consumer shared by all instances is named by its group; write `group = \"...\"`"
-    )
-}
-
-fn broadcast_group(attr: &str, key: &str) -> String {
-    format!(
-        "`#[{attr}]` has no `{key}` key: a broadcast gives every instance its own ephemeral consumer, so that every instance receives every message; for work handled once by one instance, write `#[queue_consumer(group = \"...\")]` instead"
-    )
-}
-
-fn broadcast_durable(attr: &str, key: &str) -> String {
-    format!(
-        "`#[{attr}]` has no `{key}` key: a broadcast is an ephemeral consumer on every instance, and {PLAIN_DURABLE}; {FIX}"
-    )
-}
+/// Why a key is refused, after "`#[attr]` has no `key` key: ".
+const QUEUE_DURABLE: &[&str] = &[
+    PLAIN_DURABLE,
+    "; the durable of a queue consumer is its `group`, shared by every instance; ",
+    FIX,
+];
+const QUEUE_DELIVER_GROUP: &[&str] = &[
+    "the deliver group is always the `group` (with `delivery = \"push\"`), so that every instance joins the same queue; without it, ",
+    PLAIN_DURABLE,
+    "; ",
+    FIX,
+];
+const QUEUE_NAME: &[&str] = &[
+    "the durable consumer shared by all instances is named by its group; write `group = \"...\"`",
+];
+const BROADCAST_GROUP: &[&str] = &[
+    "a broadcast gives every instance its own ephemeral consumer, so that every instance receives every message; for work handled once by one instance, write `#[queue_consumer(group = \"...\")]` instead",
+];
+const BROADCAST_DURABLE: &[&str] = &[
+    "a broadcast is an ephemeral consumer on every instance, and ",
+    PLAIN_DURABLE,
+    "; ",
+    FIX,
+];
 
 pub(crate) static QUEUE_SPEC: Spec = Spec {
     attr: "queue_consumer",
@@ -63,22 +58,22 @@ pub(crate) static QUEUE_SPEC: Spec = Spec {
     refused: &[
         Refused {
             key: "durable",
-            message: queue_durable,
+            why: QUEUE_DURABLE,
             answers: Some("group"),
         },
         Refused {
             key: "durable_name",
-            message: queue_durable,
+            why: QUEUE_DURABLE,
             answers: Some("group"),
         },
         Refused {
             key: "deliver_group",
-            message: queue_deliver_group,
+            why: QUEUE_DELIVER_GROUP,
             answers: Some("group"),
         },
         Refused {
             key: "name",
-            message: queue_name,
+            why: QUEUE_NAME,
             answers: Some("group"),
         },
     ],
@@ -104,27 +99,27 @@ pub(crate) static BROADCAST_SPEC: Spec = Spec {
     refused: &[
         Refused {
             key: "group",
-            message: broadcast_group,
+            why: BROADCAST_GROUP,
             answers: None,
         },
         Refused {
             key: "queue",
-            message: broadcast_group,
+            why: BROADCAST_GROUP,
             answers: None,
         },
         Refused {
             key: "durable",
-            message: broadcast_durable,
+            why: BROADCAST_DURABLE,
             answers: None,
         },
         Refused {
             key: "durable_name",
-            message: broadcast_durable,
+            why: BROADCAST_DURABLE,
             answers: None,
         },
         Refused {
             key: "deliver_group",
-            message: broadcast_durable,
+            why: BROADCAST_DURABLE,
             answers: None,
         },
     ],
@@ -215,12 +210,26 @@ impl ConsumerAttrs {
             ),
             cx,
         );
-        let subject_key = args.key("subject", "subject = \"orders.created\"");
-        let subjects_key = args.key(
+        ConsumerAttrs {
+            attr,
+            krate,
+            stream,
+            filters: Filters::parse(args, cx),
+            concurrency: args
+                .key("concurrency", "concurrency = 8")
+                .int(CONCURRENCY, "", cx),
+        }
+    }
+}
+
+impl Filters {
+    fn parse(args: &Args, cx: &mut Ctxt) -> Filters {
+        let subject = args.key("subject", "subject = \"orders.created\"");
+        let subjects = args.key(
             "subjects",
             "subjects = [\"orders.created\", \"orders.paid\"]",
         );
-        let filters = match (subject_key.arg, subjects_key.arg) {
+        match (subject.arg, subjects.arg) {
             (Some(one), Some(many)) => Filters::Both {
                 later: if args.position("subject") < args.position("subjects") {
                     many.key.clone()
@@ -228,23 +237,9 @@ impl ConsumerAttrs {
                     one.key.clone()
                 },
             },
-            (Some(_), None) => subject_key
-                .string(cx)
-                .map_or(Filters::Unreadable, Filters::One),
-            (None, Some(_)) => subjects_key
-                .strings(cx)
-                .map_or(Filters::Unreadable, Filters::Many),
+            (Some(_), None) => subject.string(cx).map_or(Filters::Unreadable, Filters::One),
+            (None, Some(_)) => (subjects.strings(cx)).map_or(Filters::Unreadable, Filters::Many),
             (None, None) => Filters::Whole,
-        };
-        let concurrency = args
-            .key("concurrency", "concurrency = 8")
-            .int(CONCURRENCY, "", cx);
-        ConsumerAttrs {
-            attr,
-            krate,
-            stream,
-            filters,
-            concurrency,
         }
     }
 }
@@ -261,65 +256,59 @@ impl QueueAttrs {
             ),
             cx,
         );
-        let delivery = args
-            .key("delivery", "delivery = \"pull\"")
-            .choice(&[("pull", Delivery::Pull), ("push", Delivery::Push)], cx);
-        let max_deliver = args.key("max_deliver", "max_deliver = 5").int(
-            MAX_DELIVER,
-            "omit `max_deliver` for unlimited deliveries",
-            cx,
-        );
-        let ack_wait = args
-            .key("ack_wait", "ack_wait = \"30s\"")
-            .duration(true, cx);
-        let backoff_key = args.key("backoff", "backoff = [\"1s\", \"10s\", \"1m\"]");
-        let backoff = backoff_key.strings(cx).map(|steps| Backoff {
-            durations: (steps.lits.iter())
-                .filter_map(|lit| backoff_key.duration_of(lit, true, cx))
-                .collect(),
-            steps,
-        });
-        let max_ack_pending = args.key("max_ack_pending", "max_ack_pending = 1000").int(
-            MAX_ACK_PENDING,
-            "omit `max_ack_pending` for the server's default of 1000",
-            cx,
-        );
-        let dead_letter = args
-            .key("dead_letter", "dead_letter = \"billing.dead\"")
-            .string(cx);
-        let migrate_from = args
-            .key("migrate_from", "migrate_from = \"billing_v1\"")
-            .string(cx);
-        let description = args
-            .key("description", "description = \"bills each order\"")
-            .string(cx);
         QueueAttrs {
             common,
             group,
-            delivery,
-            max_deliver,
-            ack_wait,
-            backoff,
-            max_ack_pending,
-            dead_letter,
-            migrate_from,
-            description,
+            delivery: args
+                .key("delivery", "delivery = \"pull\"")
+                .choice(&[("pull", Delivery::Pull), ("push", Delivery::Push)], cx),
+            max_deliver: args.key("max_deliver", "max_deliver = 5").int(
+                MAX_DELIVER,
+                "omit `max_deliver` for unlimited deliveries",
+                cx,
+            ),
+            ack_wait: args
+                .key("ack_wait", "ack_wait = \"30s\"")
+                .duration(true, cx),
+            backoff: Backoff::parse(
+                &args.key("backoff", "backoff = [\"1s\", \"10s\", \"1m\"]"),
+                cx,
+            ),
+            max_ack_pending: args.key("max_ack_pending", "max_ack_pending = 1000").int(
+                MAX_ACK_PENDING,
+                "omit `max_ack_pending` for the server's default of 1000",
+                cx,
+            ),
+            dead_letter: (args.key("dead_letter", "dead_letter = \"billing.dead\"")).string(cx),
+            migrate_from: (args.key("migrate_from", "migrate_from = \"billing_v1\"")).string(cx),
+            description: (args.key("description", "description = \"bills each order\"")).string(cx),
         }
+    }
+}
+
+impl Backoff {
+    fn parse(key: &Key<'_>, cx: &mut Ctxt) -> Option<Backoff> {
+        let steps = key.strings(cx)?;
+        let durations = (steps.lits.iter())
+            .filter_map(|lit| key.duration_of(lit, true, cx))
+            .collect();
+        Some(Backoff { steps, durations })
     }
 }
 
 impl BroadcastAttrs {
     pub(crate) fn parse(args: &Args, cx: &mut Ctxt) -> BroadcastAttrs {
-        let common = ConsumerAttrs::parse(args, BROADCAST_SPEC.attr, cx);
-        let deliver = args.key("deliver", "deliver = \"new\"").choice(
-            &[
-                ("new", DeliverPolicy::New),
-                ("all", DeliverPolicy::All),
-                ("last", DeliverPolicy::Last),
-                ("last_per_subject", DeliverPolicy::LastPerSubject),
-            ],
-            cx,
-        );
-        BroadcastAttrs { common, deliver }
+        BroadcastAttrs {
+            common: ConsumerAttrs::parse(args, BROADCAST_SPEC.attr, cx),
+            deliver: args.key("deliver", "deliver = \"new\"").choice(
+                &[
+                    ("new", DeliverPolicy::New),
+                    ("all", DeliverPolicy::All),
+                    ("last", DeliverPolicy::Last),
+                    ("last_per_subject", DeliverPolicy::LastPerSubject),
+                ],
+                cx,
+            ),
+        }
     }
 }

@@ -80,67 +80,54 @@ impl StreamAttrs {
             "`#[stream]` needs `subjects = [\"...\"]`: the subjects the stream captures, as in `subjects = [\"orders.>\"]`",
             cx,
         );
-        let external = args.key("external", "external").flag(cx);
-        let replicas = args.key("replicas", "replicas = 3").int(
-            REPLICAS,
-            "JetStream keeps a stream on at most 5 servers",
-            cx,
-        );
-        let storage = args
-            .key("storage", "storage = \"file\"")
-            .choice(&[("file", Storage::File), ("memory", Storage::Memory)], cx);
-        let retention = args.key("retention", "retention = \"limits\"").choice(
-            &[
-                ("limits", Retention::Limits),
-                ("interest", Retention::Interest),
-                ("workqueue", Retention::WorkQueue),
-            ],
-            cx,
-        );
-        let max_age = args.key("max_age", "max_age = \"7d\"").duration(true, cx);
-        let max_msgs = args.key("max_msgs", "max_msgs = 1000000").int(
-            MAX_MSGS,
-            "omit `max_msgs` for no limit",
-            cx,
-        );
-        let max_bytes = args.key("max_bytes", "max_bytes = 1073741824").int(
-            MAX_BYTES,
-            "omit `max_bytes` for no limit",
-            cx,
-        );
-        let max_msg_size = args.key("max_msg_size", "max_msg_size = 1048576").int(
-            MAX_MSG_SIZE,
-            "omit `max_msg_size` for the server's limit",
-            cx,
-        );
-        let discard = args
-            .key("discard", "discard = \"old\"")
-            .choice(&[("old", Discard::Old), ("new", Discard::New)], cx);
-        let duplicate_window = args
-            .key("duplicate_window", "duplicate_window = \"2m\"")
-            .duration(true, cx);
-        let description = args
-            .key(
-                "description",
-                "description = \"orders placed by customers\"",
-            )
-            .string(cx);
         StreamAttrs {
             krate,
             name,
             subjects,
             subjects_key: subjects_key.arg.map(|arg| arg.key.clone()),
-            replicas,
-            storage,
-            retention,
-            max_age,
-            max_msgs,
-            max_bytes,
-            max_msg_size,
-            discard,
-            duplicate_window,
-            description,
-            external,
+            external: args.key("external", "external").flag(cx),
+            replicas: args.key("replicas", "replicas = 3").int(
+                REPLICAS,
+                "JetStream keeps a stream on at most 5 servers",
+                cx,
+            ),
+            storage: args
+                .key("storage", "storage = \"file\"")
+                .choice(&[("file", Storage::File), ("memory", Storage::Memory)], cx),
+            retention: args.key("retention", "retention = \"limits\"").choice(
+                &[
+                    ("limits", Retention::Limits),
+                    ("interest", Retention::Interest),
+                    ("workqueue", Retention::WorkQueue),
+                ],
+                cx,
+            ),
+            max_age: args.key("max_age", "max_age = \"7d\"").duration(true, cx),
+            max_msgs: args.key("max_msgs", "max_msgs = 1000000").int(
+                MAX_MSGS,
+                "omit `max_msgs` for no limit",
+                cx,
+            ),
+            max_bytes: args.key("max_bytes", "max_bytes = 1073741824").int(
+                MAX_BYTES,
+                "omit `max_bytes` for no limit",
+                cx,
+            ),
+            max_msg_size: args.key("max_msg_size", "max_msg_size = 1048576").int(
+                MAX_MSG_SIZE,
+                "omit `max_msg_size` for the server's limit",
+                cx,
+            ),
+            discard: args
+                .key("discard", "discard = \"old\"")
+                .choice(&[("old", Discard::Old), ("new", Discard::New)], cx),
+            duplicate_window: (args.key("duplicate_window", "duplicate_window = \"2m\""))
+                .duration(true, cx),
+            description: (args.key(
+                "description",
+                "description = \"orders placed by customers\"",
+            ))
+            .string(cx),
             given: args.given(),
         }
     }

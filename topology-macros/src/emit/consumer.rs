@@ -8,10 +8,10 @@ use syn::LitStr;
 use syn::spanned::Spanned;
 use topology_core::rules::FitError;
 
-use super::{duration, escape_format, handler, krate, path_text, variant};
+use super::{call, duration, escape_format, handler, krate, path_text, variant};
 use crate::attrs::{BroadcastAttrs, ConsumerAttrs, QueueAttrs};
 use crate::item::Handler;
-use crate::value::PathOrString;
+use crate::value::{Int, PathOrString};
 
 /// The item and its registration as a queue consumer; `None` without a group (which parsing
 /// reported).
@@ -21,44 +21,30 @@ pub(crate) fn queue(
     handler: &Handler,
 ) -> Option<TokenStream> {
     let group = attrs.group.as_ref()?;
-    let mut builders = Vec::new();
-    let mut support = TokenStream::new();
-    if let Some(delivery) = attrs.delivery {
-        let v = variant("Delivery", delivery);
-        builders.push(quote!(.delivery(#v)));
-    }
-    if let Some(max_deliver) = attrs.max_deliver {
-        let n = max_deliver.value as i64;
-        builders.push(quote!(.max_deliver(#n)));
-    }
-    if let Some(ack_wait) = &attrs.ack_wait {
-        let d = duration(ack_wait.value);
-        builders.push(quote!(.ack_wait(#d)));
-    }
-    if let Some(backoff) = &attrs.backoff {
+    let number = |n: Option<Int>| n.map(|n| n.value as i64);
+    let builders = [
+        call("delivery", attrs.delivery.map(|v| variant("Delivery", v))),
+        call("max_deliver", number(attrs.max_deliver)),
+        call(
+            "ack_wait",
+            attrs.ack_wait.as_ref().map(|d| duration(d.value)),
+        ),
+        (attrs.backoff.as_ref()).map(|_| quote!(.backoff(__NATS_TOPOLOGY_BACKOFF))),
+        call("max_ack_pending", number(attrs.max_ack_pending)),
+        call("dead_letter", attrs.dead_letter.as_ref()),
+        call("migrate_from", attrs.migrate_from.as_ref()),
+        call("description", attrs.description.as_ref()),
+    ];
+    let support = attrs.backoff.as_ref().map(|backoff| {
         let durations = backoff.durations.iter().map(|d| duration(*d));
-        support.extend(quote! {
+        quote! {
             const __NATS_TOPOLOGY_BACKOFF: &[__nats_topology::Duration] = &[#(#durations),*];
-        });
-        builders.push(quote!(.backoff(__NATS_TOPOLOGY_BACKOFF)));
-    }
-    if let Some(max_ack_pending) = attrs.max_ack_pending {
-        let n = max_ack_pending.value as i64;
-        builders.push(quote!(.max_ack_pending(#n)));
-    }
-    if let Some(lit) = &attrs.dead_letter {
-        builders.push(quote!(.dead_letter(#lit)));
-    }
-    if let Some(lit) = &attrs.migrate_from {
-        builders.push(quote!(.migrate_from(#lit)));
-    }
-    if let Some(lit) = &attrs.description {
-        builders.push(quote!(.description(#lit)));
-    }
+        }
+    });
     let settings = Settings {
         constructor: quote!(queue),
         decl: quote!(__nats_topology::QueueDecl::new(#group) #(#builders)*),
-        support,
+        support: support.unwrap_or_default(),
         // Read back from the stream only when the consumer reads all of it.
         dead_letter: (attrs.dead_letter.as_ref())
             .filter(|_| attrs.common.filters.lits().is_empty()),

@@ -24,7 +24,7 @@ use crate::value::Krate;
 
 /// The path generated code reaches the facade at: `::nats_topology`, or the `crate = path`
 /// override; `None` when the override is not a path.
-pub(crate) fn krate(krate: &Krate) -> Option<TokenStream> {
+fn krate(krate: &Krate) -> Option<TokenStream> {
     match krate {
         Krate::Default => Some(quote!(::nats_topology)),
         Krate::Path(path) => Some(path.to_token_stream()),
@@ -55,6 +55,12 @@ fn duration(d: Duration) -> TokenStream {
     let secs = d.as_secs();
     let nanos = d.subsec_nanos();
     quote!(__nats_topology::Duration::new(#secs, #nanos))
+}
+
+/// `.method(value)` when there is a value.
+fn call(method: &str, value: Option<impl ToTokens>) -> Option<TokenStream> {
+    let method = Ident::new(method, Span::call_site());
+    value.map(|value| quote!(.#method(#value)))
 }
 
 /// A variant of one of the model's enums, `__nats_topology::Storage::File`. (The model's enums
