@@ -21,5 +21,7 @@ pub mod model;
 pub mod names;
 pub mod rules;
 pub mod subject;
+#[doc(hidden)]
+pub mod xorshift;
 
 pub use model::StreamDef;

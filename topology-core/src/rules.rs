@@ -281,18 +281,34 @@ pub const fn check_stream(decl: &StreamDecl) -> Result<(), StreamError> {
     Ok(())
 }
 
-/// Whether a stream declaration sets anything an external stream cannot take.
-const fn has_settings(decl: &StreamDecl) -> bool {
-    decl.replicas.is_some()
-        || decl.storage.is_some()
-        || decl.max_age.is_some()
-        || decl.max_msgs.is_some()
-        || decl.max_bytes.is_some()
-        || decl.max_msg_size.is_some()
-        || decl.discard.is_some()
-        || decl.duplicate_window.is_some()
-        || decl.description.is_some()
+/// Writes the settings an external stream cannot take once: as the keys of `#[stream]` (each
+/// named as its field of [`StreamDecl`]) and as the check of a declaration.
+macro_rules! external_refuses {
+    ($($field:ident),* $(,)?) => {
+        /// The keys of `#[stream]` that an external stream cannot take: it is never created or
+        /// changed here, so only its `name`, `subjects` and `retention` are declared, for checks.
+        /// Each is the name of a field of [`StreamDecl`] ([`check_stream`] refuses a declaration
+        /// that sets one with [`StreamError::ExternalWithSettings`]).
+        pub const EXTERNAL_REFUSED_KEYS: &[&str] = &[$(stringify!($field)),*];
+
+        /// Whether a stream declaration sets anything an external stream cannot take.
+        const fn has_settings(decl: &StreamDecl) -> bool {
+            false $(|| decl.$field.is_some())*
+        }
+    };
 }
+
+external_refuses!(
+    replicas,
+    storage,
+    max_age,
+    max_msgs,
+    max_bytes,
+    max_msg_size,
+    discard,
+    duplicate_window,
+    description,
+);
 
 /// Why a consumer declaration is invalid (on its own, whatever its stream).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -441,6 +441,8 @@ mod tests {
     use std::string::String;
     use std::vec::Vec;
 
+    use crate::xorshift::Rng;
+
     #[test]
     fn valid_filters() {
         for ok in [
@@ -622,20 +624,6 @@ mod tests {
         assert!(!covered_by("a", &[]));
     }
 
-    /// A tiny deterministic PRNG (xorshift64*), enough to explore filter pairs.
-    struct Rng(u64);
-    impl Rng {
-        fn next(&mut self) -> u64 {
-            self.0 ^= self.0 >> 12;
-            self.0 ^= self.0 << 25;
-            self.0 ^= self.0 >> 27;
-            self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-        }
-        fn below(&mut self, n: u64) -> u64 {
-            self.next() % n
-        }
-    }
-
     fn random_filter(rng: &mut Rng) -> String {
         let len = 1 + rng.below(4);
         let mut tokens = Vec::new();
@@ -705,7 +693,7 @@ mod tests {
                 assert_eq!(matches(&a, s), *m, "{a} ~ {s}");
             }
             // Unions of up to three patterns.
-            let n = 1 + rng.below(3) as usize;
+            let n = 1 + rng.below(3);
             let patterns: Vec<String> = (0..n).map(|_| random_filter(&mut rng)).collect();
             let refs: Vec<&str> = patterns.iter().map(String::as_str).collect();
             let covered = universe

@@ -1,21 +1,17 @@
-//! Parsing `key = value` attribute arguments, and turning values into typed, spanned values.
+//! Parsing `key = value` attribute arguments into keys and untyped values.
 //!
 //! Each comma-separated argument is parsed on its own with `syn::meta::parser`, so that a
-//! malformed argument does not hide the mistakes in the others. Values are kept as `syn::Expr`
-//! and converted key by key, keeping the tokens so that every error points at its value.
+//! malformed argument does not hide the mistakes in the others. Values are kept as `syn::Expr`;
+//! [`crate::value`] turns them into typed, spanned values key by key.
 
-use core::time::Duration;
-
-use proc_macro2::{Group, Span, TokenStream, TokenTree};
+use proc_macro2::{Group, TokenStream, TokenTree};
 use quote::ToTokens;
 use syn::parse::Parser;
-use syn::spanned::Spanned;
-use syn::{Expr, ExprLit, Ident, Lit, LitStr, Path, UnOp};
-use topology_core::duration::{self, DurationError};
-use topology_core::rules::IntRange;
+use syn::{Expr, Ident};
 
 use crate::ctxt::Ctxt;
 use crate::suggest;
+use crate::value::Key;
 
 /// One `key`, `key = value` or `key(...)` argument.
 pub(crate) struct Arg {
@@ -35,7 +31,8 @@ pub(crate) enum Value {
 /// A key that is refused with a dedicated explanation rather than "unknown key".
 pub(crate) struct Refused {
     pub key: &'static str,
-    pub message: fn(attr: &str, key: &str) -> String,
+    /// Why, after "`#[attr]` has no `key` key: ", in pieces written one after the other.
+    pub why: &'static [&'static str],
     /// A required key whose absence this message already explains (`durable` explains the
     /// missing `group`), so that it is not reported twice.
     pub answers: Option<&'static str>,
@@ -138,7 +135,14 @@ impl Args {
         let name = arg.key.to_string();
         let name = name.strip_prefix("r#").unwrap_or(&name);
         if let Some(refused) = spec.refused.iter().find(|r| r.key == name) {
-            cx.error_spanned_by(&arg.key, (refused.message)(spec.attr, name));
+            cx.error_spanned_by(
+                &arg.key,
+                format!(
+                    "`#[{}]` has no `{name}` key: {}",
+                    spec.attr,
+                    refused.why.concat()
+                ),
+            );
             self.answered.extend(refused.answers);
             return;
         }
@@ -181,6 +185,14 @@ impl Args {
         self.args.iter().position(|(k, _)| *k == key)
     }
 
+    /// The keys given and accepted, in order: each by name, and as written.
+    pub(crate) fn given(&self) -> Vec<(&'static str, Ident)> {
+        self.args
+            .iter()
+            .map(|(key, arg)| (*key, arg.key.clone()))
+            .collect()
+    }
+
     /// A handle to convert the value of `key`.
     pub(crate) fn key<'a>(&'a self, key: &'static str, example: &'static str) -> Key<'a> {
         Key {
@@ -188,6 +200,14 @@ impl Args {
             key,
             example,
             arg: self.get(key),
+        }
+    }
+
+    /// Reports the absence of a required key at the call site, unless [`Args::report_missing`]
+    /// says not to.
+    pub(crate) fn require(&self, key: &str, message: impl std::fmt::Display, cx: &mut Ctxt) {
+        if self.report_missing(key) {
+            cx.error_at(proc_macro2::Span::call_site(), message);
         }
     }
 }
@@ -244,331 +264,4 @@ fn split_commas(
         chunks.push(current);
     }
     chunks
-}
-
-/// The value of one key, converted with errors that name the attribute and key.
-pub(crate) struct Key<'a> {
-    pub attr: &'static str,
-    pub key: &'static str,
-    /// How the key is written, for messages: `name = "ORDERS"`.
-    pub example: &'static str,
-    pub arg: Option<&'a Arg>,
-}
-
-impl<'a> Key<'a> {
-    /// The `key` token, when given.
-    pub(crate) fn key_span(&self) -> Option<Span> {
-        self.arg.map(|arg| arg.key.span())
-    }
-
-    /// A message prefixed with the attribute and key.
-    pub(crate) fn msg(&self, what: impl std::fmt::Display) -> String {
-        format!("`#[{}]` key `{}`: {what}", self.attr, self.key)
-    }
-
-    /// The value expression; an error for a flag or a parenthesised list.
-    fn expr(&self, cx: &mut Ctxt) -> Option<&'a Expr> {
-        let arg = self.arg?;
-        match &arg.value {
-            Value::Expr(expr) => Some(ungroup(expr)),
-            Value::Flag => {
-                cx.error_spanned_by(
-                    &arg.key,
-                    self.msg(format!("needs a value: `{}`", self.example)),
-                );
-                None
-            }
-            Value::Parens(group) => {
-                cx.error_spanned_by(
-                    group,
-                    self.msg(format!("write `{}` (with `=`)", self.example)),
-                );
-                None
-            }
-        }
-    }
-
-    /// A string literal.
-    pub(crate) fn string(&self, cx: &mut Ctxt) -> Option<LitStr> {
-        let expr = self.expr(cx)?;
-        match expr {
-            Expr::Lit(ExprLit {
-                lit: Lit::Str(s), ..
-            }) => Some(s.clone()),
-            _ => {
-                cx.error_spanned_by(
-                    expr,
-                    self.msg(format!(
-                        "expected a string literal, as in `{}`",
-                        self.example
-                    )),
-                );
-                None
-            }
-        }
-    }
-
-    /// An integer literal (possibly negative) within `range`.
-    /// `hint` (if not empty) is added to an out-of-range message.
-    pub(crate) fn int(&self, range: IntRange, hint: &str, cx: &mut Ctxt) -> Option<(i128, Span)> {
-        let expr = self.expr(cx)?;
-        let (negative, lit) = match expr {
-            Expr::Lit(ExprLit {
-                lit: Lit::Int(lit), ..
-            }) => (false, lit),
-            Expr::Unary(unary) if matches!(unary.op, UnOp::Neg(_)) => match ungroup(&unary.expr) {
-                Expr::Lit(ExprLit {
-                    lit: Lit::Int(lit), ..
-                }) => (true, lit),
-                _ => return self.not_an_integer(expr, cx),
-            },
-            _ => return self.not_an_integer(expr, cx),
-        };
-        let value = lit
-            .base10_parse::<i128>()
-            .ok()
-            .map(|v| if negative { -v } else { v });
-        if let Some(v) = value.filter(|v| range.contains(*v)) {
-            return Some((v, expr.span()));
-        }
-        let shown = expr.to_token_stream().to_string().replace(' ', "");
-        let mut message = range_message(range, value, &shown);
-        if !hint.is_empty() {
-            message.push_str("; ");
-            message.push_str(hint);
-        }
-        cx.error_spanned_by(expr, self.msg(message));
-        None
-    }
-
-    fn not_an_integer<T>(&self, expr: &Expr, cx: &mut Ctxt) -> Option<T> {
-        cx.error_spanned_by(
-            expr,
-            self.msg(format!("expected an integer, as in `{}`", self.example)),
-        );
-        None
-    }
-
-    /// A duration literal (`"30s"`, `"1h30m"`); zero refused when `nonzero`.
-    pub(crate) fn duration(&self, nonzero: bool, cx: &mut Ctxt) -> Option<(Duration, LitStr)> {
-        let lit = self.string(cx)?;
-        parse_duration(self, &lit, nonzero, cx).map(|d| (d, lit))
-    }
-
-    /// An array of string literals (`["a", "b"]`): the string literals found, the span of the
-    /// brackets, and whether every element was one (each that is not is reported).
-    pub(crate) fn strings(&self, cx: &mut Ctxt) -> Option<(Vec<LitStr>, Span, bool)> {
-        let expr = self.expr(cx)?;
-        match expr {
-            Expr::Array(array) => {
-                let mut out = Vec::new();
-                let mut complete = true;
-                for elem in &array.elems {
-                    match ungroup(elem) {
-                        Expr::Lit(ExprLit {
-                            lit: Lit::Str(s), ..
-                        }) => out.push(s.clone()),
-                        other => {
-                            complete = false;
-                            cx.error_spanned_by(
-                                other,
-                                self.msg(format!(
-                                    "expected a string literal in the list, as in `{}`",
-                                    self.example
-                                )),
-                            );
-                        }
-                    }
-                }
-                Some((out, array.bracket_token.span.join(), complete))
-            }
-            Expr::Lit(ExprLit {
-                lit: Lit::Str(s), ..
-            }) => {
-                cx.error_spanned_by(
-                    expr,
-                    self.msg(format!(
-                        "expected a list of strings; write `{} = [{:?}]`",
-                        self.key,
-                        s.value()
-                    )),
-                );
-                None
-            }
-            _ => {
-                cx.error_spanned_by(
-                    expr,
-                    self.msg(format!(
-                        "expected a list of string literals, as in `{}`",
-                        self.example
-                    )),
-                );
-                None
-            }
-        }
-    }
-
-    /// One of a fixed set of string values.
-    pub(crate) fn choice<T: Copy>(&self, choices: &[(&str, T)], cx: &mut Ctxt) -> Option<T> {
-        let lit = self.string(cx)?;
-        let value = lit.value();
-        if let Some((_, t)) = choices.iter().find(|(name, _)| *name == value) {
-            return Some(*t);
-        }
-        let names: Vec<&str> = choices.iter().map(|(name, _)| *name).collect();
-        let expected = names
-            .iter()
-            .map(|n| format!("`\"{n}\"`"))
-            .collect::<Vec<_>>()
-            .join(", ");
-        let mut message = format!("unknown value {value:?}");
-        if let Some(near) = suggest::nearest(&value, &names) {
-            message.push_str(&format!(" (did you mean `\"{near}\"`?)"));
-        }
-        message.push_str(&format!("; expected one of: {expected}"));
-        cx.error_spanned_by(&lit, self.msg(message));
-        None
-    }
-
-    /// A flag: `key` alone (or `key = true` / `key = false`).
-    pub(crate) fn flag(&self, cx: &mut Ctxt) -> bool {
-        let Some(arg) = self.arg else {
-            return false;
-        };
-        match &arg.value {
-            Value::Flag => true,
-            Value::Expr(expr) => match ungroup(expr) {
-                Expr::Lit(ExprLit {
-                    lit: Lit::Bool(b), ..
-                }) => b.value,
-                other => {
-                    cx.error_spanned_by(
-                        other,
-                        self.msg(format!("takes no value; write `{}` alone", self.key)),
-                    );
-                    false
-                }
-            },
-            Value::Parens(group) => {
-                cx.error_spanned_by(
-                    group,
-                    self.msg(format!("takes no value; write `{}` alone", self.key)),
-                );
-                false
-            }
-        }
-    }
-
-    /// A path (`Orders`, `crate::streams::Orders`) or a string literal.
-    pub(crate) fn path_or_string(&self, cx: &mut Ctxt) -> Option<PathOrString> {
-        let expr = self.expr(cx)?;
-        match expr {
-            Expr::Path(p) if p.qself.is_none() && p.attrs.is_empty() => {
-                Some(PathOrString::Path(p.path.clone()))
-            }
-            Expr::Lit(ExprLit {
-                lit: Lit::Str(s), ..
-            }) => Some(PathOrString::String(s.clone())),
-            _ => {
-                cx.error_spanned_by(
-                    expr,
-                    self.msg(format!(
-                        "expected a path or a string literal, as in `{}`",
-                        self.example
-                    )),
-                );
-                None
-            }
-        }
-    }
-
-    /// The `crate = path` override (a path, or a string holding one).
-    pub(crate) fn crate_path(&self, cx: &mut Ctxt) -> Option<Path> {
-        match self.path_or_string(cx)? {
-            PathOrString::Path(path) => Some(path),
-            PathOrString::String(lit) => match lit.parse::<Path>() {
-                Ok(path) => Some(path),
-                Err(_) => {
-                    cx.error_spanned_by(
-                        &lit,
-                        self.msg(format!(
-                            "{:?} is not a path; write the path the facade is reachable at, as in `{}`",
-                            lit.value(),
-                            self.example
-                        )),
-                    );
-                    None
-                }
-            },
-        }
-    }
-}
-
-/// A stream given as a type path or a name.
-pub(crate) enum PathOrString {
-    Path(Path),
-    String(LitStr),
-}
-
-/// Parses one duration literal with the core rules, reporting at the literal.
-pub(crate) fn parse_duration(
-    key: &Key<'_>,
-    lit: &LitStr,
-    nonzero: bool,
-    cx: &mut Ctxt,
-) -> Option<Duration> {
-    let value = lit.value();
-    let parsed = if nonzero {
-        duration::parse_nonzero(&value)
-    } else {
-        duration::parse(&value)
-    };
-    match parsed {
-        Ok(d) => Some(d),
-        Err(DurationError::Zero) => {
-            cx.error_spanned_by(
-                lit,
-                key.msg(format!(
-                    "{value:?} is zero, which means nothing here; give a positive duration such as `\"30s\"`, or omit the key"
-                )),
-            );
-            None
-        }
-        Err(error) => {
-            cx.error_spanned_by(
-                lit,
-                key.msg(format!("{value:?} is not a duration: {}", error.message())),
-            );
-            None
-        }
-    }
-}
-
-fn range_message(range: IntRange, value: Option<i128>, shown: &str) -> String {
-    let named = |v: i128| -> String {
-        match v {
-            v if v == i64::MAX as i128 => format!("{v} (`i64::MAX`)"),
-            v if v == u32::MAX as i128 => format!("{v} (`u32::MAX`)"),
-            v if v == i32::MAX as i128 => format!("{v} (`i32::MAX`)"),
-            v => v.to_string(),
-        }
-    };
-    let bounded = range.max < i32::MAX as i128;
-    match value {
-        _ if bounded => format!(
-            "must be between {} and {}, got `{shown}`",
-            range.min, range.max
-        ),
-        Some(v) if v < range.min => format!("must be at least {}, got `{shown}`", range.min),
-        _ => format!("must be at most {}, got `{shown}`", named(range.max)),
-    }
-}
-
-/// Looks through invisible groups (from `macro_rules!` fragments) and parentheses.
-pub(crate) fn ungroup(expr: &Expr) -> &Expr {
-    match expr {
-        Expr::Group(g) => ungroup(&g.expr),
-        Expr::Paren(p) => ungroup(&p.expr),
-        other => other,
-    }
 }

@@ -6,36 +6,13 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::str::FromStr;
 
 use proc_macro2::{Delimiter, Group, Ident, Literal, Punct, Spacing, Span, TokenStream, TokenTree};
+use topology_core::xorshift::Rng;
 
-use crate::consumer::{self, Kind};
-use crate::stream;
+use crate::attrs::{consumer, stream};
+use crate::expand;
 
 /// Total inputs (each expanded by all three macros).
 const CASES: usize = 12_000;
-
-/// xorshift64*: small, deterministic, good enough to explore inputs.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-
-    fn chance(&mut self, percent: usize) -> bool {
-        self.below(100) < percent
-    }
-
-    fn pick<T: Copy>(&mut self, items: &[T]) -> T {
-        items[self.below(items.len())]
-    }
-}
 
 /// Keys the macros do not accept: typos, other frameworks' words, keywords, non-ASCII.
 const ODD_KEYS: &[&str] = &[
@@ -161,8 +138,8 @@ fn punct(c: char) -> TokenTree {
 fn literal(rng: &mut Rng) -> TokenTree {
     let lit = match rng.below(12) {
         0..=4 => Literal::string(rng.pick(STRINGS)),
-        5 => Literal::i64_unsuffixed(rng.next() as i64 % 20 - 5),
-        6 => Literal::u128_unsuffixed(u128::from(rng.next()) << rng.below(80)),
+        5 => Literal::i64_unsuffixed(rng.next_u64() as i64 % 20 - 5),
+        6 => Literal::u128_unsuffixed(u128::from(rng.next_u64()) << rng.below(80)),
         7 => Literal::u8_suffixed(rng.below(256) as u8),
         8 => Literal::f64_unsuffixed(rng.below(100) as f64 / 7.0),
         9 => Literal::character(rng.pick(&['a', '\'', '😀'])),
@@ -345,9 +322,9 @@ type Expand = fn(TokenStream, TokenStream) -> TokenStream;
 /// the clean expansions and the failed ones.
 fn check_all(attr: &TokenStream, item: &TokenStream, tally: &mut [usize; 2]) {
     let expanders: [(&str, Expand); 3] = [
-        ("stream", stream::expand),
-        ("queue_consumer", |a, i| consumer::expand(Kind::Queue, a, i)),
-        ("broadcast", |a, i| consumer::expand(Kind::Broadcast, a, i)),
+        ("stream", expand::stream),
+        ("queue_consumer", expand::queue_consumer),
+        ("broadcast", expand::broadcast),
     ];
     for (name, expand) in expanders {
         let result = catch_unwind(AssertUnwindSafe(|| expand(attr.clone(), item.clone())));
@@ -411,10 +388,10 @@ fn expansion_never_panics() {
 /// The valid seeds do expand without errors on a fitting item.
 #[test]
 fn seeds_expand() {
-    let output = stream::expand(parse(SEEDS[0]), parse(ITEMS[0])).to_string();
+    let output = expand::stream(parse(SEEDS[0]), parse(ITEMS[0])).to_string();
     assert!(!output.contains("compile_error"), "{output}");
-    let output = consumer::expand(Kind::Queue, parse(SEEDS[5]), parse(ITEMS[8])).to_string();
+    let output = expand::queue_consumer(parse(SEEDS[5]), parse(ITEMS[8])).to_string();
     assert!(!output.contains("compile_error"), "{output}");
-    let output = consumer::expand(Kind::Broadcast, parse(SEEDS[6]), parse(ITEMS[9])).to_string();
+    let output = expand::broadcast(parse(SEEDS[6]), parse(ITEMS[9])).to_string();
     assert!(!output.contains("compile_error"), "{output}");
 }

@@ -39,12 +39,14 @@
 //!   `-1` is not accepted); `replicas` is 1 to 5.
 
 mod args;
-mod consumer;
+mod attrs;
 mod ctxt;
 mod emit;
-mod handler;
-mod stream;
+mod expand;
+mod item;
 mod suggest;
+mod validate;
+mod value;
 
 #[cfg(test)]
 mod fuzz;
@@ -96,7 +98,7 @@ use proc_macro::TokenStream;
 /// without generics.
 #[proc_macro_attribute]
 pub fn stream(attr: TokenStream, item: TokenStream) -> TokenStream {
-    stream::expand(attr.into(), item.into()).into()
+    expand::stream(attr.into(), item.into()).into()
 }
 
 /// Declares the handler of a queue consumer: shared work, each message handled by one instance.
@@ -165,7 +167,7 @@ pub fn stream(attr: TokenStream, item: TokenStream) -> TokenStream {
 /// than a payload and a `Context`, or returns nothing.
 #[proc_macro_attribute]
 pub fn queue_consumer(attr: TokenStream, item: TokenStream) -> TokenStream {
-    consumer::expand(consumer::Kind::Queue, attr.into(), item.into()).into()
+    expand::queue_consumer(attr.into(), item.into()).into()
 }
 
 /// Declares the handler of a broadcast: every instance receives every message.
@@ -209,5 +211,5 @@ pub fn queue_consumer(attr: TokenStream, item: TokenStream) -> TokenStream {
 /// key (a broadcast is per instance; shared work is a queue consumer).
 #[proc_macro_attribute]
 pub fn broadcast(attr: TokenStream, item: TokenStream) -> TokenStream {
-    consumer::expand(consumer::Kind::Broadcast, attr.into(), item.into()).into()
+    expand::broadcast(attr.into(), item.into()).into()
 }

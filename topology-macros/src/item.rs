@@ -1,41 +1,96 @@
-//! The handler function: its shape, checked at expansion, and the glue that the runtime calls.
-//!
-//! The glue is `fn(Incoming) -> HandlerFuture`. Its pieces carry the spans of the user's tokens,
-//! so that what only the type checker can see is reported where the user wrote it: the payload
-//! type that is not `DeserializeOwned`, the second argument that is not `Context`, the return
-//! type that is not `Result<(), E: Into<HandlerError>>`, and a future that is not `Send` (at the
-//! function's name).
+//! The items the attributes go on: a unit struct for `#[stream]`, an `async fn` for
+//! `#[queue_consumer]` and `#[broadcast]`. Their shape is checked here; what only the type
+//! checker can see is left to it, at the user's tokens (see [`crate::emit`]).
 
 use proc_macro2::{Span, TokenStream};
-use quote::{quote, quote_spanned};
+use quote::{ToTokens, quote};
 use syn::spanned::Spanned;
-use syn::{FnArg, Ident, ItemFn, ReturnType, Type};
+use syn::{FnArg, Ident, Item, ItemFn, ItemStruct, ReturnType, Type};
 
 use crate::ctxt::Ctxt;
 
-/// A handler whose shape is right.
-pub(crate) struct Handler {
-    pub ident: Ident,
-    payload: Type,
-    raw: bool,
-    context: Option<Type>,
-    output_span: Span,
+/// The struct of `#[stream]`, if the item is a non-generic unit struct; errors otherwise. A
+/// struct that is not one is still kept and emitted; only the impls are skipped.
+pub(crate) fn stream_struct(item: &TokenStream, cx: &mut Ctxt) -> Option<ItemStruct> {
+    let item_struct = match syn::parse2::<Item>(item.clone()) {
+        Ok(Item::Struct(s)) => s,
+        Ok(other) => {
+            cx.error_spanned_by(
+                item_head(&other),
+                "`#[stream]` goes on a unit struct that names the stream, as in `pub struct Orders;`",
+            );
+            return None;
+        }
+        Err(error) => {
+            cx.syn_error(error);
+            return None;
+        }
+    };
+    let generic =
+        !item_struct.generics.params.is_empty() || item_struct.generics.where_clause.is_some();
+    if generic {
+        cx.error_spanned_by(
+            &item_struct.generics,
+            "`#[stream]` goes on a unit struct without generics, as in `pub struct Orders;`",
+        );
+    }
+    let unit = matches!(item_struct.fields, syn::Fields::Unit);
+    if !unit {
+        cx.error_spanned_by(
+            &item_struct.fields,
+            format!(
+                "`#[stream]` goes on a unit struct: a stream type carries no data; write `struct {};`",
+                item_struct.ident
+            ),
+        );
+    }
+    (unit && !generic).then_some(item_struct)
 }
 
-/// Checks the shape of the handler; `None` (with errors in `cx`) if it is wrong.
-pub(crate) fn analyze(attr: &str, f: &ItemFn, cx: &mut Ctxt) -> Option<Handler> {
+/// The handler of `#[queue_consumer]` or `#[broadcast]`, if the item is an `async fn` of the
+/// right shape; errors otherwise.
+pub(crate) fn handler(attr: &str, item: &TokenStream, cx: &mut Ctxt) -> Option<Handler> {
+    match syn::parse2::<Item>(item.clone()) {
+        Ok(Item::Fn(f)) => analyze(attr, &f, cx),
+        Ok(other) => {
+            cx.error_spanned_by(
+                item_head(&other),
+                format!(
+                    "`#[{attr}]` goes on the `async fn` that handles the messages, as in `async fn on_event(event: Event) -> Result<(), HandlerError>`"
+                ),
+            );
+            None
+        }
+        Err(error) => {
+            cx.syn_error(error);
+            None
+        }
+    }
+}
+
+/// The handler function, as the glue needs it.
+pub(crate) struct Handler {
+    pub ident: Ident,
+    pub payload: Type,
+    /// `Vec<u8>` or `Bytes`: passed through without decoding.
+    pub raw: bool,
+    pub context: Option<Type>,
+    pub output_span: Span,
+}
+
+/// Checks the shape of the handler, reporting every mistake. A handler with mistakes is read
+/// as far as it can be (the errors stop the expansion anyway); `None` when it has no payload
+/// argument (an error too).
+fn analyze(attr: &str, f: &ItemFn, cx: &mut Ctxt) -> Option<Handler> {
     let sig = &f.sig;
     let ident = &sig.ident;
-    let mut ok = true;
     if let Some(constness) = &sig.constness {
-        ok = false;
         cx.error_spanned_by(
             constness,
             format!("`#[{attr}]` handlers cannot be `const`; write `async fn {ident}(..)`"),
         );
     }
     if sig.asyncness.is_none() {
-        ok = false;
         cx.error_spanned_by(
             sig.fn_token,
             format!(
@@ -44,7 +99,6 @@ pub(crate) fn analyze(attr: &str, f: &ItemFn, cx: &mut Ctxt) -> Option<Handler> 
         );
     }
     if let syn::Safety::Unsafe(unsafety) = &sig.safety {
-        ok = false;
         cx.error_spanned_by(
             unsafety,
             format!(
@@ -53,14 +107,12 @@ pub(crate) fn analyze(attr: &str, f: &ItemFn, cx: &mut Ctxt) -> Option<Handler> 
         );
     }
     if let Some(abi) = &sig.abi {
-        ok = false;
         cx.error_spanned_by(
             abi,
             format!("`#[{attr}]` handlers cannot have an ABI; remove the `extern`"),
         );
     }
     if !sig.generics.params.is_empty() {
-        ok = false;
         cx.error_spanned_by(
             &sig.generics,
             format!(
@@ -68,14 +120,12 @@ pub(crate) fn analyze(attr: &str, f: &ItemFn, cx: &mut Ctxt) -> Option<Handler> 
             ),
         );
     } else if let Some(where_clause) = &sig.generics.where_clause {
-        ok = false;
         cx.error_spanned_by(
             where_clause,
             format!("`#[{attr}]` handlers cannot be generic; remove the `where` clause"),
         );
     }
     if let Some(variadic) = &sig.variadic {
-        ok = false;
         cx.error_spanned_by(variadic, format!("`#[{attr}]` handlers cannot be variadic"));
     }
 
@@ -83,7 +133,6 @@ pub(crate) fn analyze(attr: &str, f: &ItemFn, cx: &mut Ctxt) -> Option<Handler> 
     for (i, arg) in sig.inputs.iter().enumerate() {
         match arg {
             FnArg::Receiver(receiver) => {
-                ok = false;
                 cx.error_spanned_by(
                     receiver,
                     format!(
@@ -93,7 +142,6 @@ pub(crate) fn analyze(attr: &str, f: &ItemFn, cx: &mut Ctxt) -> Option<Handler> 
             }
             FnArg::Typed(pat_type) => {
                 if i >= 2 {
-                    ok = false;
                     cx.error_spanned_by(
                         pat_type,
                         format!(
@@ -103,7 +151,6 @@ pub(crate) fn analyze(attr: &str, f: &ItemFn, cx: &mut Ctxt) -> Option<Handler> 
                     continue;
                 }
                 if contains_impl_trait(&pat_type.ty) {
-                    ok = false;
                     cx.error_spanned_by(
                         &pat_type.ty,
                         format!(
@@ -117,7 +164,6 @@ pub(crate) fn analyze(attr: &str, f: &ItemFn, cx: &mut Ctxt) -> Option<Handler> 
         }
     }
     if sig.inputs.is_empty() {
-        ok = false;
         cx.error_at(
             sig.paren_token.span.join(),
             format!(
@@ -128,7 +174,6 @@ pub(crate) fn analyze(attr: &str, f: &ItemFn, cx: &mut Ctxt) -> Option<Handler> 
     let output_span = match &sig.output {
         ReturnType::Type(_, ty) => ty.span(),
         ReturnType::Default => {
-            ok = false;
             cx.error_at(
                 sig.paren_token.span.close(),
                 format!(
@@ -138,9 +183,6 @@ pub(crate) fn analyze(attr: &str, f: &ItemFn, cx: &mut Ctxt) -> Option<Handler> 
             Span::call_site()
         }
     };
-    if !ok {
-        return None;
-    }
     let mut types = types.into_iter();
     let payload = types.next()?;
     Some(Handler {
@@ -150,59 +192,6 @@ pub(crate) fn analyze(attr: &str, f: &ItemFn, cx: &mut Ctxt) -> Option<Handler> 
         context: types.next(),
         output_span,
     })
-}
-
-/// `fn __nats_topology_handler(Incoming) -> HandlerFuture`, calling the user's function.
-pub(crate) fn glue(handler: &Handler) -> TokenStream {
-    // Local names with mixed-site hygiene: they cannot capture or shadow the user's names.
-    let incoming = Ident::new("incoming", Span::mixed_site());
-    let payload = Ident::new("payload", Span::mixed_site());
-    let context = Ident::new("cx", Span::mixed_site());
-    let error = Ident::new("error", Span::mixed_site());
-
-    let ty = &handler.payload;
-    let ty_span = ty.span();
-    let decode = if handler.raw {
-        quote_spanned!(ty_span=> __nats_topology::decode_raw::<#ty>)
-    } else {
-        quote_spanned!(ty_span=> __nats_topology::decode_json::<#ty>)
-    };
-    let decode = quote_spanned! {ty_span=>
-        let #payload: #ty = match #decode(&#incoming) {
-            ::core::result::Result::Ok(value) => value,
-            ::core::result::Result::Err(#error) => return ::core::result::Result::Err(#error),
-        };
-    };
-    let (context_stmt, args) = match &handler.context {
-        Some(cx_ty) => (
-            quote_spanned!(cx_ty.span()=> let #context: #cx_ty = __nats_topology::context(&#incoming);),
-            quote!(#payload, #context),
-        ),
-        None => (TokenStream::new(), quote!(#payload)),
-    };
-    let user_fn = &handler.ident;
-    // The result lives in a local located at the return type, so that a wrong return type is
-    // reported there alone. (Call-site hygiene like the tokens around it: mixing hygiene in one
-    // expression makes rustc fall back to the attribute's span. It is bound after the call, so
-    // it cannot capture anything of the user's.)
-    let result = Ident::new("__nats_topology_result", handler.output_span);
-    let call = quote_spanned! {handler.output_span=>
-        let #result = #user_fn(#args).await;
-        __nats_topology::into_result(#result)
-    };
-    let name_span = handler.ident.span();
-    let future = quote_spanned! {name_span=>
-        __nats_topology::assert_send(async move {
-            #decode
-            #context_stmt
-            #call
-        })
-    };
-    quote! {
-        fn __nats_topology_handler(#incoming: __nats_topology::Incoming) -> __nats_topology::HandlerFuture {
-            __nats_topology::Box::pin(#future)
-        }
-    }
 }
 
 /// `Vec<u8>` or `Bytes` (by name: a syntactic check), passed through without decoding.
@@ -239,6 +228,26 @@ fn contains_impl_trait(ty: &Type) -> bool {
         Type::Paren(p) => contains_impl_trait(&p.elem),
         Type::Reference(r) => contains_impl_trait(&r.elem),
         _ => false,
+    }
+}
+
+/// The start of an item, to point at when the item is of the wrong kind.
+fn item_head(item: &Item) -> TokenStream {
+    fn head(keyword: &dyn ToTokens, ident: &Ident) -> TokenStream {
+        quote!(#keyword #ident)
+    }
+    match item {
+        Item::Enum(i) => head(&i.enum_token, &i.ident),
+        Item::Fn(i) => head(&i.sig.fn_token, &i.sig.ident),
+        Item::Struct(i) => head(&i.struct_token, &i.ident),
+        Item::Union(i) => head(&i.union_token, &i.ident),
+        Item::Trait(i) => head(&i.trait_token, &i.ident),
+        Item::Type(i) => head(&i.type_token, &i.ident),
+        Item::Const(i) => head(&i.const_token, &i.ident),
+        Item::Static(i) => head(&i.static_token, &i.ident),
+        Item::Mod(i) => head(&i.mod_token, &i.ident),
+        Item::Impl(i) => i.impl_token.to_token_stream(),
+        other => other.to_token_stream(),
     }
 }
 

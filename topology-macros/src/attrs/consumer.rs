@@ -1,0 +1,314 @@
+//! The keys of `#[queue_consumer(..)]` and `#[broadcast(..)]`.
+
+use syn::{Ident, LitStr};
+use topology_core::model::{DeliverPolicy, Delivery};
+use topology_core::rules::{CONCURRENCY, MAX_ACK_PENDING, MAX_DELIVER};
+
+use crate::args::{Args, Refused, Spec};
+use crate::ctxt::Ctxt;
+use crate::value::{Dur, Int, Key, Krate, PathOrString, StrList};
+
+/// Why a plain durable is refused, and what to write instead: the end of every such message.
+const PLAIN_DURABLE: &str = "a plain durable consumer admits one subscriber, so with a second replica the second instance is refused or receives every message again";
+const FIX: &str = "write `#[queue_consumer(group = \"...\")]` for work shared by all instances (each message handled by one of them), or `#[broadcast]` for every instance to receive every message";
+
+/// Why a key is refused, after "`#[attr]` has no `key` key: ".
+const QUEUE_DURABLE: &[&str] = &[
+    PLAIN_DURABLE,
+    "; the durable of a queue consumer is its `group`, shared by every instance; ",
+    FIX,
+];
+const QUEUE_DELIVER_GROUP: &[&str] = &[
+    "the deliver group is always the `group` (with `delivery = \"push\"`), so that every instance joins the same queue; without it, ",
+    PLAIN_DURABLE,
+    "; ",
+    FIX,
+];
+const QUEUE_NAME: &[&str] = &[
+    "the durable consumer shared by all instances is named by its group; write `group = \"...\"`",
+];
+const BROADCAST_GROUP: &[&str] = &[
+    "a broadcast gives every instance its own ephemeral consumer, so that every instance receives every message; for work handled once by one instance, write `#[queue_consumer(group = \"...\")]` instead",
+];
+const BROADCAST_DURABLE: &[&str] = &[
+    "a broadcast is an ephemeral consumer on every instance, and ",
+    PLAIN_DURABLE,
+    "; ",
+    FIX,
+];
+
+pub(crate) static QUEUE_SPEC: Spec = Spec {
+    attr: "queue_consumer",
+    keys: &[
+        "stream",
+        "group",
+        "subject",
+        "subjects",
+        "delivery",
+        "max_deliver",
+        "ack_wait",
+        "backoff",
+        "max_ack_pending",
+        "concurrency",
+        "dead_letter",
+        "migrate_from",
+        "description",
+        "crate",
+    ],
+    refused: &[
+        Refused {
+            key: "durable",
+            why: QUEUE_DURABLE,
+            answers: Some("group"),
+        },
+        Refused {
+            key: "durable_name",
+            why: QUEUE_DURABLE,
+            answers: Some("group"),
+        },
+        Refused {
+            key: "deliver_group",
+            why: QUEUE_DELIVER_GROUP,
+            answers: Some("group"),
+        },
+        Refused {
+            key: "name",
+            why: QUEUE_NAME,
+            answers: Some("group"),
+        },
+    ],
+    elsewhere: &[
+        ("deliver", "broadcast"),
+        ("replicas", "stream"),
+        ("storage", "stream"),
+        ("retention", "stream"),
+        ("max_age", "stream"),
+    ],
+};
+
+pub(crate) static BROADCAST_SPEC: Spec = Spec {
+    attr: "broadcast",
+    keys: &[
+        "stream",
+        "subject",
+        "subjects",
+        "deliver",
+        "concurrency",
+        "crate",
+    ],
+    refused: &[
+        Refused {
+            key: "group",
+            why: BROADCAST_GROUP,
+            answers: None,
+        },
+        Refused {
+            key: "queue",
+            why: BROADCAST_GROUP,
+            answers: None,
+        },
+        Refused {
+            key: "durable",
+            why: BROADCAST_DURABLE,
+            answers: None,
+        },
+        Refused {
+            key: "durable_name",
+            why: BROADCAST_DURABLE,
+            answers: None,
+        },
+        Refused {
+            key: "deliver_group",
+            why: BROADCAST_DURABLE,
+            answers: None,
+        },
+    ],
+    elsewhere: &[
+        ("delivery", "queue_consumer"),
+        ("max_deliver", "queue_consumer"),
+        ("ack_wait", "queue_consumer"),
+        ("backoff", "queue_consumer"),
+        ("max_ack_pending", "queue_consumer"),
+        ("dead_letter", "queue_consumer"),
+        ("migrate_from", "queue_consumer"),
+        ("description", "queue_consumer"),
+        ("replicas", "stream"),
+        ("retention", "stream"),
+    ],
+};
+
+/// What both consumer macros take.
+pub(crate) struct ConsumerAttrs {
+    /// The attribute's name, for messages.
+    pub attr: &'static str,
+    pub krate: Krate,
+    pub stream: Option<PathOrString>,
+    pub filters: Filters,
+    pub concurrency: Option<Int>,
+}
+
+/// The `subject` or `subjects` key.
+pub(crate) enum Filters {
+    /// Neither: the whole stream.
+    Whole,
+    /// `subject = ".."`.
+    One(LitStr),
+    /// `subjects = [..]`.
+    Many(StrList),
+    /// Both keys (refused; their values are not read): the one written second.
+    Both { later: Ident },
+    /// A value that is not a string, or not a list (reported).
+    Unreadable,
+}
+
+impl Filters {
+    /// The filter subjects read.
+    pub(crate) fn lits(&self) -> &[LitStr] {
+        match self {
+            Filters::One(lit) => std::slice::from_ref(lit),
+            Filters::Many(list) => &list.lits,
+            Filters::Whole | Filters::Both { .. } | Filters::Unreadable => &[],
+        }
+    }
+}
+
+/// `#[queue_consumer(..)]`: each key's value, `None` when the key is absent or its value
+/// unreadable (reported).
+pub(crate) struct QueueAttrs {
+    pub common: ConsumerAttrs,
+    pub group: Option<LitStr>,
+    pub delivery: Option<Delivery>,
+    pub max_deliver: Option<Int>,
+    pub ack_wait: Option<Dur>,
+    pub backoff: Option<Backoff>,
+    pub max_ack_pending: Option<Int>,
+    pub dead_letter: Option<LitStr>,
+    pub migrate_from: Option<LitStr>,
+    pub description: Option<LitStr>,
+}
+
+/// `backoff = [..]`: the list, and the durations of its steps that could be read.
+pub(crate) struct Backoff {
+    pub steps: StrList,
+    pub durations: Vec<core::time::Duration>,
+}
+
+/// `#[broadcast(..)]`.
+pub(crate) struct BroadcastAttrs {
+    pub common: ConsumerAttrs,
+    pub deliver: Option<DeliverPolicy>,
+}
+
+impl ConsumerAttrs {
+    fn parse(args: &Args, attr: &'static str, cx: &mut Ctxt) -> ConsumerAttrs {
+        let krate = args.key("crate", "crate = my_facade").crate_path(cx);
+        let stream = args.key("stream", "stream = Orders").path_or_string(cx);
+        args.require(
+            "stream",
+            format!(
+                "`#[{attr}]` needs `stream = ...`: a `#[stream]` type, as in `stream = Orders`, or the name of a stream declared elsewhere, as in `stream = \"ORDERS\"`"
+            ),
+            cx,
+        );
+        ConsumerAttrs {
+            attr,
+            krate,
+            stream,
+            filters: Filters::parse(args, cx),
+            concurrency: args
+                .key("concurrency", "concurrency = 8")
+                .int(CONCURRENCY, "", cx),
+        }
+    }
+}
+
+impl Filters {
+    fn parse(args: &Args, cx: &mut Ctxt) -> Filters {
+        let subject = args.key("subject", "subject = \"orders.created\"");
+        let subjects = args.key(
+            "subjects",
+            "subjects = [\"orders.created\", \"orders.paid\"]",
+        );
+        match (subject.arg, subjects.arg) {
+            (Some(one), Some(many)) => Filters::Both {
+                later: if args.position("subject") < args.position("subjects") {
+                    many.key.clone()
+                } else {
+                    one.key.clone()
+                },
+            },
+            (Some(_), None) => subject.string(cx).map_or(Filters::Unreadable, Filters::One),
+            (None, Some(_)) => (subjects.strings(cx)).map_or(Filters::Unreadable, Filters::Many),
+            (None, None) => Filters::Whole,
+        }
+    }
+}
+
+impl QueueAttrs {
+    pub(crate) fn parse(args: &Args, cx: &mut Ctxt) -> QueueAttrs {
+        let attr = QUEUE_SPEC.attr;
+        let common = ConsumerAttrs::parse(args, attr, cx);
+        let group = args.key("group", "group = \"billing\"").string(cx);
+        args.require(
+            "group",
+            format!(
+                "`#[{attr}]` needs `group = \"...\"`, the durable consumer shared by all instances (each message is handled by one of them); without a group it would be a plain durable, and {PLAIN_DURABLE}; for every instance to receive every message, use `#[broadcast]` instead"
+            ),
+            cx,
+        );
+        QueueAttrs {
+            common,
+            group,
+            delivery: args
+                .key("delivery", "delivery = \"pull\"")
+                .choice(&[("pull", Delivery::Pull), ("push", Delivery::Push)], cx),
+            max_deliver: args.key("max_deliver", "max_deliver = 5").int(
+                MAX_DELIVER,
+                "omit `max_deliver` for unlimited deliveries",
+                cx,
+            ),
+            ack_wait: args
+                .key("ack_wait", "ack_wait = \"30s\"")
+                .duration(true, cx),
+            backoff: Backoff::parse(
+                &args.key("backoff", "backoff = [\"1s\", \"10s\", \"1m\"]"),
+                cx,
+            ),
+            max_ack_pending: args.key("max_ack_pending", "max_ack_pending = 1000").int(
+                MAX_ACK_PENDING,
+                "omit `max_ack_pending` for the server's default of 1000",
+                cx,
+            ),
+            dead_letter: (args.key("dead_letter", "dead_letter = \"billing.dead\"")).string(cx),
+            migrate_from: (args.key("migrate_from", "migrate_from = \"billing_v1\"")).string(cx),
+            description: (args.key("description", "description = \"bills each order\"")).string(cx),
+        }
+    }
+}
+
+impl Backoff {
+    fn parse(key: &Key<'_>, cx: &mut Ctxt) -> Option<Backoff> {
+        let steps = key.strings(cx)?;
+        let durations = (steps.lits.iter())
+            .filter_map(|lit| key.duration_of(lit, true, cx))
+            .collect();
+        Some(Backoff { steps, durations })
+    }
+}
+
+impl BroadcastAttrs {
+    pub(crate) fn parse(args: &Args, cx: &mut Ctxt) -> BroadcastAttrs {
+        BroadcastAttrs {
+            common: ConsumerAttrs::parse(args, BROADCAST_SPEC.attr, cx),
+            deliver: args.key("deliver", "deliver = \"new\"").choice(
+                &[
+                    ("new", DeliverPolicy::New),
+                    ("all", DeliverPolicy::All),
+                    ("last", DeliverPolicy::Last),
+                    ("last_per_subject", DeliverPolicy::LastPerSubject),
+                ],
+                cx,
+            ),
+        }
+    }
+}

@@ -1,0 +1,201 @@
+//! The code of `#[queue_consumer]` and `#[broadcast]`: the consumer's declaration, the glue
+//! that calls the handler, the registration, and the `const _` assertions against a stream
+//! named by type.
+
+use proc_macro2::{Span, TokenStream};
+use quote::{quote, quote_spanned};
+use syn::LitStr;
+use syn::spanned::Spanned;
+use topology_core::rules::FitError;
+
+use super::{call, duration, escape_format, handler, krate, path_text, variant};
+use crate::attrs::{BroadcastAttrs, ConsumerAttrs, QueueAttrs};
+use crate::item::Handler;
+use crate::value::{Int, PathOrString};
+
+/// The item and its registration as a queue consumer; `None` without a group (which parsing
+/// reported).
+pub(crate) fn queue(
+    attrs: &QueueAttrs,
+    item: &TokenStream,
+    handler: &Handler,
+) -> Option<TokenStream> {
+    let group = attrs.group.as_ref()?;
+    let number = |n: Option<Int>| n.map(|n| n.value as i64);
+    let builders = [
+        call("delivery", attrs.delivery.map(|v| variant("Delivery", v))),
+        call("max_deliver", number(attrs.max_deliver)),
+        call(
+            "ack_wait",
+            attrs.ack_wait.as_ref().map(|d| duration(d.value)),
+        ),
+        (attrs.backoff.as_ref()).map(|_| quote!(.backoff(__NATS_TOPOLOGY_BACKOFF))),
+        call("max_ack_pending", number(attrs.max_ack_pending)),
+        call("dead_letter", attrs.dead_letter.as_ref()),
+        call("migrate_from", attrs.migrate_from.as_ref()),
+        call("description", attrs.description.as_ref()),
+    ];
+    let support = attrs.backoff.as_ref().map(|backoff| {
+        let durations = backoff.durations.iter().map(|d| duration(*d));
+        quote! {
+            const __NATS_TOPOLOGY_BACKOFF: &[__nats_topology::Duration] = &[#(#durations),*];
+        }
+    });
+    let settings = Settings {
+        constructor: quote!(queue),
+        decl: quote!(__nats_topology::QueueDecl::new(#group) #(#builders)*),
+        support: support.unwrap_or_default(),
+        // Read back from the stream only when the consumer reads all of it.
+        dead_letter: (attrs.dead_letter.as_ref())
+            .filter(|_| attrs.common.filters.lits().is_empty()),
+        broadcast: false,
+    };
+    consumer(&attrs.common, settings, item, handler)
+}
+
+/// The item and its registration as a broadcast.
+pub(crate) fn broadcast(
+    attrs: &BroadcastAttrs,
+    item: &TokenStream,
+    handler: &Handler,
+) -> Option<TokenStream> {
+    let deliver = attrs.deliver.map(|deliver| {
+        let v = variant("DeliverPolicy", deliver);
+        quote!(.deliver(#v))
+    });
+    let settings = Settings {
+        constructor: quote!(broadcast),
+        decl: quote!(__nats_topology::BroadcastDecl::new() #deliver),
+        support: TokenStream::new(),
+        dead_letter: None,
+        broadcast: true,
+    };
+    consumer(&attrs.common, settings, item, handler)
+}
+
+/// What differs between the two kinds of consumer.
+struct Settings<'a> {
+    /// `ConsumerDecl::queue` or `ConsumerDecl::broadcast`.
+    constructor: TokenStream,
+    /// `QueueDecl::new(..).x(..)` or `BroadcastDecl::new().deliver(..)`.
+    decl: TokenStream,
+    /// Items the settings refer to (consts for backoff arrays).
+    support: TokenStream,
+    /// A dead-letter subject to check against the subjects of a stream named by type.
+    dead_letter: Option<&'a LitStr>,
+    /// Whether to check that a stream named by type can carry a broadcast.
+    broadcast: bool,
+}
+
+fn consumer(
+    attrs: &ConsumerAttrs,
+    settings: Settings<'_>,
+    item: &TokenStream,
+    handler: &Handler,
+) -> Option<TokenStream> {
+    let attr = attrs.attr;
+    let krate = krate(&attrs.krate)?;
+    let stream = attrs.stream.as_ref()?;
+    let fn_name = handler.ident.to_string();
+    let fn_name = fn_name.strip_prefix("r#").unwrap_or(&fn_name);
+    let glue = handler::glue(handler);
+    let Settings {
+        constructor,
+        decl,
+        support,
+        ..
+    } = &settings;
+    let subjects = attrs.filters.lits();
+    let concurrency = attrs.concurrency.map(|n| {
+        let n = n.value as u32;
+        quote!(.concurrency(#n))
+    });
+
+    let mut checks = TokenStream::new();
+    let (stream_item, stream_ref) = match stream {
+        PathOrString::String(name) => (
+            TokenStream::new(),
+            quote!(__nats_topology::StreamRef::Named(#name)),
+        ),
+        PathOrString::Path(path) => {
+            let span = path.span();
+            let stream_text = path_text(path);
+            let stream_item = quote_spanned! {span=>
+                const __NATS_TOPOLOGY_STREAM: &__nats_topology::StreamDecl =
+                    &<#path as __nats_topology::StreamDef>::DECL;
+            };
+            for lit in subjects {
+                let message = format!(
+                    "`#[{attr}]` filter {:?} is not covered by the subjects of stream `{stream_text}`, so it would never receive a message; add a subject that covers it to the stream's `subjects`, or change the filter",
+                    lit.value()
+                );
+                checks.extend(assertion(
+                    lit.span(),
+                    quote!(__nats_topology::covered_by(#lit, __NATS_TOPOLOGY_STREAM.subjects)),
+                    &message,
+                ));
+            }
+            if settings.broadcast {
+                let message = format!(
+                    "`#[broadcast]` on stream `{stream_text}`, whose retention is `workqueue`: {}",
+                    FitError::BroadcastOnWorkQueue.message()
+                );
+                checks.extend(assertion(
+                    span,
+                    quote!(__nats_topology::allows_broadcast(
+                        __NATS_TOPOLOGY_STREAM.retention
+                    )),
+                    &message,
+                ));
+            }
+            if let Some(lit) = settings.dead_letter {
+                let message = format!(
+                    "`#[{attr}]` key `dead_letter`: {:?} is covered by the subjects of stream `{stream_text}`, and this consumer reads the whole stream, so its dead letters would be delivered to it again, forever; publish dead letters to a subject outside the stream, or give the consumer `subjects` that do not match it",
+                    lit.value(),
+                );
+                checks.extend(assertion(
+                    lit.span(),
+                    quote!(!__nats_topology::dead_letter_loops(#lit, &[], __NATS_TOPOLOGY_STREAM.subjects)),
+                    &message,
+                ));
+            }
+            (
+                stream_item,
+                quote!(__nats_topology::StreamRef::Declared(__NATS_TOPOLOGY_STREAM)),
+            )
+        }
+    };
+
+    Some(quote! {
+        #item
+        const _: () = {
+            use #krate::__private as __nats_topology;
+            #stream_item
+            #support
+            static __NATS_TOPOLOGY_DECL: __nats_topology::ConsumerDecl =
+                __nats_topology::ConsumerDecl::#constructor(
+                    ::core::concat!(::core::module_path!(), "::", #fn_name),
+                    #stream_ref,
+                    #decl,
+                )
+                .subjects(&[#(#subjects),*])
+                #concurrency;
+            #glue
+            __nats_topology::inventory::submit! {
+                __nats_topology::ConsumerRegistration {
+                    decl: &__NATS_TOPOLOGY_DECL,
+                    handler: __nats_topology_handler,
+                }
+            }
+            #checks
+        };
+    })
+}
+
+/// `const _: () = assert!(condition, "message");`, reported at `span` when it fails.
+fn assertion(span: Span, condition: TokenStream, message: &str) -> TokenStream {
+    let message = LitStr::new(&escape_format(message), span);
+    quote_spanned! {span=>
+        const _: () = ::core::assert!(#condition, #message);
+    }
+}
