@@ -20,8 +20,9 @@
 //!   does (STREAM.UPDATE, then STREAM.CREATE on 404), then both consumers with
 //!   `create_consumer` (create-or-update), concurrently.
 //! - **retry** `on`: full jitter, `RetryPolicy::default()` (base 250 ms, cap 5 s, deadline
-//!   60 s per step); for `update-first` the same policy through a wrapper in this file that
-//!   retries only timeouts, no responders and 10008/10009/10005. `off`: one attempt.
+//!   60 s per step); for `update-first` the same policy through the runtime's
+//!   `RetryPolicy::run`, retrying only timeouts, no responders and 10008/10009/10005. `off`:
+//!   one attempt.
 //!   Every request is bounded by 5 s (`RetryPolicy::request_timeout`).
 //!
 //! Each process is this executable re-invoked with `--child`. It connects to all three
