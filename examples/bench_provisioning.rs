@@ -50,8 +50,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_nats::jetstream::{self, ErrorCode, consumer, context::CreateStreamErrorKind, stream};
 use nats_topology::model::{ConsumerDecl, QueueDecl, Storage, StreamDecl, StreamRef};
-use nats_topology::testkit::NatsCluster;
 use nats_topology::{HandlerError, HandlerFuture, Incoming, RetryPolicy, Runtime, Topology};
+use nats_topology_testkit::NatsCluster;
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, ChildStdin, Command};

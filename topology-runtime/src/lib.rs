@@ -10,8 +10,6 @@ pub mod registry;
 pub mod report;
 pub mod retry;
 pub mod run;
-#[cfg(feature = "testkit")]
-pub mod testkit;
 pub mod validate;
 
 pub use handler::{Context, HandlerError, Incoming};

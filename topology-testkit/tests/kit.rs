@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use async_nats::jetstream::{self, message::PublishMessage, stream};
 use futures::StreamExt;
-use nats_topology::testkit::*;
+use nats_topology_testkit::*;
 
 /// A JetStream context whose API requests and publish acks give up after 2 s, so that retries
 /// inside `eventually` stay responsive.
