@@ -101,13 +101,7 @@ async fn provision_one_stream_and_two_consumers() {
         report.attempts, 3,
         "one stream and two consumers, no retry needed"
     );
-    let plan = runtime.plan().await.unwrap();
-    assert!(
-        plan.items
-            .iter()
-            .all(|i| i.action == nats_topology::report::Action::Nothing),
-        "{plan}"
-    );
+    fixture::assert_nothing_to_do(&runtime).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

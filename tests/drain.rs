@@ -55,20 +55,16 @@ async fn rolling_deploy_under_load_loses_nothing() {
             next
         }
     });
-    eventually(Duration::from_secs(20), "the old instance at work", || {
-        let n = old_ledger.len();
-        async move { (n >= 50).then_some(()) }
-    })
-    .await;
+    old_ledger
+        .wait_len(50, Duration::from_secs(20), "the old instance at work")
+        .await;
 
     let new = start(new_ledger.clone()).await;
     old.stop().await.expect("the old instance drains cleanly");
     let old_count = old_ledger.len();
-    eventually(Duration::from_secs(20), "the new instance at work", || {
-        let n = new_ledger.len();
-        async move { (n >= 50).then_some(()) }
-    })
-    .await;
+    new_ledger
+        .wait_len(50, Duration::from_secs(20), "the new instance at work")
+        .await;
     assert_eq!(
         old_ledger.len(),
         old_count,
@@ -160,11 +156,9 @@ async fn drain_leaves_no_ack_pending_and_no_relays() {
     assert_eq!(fixture::consumer_names(&js, "DRAINING").await, expected);
 
     fixture::publish_jobs(&js, "draining.jobs", 0..40).await;
-    eventually(Duration::from_secs(20), "handlers at work", || {
-        let n = first.len();
-        async move { (n >= 4).then_some(()) }
-    })
-    .await;
+    first
+        .wait_len(4, Duration::from_secs(20), "handlers at work")
+        .await;
     let health = running.health.clone();
     running.stop().await.expect("clean drain");
 
@@ -237,15 +231,7 @@ async fn drain_while_idle_leaves_no_pull_request_behind() {
     let ledger = &fx.ledger;
     let running = fx.run_jobs(stream, consumer, Duration::ZERO).await;
     let js = fx.jetstream().await;
-    eventually(
-        Duration::from_secs(10),
-        "a pull request waiting on the server",
-        || async {
-            let info = fixture::consumer_info(&js, "IDLE", "idlers").await?;
-            (info.num_waiting > 0).then_some(())
-        },
-    )
-    .await;
+    fixture::pull_request_waiting(&js, "IDLE", "idlers", Duration::from_secs(10)).await;
     running.stop().await.expect("clean drain");
 
     fixture::publish_jobs(&js, "idle.jobs", 0..10).await;
@@ -328,11 +314,7 @@ async fn handlers_past_the_grace_period_have_their_messages_returned() {
         .build()
         .expect("valid topology");
     let running = Running::spawn(runtime);
-    eventually(Duration::from_secs(10), "the returned jobs handled", || {
-        let all = done.covers([1, 2, 3]);
-        async move { all.then_some(()) }
-    })
-    .await;
+    done.wait_covers([1, 2, 3], Duration::from_secs(10)).await;
     assert_eq!(done.len(), 3, "each once");
     for group in ["inline", "tasks"] {
         let info = fixture::settled(&js, "GRACE", group, Duration::from_secs(5)).await;

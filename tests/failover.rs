@@ -15,7 +15,6 @@ use std::time::Duration;
 use fixture::{Fixture, Running};
 use nats_topology::model::{QueueDecl, Storage};
 use nats_topology::{HandlerError, Runtime, Topology};
-use nats_topology_testkit::eventually;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::sync::mpsc;
 
@@ -102,11 +101,7 @@ async fn worker_self_test() {
     let running = fx.run(worker_topology(report)).await;
     let js = fx.jetstream().await;
     fixture::publish_jobs(&js, "failover.jobs", 0..20).await;
-    eventually(Duration::from_secs(20), "every job handled", || {
-        let done = handled.covers(0..20);
-        async move { done.then_some(()) }
-    })
-    .await;
+    handled.wait_covers(0..20, Duration::from_secs(20)).await;
     fixture::settled(&js, "FAILOVER", "workers", Duration::from_secs(5)).await;
     running.stop().await.expect("clean drain");
     assert_eq!(handled.len(), 20, "each job handled once");
@@ -352,11 +347,9 @@ async fn cluster_node_killed_during_consumption_loses_nothing() {
     for id in 0..200 {
         fixture::publish_job_until_acked(&js, "replicated.jobs", id).await;
     }
-    eventually(Duration::from_secs(30), "some jobs handled", || {
-        let n = ledger.len();
-        async move { (n >= 50).then_some(()) }
-    })
-    .await;
+    ledger
+        .wait_len(50, Duration::from_secs(30), "some jobs handled")
+        .await;
     let leader = fixture::consumer_info(&js, "REPLICATED", "workers")
         .await
         .and_then(|info| info.cluster)
@@ -371,11 +364,7 @@ async fn cluster_node_killed_during_consumption_loses_nothing() {
     for id in 200..300 {
         fixture::publish_job_until_acked(&js, "replicated.jobs", id).await;
     }
-    eventually(Duration::from_secs(60), "every job handled", || {
-        let done = ledger.covers(0..300);
-        async move { done.then_some(()) }
-    })
-    .await;
+    ledger.wait_covers(0..300, Duration::from_secs(60)).await;
     let info = fixture::settled(&js, "REPLICATED", "workers", Duration::from_secs(30)).await;
     running.ready(Duration::from_secs(10)).await;
     running.stop().await.expect("clean drain");

@@ -15,6 +15,6 @@ async fn on_job(job: Job, cx: Context) -> Result<(), HandlerError> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn thousand_jobs_each_handled_once_across_two_runtimes_on_r3() {
-    let fixture = Fixture::cluster().await;
-    fixture::two_runtimes_share_work(&fixture, "e2e.r3.jobs.created", 1_000).await;
+    let fx = Fixture::cluster().await;
+    fixture::two_runtimes_share_work(&fx, "e2e.r3.jobs.created", 1_000).await;
 }

@@ -15,6 +15,6 @@ async fn on_job(job: Job, cx: Context) -> Result<(), HandlerError> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn thousand_jobs_each_handled_once_across_two_runtimes() {
-    let fixture = Fixture::start().await;
-    fixture::two_runtimes_share_work(&fixture, "e2e.jobs.created", 1_000).await;
+    let fx = Fixture::start().await;
+    fixture::two_runtimes_share_work(&fx, "e2e.jobs.created", 1_000).await;
 }

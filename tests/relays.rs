@@ -3,6 +3,7 @@
 
 mod fixture;
 
+use std::ops::Range;
 use std::time::Duration;
 
 use fixture::{Fixture, Ledger, Running};
@@ -28,6 +29,23 @@ async fn wait_running(relay: &Relay) {
         async move { running.then_some(()) }
     })
     .await;
+}
+
+/// Waits until every instance has received `new`, then checks that each received every
+/// message so far (`0..new.end`) once, in order.
+async fn every_instance_receives(ledgers: &[Ledger], new: Range<u64>, what: &str) {
+    eventually(Duration::from_secs(20), what, || {
+        let done = ledgers.iter().all(|l| l.covers(new.clone()));
+        async move { done.then_some(()) }
+    })
+    .await;
+    for (i, ledger) in ledgers.iter().enumerate() {
+        assert_eq!(
+            ledger.ids(),
+            (0..new.end).collect::<Vec<_>>(),
+            "instance {i}: each once, in order"
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -74,22 +92,7 @@ async fn every_instance_receives_every_broadcast_and_a_deleted_relay_comes_back(
     );
 
     fixture::publish_jobs(&js, "status.member", 0..20).await;
-    eventually(
-        Duration::from_secs(20),
-        "every instance receives every message",
-        || {
-            let done = ledgers.iter().all(|l| l.covers(0..20));
-            async move { done.then_some(()) }
-        },
-    )
-    .await;
-    for (i, ledger) in ledgers.iter().enumerate() {
-        assert_eq!(
-            ledger.ids(),
-            (0..20).collect::<Vec<_>>(),
-            "instance {i}: each once, in order"
-        );
-    }
+    every_instance_receives(&ledgers, 0..20, "every instance receives every message").await;
 
     // Delete the first instance's relay on the server; ensure() brings it back.
     let created = fixture::consumer_info(&js, "STATUS", &names[0])
@@ -123,22 +126,7 @@ async fn every_instance_receives_every_broadcast_and_a_deleted_relay_comes_back(
     assert!(relays[0].is_running());
 
     fixture::publish_jobs(&js, "status.member", 20..40).await;
-    eventually(
-        Duration::from_secs(20),
-        "every instance receives the new messages",
-        || {
-            let done = ledgers.iter().all(|l| l.covers(20..40));
-            async move { done.then_some(()) }
-        },
-    )
-    .await;
-    for (i, ledger) in ledgers.iter().enumerate() {
-        assert_eq!(
-            ledger.ids(),
-            (0..40).collect::<Vec<_>>(),
-            "instance {i}: each once, in order"
-        );
-    }
+    every_instance_receives(&ledgers, 20..40, "every instance receives the new messages").await;
 
     for running in instances {
         running.stop().await.expect("clean drain");

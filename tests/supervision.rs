@@ -11,7 +11,7 @@ use std::time::Duration;
 use fixture::{Fixture, Ledger, Running};
 use nats_topology::model::{Delivery, QueueDecl, Retention, Storage};
 use nats_topology::{ConsumerState, Runtime};
-use nats_topology_testkit::eventually;
+use nats_topology_testkit::{NatsServer, eventually};
 
 /// The broker is down when the runtime starts and comes up 5 s later: the runtime is not ready
 /// meanwhile (its consumer reports why), then provisions, becomes ready and consumes.
@@ -61,19 +61,9 @@ async fn starts_before_the_broker_and_catches_up() {
 
     let js = fx.jetstream().await;
     fixture::publish_jobs(&js, "late.jobs", 0..20).await;
-    eventually(Duration::from_secs(20), "every job handled", || {
-        let done = ledger.covers(0..20);
-        async move { done.then_some(()) }
-    })
-    .await;
-    running.stop().await.expect("clean drain");
-    assert_eq!(
-        ledger.len(),
-        20,
-        "each job handled once: {:?}",
-        ledger.duplicates()
-    );
-    fixture::settled(&js, "LATE", "late", Duration::from_secs(5)).await;
+    ledger.wait_covers(0..20, Duration::from_secs(20)).await;
+    fx.drain_and_settle(running, &js, ("LATE", "late"), 20)
+        .await;
 }
 
 /// The queue consumer is deleted on the server while the runtime consumes: it is re-created,
@@ -96,22 +86,13 @@ async fn consumer_deleted_out_of_band_is_recreated() {
 
     let js = fx.jetstream().await;
     fixture::publish_jobs(&js, "deleted.jobs", 0..20).await;
-    eventually(Duration::from_secs(20), "the first jobs handled", || {
-        let done = ledger.covers(0..20);
-        async move { done.then_some(()) }
-    })
-    .await;
+    ledger.wait_covers(0..20, Duration::from_secs(20)).await;
 
     let created = fixture::consumer_info(&js, "DELETED", "worker")
         .await
         .expect("the consumer exists")
         .created;
-    js.get_stream("DELETED")
-        .await
-        .unwrap()
-        .delete_consumer("worker")
-        .await
-        .expect("delete the consumer out of band");
+    fixture::delete_consumer(&js, "DELETED", "worker").await;
     // Published while the consumer does not exist.
     fixture::publish_jobs(&js, "deleted.jobs", 20..40).await;
 
@@ -126,20 +107,10 @@ async fn consumer_deleted_out_of_band_is_recreated() {
     .await;
     assert_eq!(recreated.config.durable_name.as_deref(), Some("worker"));
     fixture::publish_jobs(&js, "deleted.jobs", 40..60).await;
-    eventually(Duration::from_secs(20), "every job handled", || {
-        let done = ledger.covers(0..60);
-        async move { done.then_some(()) }
-    })
-    .await;
+    ledger.wait_covers(0..60, Duration::from_secs(20)).await;
     running.ready(Duration::from_secs(5)).await;
-    running.stop().await.expect("clean drain");
-    assert_eq!(
-        ledger.len(),
-        60,
-        "each job handled once: {:?}",
-        ledger.duplicates()
-    );
-    fixture::settled(&js, "DELETED", "worker", Duration::from_secs(5)).await;
+    fx.drain_and_settle(running, &js, ("DELETED", "worker"), 60)
+        .await;
 }
 
 /// On a limits stream (which keeps acknowledged messages), a queue consumer deleted out of
@@ -167,18 +138,9 @@ async fn consumer_deleted_from_a_limits_stream_resumes_after_its_ack_floor() {
         async move { (floor == 20).then_some(()) }
     })
     .await;
-    js.get_stream("DELETED_LIMITS")
-        .await
-        .unwrap()
-        .delete_consumer("worker")
-        .await
-        .expect("delete the consumer out of band");
+    fixture::delete_consumer(&js, "DELETED_LIMITS", "worker").await;
     fixture::publish_jobs(&js, "deleted_limits.jobs", 20..30).await;
-    eventually(Duration::from_secs(20), "every job handled", || {
-        let done = ledger.covers(0..30);
-        async move { done.then_some(()) }
-    })
-    .await;
+    ledger.wait_covers(0..30, Duration::from_secs(20)).await;
     running.stop().await.expect("clean drain");
     assert_eq!(
         ledger.ids(),
@@ -219,22 +181,12 @@ async fn single_server_restart_with_file_storage_resumes() {
     // During consumption.
     let js = fx.jetstream().await;
     fixture::publish_jobs(&js, "restart.jobs", 0..100).await;
-    eventually(Duration::from_secs(20), "some jobs handled", || {
-        let n = ledger.len();
-        async move { (n >= 10).then_some(()) }
-    })
-    .await;
-    fx.server.kill();
-    fx.server
-        .restart()
-        .await
-        .expect("the server restarts on its store");
+    ledger
+        .wait_len(10, Duration::from_secs(20), "some jobs handled")
+        .await;
+    kill_and_restart(&mut fx.server).await;
     fixture::publish_jobs(&js, "restart.jobs", 100..150).await;
-    eventually(Duration::from_secs(20), "every job handled", || {
-        let done = ledger.covers(0..150);
-        async move { done.then_some(()) }
-    })
-    .await;
+    ledger.wait_covers(0..150, Duration::from_secs(20)).await;
     // Acknowledgements in flight when the server died may be lost (and a killed server may
     // restore an older consumer state): those messages are delivered and handled again. Wait
     // for the server to see everything acknowledged.
@@ -245,30 +197,10 @@ async fn single_server_restart_with_file_storage_resumes() {
     );
 
     // While idle, with a pull request open on the server.
-    eventually(
-        Duration::from_secs(10),
-        "a pull request waiting",
-        || async {
-            let info = fixture::consumer_info(&js, "RESTART", "worker").await?;
-            (info.num_waiting > 0).then_some(())
-        },
-    )
-    .await;
-    fx.server.kill();
-    fx.server
-        .restart()
-        .await
-        .expect("the server restarts on its store");
+    fixture::pull_request_waiting(&js, "RESTART", "worker", Duration::from_secs(10)).await;
+    kill_and_restart(&mut fx.server).await;
     fixture::publish_jobs(&js, "restart.jobs", 150..200).await;
-    eventually(
-        Duration::from_secs(10),
-        "the jobs published after the restart handled",
-        || {
-            let done = ledger.covers(150..200);
-            async move { done.then_some(()) }
-        },
-    )
-    .await;
+    ledger.wait_covers(150..200, Duration::from_secs(10)).await;
     fixture::settled(&js, "RESTART", "worker", Duration::from_secs(20)).await;
     running.ready(Duration::from_secs(5)).await;
     running.stop().await.expect("clean drain");
@@ -277,6 +209,15 @@ async fn single_server_restart_with_file_storage_resumes() {
         .unwrap();
     assert_eq!((info.num_pending, info.num_ack_pending), (0, 0), "{info:?}");
     assert_eq!(ledger.unique(), (0..200).collect(), "no job lost");
+}
+
+/// Kills the only server abruptly and restarts it on its store.
+async fn kill_and_restart(server: &mut NatsServer) {
+    server.kill();
+    server
+        .restart()
+        .await
+        .expect("the server restarts on its store");
 }
 
 /// A push queue consumer (`deliver_group` = group): two runtimes share its work, each job
@@ -328,12 +269,7 @@ async fn push_consumer_shares_work_and_survives_deletion() {
         assert!(ledger.len() > 0, "instance {i} took part");
     }
 
-    js.get_stream("PUSHED")
-        .await
-        .unwrap()
-        .delete_consumer("pushers")
-        .await
-        .expect("delete the consumer out of band");
+    fixture::delete_consumer(&js, "PUSHED", "pushers").await;
     fixture::publish_jobs(&js, "pushed.jobs", 200..250).await;
     eventually(
         Duration::from_secs(20),
