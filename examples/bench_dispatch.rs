@@ -19,8 +19,8 @@ use std::time::{Duration, Instant};
 use async_nats::jetstream::{self, consumer, stream};
 use futures::StreamExt;
 use nats_topology::model::{ConsumerDecl, QueueDecl, StreamDecl, StreamRef};
-use nats_topology::testkit::NatsServer;
 use nats_topology::{HandlerError, Runtime, Topology};
+use nats_topology_testkit::NatsServer;
 
 static BENCH: StreamDecl = StreamDecl::new("BENCH_DISPATCH", &["bench.dispatch.>"]);
 const SUBJECT: &str = "bench.dispatch.events";

@@ -10,8 +10,8 @@
 
 use std::time::Duration;
 
-use nats_topology::testkit::NatsServer;
 use nats_topology::{Context, HandlerError, Runtime, queue_consumer, stream};
+use nats_topology_testkit::NatsServer;
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 

@@ -48,7 +48,8 @@
 //! - Every consumer is supervised until shutdown: re-ensured after any loss, visible in
 //!   [`Health`] while it is not running. [`Runtime::plan`] and [`Runtime::inspect`] show what
 //!   provisioning would do and what the server holds.
-//! - [`testkit`] starts real `nats-server` processes for your own tests.
+//! - For your own tests, the `nats-topology-testkit` crate (a dev-dependency) starts real
+//!   `nats-server` processes: a JetStream server or a three-node cluster.
 
 pub use topology_runtime::handler::HandlerFuture;
 pub use topology_runtime::{
@@ -57,9 +58,6 @@ pub use topology_runtime::{
     RunError, Runtime, RuntimeBuilder, Topology, ValidationError, inspect, model, plan, report,
     retry,
 };
-
-#[cfg(feature = "testkit")]
-pub use topology_runtime::testkit;
 
 pub use topology_macros::{broadcast, queue_consumer, stream};
 

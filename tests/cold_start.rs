@@ -3,12 +3,14 @@
 //! The parent test starts a 3-node cluster and re-runs this test binary as separate processes
 //! (`provision_one_stream_and_two_consumers` in child mode), all released at one instant.
 
+mod fixture;
+
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use fixture::Fixture;
 use nats_topology::model::{ConsumerDecl, QueueDecl, StreamDecl, StreamRef};
-use nats_topology::testkit::{NatsCluster, NatsServer};
 use nats_topology::{HandlerError, Runtime, Topology};
 
 /// Set in child processes: `<url>,<url>,...|<stream name>|<start at, ms since the epoch>`.
@@ -87,9 +89,10 @@ async fn provision_one_stream_and_two_consumers() {
         outcome.expect("provisioning succeeds");
         return;
     }
-    let server = NatsServer::start().await.expect("nats-server starts");
-    let client = async_nats::connect(server.url()).await.unwrap();
-    let runtime = Runtime::builder(client)
+    let fx = Fixture::start().await;
+    let runtime = fx
+        .builder()
+        .await
         .topology(topology("COLD_ALONE", 1))
         .build()
         .unwrap();
@@ -98,19 +101,13 @@ async fn provision_one_stream_and_two_consumers() {
         report.attempts, 3,
         "one stream and two consumers, no retry needed"
     );
-    let plan = runtime.plan().await.unwrap();
-    assert!(
-        plan.items
-            .iter()
-            .all(|i| i.action == nats_topology::report::Action::Nothing),
-        "{plan}"
-    );
+    fixture::assert_nothing_to_do(&runtime).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn eight_processes_cold_start_one_r3_stream_three_times() {
-    let cluster = NatsCluster::start().await.expect("a 3-node cluster starts");
-    let urls = cluster.urls().join(",");
+    let fx = Fixture::cluster().await;
+    let urls = fx.server.urls().join(",");
     let exe = std::env::current_exe().unwrap();
     for rep in 0..3 {
         let name = format!("COLD_START_{rep}");

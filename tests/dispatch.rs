@@ -2,16 +2,16 @@
 //! than `ack_wait` kept alive by progress acks, never more fetched than can be started, and a
 //! panicking handler counted as a failure.
 
-mod support;
+mod fixture;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use fixture::{Fixture, Job, Running};
 use nats_topology::model::QueueDecl;
-use nats_topology::testkit::{NatsServer, eventually};
-use nats_topology::{Context, HandlerError, Runtime, Topology, queue_consumer, stream};
-use support::{Job, Ledger, Running};
+use nats_topology::{Context, HandlerError, Topology, queue_consumer, stream};
+use nats_topology_testkit::eventually;
 
 // The poison test goes through the macros, so that decoding is the generated code's.
 #[stream(name = "POISON", subjects = ["poison.jobs"])]
@@ -30,8 +30,7 @@ struct PoisonDead;
     concurrency = 4
 )]
 async fn eat(job: Job, cx: Context) -> Result<(), HandlerError> {
-    cx.state::<Ledger>().expect("a ledger").record(job.id);
-    Ok(())
+    fixture::record(job, &cx)
 }
 
 /// Bytes from a xorshift generator (no dependency needed for noise).
@@ -52,16 +51,9 @@ fn noise(len: usize) -> Vec<u8> {
 /// its first delivery; every good job is handled once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn poison_payloads_are_dead_lettered_with_their_reason() {
-    support::trace();
-    let server = NatsServer::start().await.expect("nats-server starts");
-    let client = async_nats::connect(server.url()).await.unwrap();
-    let ledger = Ledger::default();
-    let runtime = support::fast(Runtime::builder(client))
-        .state(ledger.clone())
-        .build()
-        .expect("the registered topology is valid");
-    let running = Running::spawn(runtime);
-    running.ready(Duration::from_secs(20)).await;
+    let fx = Fixture::start().await;
+    let ledger = &fx.ledger;
+    let running = Running::start(fixture::fast(fx.builder().await).state(ledger.clone())).await;
 
     let poisons: Vec<(&str, Vec<u8>)> = vec![
         ("invalid json", b"{\"id\": 1".to_vec()),
@@ -70,10 +62,10 @@ async fn poison_payloads_are_dead_lettered_with_their_reason() {
         ("wrong shape", b"[1, 2, 3]".to_vec()),
         ("512 KiB of random bytes", noise(512 * 1024)),
     ];
-    let js = support::jetstream(&server.url()).await;
+    let js = fx.jetstream().await;
     let mut good = 0u64;
     for (_, payload) in &poisons {
-        support::publish_jobs(&js, "poison.jobs", [good, good + 1]).await;
+        fixture::publish_jobs(&js, "poison.jobs", [good, good + 1]).await;
         good += 2;
         js.publish("poison.jobs", payload.clone().into())
             .await
@@ -81,7 +73,7 @@ async fn poison_payloads_are_dead_lettered_with_their_reason() {
             .await
             .expect("the stream takes the poison");
     }
-    support::publish_jobs(&js, "poison.jobs", [good, good + 1]).await;
+    fixture::publish_jobs(&js, "poison.jobs", [good, good + 1]).await;
     good += 2;
 
     let poisoned = poisons.len() as u64;
@@ -143,7 +135,7 @@ async fn poison_payloads_are_dead_lettered_with_their_reason() {
         );
     }
     assert!(unmatched.is_empty());
-    let info = support::settled(&js, "POISON", "eater", Duration::from_secs(5)).await;
+    let info = fixture::settled(&js, "POISON", "eater", Duration::from_secs(5)).await;
     assert_eq!(
         info.delivered.consumer_sequence, info.delivered.stream_sequence,
         "every message delivered once: {info:?}"
@@ -178,15 +170,15 @@ fn slow_topology(
     attempts: Attempts,
     work: fn(u64) -> Duration,
 ) -> Topology {
-    let stream = support::stream(name, &[&format!("{}.>", name.to_lowercase())]);
+    let stream = fixture::stream(name, &[&format!("{}.>", name.to_lowercase())]);
     let subject = format!("{}.jobs", name.to_lowercase());
-    let consumer = support::queue("tests::slow", &stream, &subject, queue).concurrency(concurrency);
+    let consumer = fixture::queue("tests::slow", &stream, &subject, queue).concurrency(concurrency);
     Topology::new()
         .stream(stream)
         .consumer(consumer, move |incoming| {
             let attempts = attempts.clone();
             Box::pin(async move {
-                let id = support::job_id(&incoming)?;
+                let id = fixture::job_id(&incoming)?;
                 // Simulated work longer than ack_wait: the behaviour under test.
                 tokio::time::sleep(work(id)).await;
                 attempts.record(id, incoming.context().delivered());
@@ -199,28 +191,23 @@ fn slow_topology(
 /// from being redelivered; it is delivered once and handled once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn handler_slower_than_ack_wait_is_not_redelivered() {
-    support::trace();
-    let server = NatsServer::start().await.expect("nats-server starts");
-    let client = async_nats::connect(server.url()).await.unwrap();
+    let fx = Fixture::start().await;
     let attempts = Attempts::default();
     let queue = QueueDecl::new("slow").ack_wait(Duration::from_secs(2));
-    let runtime = support::fast(Runtime::builder(client))
-        .topology(slow_topology("SLOW", queue, 1, attempts.clone(), |_| {
+    let running = fx
+        .run(slow_topology("SLOW", queue, 1, attempts.clone(), |_| {
             Duration::from_secs(5)
         }))
-        .build()
-        .expect("valid topology");
-    let running = Running::spawn(runtime);
-    running.ready(Duration::from_secs(20)).await;
+        .await;
 
-    let js = support::jetstream(&server.url()).await;
-    support::publish_jobs(&js, "slow.jobs", [7]).await;
+    let js = fx.jetstream().await;
+    fixture::publish_jobs(&js, "slow.jobs", [7]).await;
     eventually(Duration::from_secs(20), "the job handled", || {
         let n = attempts.snapshot().len();
         async move { (n == 1).then_some(()) }
     })
     .await;
-    let info = support::settled(&js, "SLOW", "slow", Duration::from_secs(5)).await;
+    let info = fixture::settled(&js, "SLOW", "slow", Duration::from_secs(5)).await;
     assert_eq!(
         attempts.snapshot(),
         BTreeMap::from([(7, vec![1])]),
@@ -239,28 +226,23 @@ async fn handler_slower_than_ack_wait_is_not_redelivered() {
 /// deliver it again). Every job is delivered once and handled once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_more_fetched_than_can_be_started() {
-    support::trace();
-    let server = NatsServer::start().await.expect("nats-server starts");
-    let client = async_nats::connect(server.url()).await.unwrap();
+    let fx = Fixture::start().await;
     let attempts = Attempts::default();
     let queue = QueueDecl::new("busy").ack_wait(Duration::from_secs(2));
-    let runtime = support::fast(Runtime::builder(client))
-        .topology(slow_topology("BUSY", queue, 2, attempts.clone(), |id| {
+    let running = fx
+        .run(slow_topology("BUSY", queue, 2, attempts.clone(), |id| {
             Duration::from_secs(if id == 0 { 6 } else { 3 })
         }))
-        .build()
-        .expect("valid topology");
-    let running = Running::spawn(runtime);
-    running.ready(Duration::from_secs(20)).await;
+        .await;
 
-    let js = support::jetstream(&server.url()).await;
-    support::publish_jobs(&js, "busy.jobs", 0..5).await;
+    let js = fx.jetstream().await;
+    fixture::publish_jobs(&js, "busy.jobs", 0..5).await;
     eventually(Duration::from_secs(30), "every job handled", || {
         let n = attempts.snapshot().len();
         async move { (n == 5).then_some(()) }
     })
     .await;
-    let info = support::settled(&js, "BUSY", "busy", Duration::from_secs(10)).await;
+    let info = fixture::settled(&js, "BUSY", "busy", Duration::from_secs(10)).await;
     running.stop().await.expect("clean drain");
     let expected: BTreeMap<u64, Vec<u64>> = (0..5).map(|id| (id, vec![1])).collect();
     assert_eq!(
@@ -280,23 +262,21 @@ const BACKOFF: &[Duration] = &[Duration::from_millis(50)];
 /// backoff), then dead-lettered at the last delivery; the consumer keeps handling other jobs.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn panicking_handler_is_a_failure_not_a_crash() {
-    support::trace();
-    let server = NatsServer::start().await.expect("nats-server starts");
-    let client = async_nats::connect(server.url()).await.unwrap();
-    let ledger = Ledger::default();
-    let stream = support::stream("PANICS", &["panics.jobs", "panics.dead"]);
+    let fx = Fixture::start().await;
+    let ledger = &fx.ledger;
+    let stream = fixture::stream("PANICS", &["panics.jobs", "panics.dead"]);
     let queue = QueueDecl::new("fragile")
         .max_deliver(2)
         .backoff(BACKOFF)
         .dead_letter("panics.dead");
-    let consumer = support::queue("tests::fragile", &stream, "panics.jobs", queue).concurrency(2);
+    let consumer = fixture::queue("tests::fragile", &stream, "panics.jobs", queue).concurrency(2);
     let recorded = ledger.clone();
     let topology = Topology::new()
         .stream(stream)
         .consumer(consumer, move |incoming| {
             let ledger = recorded.clone();
             Box::pin(async move {
-                let id = support::job_id(&incoming)?;
+                let id = fixture::job_id(&incoming)?;
                 if id == 13 {
                     panic!("unlucky job {id}");
                 }
@@ -304,15 +284,10 @@ async fn panicking_handler_is_a_failure_not_a_crash() {
                 Ok(())
             })
         });
-    let runtime = support::fast(Runtime::builder(client))
-        .topology(topology)
-        .build()
-        .expect("valid topology");
-    let running = Running::spawn(runtime);
-    running.ready(Duration::from_secs(20)).await;
+    let running = fx.run(topology).await;
 
-    let js = support::jetstream(&server.url()).await;
-    support::publish_jobs(&js, "panics.jobs", 10..20).await;
+    let js = fx.jetstream().await;
+    fixture::publish_jobs(&js, "panics.jobs", 10..20).await;
     eventually(Duration::from_secs(20), "every job settled", || {
         let status = running.health.consumers()[0].clone();
         async move { (status.handled == 9 && status.dead_lettered == 1).then_some(status) }
@@ -353,6 +328,6 @@ async fn panicking_handler_is_a_failure_not_a_crash() {
             .as_str(),
         "2"
     );
-    support::settled(&js, "PANICS", "fragile", Duration::from_secs(5)).await;
+    fixture::settled(&js, "PANICS", "fragile", Duration::from_secs(5)).await;
     running.stop().await.expect("clean drain");
 }

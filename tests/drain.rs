@@ -1,16 +1,16 @@
 //! Drain on a real server: a rolling deploy under load loses nothing, and a drained runtime
 //! leaves nothing unacknowledged and no relay behind.
 
-mod support;
+mod fixture;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use fixture::{Fixture, Ledger, Running};
 use nats_topology::model::{BroadcastDecl, ConsumerDecl, QueueDecl, StreamRef};
-use nats_topology::testkit::{NatsServer, eventually};
-use nats_topology::{ConsumerState, Runtime, Topology};
-use support::{Ledger, Running};
+use nats_topology::{ConsumerState, Topology};
+use nats_topology_testkit::eventually;
 
 /// An old instance drains while a new one takes over and jobs keep arriving: every job is
 /// handled exactly once, and the server ends with nothing pending and nothing unacknowledged.
@@ -18,10 +18,9 @@ use support::{Ledger, Running};
 /// as a timeout here rather than be redelivered in time.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rolling_deploy_under_load_loses_nothing() {
-    support::trace();
-    let server = NatsServer::start().await.expect("nats-server starts");
-    let stream = support::stream("ROLLING", &["rolling.>"]);
-    let consumer = support::queue(
+    let fx = Fixture::start().await;
+    let stream = fixture::stream("ROLLING", &["rolling.>"]);
+    let consumer = fixture::queue(
         "tests::rolling",
         &stream,
         "rolling.jobs",
@@ -29,29 +28,19 @@ async fn rolling_deploy_under_load_loses_nothing() {
     )
     .concurrency(4);
     let start = |ledger: Ledger| {
-        let url = server.url();
-        async move {
-            let client = async_nats::connect(url).await.unwrap();
-            let runtime = support::fast(Runtime::builder(client))
-                .topology(support::job_topology(
-                    stream,
-                    consumer,
-                    ledger,
-                    Duration::from_millis(10),
-                ))
-                .build()
-                .expect("valid topology");
-            let running = Running::spawn(runtime);
-            running.ready(Duration::from_secs(20)).await;
-            running
-        }
+        fx.run(fixture::job_topology(
+            stream,
+            consumer,
+            ledger,
+            Duration::from_millis(10),
+        ))
     };
-    let old_ledger = Ledger::default();
+    let old_ledger = fx.ledger.clone();
     let new_ledger = Ledger::default();
     let old = start(old_ledger.clone()).await;
 
     // Load: one job every 5 ms, each publish acknowledged, until told to stop.
-    let js = support::jetstream(&server.url()).await;
+    let js = fx.jetstream().await;
     let stop_publishing = Arc::new(AtomicBool::new(false));
     let publisher = tokio::spawn({
         let js = js.clone();
@@ -59,27 +48,23 @@ async fn rolling_deploy_under_load_loses_nothing() {
         async move {
             let mut next = 0u64;
             while !stop.load(Ordering::Relaxed) {
-                support::publish_jobs(&js, "rolling.jobs", [next]).await;
+                fixture::publish_jobs(&js, "rolling.jobs", [next]).await;
                 next += 1;
                 tokio::time::sleep(Duration::from_millis(5)).await;
             }
             next
         }
     });
-    eventually(Duration::from_secs(20), "the old instance at work", || {
-        let n = old_ledger.len();
-        async move { (n >= 50).then_some(()) }
-    })
-    .await;
+    old_ledger
+        .wait_len(50, Duration::from_secs(20), "the old instance at work")
+        .await;
 
     let new = start(new_ledger.clone()).await;
     old.stop().await.expect("the old instance drains cleanly");
     let old_count = old_ledger.len();
-    eventually(Duration::from_secs(20), "the new instance at work", || {
-        let n = new_ledger.len();
-        async move { (n >= 50).then_some(()) }
-    })
-    .await;
+    new_ledger
+        .wait_len(50, Duration::from_secs(20), "the new instance at work")
+        .await;
     assert_eq!(
         old_ledger.len(),
         old_count,
@@ -90,16 +75,16 @@ async fn rolling_deploy_under_load_loses_nothing() {
     let published = publisher.await.unwrap();
     let ledgers = [old_ledger, new_ledger];
     eventually(Duration::from_secs(20), "every job handled", || {
-        let n = support::union(&ledgers).len() as u64;
+        let n = fixture::union(&ledgers).len() as u64;
         async move { (n == published).then_some(()) }
     })
     .await;
-    support::settled(&js, "ROLLING", "workers", Duration::from_secs(5)).await;
+    fixture::settled(&js, "ROLLING", "workers", Duration::from_secs(5)).await;
     new.stop().await.expect("the new instance drains cleanly");
 
     let handled: usize = ledgers.iter().map(Ledger::len).sum();
     assert_eq!(
-        support::union(&ledgers),
+        fixture::union(&ledgers),
         (0..published).collect(),
         "every job published is handled"
     );
@@ -116,10 +101,9 @@ async fn rolling_deploy_under_load_loses_nothing() {
 /// the jobs not started are handled by the next instance (each job once overall).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn drain_leaves_no_ack_pending_and_no_relays() {
-    support::trace();
-    let server = NatsServer::start().await.expect("nats-server starts");
-    let stream = support::stream("DRAINING", &["draining.>"]);
-    let jobs = support::queue(
+    let fx = Fixture::start().await;
+    let stream = fixture::stream("DRAINING", &["draining.>"]);
+    let jobs = fixture::queue(
         "tests::drain_jobs",
         &stream,
         "draining.jobs",
@@ -128,32 +112,31 @@ async fn drain_leaves_no_ack_pending_and_no_relays() {
     .concurrency(4);
     let relay = |name: &str| {
         ConsumerDecl::broadcast(
-            support::leak(name),
+            fixture::leak(name),
             StreamRef::Named(stream.name),
             BroadcastDecl::new(),
         )
-        .subjects(support::leak_all(&["draining.status"]))
+        .subjects(fixture::leak_all(&["draining.status"]))
     };
     let topology = |ledger: Ledger| {
         Topology::new()
             .stream(stream)
             .consumer(
                 jobs,
-                support::job_handler(ledger, Duration::from_millis(200)),
+                fixture::job_handler(ledger, Duration::from_millis(200)),
             )
             .consumer(
                 relay("tests::relay_a"),
-                support::job_handler(Ledger::default(), Duration::ZERO),
+                fixture::job_handler(Ledger::default(), Duration::ZERO),
             )
             .consumer(
                 relay("tests::relay_b"),
-                support::job_handler(Ledger::default(), Duration::ZERO),
+                fixture::job_handler(Ledger::default(), Duration::ZERO),
             )
     };
 
-    let first = Ledger::default();
-    let client = async_nats::connect(server.url()).await.unwrap();
-    let runtime = support::fast(Runtime::builder(client))
+    let first = fx.ledger.clone();
+    let runtime = fixture::fast(fx.builder().await)
         .topology(topology(first.clone()))
         .build()
         .expect("valid topology");
@@ -166,18 +149,16 @@ async fn drain_leaves_no_ack_pending_and_no_relays() {
     for relay in &relays {
         relay.ensure().await.expect("the relay runs");
     }
-    let js = support::jetstream(&server.url()).await;
+    let js = fx.jetstream().await;
     let mut expected: std::collections::BTreeSet<String> =
         relays.iter().map(|r| r.consumer()).collect();
     expected.insert("drainers".to_owned());
-    assert_eq!(support::consumer_names(&js, "DRAINING").await, expected);
+    assert_eq!(fixture::consumer_names(&js, "DRAINING").await, expected);
 
-    support::publish_jobs(&js, "draining.jobs", 0..40).await;
-    eventually(Duration::from_secs(20), "handlers at work", || {
-        let n = first.len();
-        async move { (n >= 4).then_some(()) }
-    })
-    .await;
+    fixture::publish_jobs(&js, "draining.jobs", 0..40).await;
+    first
+        .wait_len(4, Duration::from_secs(20), "handlers at work")
+        .await;
     let health = running.health.clone();
     running.stop().await.expect("clean drain");
 
@@ -189,7 +170,7 @@ async fn drain_leaves_no_ack_pending_and_no_relays() {
         );
     }
     assert_eq!(
-        support::consumer_names(&js, "DRAINING").await,
+        fixture::consumer_names(&js, "DRAINING").await,
         ["drainers".to_owned()].into(),
         "only the queue's durable remains"
     );
@@ -197,7 +178,7 @@ async fn drain_leaves_no_ack_pending_and_no_relays() {
         Duration::from_secs(3),
         "the drain's acks processed",
         || async {
-            let info = support::consumer_info(&js, "DRAINING", "drainers").await?;
+            let info = fixture::consumer_info(&js, "DRAINING", "drainers").await?;
             (info.num_ack_pending == 0).then_some(info)
         },
     )
@@ -211,22 +192,21 @@ async fn drain_leaves_no_ack_pending_and_no_relays() {
 
     // The next instance handles the rest: each job once overall.
     let second = Ledger::default();
-    let client = async_nats::connect(server.url()).await.unwrap();
-    let runtime = support::fast(Runtime::builder(client))
+    let runtime = fixture::fast(fx.builder().await)
         .topology(topology(second.clone()))
         .build()
         .expect("valid topology");
     let running = Running::spawn(runtime);
     eventually(Duration::from_secs(30), "the rest handled", || {
-        let n = support::union(&[first.clone(), second.clone()]).len();
+        let n = fixture::union(&[first.clone(), second.clone()]).len();
         async move { (n == 40).then_some(()) }
     })
     .await;
-    support::settled(&js, "DRAINING", "drainers", Duration::from_secs(5)).await;
+    fixture::settled(&js, "DRAINING", "drainers", Duration::from_secs(5)).await;
     running.stop().await.expect("clean drain");
     assert_eq!(first.len() + second.len(), 40, "no job handled twice");
     assert!(
-        support::consumer_names(&js, "DRAINING")
+        fixture::consumer_names(&js, "DRAINING")
             .await
             .iter()
             .all(|name| name == "drainers"),
@@ -239,47 +219,27 @@ async fn drain_leaves_no_ack_pending_and_no_relays() {
 /// to the instance that is gone.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn drain_while_idle_leaves_no_pull_request_behind() {
-    support::trace();
-    let server = NatsServer::start().await.expect("nats-server starts");
-    let stream = support::stream("IDLE", &["idle.>"]);
-    let consumer = support::queue(
+    let fx = Fixture::start().await;
+    let stream = fixture::stream("IDLE", &["idle.>"]);
+    let consumer = fixture::queue(
         "tests::idle",
         &stream,
         "idle.jobs",
         QueueDecl::new("idlers"),
     )
     .concurrency(4);
-    let ledger = Ledger::default();
-    let client = async_nats::connect(server.url()).await.unwrap();
-    let runtime = support::fast(Runtime::builder(client))
-        .topology(support::job_topology(
-            stream,
-            consumer,
-            ledger.clone(),
-            Duration::ZERO,
-        ))
-        .build()
-        .expect("valid topology");
-    let running = Running::spawn(runtime);
-    running.ready(Duration::from_secs(20)).await;
-    let js = support::jetstream(&server.url()).await;
-    eventually(
-        Duration::from_secs(10),
-        "a pull request waiting on the server",
-        || async {
-            let info = support::consumer_info(&js, "IDLE", "idlers").await?;
-            (info.num_waiting > 0).then_some(())
-        },
-    )
-    .await;
+    let ledger = &fx.ledger;
+    let running = fx.run_jobs(stream, consumer, Duration::ZERO).await;
+    let js = fx.jetstream().await;
+    fixture::pull_request_waiting(&js, "IDLE", "idlers", Duration::from_secs(10)).await;
     running.stop().await.expect("clean drain");
 
-    support::publish_jobs(&js, "idle.jobs", 0..10).await;
+    fixture::publish_jobs(&js, "idle.jobs", 0..10).await;
     let info = eventually(
         Duration::from_secs(5),
         "the jobs stored as pending",
         || async {
-            let info = support::consumer_info(&js, "IDLE", "idlers").await?;
+            let info = fixture::consumer_info(&js, "IDLE", "idlers").await?;
             (info.num_pending + info.num_ack_pending as u64 == 10).then_some(info)
         },
     )
@@ -297,45 +257,42 @@ async fn drain_while_idle_leaves_no_pull_request_behind() {
 /// the next instance handles them long before their 30 s ack_wait.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn handlers_past_the_grace_period_have_their_messages_returned() {
-    support::trace();
-    let server = NatsServer::start().await.expect("nats-server starts");
-    let stream = support::stream("GRACE", &["grace.>"]);
+    let fx = Fixture::start().await;
+    let stream = fixture::stream("GRACE", &["grace.>"]);
     let queue =
-        |group: &str| QueueDecl::new(support::leak(group)).ack_wait(Duration::from_secs(30));
-    let inline = support::queue(
+        |group: &str| QueueDecl::new(fixture::leak(group)).ack_wait(Duration::from_secs(30));
+    let inline = fixture::queue(
         "tests::grace_inline",
         &stream,
         "grace.inline",
         queue("inline"),
     );
     let tasks =
-        support::queue("tests::grace_tasks", &stream, "grace.tasks", queue("tasks")).concurrency(2);
+        fixture::queue("tests::grace_tasks", &stream, "grace.tasks", queue("tasks")).concurrency(2);
     let topology = |ledger: &Ledger, work: Duration| {
         Topology::new()
             .stream(stream)
-            .consumer(inline, support::job_handler(ledger.clone(), work))
-            .consumer(tasks, support::job_handler(ledger.clone(), work))
+            .consumer(inline, fixture::job_handler(ledger.clone(), work))
+            .consumer(tasks, fixture::job_handler(ledger.clone(), work))
     };
 
     // Handlers that would take a minute; a one-second grace period.
-    let stuck = Ledger::default();
-    let client = async_nats::connect(server.url()).await.unwrap();
-    let runtime = support::fast(Runtime::builder(client))
-        .topology(topology(&stuck, Duration::from_secs(60)))
-        .grace_period(Duration::from_secs(1))
-        .build()
-        .expect("valid topology");
-    let running = Running::spawn(runtime);
-    running.ready(Duration::from_secs(20)).await;
-    let js = support::jetstream(&server.url()).await;
-    support::publish_jobs(&js, "grace.inline", [1]).await;
-    support::publish_jobs(&js, "grace.tasks", [2, 3]).await;
+    let stuck = &fx.ledger;
+    let running = Running::start(
+        fixture::fast(fx.builder().await)
+            .topology(topology(stuck, Duration::from_secs(60)))
+            .grace_period(Duration::from_secs(1)),
+    )
+    .await;
+    let js = fx.jetstream().await;
+    fixture::publish_jobs(&js, "grace.inline", [1]).await;
+    fixture::publish_jobs(&js, "grace.tasks", [2, 3]).await;
     eventually(
         Duration::from_secs(10),
         "the three handlers running",
         || async {
-            let inline = support::consumer_info(&js, "GRACE", "inline").await?;
-            let tasks = support::consumer_info(&js, "GRACE", "tasks").await?;
+            let inline = fixture::consumer_info(&js, "GRACE", "inline").await?;
+            let tasks = fixture::consumer_info(&js, "GRACE", "tasks").await?;
             (inline.num_ack_pending == 1 && tasks.num_ack_pending == 2).then_some(())
         },
     )
@@ -352,20 +309,15 @@ async fn handlers_past_the_grace_period_have_their_messages_returned() {
     assert_eq!(stuck.len(), 0, "no stuck handler finished");
 
     let done = Ledger::default();
-    let client = async_nats::connect(server.url()).await.unwrap();
-    let runtime = support::fast(Runtime::builder(client))
+    let runtime = fixture::fast(fx.builder().await)
         .topology(topology(&done, Duration::ZERO))
         .build()
         .expect("valid topology");
     let running = Running::spawn(runtime);
-    eventually(Duration::from_secs(10), "the returned jobs handled", || {
-        let all = done.covers([1, 2, 3]);
-        async move { all.then_some(()) }
-    })
-    .await;
+    done.wait_covers([1, 2, 3], Duration::from_secs(10)).await;
     assert_eq!(done.len(), 3, "each once");
     for group in ["inline", "tasks"] {
-        let info = support::settled(&js, "GRACE", group, Duration::from_secs(5)).await;
+        let info = fixture::settled(&js, "GRACE", group, Duration::from_secs(5)).await;
         assert_eq!(
             info.delivered.stream_sequence,
             info.ack_floor.stream_sequence

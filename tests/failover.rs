@@ -5,17 +5,16 @@
 //! [`worker_process`] with [`WORKER_URL`] set; they report on stdout, one line per event:
 //! `nt-worker: READY`, `… START <id>`, `… HANDLED <id>`, `… DRAINED`.
 
-mod support;
+mod fixture;
 
 use std::collections::BTreeSet;
 use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
 
+use fixture::{Fixture, Running};
 use nats_topology::model::{QueueDecl, Storage};
-use nats_topology::testkit::{NatsCluster, NatsServer, eventually};
 use nats_topology::{HandlerError, Runtime, Topology};
-use support::{Ledger, Running};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::sync::mpsc;
 
@@ -32,8 +31,8 @@ type Report = Arc<dyn Fn(&str, u64) + Send + Sync>;
 /// The topology every worker runs: a slow handler (300 ms per job) at concurrency 4, on a
 /// consumer whose 2 s ack_wait makes the server redeliver a dead worker's messages quickly.
 fn worker_topology(report: Report) -> Topology {
-    let stream = support::stream("FAILOVER", &["failover.>"]);
-    let consumer = support::queue(
+    let stream = fixture::stream("FAILOVER", &["failover.>"]);
+    let consumer = fixture::queue(
         "tests::failover_worker",
         &stream,
         "failover.jobs",
@@ -45,7 +44,7 @@ fn worker_topology(report: Report) -> Topology {
         .consumer(consumer, move |incoming| {
             let report = report.clone();
             Box::pin(async move {
-                let id = support::job_id(&incoming)?;
+                let id = fixture::job_id(&incoming)?;
                 report("START", id);
                 // Simulated work, so that a kill finds messages in flight.
                 tokio::time::sleep(Duration::from_millis(300)).await;
@@ -60,7 +59,7 @@ fn worker_topology(report: Report) -> Topology {
 /// the same worker in-process against its own server and checks that every job is handled once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn worker_process() {
-    support::trace();
+    fixture::trace();
     match std::env::var(WORKER_URL) {
         Ok(url) => run_worker(&url).await,
         Err(_) => worker_self_test().await,
@@ -70,7 +69,7 @@ async fn worker_process() {
 async fn run_worker(url: &str) {
     let client = async_nats::connect(url).await.expect("the worker connects");
     let report: Report = Arc::new(|event, id| println!("{MARK}{event} {id}"));
-    let runtime = support::fast(Runtime::builder(client))
+    let runtime = fixture::fast(Runtime::builder(client))
         .topology(worker_topology(report))
         .build()
         .expect("valid topology");
@@ -89,9 +88,8 @@ async fn run_worker(url: &str) {
 }
 
 async fn worker_self_test() {
-    let server = NatsServer::start().await.expect("nats-server starts");
-    let client = async_nats::connect(server.url()).await.unwrap();
-    let handled = Ledger::default();
+    let fx = Fixture::start().await;
+    let handled = &fx.ledger;
     let report: Report = Arc::new({
         let handled = handled.clone();
         move |event, id| {
@@ -100,20 +98,11 @@ async fn worker_self_test() {
             }
         }
     });
-    let runtime = support::fast(Runtime::builder(client))
-        .topology(worker_topology(report))
-        .build()
-        .expect("valid topology");
-    let running = Running::spawn(runtime);
-    running.ready(Duration::from_secs(20)).await;
-    let js = support::jetstream(&server.url()).await;
-    support::publish_jobs(&js, "failover.jobs", 0..20).await;
-    eventually(Duration::from_secs(20), "every job handled", || {
-        let done = handled.covers(0..20);
-        async move { done.then_some(()) }
-    })
-    .await;
-    support::settled(&js, "FAILOVER", "workers", Duration::from_secs(5)).await;
+    let running = fx.run(worker_topology(report)).await;
+    let js = fx.jetstream().await;
+    fixture::publish_jobs(&js, "failover.jobs", 0..20).await;
+    handled.wait_covers(0..20, Duration::from_secs(20)).await;
+    fixture::settled(&js, "FAILOVER", "workers", Duration::from_secs(5)).await;
     running.stop().await.expect("clean drain");
     assert_eq!(handled.len(), 20, "each job handled once");
 }
@@ -236,12 +225,11 @@ async fn until(
 /// is handled at least once, and the server ends with nothing pending or unacknowledged.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkill_of_a_worker_loses_nothing() {
-    support::trace();
     const JOBS: u64 = 60;
-    let server = NatsServer::start().await.expect("nats-server starts");
+    let fx = Fixture::start().await;
     let (tx, mut lines) = mpsc::unbounded_channel();
     let mut workers: Vec<Worker> = (0..2)
-        .map(|i| spawn_worker(i, &server.url(), tx.clone()))
+        .map(|i| spawn_worker(i, &fx.server.url(), tx.clone()))
         .collect();
     drop(tx);
     let mut reports = Reports::default();
@@ -254,8 +242,8 @@ async fn sigkill_of_a_worker_loses_nothing() {
     )
     .await;
 
-    let js = support::jetstream(&server.url()).await;
-    support::publish_jobs(&js, "failover.jobs", 0..JOBS).await;
+    let js = fx.jetstream().await;
+    fixture::publish_jobs(&js, "failover.jobs", 0..JOBS).await;
     until(
         &mut lines,
         &mut reports,
@@ -296,7 +284,7 @@ async fn sigkill_of_a_worker_loses_nothing() {
         held.is_subset(&survivor),
         "the survivor handled what the dead worker held: {held:?}"
     );
-    let info = support::settled(&js, "FAILOVER", "workers", Duration::from_secs(10)).await;
+    let info = fixture::settled(&js, "FAILOVER", "workers", Duration::from_secs(10)).await;
     assert!(
         info.delivered.consumer_sequence > info.delivered.stream_sequence,
         "the dead worker's messages were delivered again: {info:?}"
@@ -328,22 +316,20 @@ async fn sigkill_of_a_worker_loses_nothing() {
 /// lost, and the server ends with nothing pending or unacknowledged.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cluster_node_killed_during_consumption_loses_nothing() {
-    support::trace();
-    let mut cluster = NatsCluster::start().await.expect("a 3-node cluster starts");
-    let stream = support::stream("REPLICATED", &["replicated.>"])
+    let mut fx = Fixture::cluster().await;
+    let stream = fixture::stream("REPLICATED", &["replicated.>"])
         .replicas(3)
         .storage(Storage::File);
-    let consumer = support::queue(
+    let consumer = fixture::queue(
         "tests::replicated",
         &stream,
         "replicated.jobs",
         QueueDecl::new("workers").ack_wait(Duration::from_secs(2)),
     )
     .concurrency(4);
-    let ledger = Ledger::default();
-    let client = async_nats::connect(cluster.server_addrs()).await.unwrap();
-    let runtime = support::fast(Runtime::builder(client))
-        .topology(support::job_topology(
+    let ledger = &fx.ledger;
+    let runtime = fixture::fast(fx.builder().await)
+        .topology(fixture::job_topology(
             stream,
             consumer,
             ledger.clone(),
@@ -354,19 +340,17 @@ async fn cluster_node_killed_during_consumption_loses_nothing() {
     let running = Running::spawn(runtime);
     running.ready(Duration::from_secs(60)).await;
 
-    let publisher = async_nats::connect(cluster.server_addrs()).await.unwrap();
+    let publisher = fx.connect().await;
     let js = async_nats::jetstream::ContextBuilder::new()
         .timeout(Duration::from_secs(2))
         .build(publisher);
     for id in 0..200 {
-        support::publish_job_until_acked(&js, "replicated.jobs", id).await;
+        fixture::publish_job_until_acked(&js, "replicated.jobs", id).await;
     }
-    eventually(Duration::from_secs(30), "some jobs handled", || {
-        let n = ledger.len();
-        async move { (n >= 50).then_some(()) }
-    })
-    .await;
-    let leader = support::consumer_info(&js, "REPLICATED", "workers")
+    ledger
+        .wait_len(50, Duration::from_secs(30), "some jobs handled")
+        .await;
+    let leader = fixture::consumer_info(&js, "REPLICATED", "workers")
         .await
         .and_then(|info| info.cluster)
         .and_then(|cluster| cluster.leader)
@@ -375,17 +359,13 @@ async fn cluster_node_killed_during_consumption_loses_nothing() {
         .strip_prefix("node")
         .and_then(|i| i.parse().ok())
         .expect("nodes are named node<i>");
-    cluster.kill(node);
+    fx.server.kill(node);
 
     for id in 200..300 {
-        support::publish_job_until_acked(&js, "replicated.jobs", id).await;
+        fixture::publish_job_until_acked(&js, "replicated.jobs", id).await;
     }
-    eventually(Duration::from_secs(60), "every job handled", || {
-        let done = ledger.covers(0..300);
-        async move { done.then_some(()) }
-    })
-    .await;
-    let info = support::settled(&js, "REPLICATED", "workers", Duration::from_secs(30)).await;
+    ledger.wait_covers(0..300, Duration::from_secs(60)).await;
+    let info = fixture::settled(&js, "REPLICATED", "workers", Duration::from_secs(30)).await;
     running.ready(Duration::from_secs(10)).await;
     running.stop().await.expect("clean drain");
     assert_eq!(ledger.unique(), (0..300).collect(), "no job lost");

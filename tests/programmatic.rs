@@ -1,20 +1,22 @@
 //! The runtime driven by a hand-built [`Topology`] (no macros), against a real server:
 //! provisioning, ack on `Ok`, redelivery on `Err`, dead-lettering of permanent failures.
 
+mod fixture;
+
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use fixture::{Fixture, Running};
 use nats_topology::model::{ConsumerDecl, QueueDecl, StreamDecl, StreamRef};
-use nats_topology::testkit::{NatsServer, eventually};
-use nats_topology::{HandlerError, Runtime, Topology};
+use nats_topology::{HandlerError, Topology};
+use nats_topology_testkit::eventually;
 
 static ORDERS: StreamDecl = StreamDecl::new("PROG_ORDERS", &["prog.orders.>", "prog.dead"]);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn acks_retries_and_dead_letters() {
-    let server = NatsServer::start().await.expect("nats-server starts");
-    let client = async_nats::connect(server.url()).await.unwrap();
+    let fx = Fixture::start().await;
 
     // Attempts per payload; "flaky" fails twice then succeeds, "poison" fails permanently.
     let attempts: Arc<Mutex<HashMap<String, u32>>> = Arc::default();
@@ -47,22 +49,11 @@ async fn acks_retries_and_dead_letters() {
             })
         },
     );
-    let runtime = Runtime::builder(client.clone())
-        .topology(topology)
-        .build()
-        .expect("valid topology");
-    let health = runtime.health();
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let running = tokio::spawn(runtime.run_until(async move {
-        let _ = stopped.await;
-    }));
-    eventually(Duration::from_secs(20), "the consumer to run", || {
-        let ready = health.ready();
-        async move { ready.then_some(()) }
-    })
-    .await;
+    // The runtime's default settings (no fast retries or heartbeats).
+    let running = Running::start(fx.builder().await.topology(topology)).await;
+    let health = &running.health;
 
-    let js = async_nats::jetstream::new(client.clone());
+    let js = fx.jetstream().await;
     for body in ["ok", "flaky", "poison"] {
         js.publish("prog.orders.created", body.into())
             .await
@@ -105,8 +96,7 @@ async fn acks_retries_and_dead_letters() {
         "prog.orders.created"
     );
 
-    stop.send(()).unwrap();
-    running.await.unwrap().expect("clean drain");
+    running.stop().await.expect("clean drain");
     let info = js
         .get_stream("PROG_ORDERS")
         .await

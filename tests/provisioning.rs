@@ -2,17 +2,18 @@
 //! fields), a plain durable under the queue's name, external streams, subject overlap, and
 //! lossless migration on limits and work-queue streams.
 
+mod fixture;
+
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_nats::jetstream::{self, consumer, stream};
+use fixture::{Fixture, Running};
 use futures::StreamExt;
 use nats_topology::model::{ConsumerDecl, QueueDecl, Retention, StreamDecl, StreamRef};
-use nats_topology::testkit::{NatsServer, eventually};
-use nats_topology::{
-    HandlerError, Health, ProvisionErrorKind, RetryPolicy, RunError, Runtime, Topology,
-};
+use nats_topology::{HandlerError, ProvisionErrorKind, RetryPolicy, RunError, Runtime, Topology};
+use nats_topology_testkit::eventually;
 
 /// Quick retries: tests wait on conditions, not on backoff.
 fn quick() -> RetryPolicy {
@@ -40,28 +41,56 @@ fn queue_topology(
     )
 }
 
-async fn start() -> (NatsServer, async_nats::Client, jetstream::Context) {
-    let server = NatsServer::start().await.expect("nats-server starts");
-    let client = async_nats::connect(server.url()).await.unwrap();
-    let js = jetstream::new(client.clone());
-    (server, client, js)
+/// Creates a stream on the server the way its owner (not this runtime) would.
+async fn create_stream(
+    js: &jetstream::Context,
+    name: &str,
+    subjects: &[&str],
+    config: stream::Config,
+) {
+    js.create_stream(stream::Config {
+        name: name.to_owned(),
+        subjects: subjects.iter().map(|s| (*s).to_owned()).collect(),
+        ..config
+    })
+    .await
+    .unwrap();
+}
+
+/// A runtime of `topology` with [`quick`] retries, on a connection of its own.
+async fn quick_runtime(fx: &Fixture, topology: Topology) -> Runtime {
+    fx.builder()
+        .await
+        .topology(topology)
+        .retry(quick())
+        .build()
+        .unwrap()
+}
+
+/// A server of the test's own and a JetStream context on a connection of its own.
+async fn start() -> (Fixture, jetstream::Context) {
+    let fx = Fixture::start().await;
+    let js = fx.jetstream().await;
+    (fx, js)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn editable_drift_is_applied_and_extra_server_subjects_are_kept() {
     static ORDERS: StreamDecl =
         StreamDecl::new("DRIFT_ORDERS", &["drift.orders.>"]).max_age(Duration::from_secs(3600));
-    let (_server, client, js) = start().await;
+    let (fx, js) = start().await;
     // Someone created the stream with another max_age and an extra subject, and the consumer
     // with another max_deliver and ack_wait.
-    js.create_stream(stream::Config {
-        name: ORDERS.name.into(),
-        subjects: vec!["drift.orders.>".into(), "drift.extra".into()],
-        max_age: Duration::from_secs(60),
-        ..Default::default()
-    })
-    .await
-    .unwrap();
+    create_stream(
+        &js,
+        ORDERS.name,
+        &["drift.orders.>", "drift.extra"],
+        stream::Config {
+            max_age: Duration::from_secs(60),
+            ..Default::default()
+        },
+    )
+    .await;
     js.create_consumer_on_stream(
         consumer::pull::Config {
             durable_name: Some("billing".into()),
@@ -78,11 +107,11 @@ async fn editable_drift_is_applied_and_extra_server_subjects_are_kept() {
     const QUEUE: QueueDecl = QueueDecl::new("billing")
         .max_deliver(5)
         .ack_wait(Duration::from_secs(30));
-    let runtime = Runtime::builder(client)
-        .topology(queue_topology(&ORDERS, QUEUE, &["drift.orders.created"]))
-        .retry(quick())
-        .build()
-        .unwrap();
+    let runtime = quick_runtime(
+        &fx,
+        queue_topology(&ORDERS, QUEUE, &["drift.orders.created"]),
+    )
+    .await;
     let plan = runtime.plan().await.unwrap();
     let text = plan.to_string();
     assert!(text.contains("update: `max_age`"), "{text}");
@@ -106,26 +135,14 @@ async fn editable_drift_is_applied_and_extra_server_subjects_are_kept() {
     let consumer = stream.consumer_info("billing").await.unwrap().clone();
     assert_eq!(consumer.config.max_deliver, 5);
     assert_eq!(consumer.config.ack_wait, Duration::from_secs(30));
-    let plan = runtime.plan().await.unwrap();
-    assert!(
-        plan.items
-            .iter()
-            .all(|i| i.action == nats_topology::report::Action::Nothing),
-        "{plan}"
-    );
+    fixture::assert_nothing_to_do(&runtime).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn immutable_drift_is_a_conflict_naming_the_fields_and_is_not_retried() {
     static EVENTS: StreamDecl = StreamDecl::new("IMMUTABLE_EVENTS", &["immutable.>"]);
-    let (_server, client, js) = start().await;
-    js.create_stream(stream::Config {
-        name: EVENTS.name.into(),
-        subjects: vec!["immutable.>".into()],
-        ..Default::default()
-    })
-    .await
-    .unwrap();
+    let (fx, js) = start().await;
+    create_stream(&js, EVENTS.name, &["immutable.>"], Default::default()).await;
     js.create_consumer_on_stream(
         consumer::pull::Config {
             durable_name: Some("workers".into()),
@@ -137,11 +154,7 @@ async fn immutable_drift_is_a_conflict_naming_the_fields_and_is_not_retried() {
     )
     .await
     .unwrap();
-    let runtime = Runtime::builder(client)
-        .topology(queue_topology(&EVENTS, QueueDecl::new("workers"), &[]))
-        .retry(quick())
-        .build()
-        .unwrap();
+    let runtime = quick_runtime(&fx, queue_topology(&EVENTS, QueueDecl::new("workers"), &[])).await;
     let error = runtime
         .provision()
         .await
@@ -160,11 +173,7 @@ async fn immutable_drift_is_a_conflict_naming_the_fields_and_is_not_retried() {
     assert!(text.contains("migrate_from"), "the fix is named: {text}");
 
     // run_until reports the same conflict instead of running without the consumer.
-    let runtime = Runtime::builder(jetstream_client(&js))
-        .topology(queue_topology(&EVENTS, QueueDecl::new("workers"), &[]))
-        .retry(quick())
-        .build()
-        .unwrap();
+    let runtime = quick_runtime(&fx, queue_topology(&EVENTS, QueueDecl::new("workers"), &[])).await;
     let outcome = tokio::time::timeout(
         Duration::from_secs(20),
         runtime.run_until(std::future::pending::<()>()),
@@ -177,21 +186,11 @@ async fn immutable_drift_is_a_conflict_naming_the_fields_and_is_not_retried() {
     assert_eq!(error.kind(), ProvisionErrorKind::Conflict);
 }
 
-fn jetstream_client(js: &jetstream::Context) -> async_nats::Client {
-    js.client()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_plain_durable_under_the_queue_name_is_refused_precisely() {
     static JOBS: StreamDecl = StreamDecl::new("PLAIN_JOBS", &["plain.jobs.>"]);
-    let (_server, client, js) = start().await;
-    js.create_stream(stream::Config {
-        name: JOBS.name.into(),
-        subjects: vec!["plain.jobs.>".into()],
-        ..Default::default()
-    })
-    .await
-    .unwrap();
+    let (fx, js) = start().await;
+    create_stream(&js, JOBS.name, &["plain.jobs.>"], Default::default()).await;
     // The shape this library exists to prevent: a push durable without a deliver group.
     js.create_consumer_on_stream(
         consumer::push::Config {
@@ -203,11 +202,7 @@ async fn a_plain_durable_under_the_queue_name_is_refused_precisely() {
     )
     .await
     .unwrap();
-    let runtime = Runtime::builder(client)
-        .topology(queue_topology(&JOBS, QueueDecl::new("sync"), &[]))
-        .retry(quick())
-        .build()
-        .unwrap();
+    let runtime = quick_runtime(&fx, queue_topology(&JOBS, QueueDecl::new("sync"), &[])).await;
     let inspection = runtime.inspect().await.unwrap().to_string();
     assert!(
         inspection.contains("NO GROUP (plain durable)"),
@@ -228,7 +223,7 @@ async fn a_plain_durable_under_the_queue_name_is_refused_precisely() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_external_stream_is_waited_for_then_consumed_and_never_changed() {
     static EMAIL: StreamDecl = StreamDecl::new("EXT_EMAIL", &["ext.email.>"]).external();
-    let (_server, client, js) = start().await;
+    let (fx, js) = start().await;
     let seen: Arc<Mutex<Vec<String>>> = Arc::default();
     let record = seen.clone();
     let topology = Topology::new().stream(EMAIL).consumer(
@@ -246,16 +241,9 @@ async fn an_external_stream_is_waited_for_then_consumed_and_never_changed() {
             Box::pin(async { Ok::<(), HandlerError>(()) })
         },
     );
-    let runtime = Runtime::builder(client.clone())
-        .topology(topology)
-        .retry(quick())
-        .build()
-        .unwrap();
-    let health = runtime.health();
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let running = tokio::spawn(runtime.run_until(async move {
-        let _ = stopped.await;
-    }));
+    let runtime = quick_runtime(&fx, topology).await;
+    let running = Running::spawn(runtime);
+    let health = &running.health;
     // Not ready while the stream does not exist, and the reason says so.
     eventually(
         Duration::from_secs(10),
@@ -277,15 +265,17 @@ async fn an_external_stream_is_waited_for_then_consumed_and_never_changed() {
     );
 
     // Its owner deploys (with a max_age we must not touch).
-    js.create_stream(stream::Config {
-        name: EMAIL.name.into(),
-        subjects: vec!["ext.email.>".into()],
-        max_age: Duration::from_secs(120),
-        ..Default::default()
-    })
-    .await
-    .unwrap();
-    wait_ready(&health).await;
+    create_stream(
+        &js,
+        EMAIL.name,
+        &["ext.email.>"],
+        stream::Config {
+            max_age: Duration::from_secs(120),
+            ..Default::default()
+        },
+    )
+    .await;
+    fixture::wait_ready(health, Duration::from_secs(20)).await;
     js.publish("ext.email.sent", "hello".into())
         .await
         .unwrap()
@@ -296,8 +286,7 @@ async fn an_external_stream_is_waited_for_then_consumed_and_never_changed() {
         async move { (n == 1).then_some(()) }
     })
     .await;
-    stop.send(()).unwrap();
-    running.await.unwrap().unwrap();
+    running.stop().await.unwrap();
     let config = js
         .get_stream(EMAIL.name)
         .await
@@ -317,8 +306,10 @@ async fn overlapping_subjects_name_both_streams() {
     static A: StreamDecl = StreamDecl::new("OVERLAP_A", &["overlap.>"]);
     static B: StreamDecl = StreamDecl::new("OVERLAP_B", &["overlap.orders.*"]);
     // Declared together: refused at build time, one error naming both.
-    let (_server, client, js) = start().await;
-    let error = Runtime::builder(client.clone())
+    let (fx, js) = start().await;
+    let error = fx
+        .builder()
+        .await
         .topology(Topology::new().stream(A).stream(B))
         .build()
         .err()
@@ -331,18 +322,14 @@ async fn overlapping_subjects_name_both_streams() {
     );
 
     // Against a stream already on the server: the server's 10065 becomes a precise message.
-    js.create_stream(stream::Config {
-        name: "SOMEONE_ELSES".into(),
-        subjects: vec!["overlap.orders.*".into()],
-        ..Default::default()
-    })
-    .await
-    .unwrap();
-    let runtime = Runtime::builder(client)
-        .topology(Topology::new().stream(A))
-        .retry(quick())
-        .build()
-        .unwrap();
+    create_stream(
+        &js,
+        "SOMEONE_ELSES",
+        &["overlap.orders.*"],
+        Default::default(),
+    )
+    .await;
+    let runtime = quick_runtime(&fx, Topology::new().stream(A)).await;
     let error = runtime
         .provision()
         .await
@@ -356,28 +343,17 @@ async fn overlapping_subjects_name_both_streams() {
     );
 }
 
-async fn wait_ready(health: &Health) {
-    eventually(Duration::from_secs(20), "the runtime ready", || {
-        let ready = health.ready();
-        async move { ready.then_some(()) }
-    })
-    .await;
-}
-
 /// Publishes 1..=100 (payload = the number), acks 1..=40 with `old`, leaves 41..=50 delivered
 /// but unacked, then starts `instances` runtimes at once whose group `new` declares
 /// `migrate_from = "old"`: together they must receive exactly 41..=100, each once.
 async fn migrate(decl: &'static StreamDecl, retention: stream::RetentionPolicy, instances: usize) {
-    let (server, _client, js) = start().await;
+    let (fx, js) = start().await;
     let subject = format!("{}.work", decl.subjects[0].trim_end_matches(".>"));
-    js.create_stream(stream::Config {
-        name: decl.name.into(),
-        subjects: vec![decl.subjects[0].into()],
+    let config = stream::Config {
         retention,
         ..Default::default()
-    })
-    .await
-    .unwrap();
+    };
+    create_stream(&js, decl.name, &[decl.subjects[0]], config).await;
     let old: consumer::PullConsumer = js
         .create_consumer_on_stream(
             consumer::pull::Config {
@@ -441,25 +417,10 @@ async fn migrate(decl: &'static StreamDecl, retention: stream::RetentionPolicy, 
             },
         );
         // Each instance on its own connection, as separate processes would be.
-        let client = async_nats::connect(server.url()).await.unwrap();
-        runtimes.push(
-            Runtime::builder(client)
-                .topology(topology)
-                .retry(quick())
-                .build()
-                .unwrap(),
-        );
+        runtimes.push(quick_runtime(&fx, topology).await);
     }
     // Every instance migrates at the same moment.
-    let mut stops = Vec::new();
-    let mut running = Vec::new();
-    for runtime in runtimes {
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        running.push(tokio::spawn(runtime.run_until(async move {
-            let _ = stopped.await;
-        })));
-        stops.push(stop);
-    }
+    let running: Vec<Running> = runtimes.into_iter().map(Running::spawn).collect();
     eventually(
         Duration::from_secs(20),
         "60 messages handled by the new consumer",
@@ -469,11 +430,8 @@ async fn migrate(decl: &'static StreamDecl, retention: stream::RetentionPolicy, 
         },
     )
     .await;
-    for stop in stops {
-        stop.send(()).unwrap();
-    }
-    for run in running {
-        run.await.unwrap().unwrap();
+    for outcome in Running::stop_all(running).await {
+        outcome.unwrap();
     }
     let handled = seen.lock().unwrap().clone();
     if instances == 1 {

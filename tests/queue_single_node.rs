@@ -1,9 +1,8 @@
 //! Two runtimes share one queue consumer on a single JetStream server.
 
-mod common;
+mod fixture;
 
-use common::{Job, Seen};
-use nats_topology::testkit::NatsServer;
+use fixture::{Fixture, Job};
 use nats_topology::{Context, HandlerError, queue_consumer, stream};
 
 #[stream(name = "E2E_JOBS", subjects = ["e2e.jobs.>"])]
@@ -11,15 +10,11 @@ struct Jobs;
 
 #[queue_consumer(stream = Jobs, group = "workers", subject = "e2e.jobs.created", concurrency = 8)]
 async fn on_job(job: Job, cx: Context) -> Result<(), HandlerError> {
-    cx.state::<Seen>()
-        .expect("state given to the builder")
-        .record(job.id);
-    Ok(())
+    fixture::record(job, &cx)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn thousand_jobs_each_handled_once_across_two_runtimes() {
-    let server = NatsServer::start().await.expect("nats-server starts");
-    let addr = server.url().parse().unwrap();
-    common::two_runtimes_share_work(vec![addr], "e2e.jobs.created", 1_000).await;
+    let fx = Fixture::start().await;
+    fixture::two_runtimes_share_work(&fx, "e2e.jobs.created", 1_000).await;
 }

@@ -1,14 +1,15 @@
 //! Broadcast relays on a real server: every instance receives every message; a relay deleted
 //! on the server comes back (through `Relay::ensure`, or by itself) and receives again.
 
-mod support;
+mod fixture;
 
+use std::ops::Range;
 use std::time::Duration;
 
+use fixture::{Fixture, Ledger, Running};
 use nats_topology::model::{BroadcastDecl, ConsumerDecl, StreamDecl, StreamRef};
-use nats_topology::testkit::{NatsServer, eventually};
-use nats_topology::{Relay, RetryPolicy, Runtime, Topology};
-use support::{Ledger, Running};
+use nats_topology::{Relay, RetryPolicy, Topology};
+use nats_topology_testkit::eventually;
 
 fn relay_topology(stream: StreamDecl, ledger: Ledger) -> Topology {
     let relay = ConsumerDecl::broadcast(
@@ -16,10 +17,10 @@ fn relay_topology(stream: StreamDecl, ledger: Ledger) -> Topology {
         StreamRef::Named(stream.name),
         BroadcastDecl::new(),
     )
-    .subjects(support::leak_all(&["status.>"]));
+    .subjects(fixture::leak_all(&["status.>"]));
     Topology::new()
         .stream(stream)
-        .consumer(relay, support::job_handler(ledger, Duration::ZERO))
+        .consumer(relay, fixture::job_handler(ledger, Duration::ZERO))
 }
 
 async fn wait_running(relay: &Relay) {
@@ -30,25 +31,40 @@ async fn wait_running(relay: &Relay) {
     .await;
 }
 
+/// Waits until every instance has received `new`, then checks that each received every
+/// message so far (`0..new.end`) once, in order.
+async fn every_instance_receives(ledgers: &[Ledger], new: Range<u64>, what: &str) {
+    eventually(Duration::from_secs(20), what, || {
+        let done = ledgers.iter().all(|l| l.covers(new.clone()));
+        async move { done.then_some(()) }
+    })
+    .await;
+    for (i, ledger) in ledgers.iter().enumerate() {
+        assert_eq!(
+            ledger.ids(),
+            (0..new.end).collect::<Vec<_>>(),
+            "instance {i}: each once, in order"
+        );
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_instance_receives_every_broadcast_and_a_deleted_relay_comes_back() {
-    support::trace();
-    let server = NatsServer::start().await.expect("nats-server starts");
-    let stream = support::stream("STATUS", &["status.>"]);
+    let fx = Fixture::start().await;
+    let stream = fixture::stream("STATUS", &["status.>"]);
     let mut ledgers = Vec::new();
     let mut relays = Vec::new();
     let mut instances = Vec::new();
     for i in 0..3 {
-        let client = async_nats::connect(server.url()).await.unwrap();
         let ledger = Ledger::default();
-        let mut builder = support::fast(Runtime::builder(client));
+        let mut builder = fixture::fast(fx.builder().await);
         if i == 0 {
             // After a loss, this supervisor would wait up to a minute (full jitter over
             // [0, 60 s]) before re-creating its relay: only ensure() brings it back in time.
             builder = builder.retry(RetryPolicy {
                 base: Duration::from_secs(60),
                 cap: Duration::from_secs(60),
-                ..support::fast_retry()
+                ..fixture::fast_retry()
             });
         }
         let runtime = builder
@@ -67,34 +83,19 @@ async fn every_instance_receives_every_broadcast_and_a_deleted_relay_comes_back(
         ledgers.push(ledger);
         relays.push(relay);
     }
-    let js = support::jetstream(&server.url()).await;
+    let js = fx.jetstream().await;
     let names: Vec<String> = relays.iter().map(Relay::consumer).collect();
     assert_eq!(
-        support::consumer_names(&js, "STATUS").await,
+        fixture::consumer_names(&js, "STATUS").await,
         names.iter().cloned().collect(),
         "one relay per instance, each with its own name"
     );
 
-    support::publish_jobs(&js, "status.member", 0..20).await;
-    eventually(
-        Duration::from_secs(20),
-        "every instance receives every message",
-        || {
-            let done = ledgers.iter().all(|l| l.covers(0..20));
-            async move { done.then_some(()) }
-        },
-    )
-    .await;
-    for (i, ledger) in ledgers.iter().enumerate() {
-        assert_eq!(
-            ledger.ids(),
-            (0..20).collect::<Vec<_>>(),
-            "instance {i}: each once, in order"
-        );
-    }
+    fixture::publish_jobs(&js, "status.member", 0..20).await;
+    every_instance_receives(&ledgers, 0..20, "every instance receives every message").await;
 
     // Delete the first instance's relay on the server; ensure() brings it back.
-    let created = support::consumer_info(&js, "STATUS", &names[0])
+    let created = fixture::consumer_info(&js, "STATUS", &names[0])
         .await
         .expect("the relay exists")
         .created;
@@ -117,36 +118,21 @@ async fn every_instance_receives_every_broadcast_and_a_deleted_relay_comes_back(
         .expect("the runtime runs");
     assert!(relays[0].is_running());
     eventually(Duration::from_secs(20), "the relay re-created", || async {
-        let info = support::consumer_info(&js, "STATUS", &names[0]).await?;
+        let info = fixture::consumer_info(&js, "STATUS", &names[0]).await?;
         (info.created != created).then_some(())
     })
     .await;
     relays[0].ensure().await.expect("the runtime runs");
     assert!(relays[0].is_running());
 
-    support::publish_jobs(&js, "status.member", 20..40).await;
-    eventually(
-        Duration::from_secs(20),
-        "every instance receives the new messages",
-        || {
-            let done = ledgers.iter().all(|l| l.covers(20..40));
-            async move { done.then_some(()) }
-        },
-    )
-    .await;
-    for (i, ledger) in ledgers.iter().enumerate() {
-        assert_eq!(
-            ledger.ids(),
-            (0..40).collect::<Vec<_>>(),
-            "instance {i}: each once, in order"
-        );
-    }
+    fixture::publish_jobs(&js, "status.member", 20..40).await;
+    every_instance_receives(&ledgers, 20..40, "every instance receives the new messages").await;
 
     for running in instances {
         running.stop().await.expect("clean drain");
     }
     assert!(
-        support::consumer_names(&js, "STATUS").await.is_empty(),
+        fixture::consumer_names(&js, "STATUS").await.is_empty(),
         "relays are deleted on drain"
     );
     for relay in &relays {

@@ -4,14 +4,17 @@
 //! The parent test re-runs this test binary as the child process (`signal_child` in child
 //! mode) and signals it by pid.
 
+mod fixture;
+
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
+use fixture::Fixture;
 use nats_topology::model::{ConsumerDecl, QueueDecl, StreamDecl, StreamRef};
-use nats_topology::testkit::{NatsServer, eventually};
 use nats_topology::{ConsumerState, HandlerError, Runtime, Topology};
+use nats_topology_testkit::eventually;
 use tokio::sync::Notify;
 
 /// Set in the child process: the server URL.
@@ -66,21 +69,18 @@ async fn signal_child() {
         println!("STAGE exited {outcome:?}");
         return;
     }
-    let server = NatsServer::start().await.expect("nats-server starts");
-    let client = async_nats::connect(server.url()).await.unwrap();
-    let runtime = Runtime::builder(client.clone())
+    let fx = Fixture::start().await;
+    let runtime = fx
+        .builder()
+        .await
         .topology(stuck_topology(started.clone()))
         .grace_period(Duration::from_millis(300))
         .build()
         .unwrap();
     let health = runtime.health();
     let running = tokio::spawn(runtime.run_until(async move { started.notified().await }));
-    eventually(Duration::from_secs(20), "the consumer running", || {
-        let ready = health.ready();
-        async move { ready.then_some(()) }
-    })
-    .await;
-    let js = async_nats::jetstream::new(client);
+    fixture::wait_ready(&health, Duration::from_secs(20)).await;
+    let js = fx.jetstream().await;
     js.publish("signal.stuck.one", "x".into())
         .await
         .unwrap()
@@ -103,10 +103,10 @@ fn signal(pid: u32) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn first_signal_drains_and_second_signal_forces_exit() {
-    let server = NatsServer::start().await.expect("nats-server starts");
+    let fx = Fixture::start().await;
     let mut child = Command::new(std::env::current_exe().unwrap())
         .args(["--exact", "signal_child", "--nocapture", "--test-threads=1"])
-        .env(CHILD_ENV, server.url())
+        .env(CHILD_ENV, fx.server.url())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
@@ -129,8 +129,7 @@ async fn first_signal_drains_and_second_signal_forces_exit() {
             .expect("the child is still running")
     };
 
-    let client = async_nats::connect(server.url()).await.unwrap();
-    let js = async_nats::jetstream::new(client);
+    let js = fx.jetstream().await;
     eventually(Duration::from_secs(20), "the child's consumer", || {
         let js = js.clone();
         async move {

@@ -4,34 +4,33 @@
 //! Every test asserts outcomes: which ids were handled, which were lost, what the server
 //! reports as pending.
 
-mod support;
+mod fixture;
 
 use std::time::Duration;
 
+use fixture::{Fixture, Ledger, Running};
 use nats_topology::model::{Delivery, QueueDecl, Retention, Storage};
-use nats_topology::testkit::{NatsServer, eventually};
 use nats_topology::{ConsumerState, Runtime};
-use support::{Ledger, Running};
+use nats_topology_testkit::{NatsServer, eventually};
 
 /// The broker is down when the runtime starts and comes up 5 s later: the runtime is not ready
 /// meanwhile (its consumer reports why), then provisions, becomes ready and consumes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn starts_before_the_broker_and_catches_up() {
-    support::trace();
-    let mut server = NatsServer::start().await.expect("nats-server starts");
-    let url = server.url();
-    server.stop().await;
+    let mut fx = Fixture::start().await;
+    let url = fx.server.url();
+    fx.server.stop().await;
 
     let client = async_nats::ConnectOptions::new()
         .retry_on_initial_connect()
         .connect(url.as_str())
         .await
         .expect("with retry_on_initial_connect, connect returns at once");
-    let ledger = Ledger::default();
-    let stream = support::stream("LATE", &["late.>"]);
-    let consumer = support::queue("tests::late", &stream, "late.jobs", QueueDecl::new("late"));
-    let runtime = support::fast(Runtime::builder(client))
-        .topology(support::job_topology(
+    let ledger = &fx.ledger;
+    let stream = fixture::stream("LATE", &["late.>"]);
+    let consumer = fixture::queue("tests::late", &stream, "late.jobs", QueueDecl::new("late"));
+    let runtime = fixture::fast(Runtime::builder(client))
+        .topology(fixture::job_topology(
             stream,
             consumer,
             ledger.clone(),
@@ -57,102 +56,61 @@ async fn starts_before_the_broker_and_catches_up() {
         "the consumer reports that it is not running yet: {status}"
     );
 
-    server.restart().await.expect("the broker starts");
+    fx.server.restart().await.expect("the broker starts");
     running.ready(Duration::from_secs(30)).await;
 
-    let js = support::jetstream(&url).await;
-    support::publish_jobs(&js, "late.jobs", 0..20).await;
-    eventually(Duration::from_secs(20), "every job handled", || {
-        let done = ledger.covers(0..20);
-        async move { done.then_some(()) }
-    })
-    .await;
-    running.stop().await.expect("clean drain");
-    assert_eq!(
-        ledger.len(),
-        20,
-        "each job handled once: {:?}",
-        ledger.duplicates()
-    );
-    support::settled(&js, "LATE", "late", Duration::from_secs(5)).await;
+    let js = fx.jetstream().await;
+    fixture::publish_jobs(&js, "late.jobs", 0..20).await;
+    ledger.wait_covers(0..20, Duration::from_secs(20)).await;
+    fx.drain_and_settle(running, &js, ("LATE", "late"), 20)
+        .await;
 }
 
 /// The queue consumer is deleted on the server while the runtime consumes: it is re-created,
 /// and the jobs published after the deletion (while it did not exist) are handled once each.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn consumer_deleted_out_of_band_is_recreated() {
-    support::trace();
-    let server = NatsServer::start().await.expect("nats-server starts");
-    let client = async_nats::connect(server.url()).await.unwrap();
-    let ledger = Ledger::default();
+    let fx = Fixture::start().await;
+    let ledger = &fx.ledger;
     // A work queue keeps what no consumer has acknowledged, so a re-created consumer (which
     // starts at the first message) sees exactly the jobs not yet handled.
-    let stream = support::stream("DELETED", &["deleted.>"]).retention(Retention::WorkQueue);
-    let consumer = support::queue(
+    let stream = fixture::stream("DELETED", &["deleted.>"]).retention(Retention::WorkQueue);
+    let consumer = fixture::queue(
         "tests::deleted",
         &stream,
         "deleted.jobs",
         QueueDecl::new("worker"),
     )
     .concurrency(4);
-    let runtime = support::fast(Runtime::builder(client))
-        .topology(support::job_topology(
-            stream,
-            consumer,
-            ledger.clone(),
-            Duration::ZERO,
-        ))
-        .build()
-        .expect("valid topology");
-    let running = Running::spawn(runtime);
-    running.ready(Duration::from_secs(20)).await;
+    let running = fx.run_jobs(stream, consumer, Duration::ZERO).await;
 
-    let js = support::jetstream(&server.url()).await;
-    support::publish_jobs(&js, "deleted.jobs", 0..20).await;
-    eventually(Duration::from_secs(20), "the first jobs handled", || {
-        let done = ledger.covers(0..20);
-        async move { done.then_some(()) }
-    })
-    .await;
+    let js = fx.jetstream().await;
+    fixture::publish_jobs(&js, "deleted.jobs", 0..20).await;
+    ledger.wait_covers(0..20, Duration::from_secs(20)).await;
 
-    let created = support::consumer_info(&js, "DELETED", "worker")
+    let created = fixture::consumer_info(&js, "DELETED", "worker")
         .await
         .expect("the consumer exists")
         .created;
-    js.get_stream("DELETED")
-        .await
-        .unwrap()
-        .delete_consumer("worker")
-        .await
-        .expect("delete the consumer out of band");
+    fixture::delete_consumer(&js, "DELETED", "worker").await;
     // Published while the consumer does not exist.
-    support::publish_jobs(&js, "deleted.jobs", 20..40).await;
+    fixture::publish_jobs(&js, "deleted.jobs", 20..40).await;
 
     let recreated = eventually(
         Duration::from_secs(20),
         "the consumer re-created",
         || async {
-            let info = support::consumer_info(&js, "DELETED", "worker").await?;
+            let info = fixture::consumer_info(&js, "DELETED", "worker").await?;
             (info.created != created).then_some(info)
         },
     )
     .await;
     assert_eq!(recreated.config.durable_name.as_deref(), Some("worker"));
-    support::publish_jobs(&js, "deleted.jobs", 40..60).await;
-    eventually(Duration::from_secs(20), "every job handled", || {
-        let done = ledger.covers(0..60);
-        async move { done.then_some(()) }
-    })
-    .await;
+    fixture::publish_jobs(&js, "deleted.jobs", 40..60).await;
+    ledger.wait_covers(0..60, Duration::from_secs(20)).await;
     running.ready(Duration::from_secs(5)).await;
-    running.stop().await.expect("clean drain");
-    assert_eq!(
-        ledger.len(),
-        60,
-        "each job handled once: {:?}",
-        ledger.duplicates()
-    );
-    support::settled(&js, "DELETED", "worker", Duration::from_secs(5)).await;
+    fx.drain_and_settle(running, &js, ("DELETED", "worker"), 60)
+        .await;
 }
 
 /// On a limits stream (which keeps acknowledged messages), a queue consumer deleted out of
@@ -160,57 +118,36 @@ async fn consumer_deleted_out_of_band_is_recreated() {
 /// nothing acknowledged is handled again, nothing published meanwhile is lost.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn consumer_deleted_from_a_limits_stream_resumes_after_its_ack_floor() {
-    support::trace();
-    let server = NatsServer::start().await.expect("nats-server starts");
-    let client = async_nats::connect(server.url()).await.unwrap();
-    let ledger = Ledger::default();
-    let stream = support::stream("DELETED_LIMITS", &["deleted_limits.>"]);
-    let consumer = support::queue(
+    let fx = Fixture::start().await;
+    let ledger = &fx.ledger;
+    let stream = fixture::stream("DELETED_LIMITS", &["deleted_limits.>"]);
+    let consumer = fixture::queue(
         "tests::deleted_limits",
         &stream,
         "deleted_limits.jobs",
         QueueDecl::new("worker"),
     );
-    let runtime = support::fast(Runtime::builder(client))
-        .topology(support::job_topology(
-            stream,
-            consumer,
-            ledger.clone(),
-            Duration::ZERO,
-        ))
-        .build()
-        .expect("valid topology");
-    let health = runtime.health();
-    let running = Running::spawn(runtime);
-    running.ready(Duration::from_secs(20)).await;
+    let running = fx.run_jobs(stream, consumer, Duration::ZERO).await;
+    let health = running.health.clone();
 
-    let js = support::jetstream(&server.url()).await;
-    support::publish_jobs(&js, "deleted_limits.jobs", 0..20).await;
+    let js = fx.jetstream().await;
+    fixture::publish_jobs(&js, "deleted_limits.jobs", 0..20).await;
     // The runtime has read the ack floor of all 20 (it reads it every two heartbeats).
     eventually(Duration::from_secs(20), "the ack floor of 20 read", || {
         let floor = health.consumers()[0].ack_floor;
         async move { (floor == 20).then_some(()) }
     })
     .await;
-    js.get_stream("DELETED_LIMITS")
-        .await
-        .unwrap()
-        .delete_consumer("worker")
-        .await
-        .expect("delete the consumer out of band");
-    support::publish_jobs(&js, "deleted_limits.jobs", 20..30).await;
-    eventually(Duration::from_secs(20), "every job handled", || {
-        let done = ledger.covers(0..30);
-        async move { done.then_some(()) }
-    })
-    .await;
+    fixture::delete_consumer(&js, "DELETED_LIMITS", "worker").await;
+    fixture::publish_jobs(&js, "deleted_limits.jobs", 20..30).await;
+    ledger.wait_covers(0..30, Duration::from_secs(20)).await;
     running.stop().await.expect("clean drain");
     assert_eq!(
         ledger.ids(),
         (0..30).collect::<Vec<_>>(),
         "each job once, in order: nothing acknowledged is replayed"
     );
-    let info = support::consumer_info(&js, "DELETED_LIMITS", "worker")
+    let info = fixture::consumer_info(&js, "DELETED_LIMITS", "worker")
         .await
         .expect("re-created");
     assert_eq!(
@@ -226,103 +163,70 @@ async fn consumer_deleted_from_a_limits_stream_resumes_after_its_ack_floor() {
 /// the runtime notices the reconnection (missed heartbeats would take 30 s).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn single_server_restart_with_file_storage_resumes() {
-    support::trace();
-    let mut server = NatsServer::start().await.expect("nats-server starts");
-    let url = server.url();
-    let client = async_nats::connect(url.as_str()).await.unwrap();
-    let ledger = Ledger::default();
-    let stream = support::stream("RESTART", &["restart.>"]).storage(Storage::File);
-    let consumer = support::queue(
+    let mut fx = Fixture::start().await;
+    let ledger = &fx.ledger;
+    let stream = fixture::stream("RESTART", &["restart.>"]).storage(Storage::File);
+    let consumer = fixture::queue(
         "tests::restart",
         &stream,
         "restart.jobs",
         QueueDecl::new("worker").ack_wait(Duration::from_secs(2)),
     )
     .concurrency(4);
-    let runtime = Runtime::builder(client)
-        .retry(support::fast_retry())
-        .topology(support::job_topology(
-            stream,
-            consumer,
-            ledger.clone(),
-            Duration::from_millis(20),
-        ))
-        .build()
-        .expect("valid topology");
-    let running = Running::spawn(runtime);
-    running.ready(Duration::from_secs(20)).await;
+    let running = Running::start(fx.builder().await.retry(fixture::fast_retry()).topology(
+        fixture::job_topology(stream, consumer, ledger.clone(), Duration::from_millis(20)),
+    ))
+    .await;
 
     // During consumption.
-    let js = support::jetstream(&url).await;
-    support::publish_jobs(&js, "restart.jobs", 0..100).await;
-    eventually(Duration::from_secs(20), "some jobs handled", || {
-        let n = ledger.len();
-        async move { (n >= 10).then_some(()) }
-    })
-    .await;
-    server.kill();
-    server
-        .restart()
-        .await
-        .expect("the server restarts on its store");
-    support::publish_jobs(&js, "restart.jobs", 100..150).await;
-    eventually(Duration::from_secs(20), "every job handled", || {
-        let done = ledger.covers(0..150);
-        async move { done.then_some(()) }
-    })
-    .await;
+    let js = fx.jetstream().await;
+    fixture::publish_jobs(&js, "restart.jobs", 0..100).await;
+    ledger
+        .wait_len(10, Duration::from_secs(20), "some jobs handled")
+        .await;
+    kill_and_restart(&mut fx.server).await;
+    fixture::publish_jobs(&js, "restart.jobs", 100..150).await;
+    ledger.wait_covers(0..150, Duration::from_secs(20)).await;
     // Acknowledgements in flight when the server died may be lost (and a killed server may
     // restore an older consumer state): those messages are delivered and handled again. Wait
     // for the server to see everything acknowledged.
-    support::settled(&js, "RESTART", "worker", Duration::from_secs(20)).await;
+    fixture::settled(&js, "RESTART", "worker", Duration::from_secs(20)).await;
     eprintln!(
         "handled again after the first restart: {:?}",
         ledger.duplicates()
     );
 
     // While idle, with a pull request open on the server.
-    eventually(
-        Duration::from_secs(10),
-        "a pull request waiting",
-        || async {
-            let info = support::consumer_info(&js, "RESTART", "worker").await?;
-            (info.num_waiting > 0).then_some(())
-        },
-    )
-    .await;
-    server.kill();
-    server
-        .restart()
-        .await
-        .expect("the server restarts on its store");
-    support::publish_jobs(&js, "restart.jobs", 150..200).await;
-    eventually(
-        Duration::from_secs(10),
-        "the jobs published after the restart handled",
-        || {
-            let done = ledger.covers(150..200);
-            async move { done.then_some(()) }
-        },
-    )
-    .await;
-    support::settled(&js, "RESTART", "worker", Duration::from_secs(20)).await;
+    fixture::pull_request_waiting(&js, "RESTART", "worker", Duration::from_secs(10)).await;
+    kill_and_restart(&mut fx.server).await;
+    fixture::publish_jobs(&js, "restart.jobs", 150..200).await;
+    ledger.wait_covers(150..200, Duration::from_secs(10)).await;
+    fixture::settled(&js, "RESTART", "worker", Duration::from_secs(20)).await;
     running.ready(Duration::from_secs(5)).await;
     running.stop().await.expect("clean drain");
-    let info = support::consumer_info(&js, "RESTART", "worker")
+    let info = fixture::consumer_info(&js, "RESTART", "worker")
         .await
         .unwrap();
     assert_eq!((info.num_pending, info.num_ack_pending), (0, 0), "{info:?}");
     assert_eq!(ledger.unique(), (0..200).collect(), "no job lost");
 }
 
+/// Kills the only server abruptly and restarts it on its store.
+async fn kill_and_restart(server: &mut NatsServer) {
+    server.kill();
+    server
+        .restart()
+        .await
+        .expect("the server restarts on its store");
+}
+
 /// A push queue consumer (`deliver_group` = group): two runtimes share its work, each job
 /// handled once; deleted on the server, it is re-created and both resume.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn push_consumer_shares_work_and_survives_deletion() {
-    support::trace();
-    let server = NatsServer::start().await.expect("nats-server starts");
-    let stream = support::stream("PUSHED", &["pushed.>"]).retention(Retention::WorkQueue);
-    let consumer = support::queue(
+    let fx = Fixture::start().await;
+    let stream = fixture::stream("PUSHED", &["pushed.>"]).retention(Retention::WorkQueue);
+    let consumer = fixture::queue(
         "tests::pushed",
         &stream,
         "pushed.jobs",
@@ -334,32 +238,28 @@ async fn push_consumer_shares_work_and_survives_deletion() {
     let mut ledgers = Vec::new();
     let mut instances = Vec::new();
     for _ in 0..2 {
-        let client = async_nats::connect(server.url()).await.unwrap();
         let ledger = Ledger::default();
-        let runtime = support::fast(Runtime::builder(client))
-            .topology(support::job_topology(
+        let running = fx
+            .run(fixture::job_topology(
                 stream,
                 consumer,
                 ledger.clone(),
                 Duration::from_millis(5),
             ))
-            .build()
-            .expect("valid topology");
-        let running = Running::spawn(runtime);
-        running.ready(Duration::from_secs(20)).await;
+            .await;
         ledgers.push(ledger);
         instances.push(running);
     }
-    let js = support::jetstream(&server.url()).await;
-    let info = support::consumer_info(&js, "PUSHED", "pushers")
+    let js = fx.jetstream().await;
+    let info = fixture::consumer_info(&js, "PUSHED", "pushers")
         .await
         .unwrap();
     assert_eq!(info.config.deliver_group.as_deref(), Some("pushers"));
     assert!(info.config.idle_heartbeat.is_zero() && !info.config.flow_control);
 
-    support::publish_jobs(&js, "pushed.jobs", 0..200).await;
+    fixture::publish_jobs(&js, "pushed.jobs", 0..200).await;
     eventually(Duration::from_secs(20), "every job handled", || {
-        let n = support::union(&ledgers).len();
+        let n = fixture::union(&ledgers).len();
         async move { (n == 200).then_some(()) }
     })
     .await;
@@ -369,29 +269,24 @@ async fn push_consumer_shares_work_and_survives_deletion() {
         assert!(ledger.len() > 0, "instance {i} took part");
     }
 
-    js.get_stream("PUSHED")
-        .await
-        .unwrap()
-        .delete_consumer("pushers")
-        .await
-        .expect("delete the consumer out of band");
-    support::publish_jobs(&js, "pushed.jobs", 200..250).await;
+    fixture::delete_consumer(&js, "PUSHED", "pushers").await;
+    fixture::publish_jobs(&js, "pushed.jobs", 200..250).await;
     eventually(
         Duration::from_secs(20),
         "the consumer re-created",
         || async {
-            support::consumer_info(&js, "PUSHED", "pushers")
+            fixture::consumer_info(&js, "PUSHED", "pushers")
                 .await
                 .map(|_| ())
         },
     )
     .await;
-    support::publish_jobs(&js, "pushed.jobs", 250..300).await;
+    fixture::publish_jobs(&js, "pushed.jobs", 250..300).await;
     eventually(
         Duration::from_secs(30),
         "every job handled after the deletion",
         || {
-            let n = support::union(&ledgers).len();
+            let n = fixture::union(&ledgers).len();
             async move { (n == 300).then_some(()) }
         },
     )
@@ -404,5 +299,5 @@ async fn push_consumer_shares_work_and_survives_deletion() {
     }
     let total: usize = ledgers.iter().map(Ledger::len).sum();
     assert_eq!(total, 300, "each job handled once across the two instances");
-    support::settled(&js, "PUSHED", "pushers", Duration::from_secs(5)).await;
+    fixture::settled(&js, "PUSHED", "pushers", Duration::from_secs(5)).await;
 }

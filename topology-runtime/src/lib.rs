@@ -1,7 +1,10 @@
 //! Runtime of nats-topology: the registry, validation, provisioning and supervision of the
-//! declared streams and consumers, and a test kit that starts real `nats-server` processes.
+//! declared streams and consumers. (Real `nats-server` processes for tests come from the
+//! `nats-topology-testkit` crate.)
 //!
-//! Modules depend one way: `model` <- `validate` <- `provision` <- `run`.
+//! Modules depend one way: `model` <- `validate` <- `provision` <- `report` <- `run`;
+//! `handler`, `health` and `retry` are the ground every layer stands on. `run/` and
+//! `provision/` are folders, one concern per file (their `mod.rs` lists them).
 
 pub mod handler;
 pub mod health;
@@ -10,8 +13,6 @@ pub mod registry;
 pub mod report;
 pub mod retry;
 pub mod run;
-#[cfg(feature = "testkit")]
-pub mod testkit;
 pub mod validate;
 
 pub use handler::{Context, HandlerError, Incoming};

@@ -1,11 +1,13 @@
-//! Tests of the test kit itself, against real `nats-server` processes.
+//! Tests of the test kit itself, against real `nats-server` processes (Unix only, like the kit).
+
+#![cfg(unix)]
 
 use std::path::Path;
 use std::time::Duration;
 
 use async_nats::jetstream::{self, message::PublishMessage, stream};
 use futures::StreamExt;
-use nats_topology::testkit::*;
+use nats_topology_testkit::*;
 
 /// A JetStream context whose API requests and publish acks give up after 2 s, so that retries
 /// inside `eventually` stay responsive.
@@ -33,6 +35,25 @@ async fn publish_acked(js: &jetstream::Context, subject: &str, id: &str, within:
             .await
             .ok()?;
         ack.await.ok().map(|ack| ack.sequence)
+    })
+    .await
+}
+
+/// Creates a file-backed R3 stream, retrying while a fresh cluster times out the first
+/// replicated create; returns its info.
+async fn create_r3_stream(js: &jetstream::Context, name: &str, subjects: &str) -> stream::Info {
+    let what = format!("R3 stream {name}");
+    eventually(Duration::from_secs(30), &what, || async {
+        js.create_stream(stream::Config {
+            name: name.into(),
+            subjects: vec![subjects.into()],
+            storage: stream::StorageType::File,
+            num_replicas: 3,
+            ..Default::default()
+        })
+        .await
+        .ok()
+        .map(|s| s.cached_info().clone())
     })
     .await
 }
@@ -202,19 +223,7 @@ async fn cluster_creates_an_r3_stream_and_accepts_publishes() {
         .expect("connect");
     let js = js(client);
     let created = std::time::Instant::now();
-    let info = eventually(Duration::from_secs(30), "R3 stream ORDERS", || async {
-        js.create_stream(stream::Config {
-            name: "ORDERS".into(),
-            subjects: vec!["orders.>".into()],
-            storage: stream::StorageType::File,
-            num_replicas: 3,
-            ..Default::default()
-        })
-        .await
-        .ok()
-        .map(|s| s.cached_info().clone())
-    })
-    .await;
+    let info = create_r3_stream(&js, "ORDERS", "orders.>").await;
     eprintln!("R3 stream created after {:?}", created.elapsed());
     assert_eq!(info.config.num_replicas, 3);
     let cluster_info = info.cluster.expect("cluster info");
@@ -240,19 +249,7 @@ async fn cluster_survives_a_killed_stream_leader_and_the_node_rejoins() {
         .await
         .expect("connect");
     let js_all = js(client);
-    eventually(Duration::from_secs(30), "R3 stream EVENTS", || async {
-        js_all
-            .create_stream(stream::Config {
-                name: "EVENTS".into(),
-                subjects: vec!["events.>".into()],
-                storage: stream::StorageType::File,
-                num_replicas: 3,
-                ..Default::default()
-            })
-            .await
-            .ok()
-    })
-    .await;
+    create_r3_stream(&js_all, "EVENTS", "events.>").await;
     for i in 0..5 {
         publish_acked(
             &js_all,

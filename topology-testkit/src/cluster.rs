@@ -1,0 +1,151 @@
+//! [`NatsCluster`]: three JetStream nodes forming one cluster, for R3 streams and for killing a
+//! node.
+
+use std::path::Path;
+use std::time::Duration;
+
+use crate::binary::server_binary_async;
+use crate::error::TestkitError;
+use crate::ports::{free_ports, make_store_dir, unique_suffix};
+use crate::probe::wait_ready;
+use crate::process::{ClusterArgs, Node, START_ATTEMPTS};
+
+/// How long a cluster (or a restarted cluster node) may take to become ready.
+const CLUSTER_READY_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The number of nodes in a [`NatsCluster`].
+const CLUSTER_SIZE: usize = 3;
+
+/// Three real JetStream `nats-server` nodes on loopback forming one cluster, each with free
+/// client and cluster ports and its own store directory.
+///
+/// Connect with [`server_addrs`](Self::server_addrs): a comma-separated URL string is not a
+/// server list in async-nats. Dropping the cluster kills every node by pid, reaps them and
+/// removes their store directories.
+pub struct NatsCluster {
+    nodes: Vec<Node>,
+}
+
+impl NatsCluster {
+    /// Starts three nodes (`node0`, `node1`, `node2`, with a cluster name unique to this
+    /// cluster) and waits (up to 30 s) until `$JS.API.INFO` answers successfully on every node,
+    /// i.e. a JetStream meta leader exists.
+    ///
+    /// A fresh cluster may still time out the first replicated stream create: retry it with
+    /// [`eventually`].
+    pub async fn start() -> Result<NatsCluster, TestkitError> {
+        let binary = server_binary_async().await?;
+        let mut attempt = 1;
+        loop {
+            let mut nodes = Self::configure(&binary)?;
+            match Self::launch(&mut nodes).await {
+                Ok(()) => return Ok(NatsCluster { nodes }),
+                Err(_)
+                    if attempt < START_ATTEMPTS && nodes.iter_mut().any(Node::lost_port_race) =>
+                {
+                    // Dropping `nodes` kills them and removes their directories; try new ports.
+                    attempt += 1;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    fn configure(binary: &Path) -> Result<Vec<Node>, TestkitError> {
+        let ports = free_ports(2 * CLUSTER_SIZE)?;
+        let (client_ports, cluster_ports) = ports.split_at(CLUSTER_SIZE);
+        let cluster_name = format!("testkit-{}", unique_suffix());
+        let mut nodes = Vec::with_capacity(CLUSTER_SIZE);
+        for i in 0..CLUSTER_SIZE {
+            let dir = make_store_dir(&format!("node{i}"))?;
+            let mut node = Node::new(binary.to_path_buf(), format!("node{i}"), dir);
+            node.port = client_ports[i];
+            node.cluster = Some(ClusterArgs {
+                cluster_port: cluster_ports[i],
+                route_ports: (0..CLUSTER_SIZE)
+                    .filter(|&j| j != i)
+                    .map(|j| cluster_ports[j])
+                    .collect(),
+                cluster_name: cluster_name.clone(),
+            });
+            nodes.push(node);
+        }
+        Ok(nodes)
+    }
+
+    async fn launch(nodes: &mut [Node]) -> Result<(), TestkitError> {
+        for node in nodes.iter_mut() {
+            node.spawn()?;
+        }
+        wait_ready(nodes, CLUSTER_READY_TIMEOUT).await
+    }
+
+    /// The client URLs of all nodes, `nats://127.0.0.1:<port>`, in node order.
+    pub fn urls(&self) -> Vec<String> {
+        self.nodes.iter().map(Node::url).collect()
+    }
+
+    /// The client URL of node `i`. Panics if `i >= self.len()`.
+    pub fn url(&self, i: usize) -> String {
+        self.nodes[i].url()
+    }
+
+    /// The client port of node `i`. Panics if `i >= self.len()`.
+    pub fn port(&self, i: usize) -> u16 {
+        self.nodes[i].port
+    }
+
+    /// The pid of node `i` while it runs, `None` after [`kill`](Self::kill). Panics if
+    /// `i >= self.len()`.
+    pub fn pid(&self, i: usize) -> Option<u32> {
+        self.nodes[i].pid()
+    }
+
+    /// The store directory of node `i`. Panics if `i >= self.len()`.
+    pub fn store_dir(&self, i: usize) -> &Path {
+        &self.nodes[i].dir
+    }
+
+    /// The number of nodes (3).
+    pub fn len(&self) -> usize {
+        self.nodes.len()
+    }
+
+    /// Always false: a cluster has three nodes.
+    pub fn is_empty(&self) -> bool {
+        self.nodes.is_empty()
+    }
+
+    /// The client addresses of all nodes, ready for `async_nats::connect(cluster.server_addrs())`.
+    pub fn server_addrs(&self) -> Vec<async_nats::ServerAddr> {
+        self.nodes
+            .iter()
+            .map(|n| {
+                n.url()
+                    .parse()
+                    .expect("a nats://127.0.0.1:<port> URL is a valid ServerAddr")
+            })
+            .collect()
+    }
+
+    /// Kills node `i` abruptly (SIGKILL by pid) and reaps it. Panics if `i >= self.len()`.
+    pub fn kill(&mut self, i: usize) {
+        self.nodes[i].kill();
+    }
+
+    /// Stops node `i` if it runs, starts it again on the same client and cluster ports and the
+    /// same store directory, and waits (up to 30 s) until it answers a JetStream API request
+    /// again. Panics if `i >= self.len()`.
+    pub async fn restart(&mut self, i: usize) -> Result<(), TestkitError> {
+        self.nodes[i].restart(CLUSTER_READY_TIMEOUT).await
+    }
+}
+
+impl std::fmt::Debug for NatsCluster {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let nodes: Vec<_> = self.nodes.iter().map(|n| (n.url(), n.pid())).collect();
+        f.debug_struct("NatsCluster")
+            .field("nodes", &nodes)
+            .finish()
+    }
+}

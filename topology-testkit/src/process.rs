@@ -1,0 +1,277 @@
+//! One `nats-server` process: its arguments, spawning, its log, signals (SIGTERM by pid for a
+//! graceful stop, SIGKILL), reaping and restarting on the same ports and store directory.
+
+use std::ffi::OsString;
+use std::fs::{self, File, OpenOptions};
+use std::io::{Read, Seek, SeekFrom};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::POLL_INTERVAL;
+use crate::error::TestkitError;
+use crate::probe::wait_ready;
+
+/// How long a graceful stop waits after SIGTERM before it sends SIGKILL.
+const STOP_GRACE: Duration = Duration::from_secs(10);
+/// How many times a start picks new ports after losing the bind/spawn race.
+pub(crate) const START_ATTEMPTS: usize = 5;
+/// How many lines of a server's log go into an error message.
+const LOG_TAIL_LINES: usize = 40;
+
+pub(crate) fn display_command(program: &Path, args: &[OsString]) -> String {
+    let mut out = program.display().to_string();
+    for arg in args {
+        out.push(' ');
+        out.push_str(&arg.to_string_lossy());
+    }
+    out
+}
+
+fn file_len(path: &Path) -> u64 {
+    fs::metadata(path).map(|m| m.len()).unwrap_or(0)
+}
+
+/// The last `LOG_TAIL_LINES` lines written to `path` from byte `offset` on.
+fn read_tail(path: &Path, offset: u64) -> String {
+    let mut text = String::new();
+    if let Ok(mut file) = File::open(path) {
+        let _ = file.seek(SeekFrom::Start(offset));
+        let mut bytes = Vec::new();
+        let _ = file.read_to_end(&mut bytes);
+        text = String::from_utf8_lossy(&bytes).into_owned();
+    }
+    let lines: Vec<&str> = text.lines().collect();
+    let start = lines.len().saturating_sub(LOG_TAIL_LINES);
+    lines[start..].join("\n")
+}
+
+/// Cluster membership of a node.
+pub(crate) struct ClusterArgs {
+    pub(crate) cluster_port: u16,
+    pub(crate) route_ports: Vec<u16>,
+    pub(crate) cluster_name: String,
+}
+
+/// One `nats-server` process: its fixed configuration (ports, store directory) and, while it
+/// runs, the child process. Shared by [`NatsServer`](crate::NatsServer) and
+/// [`NatsCluster`](crate::NatsCluster).
+pub(crate) struct Node {
+    binary: PathBuf,
+    name: String,
+    pub(crate) port: u16,
+    pub(crate) cluster: Option<ClusterArgs>,
+    pub(crate) dir: PathBuf,
+    child: Option<Child>,
+    /// Lengths of the log and output files when the current process was spawned, so that error
+    /// messages show only this run's lines.
+    log_offset: u64,
+    out_offset: u64,
+}
+
+impl Node {
+    pub(crate) fn new(binary: PathBuf, name: String, dir: PathBuf) -> Node {
+        Node {
+            binary,
+            name,
+            port: 0,
+            cluster: None,
+            dir,
+            child: None,
+            log_offset: 0,
+            out_offset: 0,
+        }
+    }
+
+    pub(crate) fn url(&self) -> String {
+        format!("nats://127.0.0.1:{}", self.port)
+    }
+
+    pub(crate) fn log_path(&self) -> PathBuf {
+        self.dir.join("server.log")
+    }
+
+    pub(crate) fn out_path(&self) -> PathBuf {
+        self.dir.join("server.out")
+    }
+
+    pub(crate) fn args(&self) -> Vec<OsString> {
+        let mut args: Vec<OsString> = vec![
+            "-a".into(),
+            "127.0.0.1".into(),
+            "-p".into(),
+            self.port.to_string().into(),
+            "-js".into(),
+            "-sd".into(),
+            self.dir.clone().into(),
+            "-l".into(),
+            self.log_path().into(),
+            "--server_name".into(),
+            self.name.clone().into(),
+        ];
+        if let Some(cluster) = &self.cluster {
+            let routes = cluster
+                .route_ports
+                .iter()
+                .map(|p| format!("nats://127.0.0.1:{p}"))
+                .collect::<Vec<_>>()
+                .join(",");
+            args.extend([
+                "--cluster".into(),
+                format!("nats://127.0.0.1:{}", cluster.cluster_port).into(),
+                "--routes".into(),
+                routes.into(),
+                "--cluster_name".into(),
+                cluster.cluster_name.clone().into(),
+            ]);
+        }
+        args
+    }
+
+    pub(crate) fn command_line(&self) -> String {
+        display_command(&self.binary, &self.args())
+    }
+
+    pub(crate) fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// The last lines of this run's log file and stdout/stderr.
+    pub(crate) fn tail(&self) -> String {
+        let log = read_tail(&self.log_path(), self.log_offset);
+        let out = read_tail(&self.out_path(), self.out_offset);
+        match (log.is_empty(), out.is_empty()) {
+            (true, true) => "(empty)".to_string(),
+            (false, true) => log,
+            (true, false) => out,
+            (false, false) => format!("{log}\n(stdout/stderr:)\n{out}"),
+        }
+    }
+
+    pub(crate) fn spawn(&mut self) -> Result<(), TestkitError> {
+        debug_assert!(self.child.is_none(), "spawn while a process runs");
+        self.log_offset = file_len(&self.log_path());
+        self.out_offset = file_len(&self.out_path());
+        let out = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.out_path())
+            .map_err(|e| TestkitError::io("opening the server output file", e))?;
+        let err = out
+            .try_clone()
+            .map_err(|e| TestkitError::io("opening the server output file", e))?;
+        let child = Command::new(&self.binary)
+            .args(self.args())
+            .stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            .spawn()
+            .map_err(|e| TestkitError::Spawn {
+                command: self.command_line(),
+                source: Arc::new(e),
+            })?;
+        self.child = Some(child);
+        Ok(())
+    }
+
+    /// `Some(status)` if the process has exited (it is then reaped), `None` while it runs.
+    pub(crate) fn exit_status(&mut self) -> Option<ExitStatus> {
+        let child = self.child.as_mut()?;
+        child.try_wait().ok().flatten()
+    }
+
+    pub(crate) fn exited_error(&self, status: ExitStatus) -> TestkitError {
+        TestkitError::Exited {
+            command: self.command_line(),
+            status: status.to_string(),
+            log_tail: self.tail(),
+        }
+    }
+
+    /// True if the current process exited because one of its ports was taken.
+    pub(crate) fn lost_port_race(&mut self) -> bool {
+        self.exit_status().is_some() && self.tail().contains("address already in use")
+    }
+
+    pub(crate) fn not_ready(&self, timeout: Duration, detail: String) -> TestkitError {
+        TestkitError::NotReady {
+            timeout,
+            detail,
+            command: self.command_line(),
+            log_tail: self.tail(),
+        }
+    }
+
+    /// Spawns the process on its current port and waits until it is ready (TCP and JetStream).
+    pub(crate) async fn spawn_and_wait(&mut self, timeout: Duration) -> Result<(), TestkitError> {
+        self.spawn()?;
+        wait_ready(std::slice::from_mut(self), timeout).await
+    }
+
+    /// Sends `signal` to the process if it still runs (it is not reaped, so the pid is ours).
+    pub(crate) fn signal(&mut self, signal: libc::c_int) {
+        if self.exit_status().is_some() {
+            return;
+        }
+        if let Some(pid) = self.pid().and_then(|p| libc::pid_t::try_from(p).ok()) {
+            // SAFETY: kill(2) has no memory-safety preconditions; the pid is our own unreaped
+            // child, so it cannot have been reused by another process.
+            unsafe {
+                libc::kill(pid, signal);
+            }
+        }
+    }
+
+    /// SIGKILL by pid, then reap.
+    pub(crate) fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            // `Child::kill` sends SIGKILL to this child's pid, unless it has already been reaped.
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// SIGTERM by pid, wait up to `STOP_GRACE`, then SIGKILL; always reaps.
+    pub(crate) async fn stop(&mut self) {
+        if self.child.is_none() {
+            return;
+        }
+        self.signal(libc::SIGTERM);
+        let deadline = Instant::now() + STOP_GRACE;
+        while self.exit_status().is_none() && Instant::now() < deadline {
+            tokio::time::sleep(POLL_INTERVAL).await;
+        }
+        self.kill();
+    }
+
+    /// Stops the process if it runs, then starts it again on the same ports and store directory
+    /// and waits until it is ready. Retries a few times if the port is briefly still taken.
+    pub(crate) async fn restart(&mut self, timeout: Duration) -> Result<(), TestkitError> {
+        self.stop().await;
+        let mut attempt = 1;
+        loop {
+            match self.spawn_and_wait(timeout).await {
+                Ok(()) => return Ok(()),
+                Err(_) if attempt < START_ATTEMPTS && self.lost_port_race() => {
+                    self.kill();
+                    attempt += 1;
+                    tokio::time::sleep(Duration::from_millis(100 * attempt as u64)).await;
+                }
+                Err(e) => {
+                    self.kill();
+                    return Err(e);
+                }
+            }
+        }
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        self.kill();
+        let _ = fs::remove_dir_all(&self.dir);
+    }
+}
