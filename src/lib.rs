@@ -53,10 +53,10 @@
 
 pub use topology_runtime::handler::HandlerFuture;
 pub use topology_runtime::{
-    ConsumerState, ConsumerStatus, Context, HandlerError, Health, Incoming, Inspection, Plan,
-    Problem, ProvisionError, ProvisionErrorKind, ProvisionReport, Relay, RelayError, RetryPolicy,
-    RunError, Runtime, RuntimeBuilder, Topology, ValidationError, inspect, model, plan, report,
-    retry,
+    ConsumerState, ConsumerStatus, Context, HandlerError, Health, Incoming, Inspection, NotReady,
+    Plan, Problem, ProvisionError, ProvisionErrorKind, ProvisionReport, Relay, RelayError,
+    RetryPolicy, RunError, Runtime, RuntimeBuilder, StreamStatus, Topology, ValidationError,
+    inspect, model, plan, report, retry,
 };
 
 pub use topology_macros::{broadcast, queue_consumer, stream};

@@ -1,9 +1,11 @@
 //! Per-consumer state and counters, readable at any time through a cheap [`Health`] handle.
 
 use std::fmt;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+
+use tokio::sync::watch;
 
 /// What a consumer is doing.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -103,6 +105,8 @@ pub(crate) struct Slot {
     queue: bool,
     /// How long the consumer may be down before that is logged as an error, and how often.
     down_alarm: Duration,
+    /// Wakes [`Health`] waiters on every change.
+    shared: Arc<Shared>,
     state: Mutex<(ConsumerState, Instant)>,
     /// Since when it has not been running, and when that was last reported as an error.
     down: Mutex<(Option<Instant>, Option<Instant>)>,
@@ -120,6 +124,7 @@ impl Slot {
         handler: &str,
         queue: bool,
         down_alarm: Duration,
+        shared: Arc<Shared>,
     ) -> Self {
         Slot {
             wake: tokio::sync::Notify::new(),
@@ -129,6 +134,7 @@ impl Slot {
             handler: handler.to_owned(),
             queue,
             down_alarm,
+            shared,
             state: Mutex::new((ConsumerState::Starting, Instant::now())),
             down: Mutex::new((Some(Instant::now()), None)),
             handled: AtomicU64::new(0),
@@ -192,7 +198,10 @@ impl Slot {
         let mut guard = self.state.lock().unwrap_or_else(|e| e.into_inner());
         self.running
             .send_replace(matches!(state, ConsumerState::Running));
-        std::mem::replace(&mut *guard, (state, Instant::now())).0
+        let previous = std::mem::replace(&mut *guard, (state, Instant::now())).0;
+        drop(guard);
+        self.shared.changed();
+        previous
     }
 
     pub(crate) fn state(&self) -> ConsumerState {
@@ -201,6 +210,11 @@ impl Slot {
             .unwrap_or_else(|e| e.into_inner())
             .0
             .clone()
+    }
+
+    /// Whether the runtime this consumer belongs to was started (`run_until` called).
+    pub(crate) fn runtime_started(&self) -> bool {
+        self.shared.started()
     }
 
     pub(crate) fn count(counter: &AtomicU64) {
@@ -223,46 +237,172 @@ impl Slot {
     }
 }
 
+/// What every [`Slot`] and [`Health`] handle of one runtime share.
+pub(crate) struct Shared {
+    /// Counts changes (of any consumer's state, or a stream's); waiters subscribe to it.
+    changes: watch::Sender<u64>,
+    /// Whether `run_until` was called: until then nothing will ever run.
+    started: AtomicBool,
+    /// The streams no consumer reads, and whether each is ensured now.
+    streams: Vec<(String, AtomicBool)>,
+}
+
+impl Shared {
+    pub(crate) fn new(unread_streams: impl IntoIterator<Item = String>) -> Self {
+        Shared {
+            changes: watch::Sender::new(0),
+            started: AtomicBool::new(false),
+            streams: unread_streams
+                .into_iter()
+                .map(|name| (name, AtomicBool::new(false)))
+                .collect(),
+        }
+    }
+
+    fn changed(&self) {
+        self.changes.send_modify(|n| *n = n.wrapping_add(1));
+    }
+
+    /// Records that `run_until` was called.
+    pub(crate) fn start(&self) {
+        self.started.store(true, Ordering::Relaxed);
+        self.changed();
+    }
+
+    pub(crate) fn started(&self) -> bool {
+        self.started.load(Ordering::Relaxed)
+    }
+
+    /// Records whether the stream `name` (one no consumer reads) is there now.
+    pub(crate) fn set_stream_ensured(&self, name: &str, ensured: bool) {
+        if let Some((_, flag)) = self.streams.iter().find(|(n, _)| n == name)
+            && flag.swap(ensured, Ordering::Relaxed) != ensured
+        {
+            self.changed();
+        }
+    }
+}
+
+/// A stream no consumer of this service reads (it only publishes to it): whether it is there.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StreamStatus {
+    /// The stream.
+    pub stream: String,
+    /// Whether it was ensured and has not been found missing since.
+    pub ensured: bool,
+}
+
+/// Why [`Health::wait_ready`] returned without readiness: the state at its deadline.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("not ready after {waited:?}; {state}")]
+pub struct NotReady {
+    waited: Duration,
+    state: String,
+}
+
 /// A cheap, cloneable view of every consumer's state, for readiness probes and dashboards.
 ///
 /// ```no_run
-/// # async fn f(runtime: nats_topology::Runtime) {
+/// # async fn f(runtime: nats_topology::Runtime) -> Result<(), Box<dyn std::error::Error>> {
+/// use std::time::Duration;
+///
 /// let health = runtime.health();
+/// tokio::spawn(runtime.run_until(tokio::signal::ctrl_c()));
+/// health.wait_ready(Duration::from_secs(30)).await?; // every consumer runs
 /// tokio::spawn(async move {
 ///     loop {
+///         health.changed().await;
 ///         if !health.ready() {
 ///             eprintln!("{health}");
 ///         }
-///         tokio::time::sleep(std::time::Duration::from_secs(5)).await;
 ///     }
 /// });
-/// # }
+/// # Ok(()) }
 /// ```
 #[derive(Clone)]
 pub struct Health {
     pub(crate) slots: Arc<[Arc<Slot>]>,
+    pub(crate) shared: Arc<Shared>,
 }
 
 impl Health {
-    /// True only while every queue consumer is running.
+    /// True only while every consumer runs (queue consumers and broadcast relays) and every
+    /// stream no consumer reads is there; a service with neither is ready once started.
     pub fn ready(&self) -> bool {
-        self.slots
-            .iter()
-            .filter(|s| s.queue)
-            .all(|s| s.state() == ConsumerState::Running)
+        self.shared.started()
+            && self
+                .slots
+                .iter()
+                .all(|s| s.state() == ConsumerState::Running)
+            && self
+                .shared
+                .streams
+                .iter()
+                .all(|(_, ensured)| ensured.load(Ordering::Relaxed))
+    }
+
+    /// Waits for the next change of any consumer's state or stream's presence.
+    pub async fn changed(&self) {
+        let mut changes = self.shared.changes.subscribe();
+        // The sender lives as long as this handle: `changed` fails only if it is dropped.
+        let _ = changes.changed().await;
+    }
+
+    /// Waits until [`Health::ready`], at most `timeout`; the error shows the state then.
+    pub async fn wait_ready(&self, timeout: Duration) -> Result<(), NotReady> {
+        let waited = tokio::time::timeout(timeout, async {
+            let mut changes = self.shared.changes.subscribe();
+            // Subscribed before checking: a change between the check and the wait wakes it.
+            while !self.ready() {
+                let _ = changes.changed().await;
+            }
+        })
+        .await;
+        waited.map_err(|_| NotReady {
+            waited: timeout,
+            state: self.to_string(),
+        })
     }
 
     /// A snapshot of every consumer.
     pub fn consumers(&self) -> Vec<ConsumerStatus> {
         self.slots.iter().map(|s| s.status()).collect()
     }
+
+    /// The streams no consumer reads, and whether each is there.
+    pub fn streams(&self) -> Vec<StreamStatus> {
+        self.shared
+            .streams
+            .iter()
+            .map(|(stream, ensured)| StreamStatus {
+                stream: stream.clone(),
+                ensured: ensured.load(Ordering::Relaxed),
+            })
+            .collect()
+    }
 }
 
 impl fmt::Display for Health {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        writeln!(f, "ready: {}", self.ready())?;
+        write!(f, "ready: {}", self.ready())?;
+        if !self.shared.started() {
+            write!(f, " (not started: call `run_until`)")?;
+        }
+        writeln!(f)?;
         for status in self.consumers() {
             writeln!(f, "  {status}")?;
+        }
+        for status in self.streams() {
+            let state = if status.ensured {
+                "ensured"
+            } else {
+                "NOT THERE"
+            };
+            writeln!(
+                f,
+                "  stream {} (published to, not consumed): {state}",
+                status.stream
+            )?;
         }
         Ok(())
     }
@@ -273,6 +413,7 @@ impl fmt::Debug for Health {
         f.debug_struct("Health")
             .field("ready", &self.ready())
             .field("consumers", &self.consumers())
+            .field("streams", &self.streams())
             .finish()
     }
 }

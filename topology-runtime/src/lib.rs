@@ -16,7 +16,7 @@ pub mod run;
 pub mod validate;
 
 pub use handler::{Context, HandlerError, Incoming};
-pub use health::{ConsumerState, ConsumerStatus, Health};
+pub use health::{ConsumerState, ConsumerStatus, Health, NotReady, StreamStatus};
 pub use provision::{ProvisionError, ProvisionErrorKind};
 pub use registry::Topology;
 pub use report::{Inspection, Plan, ProvisionReport, inspect, plan};

@@ -147,6 +147,13 @@ impl Ensurer {
         result
     }
 
+    /// Forgets that a stream was ensured (it disappeared): the next ensure creates it again.
+    pub(crate) async fn forget_stream(&self, name: &str) {
+        if let Some(ensured) = self.streams.get(name) {
+            *ensured.lock().await = None;
+        }
+    }
+
     fn stream_decl(&self, consumer: &Consumer) -> StreamDecl {
         // Validation guarantees a declaration for every stream a consumer names.
         *self

@@ -7,11 +7,11 @@ use std::time::Duration;
 use super::relay::relay_name;
 use super::{Inner, Runtime};
 use crate::handler::StateMap;
-use crate::health::{Health, Slot};
+use crate::health::{Health, Shared, Slot};
 use crate::provision::{Ensurer, Provisioner};
 use crate::registry::Topology;
 use crate::retry::RetryPolicy;
-use crate::validate::{self, ValidationError};
+use crate::validate::{self, Problem, ValidationError};
 use topology_core::model::ConsumerKind;
 
 /// Configures a [`Runtime`]; see [`Runtime::builder`].
@@ -34,6 +34,8 @@ pub struct RuntimeBuilder {
     state: StateMap,
     retry: RetryPolicy,
     settings: Settings,
+    #[cfg(feature = "test-hooks")]
+    panic_supervisor: Option<String>,
 }
 
 /// The timings of a running runtime (all set through [`RuntimeBuilder`]).
@@ -84,7 +86,18 @@ impl RuntimeBuilder {
             state: StateMap::default(),
             retry: RetryPolicy::default(),
             settings: Settings::default(),
+            #[cfg(feature = "test-hooks")]
+            panic_supervisor: None,
         }
+    }
+
+    /// Test hook (feature `test-hooks`, not public API): the supervisor of the consumer whose
+    /// handler is `handler` (its full path) panics once, as soon as the consumer runs.
+    #[cfg(feature = "test-hooks")]
+    #[doc(hidden)]
+    pub fn __panic_supervisor_once(mut self, handler: &str) -> Self {
+        self.panic_supervisor = Some(handler.to_owned());
+        self
     }
 
     /// Runs this topology instead of the one the macros registered.
@@ -179,12 +192,24 @@ impl RuntimeBuilder {
         self
     }
 
-    /// Validates the topology (every problem at once) and builds the runtime.
+    /// Validates the topology and the builder's settings (every problem at once) and builds
+    /// the runtime.
     pub fn build(self) -> Result<Runtime, ValidationError> {
+        let mut problems = self.settings_problems();
         let topology = self.topology.unwrap_or_else(Topology::from_registry);
-        validate::validate(&topology)?;
+        if let Err(invalid) = validate::validate(&topology) {
+            problems.extend(invalid.problems);
+        }
+        if !problems.is_empty() {
+            return Err(ValidationError { problems });
+        }
         let instance = instance_id();
-        let slots: Vec<Arc<Slot>> = topology
+        let provisioner = Provisioner::new(self.client.clone(), self.retry);
+        let ensurer = Ensurer::new(topology, provisioner);
+        let unread = ensurer.unread_streams();
+        let shared = Arc::new(Shared::new(unread.iter().map(|s| s.name.to_owned())));
+        let slots: Vec<Arc<Slot>> = ensurer
+            .topology()
             .consumers()
             .iter()
             .enumerate()
@@ -199,22 +224,104 @@ impl RuntimeBuilder {
                     c.decl.handler,
                     queue,
                     self.settings.down_alarm,
+                    shared.clone(),
                 ))
             })
             .collect();
-        let provisioner = Provisioner::new(self.client.clone(), self.retry);
         Ok(Runtime {
             inner: Arc::new(Inner {
                 client: self.client,
-                ensurer: Ensurer::new(topology, provisioner),
+                ensurer,
                 state: self.state,
                 settings: self.settings,
                 health: Health {
                     slots: slots.into(),
+                    shared,
                 },
                 instance,
+                #[cfg(feature = "test-hooks")]
+                panic_supervisor: std::sync::Mutex::new(self.panic_supervisor),
             }),
         })
+    }
+}
+
+impl RuntimeBuilder {
+    /// The settings that would make the runtime misbehave (spin, or never notice a loss),
+    /// each named with the fix.
+    fn settings_problems(&self) -> Vec<Problem> {
+        let mut problems = Vec::new();
+        let mut refuse = |setting: &str, message: String| {
+            problems.push(Problem {
+                location: format!("runtime builder `{setting}`"),
+                message,
+            })
+        };
+        let s = &self.settings;
+        let positive = [
+            (
+                "heartbeat",
+                s.heartbeat,
+                "missed heartbeats are how a lost consumer is noticed",
+            ),
+            (
+                "pull_expires",
+                s.expires,
+                "a pull request that expires at once asks again in a loop",
+            ),
+            (
+                "reconnect_check",
+                s.reconnect_check,
+                "a zero interval checks in a loop",
+            ),
+            (
+                "down_alarm",
+                s.down_alarm,
+                "a zero delay logs every state change as an error",
+            ),
+        ];
+        for (setting, value, why) in positive {
+            if value.is_zero() {
+                refuse(
+                    setting,
+                    format!("is zero; {why}: give it a positive duration"),
+                );
+            }
+        }
+        for (setting, policy) in [
+            ("retry", &self.retry),
+            ("redelivery", &s.redelivery),
+            ("dead_letter_retry", &s.dead_letter),
+        ] {
+            if policy.base.is_zero() || policy.cap.is_zero() {
+                refuse(
+                    setting,
+                    format!(
+                        "has a zero `base` or `cap` ({:?}, {:?}): retries would spin against a \
+                         failure that returns at once; give both a positive duration",
+                        policy.base, policy.cap
+                    ),
+                );
+            } else if policy.cap < policy.base {
+                refuse(
+                    setting,
+                    format!(
+                        "has `cap` {:?} below `base` {:?}: the window never grows; make `cap` at \
+                         least `base`",
+                        policy.cap, policy.base
+                    ),
+                );
+            }
+        }
+        if self.retry.request_timeout.is_zero() {
+            refuse(
+                "retry",
+                "has a zero `request_timeout`: every request would time out; give it a positive \
+                 duration (the default is 5 s)"
+                    .to_owned(),
+            );
+        }
+        problems
     }
 }
 

@@ -5,6 +5,8 @@
 //! - `builder`: [`RuntimeBuilder`] and the runtime's timings.
 //! - `signals`: SIGINT/SIGTERM for [`Runtime::run_until_signal`].
 //! - `relay`: [`Relay`] handles and relay names.
+//! - `tasks`: the supervised tasks of a running runtime, restarted if they panic, drained
+//!   (in the background if the run is dropped).
 //! - `supervise`: one task per consumer: ensure, consume, re-ensure after a loss, drain.
 //! - `feed`: where a consumer's messages come from (`pull`: our own pull requests; push).
 //! - `pump`: flow control: how many messages are held and started at once.
@@ -17,14 +19,14 @@ mod pull;
 mod pump;
 mod relay;
 mod signals;
+mod streams;
 mod supervise;
+mod tasks;
 
 use std::future::Future;
 use std::sync::Arc;
 
 use tokio::sync::mpsc;
-use tokio::task::JoinSet;
-use tokio_util::sync::CancellationToken;
 
 use crate::handler::StateMap;
 use crate::health::Health;
@@ -35,6 +37,7 @@ use crate::report::{self, Inspection, Plan, ProvisionReport};
 pub use builder::RuntimeBuilder;
 pub(crate) use builder::Settings;
 pub use relay::{Relay, RelayError};
+use tasks::Tasks;
 
 /// Why [`Runtime::run_until`] returned an error.
 #[derive(Debug, thiserror::Error)]
@@ -69,6 +72,9 @@ pub(crate) struct Inner {
     pub(crate) health: Health,
     /// A random id of this runtime, in its relays' names.
     pub(crate) instance: String,
+    /// The handler whose supervisor a test wants to panic once it runs.
+    #[cfg(feature = "test-hooks")]
+    pub(crate) panic_supervisor: std::sync::Mutex<Option<String>>,
 }
 
 impl Runtime {
@@ -118,83 +124,70 @@ impl Runtime {
     /// fetching, lets in-flight handlers finish (within the grace period), flushes acks,
     /// deletes relays.
     ///
-    /// Transient failures (broker down, timeouts, a deleted consumer) are retried forever.
-    /// Returns an error only for a failure no retry can fix, such as a configuration conflict
-    /// with what the server holds; the other consumers are drained first.
-    pub async fn run_until<F: Future>(self, shutdown: F) -> Result<(), RunError> {
-        self.run(shutdown, std::future::pending::<()>()).await
+    /// Transient failures (broker down, timeouts, a deleted consumer) are retried forever, and
+    /// a supervisor that panics is reported in [`Health`] and restarted with backoff. Returns
+    /// an error only for a failure no retry can fix, such as a configuration conflict with
+    /// what the server holds; the other consumers are drained first.
+    ///
+    /// The runtime counts as started from this call on (a [`Relay`] may be ensured). If the
+    /// returned future is dropped before it completes, every consumer turns `draining` at once
+    /// (health is not ready, `Relay::ensure` fails) and the drain goes on in the background.
+    pub fn run_until<F: Future>(self, shutdown: F) -> impl Future<Output = Result<(), RunError>> {
+        self.inner.health.shared.start();
+        self.run(shutdown, std::future::pending::<()>())
     }
 
     /// Like [`Runtime::run_until`], on the process's signals: the first SIGINT (Ctrl-C) or
     /// SIGTERM drains; a second one during the drain stops waiting for handlers at once
     /// (their messages are redelivered by the server).
-    pub async fn run_until_signal(self) -> Result<(), RunError> {
+    pub fn run_until_signal(self) -> impl Future<Output = Result<(), RunError>> {
+        self.inner.health.shared.start();
         // Listen before anything else: a signal that arrives while provisioning must drain,
         // not kill the process with the default action.
         let mut signals = signals::ShutdownSignals::listen();
-        let (first_tx, first_rx) = tokio::sync::oneshot::channel::<()>();
-        let (second_tx, second_rx) = tokio::sync::oneshot::channel::<()>();
-        let listener = tokio::spawn(async move {
-            signals.next().await;
-            let _ = first_tx.send(());
-            signals.next().await;
-            tracing::warn!("second signal: stopping without waiting for in-flight handlers");
-            let _ = second_tx.send(());
-        });
-        let outcome = self
-            .run(
-                async move {
-                    let _ = first_rx.await;
-                },
-                async move {
-                    let _ = second_rx.await;
-                },
-            )
-            .await;
-        // After the drain, signals take their default action again.
-        listener.abort();
-        outcome
+        async move {
+            let (first_tx, first_rx) = tokio::sync::oneshot::channel::<()>();
+            let (second_tx, second_rx) = tokio::sync::oneshot::channel::<()>();
+            let listener = tokio::spawn(async move {
+                signals.next().await;
+                let _ = first_tx.send(());
+                signals.next().await;
+                tracing::warn!("second signal: stopping without waiting for in-flight handlers");
+                let _ = second_tx.send(());
+            });
+            let outcome = self
+                .run(
+                    async move {
+                        let _ = first_rx.await;
+                    },
+                    async move {
+                        let _ = second_rx.await;
+                    },
+                )
+                .await;
+            // After the drain, signals take their default action again.
+            listener.abort();
+            outcome
+        }
     }
 
     /// Runs until `shutdown`, or until a consumer fails in a way no retry fixes; then drains
     /// every consumer (stopping the wait for handlers at once if `force` completes first).
     async fn run(self, shutdown: impl Future, force: impl Future) -> Result<(), RunError> {
-        let cancel = CancellationToken::new();
         let (fatal_tx, mut fatal_rx) = mpsc::unbounded_channel();
-        let mut tasks = JoinSet::new();
-        for index in 0..self.topology().consumers().len() {
-            tasks.spawn(supervise::supervise(
-                self.inner.clone(),
-                index,
-                cancel.clone(),
-                fatal_tx.clone(),
-            ));
-        }
-        for stream in self.inner.ensurer.unread_streams() {
-            tasks.spawn(supervise::ensure_unread_stream(
-                self.inner.clone(),
-                stream,
-                cancel.clone(),
-                fatal_tx.clone(),
-            ));
-        }
-        drop(fatal_tx);
-        let fatal = tokio::select! {
-            _ = shutdown => None,
-            Some(error) = fatal_rx.recv() => Some(error),
-        };
-        tracing::info!("draining consumers");
-        cancel.cancel();
-        let drained = async {
-            while let Some(joined) = tasks.join_next().await {
-                if let Err(e) = joined {
-                    tracing::error!(error = %e, "a consumer supervisor ended abnormally");
-                }
+        let mut tasks = Tasks::start(self.inner.clone(), fatal_tx);
+        let mut shutdown = std::pin::pin!(shutdown);
+        let fatal = loop {
+            tokio::select! {
+                _ = &mut shutdown => break None,
+                Some(error) = fatal_rx.recv() => break Some(error),
+                Some(ended) = tasks.join_next() => tasks.ended(ended),
             }
         };
+        tracing::info!("draining consumers");
         tokio::select! {
-            _ = drained => {}
-            _ = force => tasks.abort_all(),
+            _ = tasks.drain() => {}
+            _ = force => tasks.abort(),
         }
         if let Err(e) = self.inner.client.flush().await {
             tracing::warn!(error = %e, "could not flush acknowledgements on shutdown");

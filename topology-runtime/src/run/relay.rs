@@ -62,9 +62,12 @@ pub struct RelayError {
 impl Relay {
     /// Makes sure the relay runs. While it runs this returns at once, with no round trip.
     /// Otherwise its supervisor is woken to re-create it now (skipping any backoff) and this
-    /// waits until it runs; concurrent callers share that one re-creation. Fails if the
-    /// runtime has stopped or is draining.
+    /// waits until it runs; concurrent callers share that one re-creation. Fails at once if
+    /// the runtime was never started (`run_until` not called), has stopped or is draining.
     pub async fn ensure(&self) -> Result<(), RelayError> {
+        if !self.slot.runtime_started() {
+            return Err(self.not_running());
+        }
         let mut running = self.slot.running.subscribe();
         if *running.borrow_and_update() {
             return Ok(());

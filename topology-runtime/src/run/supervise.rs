@@ -21,36 +21,7 @@ use crate::handler::Scope;
 use crate::health::{ConsumerState, Slot};
 use crate::provision::{ProvisionError, UpdateMode};
 use crate::registry::Consumer;
-use topology_core::model::{ConsumerKind, Delivery, StreamDecl};
-
-/// Ensures a stream that no consumer reads, retrying transient failures until it succeeds.
-pub(super) async fn ensure_unread_stream(
-    inner: Arc<Inner>,
-    stream: StreamDecl,
-    cancel: CancellationToken,
-    fatal: mpsc::UnboundedSender<ProvisionError>,
-) {
-    let mut failures = 0u32;
-    let transient = |e: &ProvisionError| {
-        if e.is_transient() {
-            failures += 1;
-            tracing::warn!(stream = stream.name, attempt = failures, error = %e, "stream not provisioned yet; retrying");
-        }
-        e.is_transient()
-    };
-    let ensured = inner
-        .ensurer
-        .policy()
-        .backoff_until(None)
-        .run(|| inner.ensurer.ensure_stream(&stream), transient);
-    let result = tokio::select! {
-        r = ensured => r,
-        _ = cancel.cancelled() => return,
-    };
-    if let Err(failed) = result {
-        let _ = fatal.send(failed.error);
-    }
-}
+use topology_core::model::{ConsumerKind, Delivery};
 
 /// Supervises the consumer at `index` until shutdown, or until a failure no retry fixes
 /// (sent to `fatal` after its drain).

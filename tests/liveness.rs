@@ -1,0 +1,275 @@
+//! Nothing silent: a supervisor that dies, a run that is dropped, a relay ensured on a runtime
+//! that does not run, settings that would spin, readiness that covers relays and publish-only
+//! streams, and a publish-only stream deleted out of band. Real servers; assertions on what
+//! health says and what the server holds.
+
+mod fixture;
+
+use std::time::Duration;
+
+use fixture::{Fixture, Running, job_topology, queue, stream};
+use nats_topology::model::{BroadcastDecl, ConsumerDecl, QueueDecl, StreamDecl, StreamRef};
+use nats_topology::{ConsumerState, RetryPolicy, Runtime, Topology};
+use nats_topology_testkit::eventually;
+
+fn relay_topology(stream: StreamDecl, ledger: fixture::Ledger) -> Topology {
+    let relay = ConsumerDecl::broadcast(
+        "liveness::relay",
+        StreamRef::Named(stream.name),
+        BroadcastDecl::new(),
+    )
+    .subjects(fixture::leak_all(&["live.status.>"]));
+    Topology::new()
+        .stream(stream)
+        .consumer(relay, fixture::job_handler(ledger, Duration::ZERO))
+}
+
+/// A supervisor that panics turns health red (its consumer `stopped` with the panic), is
+/// restarted by the runtime, and its consumer handles messages again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_supervisor_that_panics_is_reported_and_restarted() {
+    let fx = Fixture::start().await;
+    let jobs = stream("LIVE_PANIC", &["live.panic.>"]);
+    let consumer = queue(
+        "liveness::panicky",
+        &jobs,
+        "live.panic.jobs",
+        QueueDecl::new("panicky"),
+    );
+    let topology = job_topology(jobs, consumer, fx.ledger.clone(), Duration::ZERO);
+    // Restarts wait at least `base`: long enough to see the stopped state by polling.
+    let retry = RetryPolicy {
+        base: Duration::from_millis(800),
+        ..fixture::fast_retry()
+    };
+    let runtime = fixture::fast(fx.builder().await)
+        .retry(retry)
+        .topology(topology)
+        .__panic_supervisor_once("liveness::panicky")
+        .build()
+        .expect("valid");
+    let running = Running::spawn(runtime);
+    let health = running.health.clone();
+
+    let stopped = eventually(Duration::from_secs(20), "the panic in health", || {
+        let status = health.consumers().remove(0);
+        async move {
+            match status.state {
+                ConsumerState::Stopped { error: Some(e) } => Some(e),
+                _ => None,
+            }
+        }
+    })
+    .await;
+    assert!(stopped.contains("panicked"), "{stopped}");
+    assert!(!health.ready(), "a dead supervisor is not ready:\n{health}");
+
+    running.ready(Duration::from_secs(20)).await;
+    let js = fx.jetstream().await;
+    fixture::publish_jobs(&js, "live.panic.jobs", 0..20).await;
+    fx.ledger.wait_covers(0..20, Duration::from_secs(20)).await;
+    fx.drain_and_settle(running, &js, ("LIVE_PANIC", "panicky"), 20)
+        .await;
+}
+
+/// Dropping the `run_until` future turns health red at once, a relay's `ensure()` fails, and
+/// the drain goes on in the background: the relay is deleted from the server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropping_the_run_turns_health_red_and_drains_in_the_background() {
+    let fx = Fixture::start().await;
+    let statuses = stream("LIVE_DROP", &["live.status.>"]);
+    let runtime = fixture::fast(fx.builder().await)
+        .topology(relay_topology(statuses, fx.ledger.clone()))
+        .build()
+        .expect("valid");
+    let health = runtime.health();
+    let relay = runtime.relay("relay").expect("one relay");
+    let run = runtime.run_until(std::future::pending::<()>());
+    tokio::select! {
+        _ = run => panic!("run_until returned by itself"),
+        ready = health.wait_ready(Duration::from_secs(20)) => ready.expect("ready"),
+    }
+    // `run` is dropped here.
+    assert!(!health.ready(), "dropped run still ready:\n{health}");
+    relay
+        .ensure()
+        .await
+        .expect_err("ensure() on a dropped run fails");
+
+    let js = fx.jetstream().await;
+    let name = relay.consumer();
+    eventually(
+        Duration::from_secs(20),
+        "the relay deleted by the background drain",
+        || {
+            let js = js.clone();
+            let name = name.clone();
+            async move {
+                let names = fixture::consumer_names(&js, "LIVE_DROP").await;
+                (!names.contains(&name)).then_some(())
+            }
+        },
+    )
+    .await;
+    eventually(Duration::from_secs(20), "every consumer stopped", || {
+        let stopped = health
+            .consumers()
+            .iter()
+            .all(|c| matches!(c.state, ConsumerState::Stopped { .. }));
+        async move { stopped.then_some(()) }
+    })
+    .await;
+}
+
+/// `Relay::ensure()` on a runtime that was never started fails at once instead of waiting.
+#[tokio::test]
+async fn ensuring_a_relay_of_a_runtime_never_started_fails_at_once() {
+    let fx = Fixture::start().await;
+    let runtime = fx
+        .builder()
+        .await
+        .topology(relay_topology(
+            stream("LIVE_IDLE", &["live.status.>"]),
+            fx.ledger.clone(),
+        ))
+        .build()
+        .expect("valid");
+    let relay = runtime.relay("relay").expect("one relay");
+    let outcome = tokio::time::timeout(Duration::from_secs(5), relay.ensure())
+        .await
+        .expect("ensure() answers at once");
+    let error = outcome.expect_err("not started");
+    assert!(error.to_string().contains("run_until"), "{error}");
+    assert!(!runtime.health().ready());
+}
+
+/// Readiness covers relays: a service with only a relay is ready once it runs, not before
+/// start; `wait_ready` returns then, and times out with the state when it cannot be ready.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readiness_covers_relays_and_wait_ready_reports_the_state() {
+    let fx = Fixture::start().await;
+    let runtime = fixture::fast(fx.builder().await)
+        .topology(relay_topology(
+            stream("LIVE_READY", &["live.status.>"]),
+            fx.ledger.clone(),
+        ))
+        .build()
+        .expect("valid");
+    let health = runtime.health();
+    assert!(!health.ready(), "not started yet");
+    let running = Running::spawn(runtime);
+    health
+        .wait_ready(Duration::from_secs(20))
+        .await
+        .expect("the relay runs");
+    assert!(health.consumers().iter().all(|c| !c.queue));
+    running.stop().await.expect("clean drain");
+    assert!(!health.ready(), "a drained runtime is not ready");
+
+    // An external stream that does not exist: never ready; the error shows why.
+    let missing = StreamDecl::new("LIVE_NOT_THERE", &["live.none.>"]).external();
+    let consumer = queue(
+        "liveness::never",
+        &missing,
+        "live.none.jobs",
+        QueueDecl::new("never"),
+    );
+    let never = Running::spawn(
+        fixture::fast(fx.builder().await)
+            .topology(job_topology(
+                missing,
+                consumer,
+                fx.ledger.clone(),
+                Duration::ZERO,
+            ))
+            .build()
+            .expect("valid"),
+    );
+    let error = never
+        .health
+        .wait_ready(Duration::from_millis(1500))
+        .await
+        .expect_err("an external stream that is not there is never ready");
+    let text = error.to_string();
+    assert!(text.contains("not ready after"), "{text}");
+    assert!(text.contains("LIVE_NOT_THERE"), "{text}");
+    never.stop().await.expect("clean drain");
+}
+
+/// Settings that would spin or never notice a loss are refused when the runtime is built,
+/// each named.
+#[tokio::test]
+async fn builder_refuses_settings_that_would_spin() {
+    let fx = Fixture::start().await;
+    let topology = Topology::new().stream(stream("LIVE_SETTINGS", &["live.settings.>"]));
+    let error = fx
+        .builder()
+        .await
+        .topology(topology)
+        .heartbeat(Duration::ZERO)
+        .retry(RetryPolicy {
+            cap: Duration::ZERO,
+            ..RetryPolicy::default()
+        })
+        .build()
+        .err()
+        .expect("refused");
+    let text = error.to_string();
+    assert!(text.contains("runtime builder `heartbeat`"), "{text}");
+    assert!(text.contains("runtime builder `retry`"), "{text}");
+    assert_eq!(error.problems.len(), 2, "{text}");
+}
+
+/// A stream this service only publishes to, deleted out of band, is back (and health says
+/// so) before the next publish: that publish is stored.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_publish_only_stream_deleted_out_of_band_comes_back() {
+    let fx = Fixture::start().await;
+    let outbox = stream("LIVE_OUTBOX", &["live.outbox.>"]);
+    let runtime = fixture::fast(fx.builder().await)
+        .topology(Topology::new().stream(outbox))
+        .build()
+        .expect("valid");
+    let running = Running::spawn(runtime);
+    running.ready(Duration::from_secs(20)).await;
+    assert_eq!(running.health.streams().len(), 1);
+
+    let js = fx.jetstream().await;
+    js.delete_stream("LIVE_OUTBOX").await.expect("deleted");
+    eventually(
+        Duration::from_secs(20),
+        "the stream back on the server",
+        || {
+            let js = js.clone();
+            async move { js.get_stream("LIVE_OUTBOX").await.ok().map(|_| ()) }
+        },
+    )
+    .await;
+    running.ready(Duration::from_secs(20)).await;
+    js.publish("live.outbox.1", "after".into())
+        .await
+        .expect("publish sent")
+        .await
+        .expect("the re-created stream stores it");
+    running.stop().await.expect("clean drain");
+}
+
+/// A runtime with nothing to consume and nothing to publish to is ready once started.
+#[tokio::test]
+async fn an_empty_runtime_is_ready_once_started() {
+    let fx = Fixture::start().await;
+    let runtime: Runtime = fx
+        .builder()
+        .await
+        .topology(Topology::new())
+        .build()
+        .expect("valid");
+    let health = runtime.health();
+    assert!(!health.ready(), "not started");
+    let running = Running::spawn(runtime);
+    health
+        .wait_ready(Duration::from_secs(5))
+        .await
+        .expect("ready once started");
+    running.stop().await.expect("clean drain");
+}

@@ -1,0 +1,71 @@
+//! The streams no consumer of this service reads (it only publishes to them): ensured at
+//! start, then watched, and ensured again when they disappear, so that publishes find them.
+
+use std::sync::Arc;
+
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use super::Inner;
+use crate::provision::ProvisionError;
+use topology_core::model::StreamDecl;
+
+/// Ensures `stream` (retrying transient failures), then reads it every two heartbeats and
+/// ensures it again when it is gone, until shutdown. A failure no retry fixes goes to `fatal`.
+pub(super) async fn supervise_stream(
+    inner: Arc<Inner>,
+    stream: StreamDecl,
+    cancel: CancellationToken,
+    fatal: mpsc::UnboundedSender<ProvisionError>,
+) {
+    let shared = &inner.health.shared;
+    loop {
+        let mut failures = 0u32;
+        let transient = |e: &ProvisionError| {
+            if e.is_transient() {
+                failures += 1;
+                tracing::warn!(stream = stream.name, attempt = failures, error = %e, "stream not provisioned yet; retrying");
+            }
+            e.is_transient()
+        };
+        let ensured = inner
+            .ensurer
+            .policy()
+            .backoff_until(None)
+            .run(|| inner.ensurer.ensure_stream(&stream), transient);
+        let result = tokio::select! {
+            r = ensured => r,
+            _ = cancel.cancelled() => return,
+        };
+        if let Err(failed) = result {
+            let _ = fatal.send(failed.error);
+            return;
+        }
+        shared.set_stream_ensured(stream.name, true);
+        tokio::select! {
+            _ = gone(&inner, &stream) => {}
+            _ = cancel.cancelled() => return,
+        }
+        tracing::warn!(
+            stream = stream.name,
+            "the stream disappeared from the server (deleted, or lost with a server's memory storage); ensuring it again"
+        );
+        shared.set_stream_ensured(stream.name, false);
+        inner.ensurer.forget_stream(stream.name).await;
+    }
+}
+
+/// Resolves when a read of the stream says it does not exist (read every two heartbeats; a
+/// read that fails for another reason is tried again at the next tick).
+async fn gone(inner: &Inner, stream: &StreamDecl) {
+    let mut every = tokio::time::interval(inner.settings.heartbeat * 2);
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    every.tick().await;
+    loop {
+        every.tick().await;
+        let read = inner.ensurer.provisioner().read_stream(stream.name).await;
+        if let Ok(None) = read {
+            return;
+        }
+    }
+}

@@ -1,0 +1,253 @@
+//! The supervised tasks of a running runtime: one per consumer and one per stream no consumer
+//! reads. A task that panics is reported in health and restarted with backoff; shutdown
+//! drains them; a run that is dropped drains them in the background.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+use tokio::sync::mpsc;
+use tokio::task::{self, JoinError, JoinSet};
+use tokio_util::sync::CancellationToken;
+
+use super::Inner;
+use super::dispatch::panic_message;
+use super::streams::supervise_stream;
+use super::supervise::supervise;
+use crate::health::ConsumerState;
+use crate::provision::ProvisionError;
+use crate::retry::Backoff;
+
+/// What a task supervises.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Kind {
+    /// The consumer at this index of the topology.
+    Consumer(usize),
+    /// The stream no consumer reads at this index of `Ensurer::unread_streams`.
+    Stream(usize),
+}
+
+/// The tasks of one run.
+pub(super) struct Tasks {
+    inner: Arc<Inner>,
+    set: JoinSet<()>,
+    /// What each task supervises, and since when.
+    kinds: HashMap<task::Id, (Kind, Instant)>,
+    /// Restart backoff per supervised thing.
+    restarts: HashMap<Kind, Backoff>,
+    cancel: CancellationToken,
+    fatal: mpsc::UnboundedSender<ProvisionError>,
+    /// Until the run drained or aborted them: dropping `Tasks` then drains in the background.
+    armed: bool,
+}
+
+impl Tasks {
+    /// Starts a task per consumer and per stream no consumer reads.
+    pub(super) fn start(inner: Arc<Inner>, fatal: mpsc::UnboundedSender<ProvisionError>) -> Self {
+        let mut tasks = Tasks {
+            inner,
+            set: JoinSet::new(),
+            kinds: HashMap::new(),
+            restarts: HashMap::new(),
+            cancel: CancellationToken::new(),
+            fatal,
+            armed: true,
+        };
+        for index in 0..tasks.inner.ensurer.topology().consumers().len() {
+            tasks.spawn(Kind::Consumer(index), None);
+        }
+        for index in 0..tasks.inner.ensurer.unread_streams().len() {
+            tasks.spawn(Kind::Stream(index), None);
+        }
+        tasks
+    }
+
+    fn spawn(&mut self, kind: Kind, delay: Option<std::time::Duration>) {
+        let (inner, cancel, fatal) = (self.inner.clone(), self.cancel.clone(), self.fatal.clone());
+        let task = async move {
+            if let Some(delay) = delay {
+                tokio::select! {
+                    _ = tokio::time::sleep(delay) => {}
+                    _ = cancel.cancelled() => return,
+                }
+            }
+            match kind {
+                Kind::Consumer(index) => {
+                    #[cfg(feature = "test-hooks")]
+                    let supervised = hooks::panic_once_running(
+                        &inner,
+                        index,
+                        supervise(inner.clone(), index, cancel, fatal),
+                    );
+                    #[cfg(not(feature = "test-hooks"))]
+                    let supervised = supervise(inner, index, cancel, fatal);
+                    supervised.await
+                }
+                Kind::Stream(index) => {
+                    let stream = inner.ensurer.unread_streams()[index];
+                    supervise_stream(inner, stream, cancel, fatal).await
+                }
+            }
+        };
+        let handle = self.set.spawn(task);
+        self.kinds.insert(handle.id(), (kind, Instant::now()));
+    }
+
+    /// The next task that ended (a supervisor ends by itself only after a fatal error, or
+    /// when it panics); `None` when there are none.
+    pub(super) async fn join_next(&mut self) -> Option<Result<task::Id, JoinError>> {
+        self.set
+            .join_next_with_id()
+            .await
+            .map(|ended| ended.map(|(id, ())| id))
+    }
+
+    /// Reports a task that ended before shutdown: one that panicked is marked stopped with
+    /// the panic and restarted after a backoff delay.
+    pub(super) fn ended(&mut self, ended: Result<task::Id, JoinError>) {
+        let (id, error) = match ended {
+            Ok(id) => (id, None),
+            Err(error) => (error.id(), Some(error)),
+        };
+        let Some((kind, since)) = self.kinds.remove(&id) else {
+            return;
+        };
+        let Some(error) = error else {
+            return;
+        };
+        let why = if error.is_panic() {
+            format!(
+                "its supervisor panicked: {}",
+                panic_message(&error.into_panic())
+            )
+        } else {
+            format!("its supervisor ended: {error}")
+        };
+        let policy = *self.inner.ensurer.policy();
+        let backoff = self
+            .restarts
+            .entry(kind)
+            .or_insert_with(|| policy.backoff_until(None));
+        // A supervisor that ran for a while starts the backoff afresh.
+        if since.elapsed() >= policy.cap {
+            backoff.reset();
+        }
+        // At least `base`, so that a supervisor that panics at once cannot spin.
+        let delay = policy.base + backoff.fail().unwrap_or(policy.cap);
+        let attempt = backoff.failures();
+        match kind {
+            Kind::Consumer(index) => {
+                self.inner.health.slots[index].transition(ConsumerState::Stopped {
+                    error: Some(format!(
+                        "{why}; restarting it in {delay:?} (restart {attempt})"
+                    )),
+                });
+            }
+            Kind::Stream(index) => {
+                let stream = self.inner.ensurer.unread_streams()[index];
+                self.inner
+                    .health
+                    .shared
+                    .set_stream_ensured(stream.name, false);
+                tracing::error!(stream = stream.name, "{why}; restarting it in {delay:?}");
+            }
+        }
+        self.spawn(kind, Some(delay));
+    }
+
+    /// Drains every task: each stops consuming, lets its handlers finish within the grace
+    /// period, and deletes its relay.
+    pub(super) async fn drain(&mut self) {
+        self.cancel.cancel();
+        while let Some(joined) = self.set.join_next().await {
+            if let Err(e) = joined {
+                tracing::error!(error = %e, "a consumer supervisor ended abnormally while draining");
+            }
+        }
+        self.armed = false;
+    }
+
+    /// Stops every task at once (a second signal during the drain).
+    pub(super) fn abort(&mut self) {
+        self.cancel.cancel();
+        self.set.abort_all();
+        self.armed = false;
+        for slot in self.inner.health.slots.iter() {
+            if !matches!(slot.state(), ConsumerState::Stopped { .. }) {
+                slot.transition(ConsumerState::Stopped {
+                    error: Some(
+                        "stopped before its handlers finished (forced shutdown)".to_owned(),
+                    ),
+                });
+            }
+        }
+    }
+}
+
+impl Drop for Tasks {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        // The run was dropped before it drained: nothing will consume any more, so say so at
+        // once, and drain in the background if a runtime is still there to run it.
+        self.cancel.cancel();
+        for slot in self.inner.health.slots.iter() {
+            if !matches!(slot.state(), ConsumerState::Stopped { .. }) {
+                slot.transition(ConsumerState::Draining);
+            }
+        }
+        let mut set = std::mem::take(&mut self.set);
+        match tokio::runtime::Handle::try_current() {
+            Ok(handle) => {
+                tracing::warn!("the runtime's run future was dropped: draining in the background");
+                handle.spawn(async move { while set.join_next().await.is_some() {} });
+            }
+            Err(_) => {
+                set.abort_all();
+                for slot in self.inner.health.slots.iter() {
+                    slot.transition(ConsumerState::Stopped {
+                        error: Some("the runtime's run future was dropped".to_owned()),
+                    });
+                }
+            }
+        }
+    }
+}
+
+/// Faults injected by tests (the `test-hooks` feature; not public API).
+#[cfg(feature = "test-hooks")]
+mod hooks {
+    use std::future::Future;
+
+    use super::Inner;
+
+    /// Runs `supervised`, but panics once as soon as it runs if the builder asked for it for
+    /// this consumer's handler.
+    pub(super) async fn panic_once_running(
+        inner: &Inner,
+        index: usize,
+        supervised: impl Future<Output = ()>,
+    ) {
+        let handler = inner.ensurer.topology().consumers()[index].decl.handler;
+        let armed = {
+            let mut hook = inner
+                .panic_supervisor
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            if hook.as_deref() == Some(handler) {
+                hook.take().is_some()
+            } else {
+                false
+            }
+        };
+        if !armed {
+            return supervised.await;
+        }
+        let mut running = inner.health.slots[index].running.subscribe();
+        tokio::select! {
+            _ = supervised => {}
+            _ = running.wait_for(|running| *running) => panic!("test hook: the supervisor of `{handler}` panics"),
+        }
+    }
+}
