@@ -20,6 +20,9 @@ pub enum ProvisionErrorKind {
     StreamMissing,
     /// Transient failures (timeouts, no responders, no leader) lasted until the deadline.
     Exhausted,
+    /// The server answered in a shape this library cannot read, several times in a row.
+    /// Retried by a supervisor with its backoff, and shown in health.
+    UnexpectedAnswer,
 }
 
 /// One field whose value on the server differs from the declaration.
@@ -134,6 +137,7 @@ impl ProvisionError {
             ProvisionErrorKind::Exhausted
                 | ProvisionErrorKind::ExternalNotReady
                 | ProvisionErrorKind::StreamMissing
+                | ProvisionErrorKind::UnexpectedAnswer
         )
     }
 }
@@ -170,6 +174,13 @@ pub(crate) enum ApiError {
     Request(jetstream::context::RequestError),
     /// A server answer that is worth retrying in context.
     Retry(String),
+    /// An answer this library cannot read: the request's subject, the answer (shortened) and
+    /// why it could not be read.
+    Unexpected {
+        subject: String,
+        answer: String,
+        error: String,
+    },
     /// The server answered with an error.
     Server(jetstream::Error),
 }
@@ -178,14 +189,14 @@ impl ApiError {
     pub(crate) fn code(&self) -> Option<ErrorCode> {
         match self {
             ApiError::Server(e) => Some(e.error_code()),
-            ApiError::Request(_) | ApiError::Retry(_) => None,
+            ApiError::Request(_) | ApiError::Retry(_) | ApiError::Unexpected { .. } => None,
         }
     }
 
     /// Timeouts, no responders, and the server's "try again" codes.
     pub(crate) fn is_transient(&self) -> bool {
         match self {
-            ApiError::Request(_) | ApiError::Retry(_) => true,
+            ApiError::Request(_) | ApiError::Retry(_) | ApiError::Unexpected { .. } => true,
             ApiError::Server(e) => {
                 let code = e.error_code();
                 code == ErrorCode::CLUSTER_NOT_AVAILABLE
@@ -197,11 +208,35 @@ impl ApiError {
     }
 }
 
+impl ApiError {
+    /// An answer to `subject` that could not be read as expected.
+    pub(crate) fn unexpected(subject: &str, answer: &str, error: impl fmt::Display) -> Self {
+        const SHOWN: usize = 200;
+        let answer = match answer.char_indices().nth(SHOWN) {
+            Some((cut, _)) => format!("{}...", &answer[..cut]),
+            None => answer.to_owned(),
+        };
+        ApiError::Unexpected {
+            subject: subject.to_owned(),
+            answer,
+            error: error.to_string(),
+        }
+    }
+}
+
 impl fmt::Display for ApiError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             ApiError::Request(e) => write!(f, "request failed: {e}"),
             ApiError::Retry(e) => f.write_str(e),
+            ApiError::Unexpected {
+                subject,
+                answer,
+                error,
+            } => write!(
+                f,
+                "unexpected answer to `$JS.API.{subject}`: {answer} ({error})"
+            ),
             ApiError::Server(e) => write!(f, "server error: {e}"),
         }
     }

@@ -59,6 +59,19 @@ pub struct Provisioner {
     warned_version: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
 
+/// How many answers of an unexpected shape one provisioning request accepts before it is
+/// reported (the supervisor then retries with its backoff).
+const UNEXPECTED_ANSWER_ATTEMPTS: u32 = 3;
+
+/// Whether a failed request got an answer that could not be read.
+fn is_parse_failure(error: &jetstream::context::RequestError) -> bool {
+    use std::error::Error as _;
+    error.kind() == jetstream::context::RequestErrorKind::Other
+        && error
+            .source()
+            .is_some_and(|source| source.is::<serde_json::Error>())
+}
+
 /// The oldest server on which repeating an identical CREATE is safe.
 const MIN_SERVER_VERSION: (u64, u64, u64) = (2, 14, 5);
 
@@ -126,10 +139,28 @@ impl Provisioner {
         subject: String,
         body: &(impl Serialize + ?Sized),
     ) -> Result<T, ApiError> {
-        match self.js.request::<_, _, Response<T>>(subject, body).await {
+        // Read as any JSON first, so that an answer of another shape is reported with the
+        // request and the answer, not as a failed request.
+        let answer = match self
+            .js
+            .request::<_, _, serde_json::Value>(subject.clone(), body)
+            .await
+        {
+            Ok(answer) => answer,
+            Err(e) if is_parse_failure(&e) => {
+                return Err(ApiError::unexpected(
+                    &subject,
+                    "an answer that is not JSON",
+                    e,
+                ));
+            }
+            Err(e) => return Err(ApiError::Request(e)),
+        };
+        let shown = answer.to_string();
+        match serde_json::from_value::<Response<T>>(answer) {
             Ok(Response::Ok(value)) => Ok(value),
             Ok(Response::Err { error }) => Err(ApiError::Server(error)),
-            Err(e) => Err(ApiError::Request(e)),
+            Err(e) => Err(ApiError::unexpected(&subject, &shown, e)),
         }
     }
 
@@ -155,7 +186,14 @@ impl Provisioner {
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             attempt()
         };
+        // An answer of an unexpected shape may be a server mid-upgrade: worth a few tries,
+        // not a loop until the deadline.
+        let mut unexpected = 0u32;
         let transient = |failure: &Failure| match failure {
+            Failure::Transient(ApiError::Unexpected { .. }) => {
+                unexpected += 1;
+                unexpected < UNEXPECTED_ANSWER_ATTEMPTS
+            }
             Failure::Transient(cause) => {
                 tracing::debug!(stream, consumer, %cause, "transient provisioning failure; retrying");
                 true
@@ -169,6 +207,21 @@ impl Provisioner {
                 attempts,
                 ..
             }) => Err(e.after(attempts)),
+            Err(Failed {
+                error: Failure::Transient(cause @ ApiError::Unexpected { .. }),
+                attempts,
+                ..
+            }) => Err(ProvisionError::new(
+                ProvisionErrorKind::UnexpectedAnswer,
+                stream,
+                format!(
+                    "{cause}; check that the server is a nats-server with JetStream (2.10 or \
+                     newer) and that nothing else answers on the JetStream API subjects"
+                ),
+            )
+            .source(cause)
+            .in_consumer(consumer)
+            .after(attempts)),
             Err(Failed {
                 error: Failure::Transient(cause),
                 attempts,
@@ -263,5 +316,46 @@ mod tests {
         assert!(parse_version("2.9.25").unwrap() < MIN_SERVER_VERSION);
         assert!(parse_version("2.14.10").unwrap() > MIN_SERVER_VERSION);
         assert_eq!(parse_version(""), None);
+    }
+
+    /// An answer the provisioner cannot read (here: a stream's info read as another shape) is
+    /// tried a few times, then reported with the request and the answer, as a kind a
+    /// supervisor retries with its backoff rather than in a loop.
+    #[tokio::test]
+    async fn an_answer_of_an_unexpected_shape_is_reported_after_a_few_attempts() {
+        #[derive(Debug, serde::Deserialize)]
+        struct OtherShape {
+            #[allow(dead_code)]
+            not_a_stream_field: u64,
+        }
+        let server = nats_topology_testkit::NatsServer::start()
+            .await
+            .expect("nats-server starts");
+        let client = async_nats::connect(server.url()).await.expect("connect");
+        let policy = RetryPolicy {
+            base: std::time::Duration::from_millis(1),
+            ..RetryPolicy::default()
+        };
+        let provisioner = Provisioner::new(client, policy);
+        let stream = topology_core::model::StreamDecl::new("ODD", &["odd.>"]);
+        provisioner
+            .ensure_stream(&stream, &[])
+            .await
+            .expect("created");
+        let error = provisioner
+            .read::<OtherShape>(
+                "ODD",
+                None,
+                "STREAM.INFO.ODD".to_owned(),
+                ErrorCode::STREAM_NOT_FOUND,
+            )
+            .await
+            .expect_err("not the shape asked for");
+        assert_eq!(error.kind(), ProvisionErrorKind::UnexpectedAnswer);
+        assert_eq!(error.attempts(), UNEXPECTED_ANSWER_ATTEMPTS);
+        assert!(error.is_transient(), "a supervisor retries it with backoff");
+        let text = error.to_string();
+        assert!(text.contains("$JS.API.STREAM.INFO.ODD"), "{text}");
+        assert!(text.contains("\"config\""), "the answer is shown: {text}");
     }
 }
