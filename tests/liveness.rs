@@ -8,7 +8,9 @@ mod fixture;
 use std::time::Duration;
 
 use fixture::{Fixture, Running, job_topology, queue, stream};
-use nats_topology::model::{BroadcastDecl, ConsumerDecl, QueueDecl, StreamDecl, StreamRef};
+use nats_topology::model::{
+    BroadcastDecl, ConsumerDecl, Delivery, QueueDecl, StreamDecl, StreamRef,
+};
 use nats_topology::{ConsumerState, RetryPolicy, Runtime, Topology};
 use nats_topology_testkit::eventually;
 
@@ -272,4 +274,53 @@ async fn an_empty_runtime_is_ready_once_started() {
         .await
         .expect("ready once started");
     running.stop().await.expect("clean drain");
+}
+
+/// A push queue consumer is declared with `max_ack_pending` = its concurrency, so the server
+/// never pushes more than the instance can start: while slow handlers run, the server counts
+/// at most `concurrency` unacknowledged messages, and every job is handled once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn push_delivery_holds_no_more_than_can_be_started() {
+    let fx = Fixture::start().await;
+    let jobs = stream("LIVE_PUSH", &["live.push.>"]);
+    let consumer = queue(
+        "liveness::pushed",
+        &jobs,
+        "live.push.jobs",
+        QueueDecl::new("pushed").delivery(Delivery::Push),
+    )
+    .concurrency(2);
+    let running = fx
+        .run(job_topology(
+            jobs,
+            consumer,
+            fx.ledger.clone(),
+            Duration::from_millis(150),
+        ))
+        .await;
+    let js = fx.jetstream().await;
+    let info = fixture::consumer_info(&js, "LIVE_PUSH", "pushed")
+        .await
+        .expect("the push consumer exists");
+    assert_eq!(info.config.max_ack_pending, 2, "{:?}", info.config);
+
+    fixture::publish_jobs(&js, "live.push.jobs", 0..12).await;
+    let most = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    eventually(Duration::from_secs(30), "every pushed job handled", || {
+        let (js, most, ledger) = (js.clone(), most.clone(), fx.ledger.clone());
+        async move {
+            if let Some(info) = fixture::consumer_info(&js, "LIVE_PUSH", "pushed").await {
+                most.fetch_max(info.num_ack_pending, std::sync::atomic::Ordering::Relaxed);
+            }
+            ledger.covers(0..12).then_some(())
+        }
+    })
+    .await;
+    let most = most.load(std::sync::atomic::Ordering::Relaxed);
+    assert!(
+        (1..=2).contains(&most),
+        "the server held {most} unacknowledged messages for a concurrency of 2"
+    );
+    fx.drain_and_settle(running, &js, ("LIVE_PUSH", "pushed"), 12)
+        .await;
 }

@@ -147,7 +147,7 @@ pub fn stream(attr: TokenStream, item: TokenStream) -> TokenStream {
 /// | `group` | string, **required** | The durable consumer shared by all instances (a consumer name: no whitespace, `.`, `*`, `>`, `/`, `\`). `group = "sync"` |
 /// | `subject` | string | One filter subject. `subject = "daemon.sync.complete"` |
 /// | `subjects` | list of strings | Several filter subjects, which cannot overlap. Neither `subject` nor `subjects`: the whole stream. |
-/// | `delivery` | `"pull"` (default) \| `"push"` | `"push"`: a push consumer whose deliver group is the `group`, to join an existing push-based fleet. |
+/// | `delivery` | `"pull"` (default) \| `"push"` | `"push"`: a push consumer whose deliver group is the `group`, to join an existing push-based fleet. The server pushes up to `max_ack_pending` messages to the whole group; unless declared it is set to `concurrency`, so an instance never holds more than it can start (pull scales better: each instance asks for what it can start). |
 /// | `max_deliver` | integer ≥ 1 | Deliveries of one message before it is dead-lettered (omit for unlimited). |
 /// | `ack_wait` | duration, not zero | How long the server waits for an acknowledgement before redelivering. |
 /// | `backoff` | list of durations, none zero | Delay before each redelivery after a handler failure (the last repeats); no more steps than `max_deliver`. Applied by the runtime when it naks, not sent as the server's consumer `backoff` (which would replace `ack_wait` with its first step). `backoff = ["1s", "10s", "1m"]` |

@@ -109,6 +109,13 @@ pub(crate) fn consumer_config(
             if queue.delivery == Delivery::Push {
                 config.deliver_subject = Some(push_deliver_subject(stream, queue.group));
                 config.deliver_group = Some(queue.group.to_owned());
+                // The server pushes up to `max_ack_pending` unacknowledged messages to the
+                // group, however many the instances can start: unless declared, bound it by
+                // what one instance starts at once, so nothing waits in a client while its
+                // `ack_wait` runs (the bound is the group's, shared by its instances).
+                if queue.max_ack_pending.is_none() {
+                    config.max_ack_pending = i64::from(decl.effective_concurrency());
+                }
             }
         }
         ConsumerKind::Broadcast(relay) => {
