@@ -324,3 +324,50 @@ async fn push_delivery_holds_no_more_than_can_be_started() {
     fx.drain_and_settle(running, &js, ("LIVE_PUSH", "pushed"), 12)
         .await;
 }
+
+/// A handler's publish that finds no stream (the publish-only stream was deleted out of band)
+/// makes the runtime check its streams at once, long before its periodic check: the failed
+/// handler is redelivered and its next publish is stored.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_publish_that_finds_no_stream_brings_the_stream_back() {
+    let fx = Fixture::start().await;
+    let jobs = stream("LIVE_IN", &["live.in.>"]);
+    let outbox = stream("LIVE_OUT", &["live.out.>"]);
+    let consumer = queue(
+        "liveness::forward",
+        &jobs,
+        "live.in.jobs",
+        QueueDecl::new("fwd"),
+    );
+    let ledger = fx.ledger.clone();
+    let topology = Topology::new().stream(jobs).stream(outbox).consumer(
+        consumer,
+        move |incoming: nats_topology::Incoming| {
+            let ledger = ledger.clone();
+            let job = fixture::job_id(&incoming);
+            let cx = incoming.context().clone();
+            Box::pin(async move {
+                let id = job?;
+                cx.publish(format!("live.out.{id}"), &id).await?;
+                ledger.record(id);
+                Ok(())
+            }) as nats_topology::HandlerFuture
+        },
+    );
+    // The periodic check runs every 2 x 30 s: only the failed publish can bring it back soon.
+    let runtime = fixture::fast(fx.builder().await)
+        .heartbeat(Duration::from_secs(30))
+        .topology(topology)
+        .build()
+        .expect("valid");
+    let running = Running::spawn(runtime);
+    running.ready(Duration::from_secs(20)).await;
+
+    let js = fx.jetstream().await;
+    js.delete_stream("LIVE_OUT").await.expect("deleted");
+    fixture::publish_jobs(&js, "live.in.jobs", [7]).await;
+    fx.ledger.wait_covers([7], Duration::from_secs(15)).await;
+    let mut out = js.get_stream("LIVE_OUT").await.expect("the outbox is back");
+    assert_eq!(out.info().await.expect("info").state.messages, 1);
+    running.stop().await.expect("clean drain");
+}

@@ -135,6 +135,8 @@ pub(crate) struct Scope {
     pub(crate) consumer: String,
     pub(crate) state: StateMap,
     pub(crate) jetstream: jetstream::Context,
+    /// Woken when a publish finds no stream: the runtime then checks the streams it owns.
+    pub(crate) stream_missing: Arc<tokio::sync::Notify>,
 }
 
 impl Context {
@@ -183,7 +185,9 @@ impl Context {
         self.publish_bytes(subject, payload.into()).await
     }
 
-    /// Publishes raw bytes to `subject` and waits for the stream's acknowledgement.
+    /// Publishes raw bytes to `subject` and waits for the stream's acknowledgement. A publish
+    /// that finds no stream makes the runtime check at once the streams it owns and are not
+    /// consumed here (one deleted out of band is created again).
     pub async fn publish_bytes(
         &self,
         subject: impl Into<async_nats::Subject>,
@@ -194,7 +198,15 @@ impl Context {
             .jetstream
             .publish(subject.into(), payload)
             .await?;
-        Ok(ack.await?)
+        match ack.await {
+            Ok(ack) => Ok(ack),
+            Err(e) => {
+                if e.kind() == jetstream::context::PublishErrorKind::StreamNotFound {
+                    self.scope.stream_missing.notify_waiters();
+                }
+                Err(e.into())
+            }
+        }
     }
 }
 

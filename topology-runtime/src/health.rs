@@ -245,6 +245,8 @@ pub(crate) struct Shared {
     started: AtomicBool,
     /// The streams no consumer reads, and whether each is ensured now.
     streams: Vec<(String, AtomicBool)>,
+    /// Woken when a handler's publish finds no stream.
+    pub(crate) stream_missing: Arc<tokio::sync::Notify>,
 }
 
 impl Shared {
@@ -256,6 +258,7 @@ impl Shared {
                 .into_iter()
                 .map(|name| (name, AtomicBool::new(false)))
                 .collect(),
+            stream_missing: Arc::default(),
         }
     }
 

@@ -55,14 +55,19 @@ pub(super) async fn supervise_stream(
     }
 }
 
-/// Resolves when a read of the stream says it does not exist (read every two heartbeats; a
-/// read that fails for another reason is tried again at the next tick).
+/// Resolves when a read of the stream says it does not exist (read every two heartbeats, and
+/// at once when a handler's publish finds no stream; a read that fails for another reason is
+/// tried again at the next tick).
 async fn gone(inner: &Inner, stream: &StreamDecl) {
     let mut every = tokio::time::interval(inner.settings.heartbeat * 2);
     every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     every.tick().await;
+    let missing = &inner.health.shared.stream_missing;
     loop {
-        every.tick().await;
+        tokio::select! {
+            _ = every.tick() => {}
+            _ = missing.notified() => {}
+        }
         let read = inner.ensurer.provisioner().read_stream(stream.name).await;
         if let Ok(None) = read {
             return;

@@ -186,6 +186,7 @@ async fn consume(
             consumer: info.name.clone(),
             state: inner.state.clone(),
             jetstream: js.clone(),
+            stream_missing: inner.health.shared.stream_missing.clone(),
         }),
         slot: slot.clone(),
         max_deliver: u64::try_from(info.config.max_deliver)
