@@ -7,7 +7,8 @@ use serde::Serialize;
 use super::config::{apply_editable_consumer_fields, consumer_config};
 use super::drift::consumer_drift;
 use super::{
-    ApiError, Failure, ProvisionError, ProvisionErrorKind, Provisioner, UpdateMode, rejected,
+    ApiError, Failure, ProvisionError, ProvisionErrorKind, Provisioner, ResumePoint, Start,
+    StreamInstance, UpdateMode, rejected,
 };
 use topology_core::model::{ConsumerDecl, ConsumerKind};
 
@@ -25,23 +26,19 @@ impl Provisioner {
         stream: &stream::Info,
         decl: &ConsumerDecl,
         relay_name: Option<&str>,
-        mode: UpdateMode,
+        mode: &UpdateMode,
     ) -> Result<consumer::Info, ProvisionError> {
         let stream_name = stream.config.name.as_str();
         let workqueue = stream.config.retention == stream::RetentionPolicy::WorkQueue;
         let mut config = consumer_config(stream_name, decl, relay_name);
+        let declared_start = config.deliver_policy;
         if let UpdateMode::CreateOnly {
-            resume_after: Some(floor),
+            resume: Some(point),
         } = mode
-            && floor > 0
+            // A work-queue stream holds only what is unacknowledged: deliver-all is exact.
             && !workqueue
-            && decl.as_queue().is_some()
         {
-            // Re-created after a loss: not from the start of the stream again. (A work-queue
-            // stream holds only what is unacknowledged: deliver-all is exact there.)
-            config.deliver_policy = consumer::DeliverPolicy::ByStartSequence {
-                start_sequence: floor + 1,
-            };
+            config.deliver_policy = resumed_start(stream, decl, &config, point);
         }
         let name = config
             .name
@@ -55,7 +52,7 @@ impl Provisioner {
                     .await?;
             }
             match self
-                .ensure_consumer_once(stream_name, &name, decl, &config, mode)
+                .ensure_consumer_once(stream_name, &name, decl, &config, declared_start, mode)
                 .await
             {
                 // Just after a work-queue migration deleted the old consumer, the server may
@@ -143,7 +140,8 @@ impl Provisioner {
         name: &str,
         decl: &ConsumerDecl,
         config: &consumer::Config,
-        mode: UpdateMode,
+        declared_start: consumer::DeliverPolicy,
+        mode: &UpdateMode,
     ) -> Result<consumer::Info, Failure> {
         let error = match self.create_consumer(stream, name, config, "create").await {
             Ok(info) => return Ok(info),
@@ -174,7 +172,20 @@ impl Provisioner {
             }
             Err(e) => return Err(rejected("reading the consumer", stream, Some(name), e).into()),
         };
-        let drift = consumer_drift(decl, config, &info.config);
+        let mut compared = config.clone();
+        if matches!(mode, UpdateMode::CreateOnly { .. })
+            && decl.as_queue().is_none()
+            && (info.config.deliver_policy == declared_start
+                || matches!(
+                    info.config.deliver_policy,
+                    consumer::DeliverPolicy::ByStartSequence { .. }
+                ))
+        {
+            // A relay that outlived its loss keeps where it starts (as declared, or where an
+            // earlier session resumed): it delivers from its own state either way.
+            compared.deliver_policy = info.config.deliver_policy;
+        }
+        let drift = consumer_drift(decl, &compared, &info.config);
         if !drift.immutable.is_empty() {
             let hint = match &decl.kind {
                 ConsumerKind::Queue(_) => format!(
@@ -265,6 +276,55 @@ impl Provisioner {
             }
             Err(e) if e.is_transient() => Err(Failure::Transient(e)),
             Err(e) => Err(rejected("deleting the consumer", stream, Some(name), e).into()),
+        }
+    }
+}
+
+/// Where a consumer created again after a loss starts: after `point` when `stream` (read just
+/// before) is the instance the point was read in; otherwise as declared, said at WARN, since
+/// the new instance's sequences start again at 1 and resuming would skip its first messages.
+fn resumed_start(
+    stream: &stream::Info,
+    decl: &ConsumerDecl,
+    config: &consumer::Config,
+    point: &ResumePoint,
+) -> consumer::DeliverPolicy {
+    let now = StreamInstance::of(stream);
+    let consumer = config.name.as_deref().unwrap_or_default();
+    match point.start_in(&now) {
+        // A queue consumer with nothing acknowledged yet delivers the whole stream, exactly as
+        // declared (an identical CREATE from every instance).
+        Start::After(0) if decl.as_queue().is_some() => config.deliver_policy,
+        Start::After(after) => {
+            if after + 1 < stream.state.first_sequence {
+                tracing::info!(
+                    stream = %now.name,
+                    consumer,
+                    resume_after = after,
+                    first_sequence = stream.state.first_sequence,
+                    "resuming in a stream purged past the resume point: from its first message"
+                );
+            }
+            consumer::DeliverPolicy::ByStartSequence {
+                start_sequence: after + 1,
+            }
+        }
+        Start::Fresh(why) => {
+            tracing::warn!(
+                stream = %now.name,
+                consumer,
+                old_created = %point.stream.created,
+                new_created = %now.created,
+                old_resume_after = point.after,
+                last_sequence = now.last_sequence,
+                new_start = ?config.deliver_policy,
+                "not resuming after sequence {}: {why}; starting as declared ({:?}) instead of \
+                 skipping the new stream's first {} messages",
+                point.after,
+                config.deliver_policy,
+                point.after.min(now.last_sequence),
+            );
+            config.deliver_policy
         }
     }
 }

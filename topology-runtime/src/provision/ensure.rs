@@ -8,10 +8,17 @@ use std::future::Future;
 use async_nats::jetstream::{consumer, stream};
 use tokio::sync::Mutex;
 
-use super::{ProvisionError, ProvisionErrorKind, Provisioner, UpdateMode};
+use super::{ProvisionError, ProvisionErrorKind, Provisioner, StreamInstance, UpdateMode};
 use crate::registry::{Consumer, Topology};
 use crate::retry::{Failed, RetryPolicy};
 use topology_core::model::StreamDecl;
+
+/// A consumer ensured, and the instance of its stream it was ensured in.
+pub(crate) struct Ensured {
+    pub(crate) consumer: consumer::Info,
+    /// The stream as read (or created) just before the consumer was ensured.
+    pub(crate) stream: StreamInstance,
+}
 
 /// Ensures a topology's streams and consumers for one runtime.
 pub(crate) struct Ensurer {
@@ -62,7 +69,11 @@ impl Ensurer {
             .consumers()
             .iter()
             .filter(|c| c.decl.as_queue().is_some())
-            .map(|c| self.until_deadline(deadline, || self.ensure(c, None, UpdateMode::Update)));
+            .map(|c| {
+                self.until_deadline(deadline, || async {
+                    self.ensure(c, None, &UpdateMode::Update).await.map(|_| ())
+                })
+            });
         futures::future::try_join_all(queues).await?;
         Ok(())
     }
@@ -113,28 +124,58 @@ impl Ensurer {
         if let Some(info) = &*ensured {
             return Ok(info.clone());
         }
-        let consumed: Vec<&str> = self
-            .topology
-            .consumers()
-            .iter()
-            .filter(|c| c.decl.stream.name() == stream.name)
-            .flat_map(|c| c.decl.subjects.iter().copied())
-            .collect();
+        let consumed = self.consumed(stream);
         let info = self.provisioner.ensure_stream(stream, &consumed).await?;
         *ensured = Some(info.clone());
         Ok(info)
     }
 
+    /// Reads the stream afresh (creating an owned stream that is gone), bypassing and
+    /// replacing what is remembered: after a loss, the remembered info may describe a stream
+    /// that was deleted and created again since.
+    async fn refresh_stream(&self, stream: &StreamDecl) -> Result<stream::Info, ProvisionError> {
+        let mut ensured = self.streams[stream.name].lock().await;
+        let read = if stream.external {
+            None
+        } else {
+            self.provisioner.read_stream(stream.name).await?
+        };
+        let info = match read {
+            Some(info) => info,
+            // Gone (or external: verified again, coverage included).
+            None => {
+                *ensured = None;
+                let consumed = self.consumed(stream);
+                self.provisioner.ensure_stream(stream, &consumed).await?
+            }
+        };
+        *ensured = Some(info.clone());
+        Ok(info)
+    }
+
+    fn consumed(&self, stream: &StreamDecl) -> Vec<&str> {
+        self.topology
+            .consumers()
+            .iter()
+            .filter(|c| c.decl.stream.name() == stream.name)
+            .flat_map(|c| c.decl.subjects.iter().copied())
+            .collect()
+    }
+
     /// Ensures the consumer's stream, then the consumer; a stream found missing is ensured
-    /// again next time.
+    /// again next time. A re-ensure after a loss ([`UpdateMode::CreateOnly`]) reads the stream
+    /// afresh, so that a resume point is checked against the stream as it is now.
     pub(crate) async fn ensure(
         &self,
         consumer: &Consumer,
         relay: Option<&str>,
-        mode: UpdateMode,
-    ) -> Result<consumer::Info, ProvisionError> {
+        mode: &UpdateMode,
+    ) -> Result<Ensured, ProvisionError> {
         let stream = self.stream_decl(consumer);
-        let info = self.ensure_stream(&stream).await?;
+        let info = match mode {
+            UpdateMode::Update => self.ensure_stream(&stream).await?,
+            UpdateMode::CreateOnly { .. } => self.refresh_stream(&stream).await?,
+        };
         let result = self
             .provisioner
             .ensure_consumer(&info, &consumer.decl, relay, mode)
@@ -144,7 +185,10 @@ impl Ensurer {
         {
             *self.streams[stream.name].lock().await = None;
         }
-        result
+        Ok(Ensured {
+            consumer: result?,
+            stream: StreamInstance::of(&info),
+        })
     }
 
     /// Forgets that a stream was ensured (it disappeared): the next ensure creates it again.

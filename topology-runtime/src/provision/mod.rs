@@ -29,24 +29,88 @@ use crate::retry::{Failed, RetryPolicy};
 
 pub(crate) use config::consumer_config;
 pub(crate) use drift::{Drift, consumer_drift, stream_drift};
-pub(crate) use ensure::Ensurer;
+pub(crate) use ensure::{Ensured, Ensurer};
 pub(crate) use error::{ApiError, Failure, rejected};
 pub use error::{FieldDiff, ProvisionError, ProvisionErrorKind};
 pub(crate) use stream::uncovered;
 
 /// What ensuring a consumer may change on the server.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum UpdateMode {
     /// Apply editable differences (start-up: the declaration is the source of truth).
     Update,
     /// Create if absent, accept what exists (re-ensure after a loss: an old instance in a
-    /// rolling deploy must not revert a newer one's configuration). A queue consumer that
-    /// has to be created again starts after `resume_after` (the last ack floor this instance
-    /// saw), not at the start of the stream.
+    /// rolling deploy must not revert a newer one's configuration). A consumer that has to be
+    /// created again starts after `resume` (a queue consumer's last ack floor, a relay's last
+    /// handled sequence) when the stream is still the instance that point was read in;
+    /// otherwise as declared, as on a first start (never by a sequence of another stream).
     CreateOnly {
-        /// The stream sequence below which everything was acknowledged, when last seen.
-        resume_after: Option<u64>,
+        /// Where this instance was, and in which stream instance.
+        resume: Option<ResumePoint>,
     },
+}
+
+/// One instance of a stream: a stream deleted and created again under the same name is
+/// another instance, whose sequences start again at 1. Its `created` time tells them apart.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StreamInstance {
+    /// The stream's name.
+    pub name: String,
+    /// Its creation time, as the server reports it (compared, never parsed).
+    pub created: std::sync::Arc<str>,
+    /// Its last sequence when this was read (a point past it belongs to another instance).
+    pub last_sequence: u64,
+}
+
+impl StreamInstance {
+    /// The instance `info` describes.
+    pub fn of(info: &jetstream::stream::Info) -> Self {
+        StreamInstance {
+            name: info.config.name.clone(),
+            created: info.created.to_string().into(),
+            last_sequence: info.state.last_sequence,
+        }
+    }
+
+    /// Whether `other` is the same stream instance (the same name and creation time).
+    pub fn same_as(&self, other: &StreamInstance) -> bool {
+        self.name == other.name && self.created == other.created
+    }
+}
+
+/// A resume point: every stream sequence up to `after` was handled, in `stream`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResumePoint {
+    /// The stream instance the sequence belongs to.
+    pub stream: StreamInstance,
+    /// The last sequence handled (a queue consumer's ack floor).
+    pub after: u64,
+}
+
+/// Where a consumer created again after a loss starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Start {
+    /// After this sequence, in the same stream instance as the resume point.
+    After(u64),
+    /// As declared: the stream is not the instance the resume point belongs to.
+    Fresh(&'static str),
+}
+
+impl ResumePoint {
+    /// Where to start in the stream instance `now` (read just before creating the consumer).
+    /// A purged stream (its first sequence moved past the point) is the same stream: the
+    /// server starts at its first message. A point past the last sequence belongs to another
+    /// instance (or to a server that lost its newest messages): those sequences will be
+    /// given to new messages, so resuming there would skip them.
+    pub(crate) fn start_in(&self, now: &StreamInstance) -> Start {
+        if !self.stream.same_as(now) {
+            Start::Fresh("the stream was deleted and created again")
+        } else if self.after > now.last_sequence {
+            Start::Fresh("the resume point is past the stream's last sequence")
+        } else {
+            Start::After(self.after)
+        }
+    }
 }
 
 /// Ensures streams and consumers through the JetStream API.
@@ -308,6 +372,40 @@ impl Provisioner {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn instance(created: &str, last_sequence: u64) -> StreamInstance {
+        StreamInstance {
+            name: "S".to_owned(),
+            created: created.into(),
+            last_sequence,
+        }
+    }
+
+    #[test]
+    fn a_resume_point_holds_in_its_own_stream_instance_only() {
+        let point = ResumePoint {
+            stream: instance("t1", 100),
+            after: 100,
+        };
+        // The same instance, grown (or purged: the first sequence does not matter).
+        assert_eq!(point.start_in(&instance("t1", 150)), Start::After(100));
+        assert_eq!(point.start_in(&instance("t1", 100)), Start::After(100));
+        // Deleted and created again: sequences start again at 1.
+        assert!(matches!(
+            point.start_in(&instance("t2", 150)),
+            Start::Fresh(_)
+        ));
+        // Past the last sequence: not the stream the point was read in.
+        assert!(matches!(
+            point.start_in(&instance("t1", 99)),
+            Start::Fresh(_)
+        ));
+        let other_name = StreamInstance {
+            name: "T".to_owned(),
+            ..instance("t1", 150)
+        };
+        assert!(matches!(point.start_in(&other_name), Start::Fresh(_)));
+    }
 
     #[test]
     fn versions_compare_as_numbers() {

@@ -7,6 +7,7 @@
 //! - `relay`: [`Relay`] handles and relay names.
 //! - `tasks`: the supervised tasks of a running runtime, restarted if they panic, drained
 //!   (in the background if the run is dropped).
+//! - `resume`: where a re-created consumer resumes (tied to the stream instance).
 //! - `supervise`: one task per consumer: ensure, consume, re-ensure after a loss, drain.
 //! - `feed`: where a consumer's messages come from (`pull`: our own pull requests; push).
 //! - `pump`: flow control: how many messages are held and started at once.
@@ -18,6 +19,7 @@ mod feed;
 mod pull;
 mod pump;
 mod relay;
+mod resume;
 mod signals;
 mod streams;
 mod supervise;

@@ -3,7 +3,7 @@
 //! reads.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use async_nats::jetstream::consumer::{self, FromConsumer, push};
@@ -17,9 +17,10 @@ use super::feed::{Feed, Pusher, consumer_gone};
 use super::pull::Puller;
 use super::pump::{Exit, finish_in_flight, pump};
 use super::relay::relay_name;
+use super::resume::{Progress, Resume, tracked};
 use crate::handler::Scope;
 use crate::health::{ConsumerState, Slot};
-use crate::provision::{ProvisionError, UpdateMode};
+use crate::provision::{Ensured, ProvisionError, StreamInstance, UpdateMode};
 use crate::registry::Consumer;
 use topology_core::model::{ConsumerKind, Delivery};
 
@@ -40,7 +41,9 @@ pub(super) async fn supervise(
     let stream = consumer.decl.stream.name();
     let policy = *inner.ensurer.policy();
     let mut backoff = policy.backoff_until(None);
-    let mut mode = UpdateMode::Update;
+    // Where a consumer re-created after a loss resumes, and in which stream instance.
+    let resume = Resume::new(relay.is_some());
+    let mut ensured_once = false;
     // Handlers outlive the session that started them: a lost consumer is re-ensured at once,
     // while they finish and settle their messages (their acks go to the same durable).
     let mut in_flight = JoinSet::new();
@@ -49,17 +52,32 @@ pub(super) async fn supervise(
     let mut stopped_by: Option<ProvisionError> = None;
     loop {
         slot.transition(ConsumerState::Provisioning);
+        // Updates happen at start-up only; a re-ensure after a loss creates but never
+        // updates, so an old instance cannot revert a newer one's configuration.
+        let mode = if ensured_once {
+            UpdateMode::CreateOnly {
+                resume: resume.point(),
+            }
+        } else {
+            UpdateMode::Update
+        };
         let ensured = tokio::select! {
-            r = inner.ensurer.ensure(consumer, relay.as_deref(), mode) => r,
+            r = inner.ensurer.ensure(consumer, relay.as_deref(), &mode) => r,
             _ = cancel.cancelled() => break,
         };
+        let mut at_once = false;
         let failure = match ensured {
-            Ok(info) => {
-                // Updates happen at start-up only; a re-ensure after a loss creates but never
-                // updates, so an old instance cannot revert a newer one's configuration.
-                let floor = &slot.ack_floor;
-                floor.fetch_max(info.ack_floor.stream_sequence, Ordering::Relaxed);
+            Ok(Ensured {
+                consumer: info,
+                stream: instance,
+            }) => {
+                ensured_once = true;
+                let (floor, progress) = resume.begin(&instance, &info);
+                if relay.is_none() {
+                    slot.ack_floor.store(floor, Ordering::Relaxed);
+                }
                 let (stream_name, name) = (info.stream_name.clone(), info.name.clone());
+                let session_consumer = info.created.to_string();
                 slot.transition(ConsumerState::Running);
                 let session = std::time::Instant::now();
                 let exit = tokio::select! {
@@ -67,15 +85,18 @@ pub(super) async fn supervise(
                         &inner,
                         consumer,
                         &slot,
-                        info,
+                        (info, progress),
                         &cancel,
                         &mut in_flight,
                         &abandoned,
                     ) => exit,
-                    never = follow_ack_floor(&inner, &stream_name, &name, floor), if relay.is_none() => match never {},
-                };
-                mode = UpdateMode::CreateOnly {
-                    resume_after: Some(floor.load(Ordering::Relaxed)),
+                    never = follow_ack_floor(
+                        &inner,
+                        (&stream_name, &name, &session_consumer),
+                        &instance,
+                        &resume,
+                        &slot,
+                    ), if relay.is_none() => match never {},
                 };
                 match exit {
                     Exit::Drained => break,
@@ -84,6 +105,13 @@ pub(super) async fn supervise(
                         // at once keeps backing off.
                         if session.elapsed() >= policy.cap {
                             backoff.reset();
+                        }
+                        // A relay that ran is re-created at once: every broadcast published
+                        // meanwhile waits for it in the stream, but a short gap is a short
+                        // delay. Only the first attempt: a relay lost again at once backs off.
+                        if relay.is_some() && session.elapsed() >= HEALTHY_SESSION {
+                            backoff.reset();
+                            at_once = true;
                         }
                         reason
                     }
@@ -101,6 +129,9 @@ pub(super) async fn supervise(
             attempt: backoff.failures(),
             error: failure,
         });
+        if at_once {
+            continue;
+        }
         tokio::select! {
             _ = tokio::time::sleep(delay) => {}
             // A relay's ensure(): retry at once.
@@ -144,14 +175,21 @@ pub(super) async fn supervise(
     }
 }
 
-/// Keeps `floor` at the consumer's ack floor on the server, read every two heartbeats (10 s by
-/// default), so that a consumer deleted out of band is re-created where it was acknowledged,
-/// not at the start of its stream. Never returns.
+/// A relay session that ran this long was not lost at once: its loss is re-ensured without
+/// waiting.
+const HEALTHY_SESSION: Duration = Duration::from_secs(1);
+
+/// Keeps the resume point at the consumer's ack floor on the server, read every two
+/// heartbeats (10 s by default), so that a consumer deleted out of band is re-created where
+/// it was acknowledged, not at the start of its stream. Only a floor of the consumer this
+/// session bound (the same `created` time) counts: it lives in the session's stream instance.
+/// Never returns.
 async fn follow_ack_floor(
     inner: &Inner,
-    stream: &str,
-    consumer: &str,
-    floor: &AtomicU64,
+    (stream, consumer, created): (&str, &str, &str),
+    instance: &StreamInstance,
+    resume: &Resume,
+    slot: &Slot,
 ) -> std::convert::Infallible {
     let mut every = tokio::time::interval(inner.settings.heartbeat * 2);
     every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -159,8 +197,11 @@ async fn follow_ack_floor(
     loop {
         every.tick().await;
         let read = inner.ensurer.provisioner().read_consumer(stream, consumer);
-        if let Ok(Some(info)) = read.await {
-            floor.fetch_max(info.ack_floor.stream_sequence, Ordering::Relaxed);
+        if let Ok(Some(info)) = read.await
+            && info.created.to_string() == created
+        {
+            let floor = resume.follow(instance, info.ack_floor.stream_sequence);
+            slot.ack_floor.store(floor, Ordering::Relaxed);
         }
     }
 }
@@ -171,7 +212,8 @@ async fn consume(
     inner: &Arc<Inner>,
     consumer: &Consumer,
     slot: &Arc<Slot>,
-    info: consumer::Info,
+    // The consumer as ensured, and (a relay) where its handlers record their progress.
+    (info, progress): (consumer::Info, Option<Arc<Progress>>),
     cancel: &CancellationToken,
     in_flight: &mut JoinSet<()>,
     abandoned: &Abandoned,
@@ -179,8 +221,16 @@ async fn consume(
     let settings = &inner.settings;
     let js = inner.ensurer.provisioner().jetstream().clone();
     let queue = consumer.decl.as_queue();
+    let max_deliver = u64::try_from(info.config.max_deliver)
+        .ok()
+        .filter(|n| *n > 0);
+    // A relay counts what its handlers handled, to resume after it when re-created.
+    let handler = match progress {
+        Some(progress) => tracked(consumer.handler.clone(), progress, max_deliver),
+        None => consumer.handler.clone(),
+    };
     let settle = Arc::new(Settle {
-        handler: consumer.handler.clone(),
+        handler,
         scope: Arc::new(Scope {
             stream: info.stream_name.clone(),
             consumer: info.name.clone(),
@@ -189,9 +239,7 @@ async fn consume(
             stream_missing: inner.health.shared.stream_missing.clone(),
         }),
         slot: slot.clone(),
-        max_deliver: u64::try_from(info.config.max_deliver)
-            .ok()
-            .filter(|n| *n > 0),
+        max_deliver,
         // The declared backoff (never sent to the server: there it would replace ack_wait).
         backoff: queue.map(|q| q.backoff.to_vec()).unwrap_or_default(),
         redelivery: settings.redelivery,

@@ -1,0 +1,232 @@
+//! Resume points of a supervised consumer, each tied to the stream instance it came from: a
+//! queue consumer's ack floor (read from the server), a relay's last handled sequence (counted
+//! here, as its handlers finish). A consumer re-created after a loss starts after its resume
+//! point only while the stream is that instance (see `provision::ResumePoint::start_in`).
+
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use async_nats::jetstream::consumer;
+
+use crate::handler::{HandlerFuture, Incoming};
+use crate::provision::{ResumePoint, StreamInstance};
+use crate::registry::SharedHandler;
+
+/// Where one supervised consumer would resume, across its sessions.
+pub(super) struct Resume {
+    /// A relay's (`true`) resume point is what its handlers handled; a queue consumer's is
+    /// its ack floor on the server.
+    relay: bool,
+    /// The ack floor as last read, in the stream instance it was read in.
+    floor: Mutex<Option<ResumePoint>>,
+    /// A relay's current (or last) session.
+    session: Mutex<Option<Arc<Progress>>>,
+}
+
+impl Resume {
+    pub(super) fn new(relay: bool) -> Self {
+        Resume {
+            relay,
+            floor: Mutex::new(None),
+            session: Mutex::new(None),
+        }
+    }
+
+    /// Where a consumer re-created now should start after (`None`: as declared).
+    pub(super) fn point(&self) -> Option<ResumePoint> {
+        if self.relay {
+            lock(&self.session).as_ref().map(|p| p.resume_point())
+        } else {
+            lock(&self.floor).clone()
+        }
+    }
+
+    /// A session begins on `info`, ensured in `stream`: its ack floor is where it stands (a
+    /// consumer just created at a resume point has its floor there). Returns the floor now
+    /// held, and a relay's progress for the session's handlers to record into.
+    pub(super) fn begin(
+        &self,
+        stream: &StreamInstance,
+        info: &consumer::Info,
+    ) -> (u64, Option<Arc<Progress>>) {
+        let floor = info.ack_floor.stream_sequence;
+        let held = self.follow(stream, floor);
+        if !self.relay {
+            return (held, None);
+        }
+        let progress = Arc::new(Progress {
+            stream: stream.clone(),
+            state: Mutex::new(ProgressState {
+                base: floor,
+                unsettled: BTreeSet::new(),
+                handled_max: floor,
+            }),
+        });
+        *lock(&self.session) = Some(progress.clone());
+        (held, Some(progress))
+    }
+
+    /// The ack floor read on the server in `stream`: it only moves forward within one stream
+    /// instance, and starts again in another. Returns the floor now held.
+    pub(super) fn follow(&self, stream: &StreamInstance, floor: u64) -> u64 {
+        let mut held = lock(&self.floor);
+        match &mut *held {
+            Some(point) if point.stream.same_as(stream) => {
+                point.after = point.after.max(floor);
+                point.after
+            }
+            other => {
+                *other = Some(ResumePoint {
+                    stream: stream.clone(),
+                    after: floor,
+                });
+                floor
+            }
+        }
+    }
+}
+
+/// What one relay session has handled. Its handlers may finish out of order (a concurrency
+/// above one, a failure redelivered later), so the resume point is not the highest sequence
+/// handled but the one below the lowest sequence started and not settled: nothing below it
+/// is left unhandled. A message fetched but never started (returned when the session ended,
+/// to a consumer that may be gone) has a higher sequence than every first delivery started
+/// before it (the server delivers in stream order), so it is above the point too.
+pub(super) struct Progress {
+    stream: StreamInstance,
+    state: Mutex<ProgressState>,
+}
+
+struct ProgressState {
+    /// The consumer's ack floor when the session began: everything up to it was handled.
+    base: u64,
+    /// Started and not settled yet (running, failed and to be redelivered, or stopped).
+    unsettled: BTreeSet<u64>,
+    /// The highest sequence settled in this session (or `base`).
+    handled_max: u64,
+}
+
+impl Progress {
+    fn started(&self, sequence: u64) {
+        lock(&self.state).unsettled.insert(sequence);
+    }
+
+    /// The handler succeeded, or failed for good (the message is dead-lettered and
+    /// terminated: never delivered again).
+    fn settled(&self, sequence: u64) {
+        let mut state = lock(&self.state);
+        state.unsettled.remove(&sequence);
+        state.handled_max = state.handled_max.max(sequence);
+    }
+
+    fn resume_point(&self) -> ResumePoint {
+        let state = lock(&self.state);
+        let after = match state.unsettled.first() {
+            Some(lowest) => lowest.saturating_sub(1),
+            None => state.handled_max.max(state.base),
+        };
+        ResumePoint {
+            stream: self.stream.clone(),
+            after,
+        }
+    }
+}
+
+/// `handler`, recording into `progress` which stream sequences it started and settled.
+/// `max_deliver` tells a failure that ends in a dead letter (settled) from one redelivered
+/// later (not settled).
+pub(super) fn tracked(
+    handler: SharedHandler,
+    progress: Arc<Progress>,
+    max_deliver: Option<u64>,
+) -> SharedHandler {
+    Arc::new(move |incoming: Incoming| -> HandlerFuture {
+        let sequence = incoming.context().stream_sequence();
+        let delivered = incoming.context().delivered();
+        // 0: the delivery metadata could not be read; nothing to resume by.
+        if sequence > 0 {
+            progress.started(sequence);
+        }
+        let handled = handler(incoming);
+        let progress = progress.clone();
+        Box::pin(async move {
+            let outcome = handled.await;
+            let settled = match &outcome {
+                Ok(()) => true,
+                Err(e) => e.is_permanent() || max_deliver.is_some_and(|max| delivered >= max),
+            };
+            if settled && sequence > 0 {
+                progress.settled(sequence);
+            }
+            outcome
+        })
+    })
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn instance(created: &str) -> StreamInstance {
+        StreamInstance {
+            name: "S".to_owned(),
+            created: created.into(),
+            last_sequence: 1000,
+        }
+    }
+
+    fn progress(base: u64) -> Progress {
+        Progress {
+            stream: instance("t1"),
+            state: Mutex::new(ProgressState {
+                base,
+                unsettled: BTreeSet::new(),
+                handled_max: base,
+            }),
+        }
+    }
+
+    #[test]
+    fn a_relay_resumes_below_its_lowest_unsettled_message() {
+        let p = progress(10);
+        assert_eq!(
+            p.resume_point().after,
+            10,
+            "nothing handled yet: where it began"
+        );
+        for s in 11..=14 {
+            p.started(s);
+        }
+        // Out of order: 12 and 14 finish before 11 and 13.
+        p.settled(12);
+        p.settled(14);
+        assert_eq!(p.resume_point().after, 10);
+        p.settled(11);
+        assert_eq!(p.resume_point().after, 12, "13 still runs");
+        p.settled(13);
+        assert_eq!(p.resume_point().after, 14);
+        // A failure to be redelivered holds the point below it.
+        p.started(15);
+        p.started(16);
+        p.settled(16);
+        assert_eq!(p.resume_point().after, 14);
+    }
+
+    #[test]
+    fn an_ack_floor_moves_forward_in_one_stream_and_starts_again_in_another() {
+        let resume = Resume::new(false);
+        assert_eq!(resume.point(), None);
+        assert_eq!(resume.follow(&instance("t1"), 100), 100);
+        assert_eq!(resume.follow(&instance("t1"), 90), 100, "never backwards");
+        assert_eq!(
+            resume.follow(&instance("t2"), 3),
+            3,
+            "a new stream instance"
+        );
+        assert_eq!(resume.point().unwrap().stream.created.as_ref(), "t2");
+    }
+}
