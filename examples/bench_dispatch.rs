@@ -305,8 +305,8 @@ async fn work(work: Duration) {
     }
 }
 
-/// The raw loop: pull, work, ack each, until `count` messages, sequentially (`concurrency`
-/// 1) or with `for_each_concurrent`; timed from the first message. Non-fatal stream errors
+/// The raw loop: pull, work, ack each, until `count` messages, sequentially (at a
+/// concurrency of 1) or with `for_each_concurrent`; timed from the first message. Non-fatal stream errors
 /// are passed over and counted.
 async fn raw(
     js: &jetstream::Context,
