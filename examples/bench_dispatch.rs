@@ -1,23 +1,37 @@
-//! Dispatch benchmark: a raw async-nats pull loop against our queue consumer with a no-op
-//! handler, side by side in one run, on one server, over the same messages.
+//! Dispatch benchmark: raw async-nats pull loops against our queue consumer, side by side in
+//! one run, on one server, over the same messages, with a no-op handler and with a handler
+//! that waits (an awaited sleep standing for I/O).
 //!
 //! ```text
-//! cargo run --release --example bench_dispatch -- [--messages 200000] [--reps 3] [--batch 200]
+//! cargo run --release --example bench_dispatch -- [--messages 200000] [--wait-messages 5000]
+//!     [--work-us 1000] [--reps 3] [--batch 200]
 //! ```
 //!
 //! Every variant consumes the same stream through its own durable pull consumer (explicit
 //! ack, deliver all) with the same pull batch and the same expiry, and acks every message.
-//! The raw loop is `consumer.stream().max_messages_per_batch(batch).messages()` and
-//! `message.ack().await` for each. Ours is `Runtime` with a no-op handler, at concurrency
-//! 1, 8 and 64. Rounds alternate the variants; the table shows medians. The last line is
-//! one JSON object; `ratio` is ours at concurrency 1 (the default) over raw.
+//! Two phases, each round running every variant of both:
+//!
+//! - **no-op** (`--messages`): the handler does nothing;
+//! - **wait** (`--wait-messages`, skipped with `--work-us 0`): the handler awaits a
+//!   `--work-us` sleep. The sequential variants (raw sequential, ours at concurrency 1) take a
+//!   tenth of the messages there, since they handle one message per sleep.
+//!
+//! Variants: **raw sequential** is `consumer.stream().max_messages_per_batch(batch).messages()`
+//! and, for each message, the work then `message.ack().await`; **raw concurrent C** is the same
+//! stream with `for_each_concurrent(C)` (the loop a user writes in ten lines); **ours C** is
+//! `Runtime` at concurrency C (1, 8, 64). The raw loops go on past the stream's non-fatal errors
+//! (missed heartbeats, a failed pull request) and count them. Rounds alternate the variants;
+//! the tables show medians. The last line is one JSON object: `ratio` is ours at concurrency
+//! 1 over raw sequential (no-op); `ratio_c8_noop`, `ratio_c64_noop` are ours at 8 and 64 over
+//! raw sequential (no-op); `ratio_c8_wait`, `ratio_c64_wait` ours at 8 and 64 over raw
+//! concurrent at the same C (wait).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use async_nats::jetstream::{self, consumer, stream};
-use futures::StreamExt;
+use futures::{StreamExt, TryStreamExt};
 use nats_topology::model::{ConsumerDecl, QueueDecl, StreamDecl, StreamRef};
 use nats_topology::{HandlerError, Runtime, Topology};
 use nats_topology_testkit::NatsServer;
@@ -25,8 +39,12 @@ use nats_topology_testkit::NatsServer;
 static BENCH: StreamDecl = StreamDecl::new("BENCH_DISPATCH", &["bench.dispatch.>"]);
 const SUBJECT: &str = "bench.dispatch.events";
 
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
 struct Args {
     messages: u64,
+    wait_messages: u64,
+    work_us: u64,
     reps: usize,
     batch: usize,
 }
@@ -34,6 +52,8 @@ struct Args {
 fn args() -> Args {
     let mut args = Args {
         messages: 200_000,
+        wait_messages: 5_000,
+        work_us: 1_000,
         reps: 3,
         batch: 200,
     };
@@ -42,16 +62,76 @@ fn args() -> Args {
         let value = it.next().unwrap_or_default();
         match flag.as_str() {
             "--messages" => args.messages = value.parse().expect("--messages N"),
+            "--wait-messages" => args.wait_messages = value.parse().expect("--wait-messages N"),
+            "--work-us" => args.work_us = value.parse().expect("--work-us N"),
             "--reps" => args.reps = value.parse().expect("--reps N"),
             "--batch" => args.batch = value.parse().expect("--batch N"),
-            other => panic!("unknown flag {other}; expected --messages, --reps, --batch"),
+            other => panic!(
+                "unknown flag {other}; expected --messages, --wait-messages, --work-us, --reps, --batch"
+            ),
         }
     }
     args
 }
 
+#[derive(Clone, Copy, PartialEq)]
+enum Variant {
+    /// The raw loop; `1` is the plain sequential loop, more is `for_each_concurrent`.
+    Raw(usize),
+    /// Our runtime at this concurrency.
+    Ours(u32),
+}
+
+const VARIANTS: [Variant; 6] = [
+    Variant::Raw(1),
+    Variant::Raw(8),
+    Variant::Raw(64),
+    Variant::Ours(1),
+    Variant::Ours(8),
+    Variant::Ours(64),
+];
+
+impl Variant {
+    fn label(self) -> String {
+        match self {
+            Variant::Raw(1) => "raw sequential".to_owned(),
+            Variant::Raw(c) => format!("raw concurrent {c}"),
+            Variant::Ours(c) => format!("ours, concurrency {c}"),
+        }
+    }
+
+    fn sequential(self) -> bool {
+        matches!(self, Variant::Raw(1) | Variant::Ours(1))
+    }
+
+    /// The raw loop it is compared with: raw sequential with a no-op handler (what it costs
+    /// per message), raw concurrent at the same concurrency when handlers wait.
+    fn reference(self, waits: bool) -> Variant {
+        match self {
+            Variant::Ours(c) if waits => Variant::Raw(c as usize),
+            _ => Variant::Raw(1),
+        }
+    }
+}
+
+struct Phase {
+    name: &'static str,
+    work: Duration,
+    messages: u64,
+}
+
+impl Phase {
+    fn count(&self, variant: Variant) -> u64 {
+        if self.work.is_zero() || !variant.sequential() {
+            self.messages
+        } else {
+            (self.messages / 10).max(100)
+        }
+    }
+}
+
 #[tokio::main]
-async fn main() -> Result<(), Box<dyn std::error::Error>> {
+async fn main() -> Result<(), BoxError> {
     let args = args();
     let (url, _server) = match std::env::var("NATS_URL") {
         Ok(url) => (url, None),
@@ -70,81 +150,139 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         ..Default::default()
     })
     .await?;
-    publish(&js, args.messages).await?;
+    let mut phases = vec![Phase {
+        name: "no-op",
+        work: Duration::ZERO,
+        messages: args.messages,
+    }];
+    if args.work_us > 0 {
+        phases.push(Phase {
+            name: "wait",
+            work: Duration::from_micros(args.work_us),
+            messages: args.wait_messages,
+        });
+    }
+    let stored = phases.iter().map(|p| p.messages).max().unwrap_or(0);
+    publish(&js, stored).await?;
     println!(
-        "{} messages of {} bytes, pull batch {}, {} rounds",
-        args.messages,
+        "{stored} messages of {} bytes, pull batch {}, {} rounds; no-op: {} messages; wait: {} messages (sequential variants {}), handler awaits {} us",
         payload(0).len(),
         args.batch,
-        args.reps
+        args.reps,
+        args.messages,
+        args.wait_messages,
+        (args.wait_messages / 10).max(100),
+        args.work_us
     );
 
-    let variants: Vec<Option<u32>> = vec![None, Some(1), Some(8), Some(64)];
-    let mut rates: Vec<Vec<f64>> = vec![Vec::new(); variants.len()];
+    // rates[phase][variant]
+    let mut rates: Vec<Vec<Vec<f64>>> = vec![vec![Vec::new(); VARIANTS.len()]; phases.len()];
     let mut run = 0;
     for rep in 0..args.reps {
-        for (i, variant) in variants.iter().enumerate() {
-            run += 1;
-            let durable: &'static str = format!("bench_{run}").leak();
-            let elapsed = match variant {
-                None => raw(&js, durable, args.messages, args.batch).await?,
-                Some(c) => ours(&client, durable, args.messages, args.batch, *c).await?,
-            };
-            let rate = args.messages as f64 / elapsed.as_secs_f64();
-            println!(
-                "  round {} {:<24} {:>10.0} msg/s",
-                rep + 1,
-                label(*variant),
-                rate
-            );
-            rates[i].push(rate);
-            js.get_stream(BENCH.name)
-                .await?
-                .delete_consumer(durable)
-                .await?;
+        for (p, phase) in phases.iter().enumerate() {
+            for (i, variant) in VARIANTS.iter().enumerate() {
+                run += 1;
+                let durable: &'static str = format!("bench_{run}").leak();
+                let count = phase.count(*variant);
+                let (elapsed, errors) = match *variant {
+                    Variant::Raw(c) => raw(&js, durable, count, args.batch, c, phase.work).await?,
+                    Variant::Ours(c) => {
+                        let elapsed =
+                            ours(&client, durable, count, args.batch, c, phase.work).await?;
+                        (elapsed, 0)
+                    }
+                };
+                let rate = count as f64 / elapsed.as_secs_f64();
+                let note = if errors > 0 {
+                    format!("  ({errors} stream errors passed over)")
+                } else {
+                    String::new()
+                };
+                println!(
+                    "  round {} {:<6} {:<24} {:>10.0} msg/s{note}",
+                    rep + 1,
+                    phase.name,
+                    variant.label(),
+                    rate
+                );
+                rates[p][i].push(rate);
+                js.get_stream(BENCH.name)
+                    .await?
+                    .delete_consumer(durable)
+                    .await?;
+            }
         }
     }
 
-    let medians: Vec<f64> = rates.iter().map(|r| median(r.clone())).collect();
-    let raw_rate = medians[0];
-    println!("\n| variant | median msg/s | ours/raw |\n|---|---:|---:|");
-    for (variant, rate) in variants.iter().zip(&medians) {
+    let medians: Vec<Vec<f64>> = rates
+        .iter()
+        .map(|phase| phase.iter().map(|r| median(r.clone())).collect())
+        .collect();
+    let rate = |phase: usize, variant: Variant| {
+        medians
+            .get(phase)
+            .and_then(|m| VARIANTS.iter().position(|v| *v == variant).map(|i| m[i]))
+            .unwrap_or(f64::NAN)
+    };
+    for (p, phase) in phases.iter().enumerate() {
+        let waits = !phase.work.is_zero();
         println!(
-            "| {} | {:.0} | {:.3} |",
-            label(*variant),
-            rate,
-            rate / raw_rate
+            "\n{} ({} us):\n| variant | median msg/s | over raw sequential | over its reference |\n|---|---:|---:|---:|",
+            phase.name,
+            phase.work.as_micros()
         );
+        for variant in VARIANTS {
+            let r = rate(p, variant);
+            let reference = variant.reference(waits);
+            println!(
+                "| {} | {:.0} | {:.3} | {:.3} ({}) |",
+                variant.label(),
+                r,
+                r / rate(p, Variant::Raw(1)),
+                r / rate(p, reference),
+                reference.label()
+            );
+        }
     }
-    let ratio = medians[1] / raw_rate;
-    println!(
-        "{{\"messages\":{},\"batch\":{},\"reps\":{},\"raw_msgs_per_sec\":{:.0},\"ours_c1_msgs_per_sec\":{:.0},\"ours_c8_msgs_per_sec\":{:.0},\"ours_c64_msgs_per_sec\":{:.0},\"ratio\":{:.3},\"ratio_c8\":{:.3},\"ratio_c64\":{:.3}}}",
+    let (noop, wait) = (0, 1);
+    let ratio = |p: usize, c: u32, waits: bool| {
+        let ours = Variant::Ours(c);
+        rate(p, ours) / rate(p, ours.reference(waits))
+    };
+    let json = format!(
+        "{{\"messages\":{},\"wait_messages\":{},\"work_us\":{},\"batch\":{},\"reps\":{},\"raw_msgs_per_sec\":{:.0},\"raw_c8_msgs_per_sec\":{:.0},\"raw_c64_msgs_per_sec\":{:.0},\"ours_c1_msgs_per_sec\":{:.0},\"ours_c8_msgs_per_sec\":{:.0},\"ours_c64_msgs_per_sec\":{:.0},\"raw_wait_msgs_per_sec\":{:.0},\"raw_c8_wait_msgs_per_sec\":{:.0},\"raw_c64_wait_msgs_per_sec\":{:.0},\"ours_c1_wait_msgs_per_sec\":{:.0},\"ours_c8_wait_msgs_per_sec\":{:.0},\"ours_c64_wait_msgs_per_sec\":{:.0},\"ratio\":{:.3},\"ratio_c8_noop\":{:.3},\"ratio_c64_noop\":{:.3},\"ratio_c8_wait\":{:.3},\"ratio_c64_wait\":{:.3}}}",
         args.messages,
+        args.wait_messages,
+        args.work_us,
         args.batch,
         args.reps,
-        raw_rate,
-        medians[1],
-        medians[2],
-        medians[3],
-        ratio,
-        medians[2] / raw_rate,
-        medians[3] / raw_rate
+        rate(noop, Variant::Raw(1)),
+        rate(noop, Variant::Raw(8)),
+        rate(noop, Variant::Raw(64)),
+        rate(noop, Variant::Ours(1)),
+        rate(noop, Variant::Ours(8)),
+        rate(noop, Variant::Ours(64)),
+        rate(wait, Variant::Raw(1)),
+        rate(wait, Variant::Raw(8)),
+        rate(wait, Variant::Raw(64)),
+        rate(wait, Variant::Ours(1)),
+        rate(wait, Variant::Ours(8)),
+        rate(wait, Variant::Ours(64)),
+        ratio(noop, 1, false),
+        ratio(noop, 8, false),
+        ratio(noop, 64, false),
+        ratio(wait, 8, true),
+        ratio(wait, 64, true),
     );
+    println!("{}", json.replace("NaN", "null"));
     Ok(())
-}
-
-fn label(variant: Option<u32>) -> String {
-    match variant {
-        None => "raw async-nats".to_owned(),
-        Some(c) => format!("ours, concurrency {c}"),
-    }
 }
 
 fn payload(id: u64) -> Vec<u8> {
     format!("{{\"id\":{id:08},\"kind\":\"bench\"}}").into_bytes()
 }
 
-async fn publish(js: &jetstream::Context, count: u64) -> Result<(), Box<dyn std::error::Error>> {
+async fn publish(js: &jetstream::Context, count: u64) -> Result<(), BoxError> {
     let mut pending = Vec::with_capacity(1024);
     for id in 0..count {
         pending.push(js.publish(SUBJECT, payload(id).into()).await?);
@@ -160,13 +298,24 @@ async fn publish(js: &jetstream::Context, count: u64) -> Result<(), Box<dyn std:
     Ok(())
 }
 
-/// The raw loop: pull, ack each, until `count` messages; timed from the first message.
+/// The handler's work: an awaited sleep (I/O), or nothing.
+async fn work(work: Duration) {
+    if !work.is_zero() {
+        tokio::time::sleep(work).await;
+    }
+}
+
+/// The raw loop: pull, work, ack each, until `count` messages, sequentially (at a
+/// concurrency of 1) or with `for_each_concurrent`; timed from the first message. Non-fatal stream errors
+/// are passed over and counted.
 async fn raw(
     js: &jetstream::Context,
     durable: &str,
     count: u64,
     batch: usize,
-) -> Result<Duration, Box<dyn std::error::Error>> {
+    concurrency: usize,
+    work_for: Duration,
+) -> Result<(Duration, u64), BoxError> {
     let stream = js.get_stream(BENCH.name).await?;
     let consumer: consumer::PullConsumer = stream
         .create_consumer(consumer::pull::Config {
@@ -175,43 +324,78 @@ async fn raw(
             ..Default::default()
         })
         .await?;
-    let mut messages = consumer
+    let messages = consumer
         .stream()
         .max_messages_per_batch(batch)
         .expires(Duration::from_secs(30))
         .heartbeat(Duration::from_secs(5))
         .messages()
         .await?;
-    let mut started = None;
-    let mut seen = 0;
-    while let Some(message) = messages.next().await {
-        let message = message?;
-        started.get_or_insert_with(Instant::now);
-        message.ack().await.map_err(|e| e.to_string())?;
-        seen += 1;
-        if seen == count {
-            break;
+    let errors = AtomicU64::new(0);
+    // Missed heartbeats and failed pull requests are reported and the stream goes on; the
+    // consumer gone, or a request the server refuses, end it.
+    let messages = messages
+        .filter_map(|next| {
+            let next = match next {
+                Ok(message) => Some(Ok(message)),
+                Err(e) => {
+                    use consumer::pull::MessagesErrorKind as Kind;
+                    match e.kind() {
+                        Kind::ConsumerDeleted
+                        | Kind::PushBasedConsumer
+                        | Kind::RequestLimitExceeded => Some(Err(BoxError::from(e.to_string()))),
+                        _ => {
+                            errors.fetch_add(1, Ordering::Relaxed);
+                            None
+                        }
+                    }
+                }
+            };
+            futures::future::ready(next)
+        })
+        .take(usize::try_from(count)?);
+    let started: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    let handle = |message: jetstream::Message| {
+        started.get_or_init(Instant::now);
+        async move {
+            work(work_for).await;
+            message
+                .ack()
+                .await
+                .map_err(|e| BoxError::from(e.to_string()))
         }
+    };
+    if concurrency <= 1 {
+        let mut messages = std::pin::pin!(messages);
+        while let Some(message) = messages.try_next().await? {
+            handle(message).await?;
+        }
+    } else {
+        messages
+            .try_for_each_concurrent(concurrency, handle)
+            .await?;
     }
-    let elapsed = started.expect("messages arrived").elapsed();
+    let elapsed = started.get().expect("messages arrived").elapsed();
     js.get_stream(BENCH.name).await?; // a round trip: acks are flushed before the next run
-    Ok(elapsed)
+    Ok((elapsed, errors.load(Ordering::Relaxed)))
 }
 
-/// Our runtime with a no-op handler: timed from the first handled message to the last ack.
+/// Our runtime, its handler doing `work_for`: timed from the first handled message to the
+/// last ack.
 async fn ours(
     client: &async_nats::Client,
     durable: &'static str,
     count: u64,
     batch: usize,
     concurrency: u32,
-) -> Result<Duration, Box<dyn std::error::Error>> {
+    work_for: Duration,
+) -> Result<Duration, BoxError> {
     let first: Arc<std::sync::OnceLock<Instant>> = Arc::default();
     let handled = Arc::new(AtomicU64::new(0));
     let done = Arc::new(tokio::sync::Notify::new());
     let (h_first, h_handled, h_done) = (first.clone(), handled.clone(), done.clone());
     let decl = ConsumerDecl::queue(
-        "bench::noop",
+        "bench::handler",
         StreamRef::Declared(&BENCH),
         QueueDecl::new(durable),
     )
@@ -220,10 +404,14 @@ async fn ours(
         .stream(BENCH)
         .consumer(decl, move |_incoming| {
             h_first.get_or_init(Instant::now);
-            if h_handled.fetch_add(1, Ordering::Relaxed) + 1 == count {
-                h_done.notify_one();
-            }
-            Box::pin(async { Ok::<(), HandlerError>(()) })
+            let (handled, done) = (h_handled.clone(), h_done.clone());
+            Box::pin(async move {
+                work(work_for).await;
+                if handled.fetch_add(1, Ordering::Relaxed) + 1 == count {
+                    done.notify_one();
+                }
+                Ok::<(), HandlerError>(())
+            })
         });
     let runtime = Runtime::builder(client.clone())
         .topology(topology)

@@ -1,10 +1,11 @@
 //! Dispatch on a real server: poison payloads dead-lettered with their reason, handlers slower
-//! than `ack_wait` kept alive by progress acks, never more fetched than can be started, and a
-//! panicking handler counted as a failure.
+//! than `ack_wait` kept alive by progress acks, never more fetched than can be started (or than
+//! one pull batch, when it is larger), and a panicking handler counted as a failure.
 
 mod fixture;
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -330,4 +331,66 @@ async fn panicking_handler_is_a_failure_not_a_crash() {
     );
     fixture::settled(&js, "PANICS", "fragile", Duration::from_secs(5)).await;
     running.stop().await.expect("clean drain");
+}
+
+/// Concurrency 4, a pull batch of 7, handlers held until released: the instance holds and asks
+/// for one batch, no more. The server shows exactly one batch delivered and unacknowledged (4
+/// running, 3 waiting) and no pull request open, so it can send nothing more; released, every
+/// job is handled once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_larger_than_the_concurrency_holds_one_batch_no_more() {
+    let fx = Fixture::start().await;
+    let gate = Arc::new(tokio::sync::Semaphore::new(0));
+    let started = Arc::new(AtomicU64::new(0));
+    let stream = fixture::stream("AHEAD", &["ahead.jobs"]);
+    let queue = QueueDecl::new("ahead");
+    let consumer = fixture::queue("tests::ahead", &stream, "ahead.jobs", queue).concurrency(4);
+    let (ledger, held, counted) = (fx.ledger.clone(), gate.clone(), started.clone());
+    let topology = Topology::new()
+        .stream(stream)
+        .consumer(consumer, move |incoming| {
+            let (ledger, gate, started) = (ledger.clone(), held.clone(), counted.clone());
+            Box::pin(async move {
+                let id = fixture::job_id(&incoming)?;
+                started.fetch_add(1, Ordering::SeqCst);
+                gate.acquire().await.expect("the gate stays open").forget();
+                ledger.record(id);
+                Ok(())
+            })
+        });
+    let builder = fixture::fast(fx.builder().await).topology(topology);
+    let running = Running::start(builder.pull_batch(7)).await;
+
+    let js = fx.jetstream().await;
+    fixture::publish_jobs(&js, "ahead.jobs", 0..20).await;
+    let info = eventually(
+        Duration::from_secs(10),
+        "one batch held, no pull request open",
+        || async {
+            let info = fixture::consumer_info(&js, "AHEAD", "ahead").await?;
+            (info.num_ack_pending == 7 && info.num_waiting == 0).then_some(info)
+        },
+    )
+    .await;
+    assert_eq!(
+        info.num_pending, 13,
+        "the rest stays on the server: {info:?}"
+    );
+    eventually(
+        Duration::from_secs(10),
+        "concurrency handlers started",
+        || {
+            let n = started.load(Ordering::SeqCst);
+            async move { (n == 4).then_some(()) }
+        },
+    )
+    .await;
+
+    gate.add_permits(20);
+    fx.ledger
+        .wait_len(20, Duration::from_secs(20), "every job handled")
+        .await;
+    fixture::settled(&js, "AHEAD", "ahead", Duration::from_secs(5)).await;
+    running.stop().await.expect("clean drain");
+    fx.ledger.assert_handled_once(20);
 }

@@ -143,8 +143,9 @@ impl RuntimeBuilder {
     /// The most messages one pull request asks for (default: the consumer's concurrency).
     /// The runtime asks only for what it can start now, so by default nothing waits in this
     /// instance while its `ack_wait` runs. A batch larger than the concurrency trades that for
-    /// fewer round trips: up to a batch of messages is fetched ahead and waits here (their
-    /// `ack_wait` running, no progress acks) while others are handled.
+    /// fewer round trips: up to a batch of messages is held and asked for, so that a handler
+    /// that finishes finds its next message here rather than a round trip away. Those waiting
+    /// get progress acks (their `ack_wait` does not run out here), and a drain returns them.
     pub fn pull_batch(mut self, batch: usize) -> Self {
         self.settings.pull_batch = Some(batch.max(1));
         self

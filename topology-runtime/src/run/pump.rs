@@ -1,13 +1,27 @@
 //! Flow control: how many messages a consumer holds and starts at once. At most
-//! `concurrency` handlers run; a pull feed asks for no more than there is room for; handlers
-//! run inline at a concurrency of one (no task per message), else as tasks.
+//! `concurrency` handlers run; a pull feed holds and asks for at most its capacity, the larger
+//! of the concurrency and the pull batch, so by default nothing is fetched that cannot start at
+//! once. A larger batch is fetched ahead (a handler that finishes finds its next message here
+//! rather than a round trip away); messages waiting to start get progress acks, so their
+//! `ack_wait` does not run out here.
+//!
+//! Every handler is first polled inline, on this task: one that finishes without waiting (a
+//! no-op, a handler that only computes) costs no task, no cross-thread wake-up and no timer.
+//! A handler that waits stays in a set polled by this task, as a `for_each_concurrent` loop
+//! would keep it; when the session ends, the handlers still running become tasks of
+//! `in_flight`, which outlives the session and drains within the grace period.
 
 use std::collections::VecDeque;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_nats::jetstream::{self, AckKind};
+use futures::stream::FuturesUnordered;
+use futures::{FutureExt, StreamExt};
 use tokio::task::JoinSet;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::dispatch::{Settle, dispatch};
@@ -22,59 +36,85 @@ pub(super) enum Exit {
     Lost(String),
 }
 
-/// A drain's grace period ran out while a handler ran inline.
-struct Overdue;
+/// A handler that did not finish on its first poll.
+type Running = Pin<Box<dyn Future<Output = ()> + Send>>;
+
+/// A message received and not started yet.
+struct Waiting {
+    message: jetstream::Message,
+    /// When it arrived, or when its last progress ack was sent.
+    kept: Instant,
+}
 
 /// Reads messages and dispatches them, at most `concurrency` at once, until shutdown or loss.
-/// Handlers started here go into `in_flight`, which outlives this session.
+/// Handlers still running when the session ends go into `in_flight`, which outlives it (the
+/// grace period is applied to them by [`finish_in_flight`]).
 pub(super) async fn pump(
     mut feed: Feed,
     settle: Arc<Settle>,
     concurrency: usize,
     cancel: &CancellationToken,
     in_flight: &mut JoinSet<()>,
-    grace: Duration,
+    _grace: Duration,
 ) -> Exit {
     let capacity = feed.capacity(concurrency);
-    // Received and not started yet: normally one message, started at once; more only when a
-    // pull batch larger than the concurrency is set.
-    let mut waiting: VecDeque<jetstream::Message> = VecDeque::new();
-    let exit = 'session: loop {
+    // Received and not started yet: none by default; up to the batch beyond the concurrency
+    // when a larger pull batch is set.
+    let mut waiting: VecDeque<Waiting> = VecDeque::new();
+    // Handlers of this session that waited on their first poll, polled by this task.
+    let mut running: FuturesUnordered<Running> = FuturesUnordered::new();
+    // Every half progress interval, messages that waited at least that long are kept alive:
+    // a progress ack at most every `progress_every`, as for a running handler.
+    let keep_every = (settle.progress_every / 2).max(Duration::from_millis(10));
+    let mut keep_alive = tokio::time::interval_at(Instant::now() + keep_every, keep_every);
+    keep_alive.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let exit = loop {
         while in_flight.try_join_next().is_some() {}
-        while in_flight.len() < concurrency
-            && let Some(message) = waiting.pop_front()
+        while running.len() + in_flight.len() < concurrency
+            && let Some(next) = waiting.pop_front()
         {
-            let started = if concurrency == 1 {
-                run_inline(message, &settle, cancel, grace).await
-            } else {
-                in_flight.spawn(dispatch(message, settle.clone()));
-                Ok(())
-            };
-            if let Err(Overdue) = started {
-                break 'session Exit::Drained;
+            let mut handler: Running = Box::pin(dispatch(next.message, settle.clone()));
+            // Most handlers finish without waiting: run them here, with no task.
+            if handler.as_mut().now_or_never().is_none() {
+                running.push(handler);
             }
         }
-        let room = capacity.saturating_sub(in_flight.len() + waiting.len());
-        let readable = feed.asks() || in_flight.len() < concurrency;
+        let started = running.len() + in_flight.len();
+        let room = capacity.saturating_sub(started + waiting.len());
+        let readable = feed.asks() || started < concurrency;
         let next = tokio::select! {
             biased;
             _ = cancel.cancelled() => break Exit::Drained,
             // A handler finished: there is room for more.
+            Some(()) = running.next(), if !running.is_empty() => continue,
             Some(_) = in_flight.join_next(), if !in_flight.is_empty() => continue,
+            _ = keep_alive.tick(), if !waiting.is_empty() => {
+                keep_waiting(&mut waiting, keep_every).await;
+                continue;
+            }
             next = feed.next(room), if readable => next,
         };
         match next {
             // Started at the top of the loop, as soon as there is room.
-            Ok(message) => waiting.push_back(message),
+            Ok(message) => waiting.push_back(Waiting {
+                message,
+                kept: Instant::now(),
+            }),
             Err(reason) => break Exit::Lost(reason),
         }
     };
+    // Handlers still running go on as tasks: a lost consumer is ensured again while they
+    // finish, and a drain waits for them within its grace period.
+    for handler in running {
+        in_flight.spawn(handler);
+    }
     if matches!(exit, Exit::Drained) {
         settle.slot.transition(ConsumerState::Draining);
     }
     // Hand back what was received but not started, so that another instance takes it at once.
-    waiting.extend(feed.close().await);
-    for message in waiting {
+    let mut unstarted: Vec<jetstream::Message> = waiting.into_iter().map(|w| w.message).collect();
+    unstarted.extend(feed.close().await);
+    for message in unstarted {
         if let Err(e) = message.ack_with(AckKind::Nak(None)).await {
             tracing::warn!(error = %e, "could not return an unstarted message");
         }
@@ -82,25 +122,14 @@ pub(super) async fn pump(
     exit
 }
 
-/// Runs one handler inline; [`Overdue`] when a drain's grace period ran out first (the handler
-/// is dropped; its message is recorded as abandoned and returned by the drain).
-async fn run_inline(
-    message: jetstream::Message,
-    settle: &Arc<Settle>,
-    cancel: &CancellationToken,
-    grace: Duration,
-) -> Result<(), Overdue> {
-    let overdue = async {
-        cancel.cancelled().await;
-        // Visible at once, even while this handler keeps the consumer busy.
-        settle.slot.transition(ConsumerState::Draining);
-        tokio::time::sleep(grace).await;
-    };
-    tokio::select! {
-        _ = dispatch(message, settle.clone()) => Ok(()),
-        _ = overdue => {
-            warn_overdue(&settle.slot, 1, grace);
-            Err(Overdue)
+/// Sends a progress ack for each waiting message not kept alive for `every`, so that its
+/// `ack_wait` does not run out while it waits here for a free handler.
+async fn keep_waiting(waiting: &mut VecDeque<Waiting>, every: Duration) {
+    let now = Instant::now();
+    for w in waiting.iter_mut().filter(|w| now >= w.kept + every) {
+        w.kept = now;
+        if let Err(e) = w.message.ack_with(AckKind::Progress).await {
+            tracing::debug!(error = %e, "could not keep a waiting message");
         }
     }
 }
