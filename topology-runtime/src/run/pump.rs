@@ -55,7 +55,6 @@ pub(super) async fn pump(
     concurrency: usize,
     cancel: &CancellationToken,
     in_flight: &mut JoinSet<()>,
-    _grace: Duration,
 ) -> Exit {
     let capacity = feed.capacity(concurrency);
     // Received and not started yet: none by default; up to the batch beyond the concurrency

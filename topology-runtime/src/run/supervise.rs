@@ -271,13 +271,5 @@ async fn consume(
             Err(e) => return Exit::Lost(format!("could not start pulling: {e}")),
         }
     };
-    pump(
-        feed,
-        settle,
-        concurrency,
-        cancel,
-        in_flight,
-        settings.grace_period,
-    )
-    .await
+    pump(feed, settle, concurrency, cancel, in_flight).await
 }
