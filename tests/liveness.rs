@@ -8,19 +8,12 @@ mod fixture;
 use std::time::Duration;
 
 use fixture::{Fixture, Running, job_topology, queue, stream};
-use nats_topology::model::{
-    BroadcastDecl, ConsumerDecl, Delivery, QueueDecl, StreamDecl, StreamRef,
-};
+use nats_topology::model::{Delivery, QueueDecl, StreamDecl};
 use nats_topology::{ConsumerState, RetryPolicy, Runtime, Topology};
 use nats_topology_testkit::eventually;
 
 fn relay_topology(stream: StreamDecl, ledger: fixture::Ledger) -> Topology {
-    let relay = ConsumerDecl::broadcast(
-        "liveness::relay",
-        StreamRef::Named(stream.name),
-        BroadcastDecl::new(),
-    )
-    .subjects(fixture::leak_all(&["live.status.>"]));
+    let relay = fixture::relay("liveness::relay", &stream, "live.status.>");
     Topology::new()
         .stream(stream)
         .consumer(relay, fixture::job_handler(ledger, Duration::ZERO))

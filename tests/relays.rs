@@ -7,17 +7,12 @@ use std::ops::Range;
 use std::time::Duration;
 
 use fixture::{Fixture, Ledger, Running};
-use nats_topology::model::{BroadcastDecl, ConsumerDecl, StreamDecl, StreamRef};
+use nats_topology::model::StreamDecl;
 use nats_topology::{Relay, RetryPolicy, Topology};
 use nats_topology_testkit::eventually;
 
 fn relay_topology(stream: StreamDecl, ledger: Ledger) -> Topology {
-    let relay = ConsumerDecl::broadcast(
-        "tests::relay_status",
-        StreamRef::Named(stream.name),
-        BroadcastDecl::new(),
-    )
-    .subjects(fixture::leak_all(&["status.>"]));
+    let relay = fixture::relay("tests::relay_status", &stream, "status.>");
     Topology::new()
         .stream(stream)
         .consumer(relay, fixture::job_handler(ledger, Duration::ZERO))

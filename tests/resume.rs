@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use async_nats::jetstream;
 use fixture::{Fixture, Ledger, Running};
-use nats_topology::model::{BroadcastDecl, ConsumerDecl, QueueDecl, Storage, StreamRef};
+use nats_topology::model::{QueueDecl, Storage};
 use nats_topology::{Relay, Topology};
 use nats_topology_testkit::eventually;
 
@@ -136,13 +136,7 @@ fn relay_topology(ledger: Ledger) -> Topology {
     let stream = fixture::stream("BROADCASTS", &["broadcast.>"]);
     // Handlers finish out of order (four at once): resuming after the highest sequence
     // handled could skip a lower one still running.
-    let relay = ConsumerDecl::broadcast(
-        "tests::relay_status",
-        StreamRef::Named(stream.name),
-        BroadcastDecl::new(),
-    )
-    .subjects(fixture::leak_all(&["broadcast.>"]))
-    .concurrency(4);
+    let relay = fixture::relay("tests::relay_status", &stream, "broadcast.>").concurrency(4);
     Topology::new().stream(stream).consumer(
         relay,
         fixture::job_handler(ledger, Duration::from_millis(3)),
