@@ -429,6 +429,75 @@ mod tests {
         assert!((0..100).all(|_| unbounded.fail().is_some()));
     }
 
+    /// Events on demand: `next_event` resolves when `fire` is called after it.
+    struct Manual {
+        notify: std::sync::Arc<tokio::sync::Notify>,
+        grace: Duration,
+    }
+
+    impl Wake for Manual {
+        fn next_event(&self) -> Pin<Box<dyn Future<Output = ()> + Send + 'static>> {
+            let notify = self.notify.clone();
+            Box::pin(async move { notify.notified().await })
+        }
+        fn spread(&self) -> Duration {
+            Duration::from_millis(1)
+        }
+        fn in_flight_grace(&self) -> Duration {
+            self.grace
+        }
+    }
+
+    #[tokio::test]
+    async fn an_event_abandons_an_unanswered_attempt_after_its_grace_and_ends_a_backoff_sleep() {
+        let notify = std::sync::Arc::new(tokio::sync::Notify::new());
+        let wake = Manual {
+            notify: notify.clone(),
+            grace: Duration::from_millis(20),
+        };
+        let firing = {
+            let notify = notify.clone();
+            tokio::spawn(async move {
+                loop {
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                    notify.notify_waiters();
+                }
+            })
+        };
+        // Backoff windows of an hour: only events can make this finish.
+        let slow = RetryPolicy {
+            base: Duration::from_secs(3600),
+            cap: Duration::from_secs(3600),
+            deadline: Duration::from_secs(7200),
+            ..RetryPolicy::default()
+        };
+        let mut calls = 0;
+        let outcome = tokio::time::timeout(
+            Duration::from_secs(10),
+            slow.backoff().run_waking(
+                || {
+                    calls += 1;
+                    let n = calls;
+                    async move {
+                        match n {
+                            // Never answered: abandoned after the grace and an event.
+                            1 => std::future::pending().await,
+                            // A transient failure: the hour-long sleep ends at an event.
+                            2 => Err("no leader"),
+                            _ => Ok(n),
+                        }
+                    }
+                },
+                |_| true,
+                Some(&wake),
+            ),
+        )
+        .await
+        .expect("woken, not left to the backoff");
+        firing.abort();
+        assert_eq!(outcome, Ok((3, 3)));
+    }
+
     #[tokio::test]
     async fn run_retries_transient_failures_only_and_counts_attempts() {
         let policy = RetryPolicy {

@@ -138,10 +138,12 @@ mod tests {
         let mut rng = Rng(0x2545_f491_4f6c_dd1d);
         for _ in 0..300 {
             let owners = 1 + rng.below(8);
-            let filters: Vec<(usize, String)> = (0..owners)
-                .flat_map(|o| (0..1 + rng.below(3)).map(move |_| o))
-                .map(|o| (o, random_filter(&mut rng)))
-                .collect();
+            let mut filters: Vec<(usize, String)> = Vec::new();
+            for owner in 0..owners {
+                for _ in 0..1 + rng.below(3) {
+                    filters.push((owner, random_filter(&mut rng)));
+                }
+            }
             let mut index = SubjectIndex::new();
             for (owner, filter) in &filters {
                 index.insert(*owner, filter);
