@@ -18,7 +18,9 @@
 //! 10008 once it knows there is none) every [`PROBE_INTERVAL`]. A probe answered after one
 //! that was not is the election, seen from this account. Both the advisories and the probe
 //! exist only while at least one retry waits: the first waiter starts one task that
-//! subscribes and probes, the last one to leave stops it.
+//! subscribes and probes; it stops [`LINGER`] after the last one leaves (so that the moment
+//! between a backoff sleep and the next attempt does not restart it and forget that the
+//! leader was gone).
 //!
 //! **The herd.** One election wakes every waiting replica at once. Each retries after a
 //! random delay in `[0, WAKE_SPREAD]` (and never later than its own backoff would have):
@@ -30,13 +32,14 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use async_nats::jetstream::{self, response::Response};
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
 use tokio::sync::broadcast;
+use tokio::time::Instant;
 
 use crate::retry::Wake;
 
@@ -55,6 +58,8 @@ pub(crate) const WAKE_SPREAD: Duration = Duration::from_millis(100);
 /// healthy create of a replicated stream is answered in tens of milliseconds (about 60 ms on
 /// 2.11.2 and later, nats-facts §6.1).
 pub(crate) const IN_FLIGHT_GRACE: Duration = Duration::from_millis(500);
+/// How long the watch outlives its last waiter.
+const LINGER: Duration = Duration::from_secs(1);
 
 /// What the watch saw.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -103,7 +108,10 @@ struct Inner {
 #[derive(Default)]
 struct State {
     waiters: usize,
-    task: Option<tokio::task::AbortHandle>,
+    /// Whether the watch task runs.
+    running: bool,
+    /// Since when no retry waits.
+    idle_since: Option<Instant>,
     /// Times the watch started (for tests and reports).
     starts: u64,
 }
@@ -123,7 +131,7 @@ impl LeaderWatch {
     /// Whether the subscriptions and the probe currently exist.
     #[cfg(test)]
     pub(crate) fn is_watching(&self) -> bool {
-        self.inner.state.lock().unwrap().task.is_some()
+        self.inner.state.lock().unwrap().running
     }
 
     /// Waits for the next election that concerns `stream`; the watch runs while this future
@@ -158,7 +166,8 @@ impl LeaderWatch {
     }
 }
 
-/// Counts one waiting retry; the first starts the watch, the last stops it.
+/// Counts one waiting retry; the first starts the watch (which stops by itself once none
+/// has waited for [`LINGER`]).
 struct Waiter(Arc<Inner>);
 
 impl Waiter {
@@ -166,10 +175,15 @@ impl Waiter {
         {
             let mut state = inner.state.lock().unwrap();
             state.waiters += 1;
-            if state.task.is_none() {
+            state.idle_since = None;
+            if !state.running {
+                state.running = true;
                 state.starts += 1;
-                let task = tokio::spawn(watch(inner.js.clone(), inner.elections.clone()));
-                state.task = Some(task.abort_handle());
+                tokio::spawn(watch(
+                    inner.js.clone(),
+                    inner.elections.clone(),
+                    Arc::downgrade(&inner),
+                ));
             }
         }
         Waiter(inner)
@@ -180,17 +194,29 @@ impl Drop for Waiter {
     fn drop(&mut self) {
         let mut state = self.0.state.lock().unwrap();
         state.waiters -= 1;
-        if state.waiters == 0
-            && let Some(task) = state.task.take()
-        {
-            // Dropping the task's subscribers unsubscribes.
-            task.abort();
+        if state.waiters == 0 {
+            state.idle_since = Some(Instant::now());
         }
     }
 }
 
-/// Subscribes to the leader advisories and probes the meta leader, sending each election.
-async fn watch(js: jetstream::Context, elections: broadcast::Sender<Election>) {
+/// Whether the watch should stop: no retry has waited for [`LINGER`], or the provisioner is
+/// gone. Marks it stopped under the lock, so that a new waiter starts a new one.
+fn should_stop(inner: &Weak<Inner>) -> bool {
+    let Some(inner) = inner.upgrade() else {
+        return true;
+    };
+    let mut state = inner.state.lock().unwrap();
+    let idle = state.waiters == 0 && state.idle_since.is_none_or(|t| t.elapsed() >= LINGER);
+    if idle {
+        state.running = false;
+    }
+    idle
+}
+
+/// Subscribes to the leader advisories and probes the meta leader, sending each election,
+/// until [`should_stop`]; returning drops the subscribers, which unsubscribes.
+async fn watch(js: jetstream::Context, elections: broadcast::Sender<Election>, inner: Weak<Inner>) {
     let client = js.client();
     let subjects = [
         format!("{ADVISORY_PREFIX}.DOMAIN.LEADER_ELECTED"),
@@ -219,6 +245,9 @@ async fn watch(js: jetstream::Context, elections: broadcast::Sender<Election>) {
                 }
             }
             _ = ticker.tick() => {
+                if should_stop(&inner) {
+                    return;
+                }
                 sent += 1;
                 probes.push(probe(js.clone(), sent));
             }
@@ -310,8 +339,15 @@ mod tests {
         drop(first);
         assert!(watch.is_watching());
         drop(second);
-        assert!(!watch.is_watching());
-        assert_eq!(watch.inner.state.lock().unwrap().starts, 1);
+        assert!(watch.is_watching(), "it lingers");
+        let again = watch.next_election("ORDERS");
+        drop(again);
+        assert_eq!(
+            watch.inner.state.lock().unwrap().starts,
+            1,
+            "one watch throughout"
+        );
+        stopped(&watch).await;
 
         let waiting = tokio::spawn(watch.next_election("ORDERS"));
         tokio::task::yield_now().await;
@@ -324,6 +360,19 @@ mod tests {
             .await
             .expect("woken by its stream's election")
             .unwrap();
-        assert!(!watch.is_watching());
+        stopped(&watch).await;
+        assert_eq!(watch.inner.state.lock().unwrap().starts, 2);
+    }
+
+    /// Waits (at most 5 s) until the watch has stopped.
+    async fn stopped(watch: &LeaderWatch) {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while watch.is_watching() {
+            assert!(
+                Instant::now() < deadline,
+                "the watch stops after its linger"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     }
 }
