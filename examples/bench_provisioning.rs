@@ -5,7 +5,14 @@
 //! cargo run --release --example bench_provisioning -- \
 //!     [--n 1,2,8,16,32] [--reps 3] [--modes cold,warm] \
 //!     [--variants create-first,update-first] [--retry on,off | --no-retry] \
-//!     [--storage file|memory] [--settle-ms 500]
+//!     [--storage file|memory] [--settle-ms 500] [--restart-after-ms 5000]
+//! ```
+//!
+//! The leader-kill run recorded in docs/PERFORMANCE.md:
+//!
+//! ```text
+//! cargo run --release --example bench_provisioning -- \
+//!     --n 8 --reps 3 --modes leader-kill --variants create-first --retry on
 //! ```
 //!
 //! The default run measures every combination of N in {1, 2, 8, 16, 32}, mode, variant and
@@ -14,7 +21,13 @@
 //! - **mode** `cold`: the stream does not exist when the processes start (every cell and
 //!   repetition uses a stream name of its own, and deletes it afterwards). `warm`: the stream
 //!   and both consumers were provisioned (once, by the parent) before the processes start: a
-//!   scale-up or a rolling restart.
+//!   scale-up or a rolling restart. `leader-kill`: as `cold`, and at the start instant the
+//!   parent kills (SIGKILL) the node that is the JetStream meta leader, restarting it
+//!   `--restart-after-ms` later. The parent finds the leader before the start and watches
+//!   for the new one through the nodes' monitoring endpoint (`/jsz`, polled every 10 ms;
+//!   the meta-leader advisory goes to the system account only, which the kit's servers do
+//!   not give a user). Per process it reports the time to ready after that election
+//!   (`after_leader_ms`: median and max per run in the JSON line).
 //! - **variant** `create-first`: our runtime, `Runtime::provision` (STREAM.CREATE first, then
 //!   both consumers concurrently). `update-first`: what async-nats `create_or_update_stream`
 //!   does (STREAM.UPDATE, then STREAM.CREATE on 404), then both consumers with
@@ -72,6 +85,7 @@ const MIN_ATTEMPTS: u32 = 3;
 enum Mode {
     Cold,
     Warm,
+    LeaderKill,
 }
 
 impl Mode {
@@ -79,7 +93,8 @@ impl Mode {
         match s {
             "cold" => Mode::Cold,
             "warm" => Mode::Warm,
-            other => panic!("unknown mode {other:?}; expected cold or warm"),
+            "leader-kill" => Mode::LeaderKill,
+            other => panic!("unknown mode {other:?}; expected cold, warm or leader-kill"),
         }
     }
 
@@ -87,6 +102,7 @@ impl Mode {
         match self {
             Mode::Cold => "cold",
             Mode::Warm => "warm",
+            Mode::LeaderKill => "leader-kill",
         }
     }
 }
@@ -140,7 +156,7 @@ fn list<T>(value: &str, parse: impl Fn(&str) -> T) -> Vec<T> {
 
 const USAGE: &str = "usage: bench_provisioning [--n 1,2,8,16,32] [--reps 3] [--modes cold,warm] \
      [--variants create-first,update-first] [--retry on,off | --no-retry] [--storage file|memory] \
-     [--settle-ms 500]";
+     [--settle-ms 500] [--restart-after-ms 5000]";
 
 struct Args {
     ns: Vec<usize>,
@@ -150,6 +166,7 @@ struct Args {
     retry: Vec<bool>,
     storage: Storage,
     settle: Duration,
+    restart_after: Duration,
 }
 
 fn parent_args(mut it: impl Iterator<Item = String>) -> Args {
@@ -161,6 +178,7 @@ fn parent_args(mut it: impl Iterator<Item = String>) -> Args {
         retry: vec![true, false],
         storage: Storage::File,
         settle: Duration::from_millis(500),
+        restart_after: Duration::from_secs(5),
     };
     while let Some(flag) = it.next() {
         if flag == "--help" || flag == "-h" {
@@ -185,6 +203,10 @@ fn parent_args(mut it: impl Iterator<Item = String>) -> Args {
                 })
             }
             "--storage" => args.storage = parse_storage(&value),
+            "--restart-after-ms" => {
+                args.restart_after =
+                    Duration::from_millis(value.parse().expect("--restart-after-ms N"))
+            }
             "--settle-ms" => {
                 args.settle = Duration::from_millis(value.parse().expect("--settle-ms N"))
             }
@@ -579,6 +601,10 @@ struct Run {
     n: usize,
     rep: usize,
     outcomes: Vec<Outcome>,
+    /// Leader-kill: the node killed and when (ms after the start instant) the new meta leader
+    /// was seen.
+    killed: Option<usize>,
+    election_ms: Option<f64>,
 }
 
 impl Run {
@@ -611,6 +637,14 @@ impl Run {
         )
     }
 
+    /// Leader-kill: each successful process's time to ready after the new leader's election.
+    fn after_leader(&self) -> Vec<f64> {
+        match self.election_ms {
+            Some(election) => self.ok_times().iter().map(|ms| ms - election).collect(),
+            None => Vec::new(),
+        }
+    }
+
     fn attempts_total(&self) -> u32 {
         self.outcomes.iter().map(|o| o.attempts).sum()
     }
@@ -638,6 +672,22 @@ impl Run {
     }
 
     fn json(&self, timeout: Duration) -> Value {
+        let mut value = self.json_common(timeout);
+        if self.mode == Mode::LeaderKill {
+            let mut after = self.after_leader();
+            after.sort_by(f64::total_cmp);
+            value["killed_node"] = json!(self.killed);
+            value["election_ms"] = json!(self.election_ms.map(round1));
+            value["after_leader_ms"] = json!({
+                "median": median(after.clone()).map(round1),
+                "max": after.iter().copied().reduce(f64::max).map(round1),
+                "each": after.iter().map(|v| round1(*v)).collect::<Vec<_>>(),
+            });
+        }
+        value
+    }
+
+    fn json_common(&self, timeout: Duration) -> Value {
         json!({
             "mode": self.mode.name(),
             "variant": self.variant.name(),
@@ -691,7 +741,7 @@ fn median(mut values: Vec<f64>) -> Option<f64> {
 
 async fn parent_main(args: Args) -> Result<(), BoxError> {
     let started = Instant::now();
-    let cluster = NatsCluster::start().await?;
+    let mut cluster = NatsCluster::start().await?;
     let urls = cluster.urls();
     let client = async_nats::connect(cluster.server_addrs()).await?;
     let server = client.server_info().version.clone();
@@ -742,7 +792,17 @@ async fn parent_main(args: Args) -> Result<(), BoxError> {
                         if mode == Mode::Warm {
                             prepare_warm(&client, &shape).await?;
                         }
-                        let outcomes = cell.run().await?;
+                        let (outcomes, killed, election_ms) = if mode == Mode::LeaderKill {
+                            let leader = wait_for_leader(&cluster).await?;
+                            let (start_tx, start_rx) = tokio::sync::oneshot::channel();
+                            let (outcomes, election) = tokio::join!(
+                                cell.run(Some(start_tx)),
+                                kill_leader(&mut cluster, leader, start_rx, args.restart_after),
+                            );
+                            (outcomes?, Some(leader), election?)
+                        } else {
+                            (cell.run(None).await?, None, None)
+                        };
                         let run = Run {
                             mode,
                             variant,
@@ -750,6 +810,8 @@ async fn parent_main(args: Args) -> Result<(), BoxError> {
                             n,
                             rep,
                             outcomes,
+                            killed,
+                            election_ms,
                         };
                         eprintln!(
                             "[{:>5.0}s] n={n:<2} rep {} {:<4} {:<12} retry {:<3}: {}/{n} ok, median {} ms, max {} ms, attempts median {}",
@@ -765,6 +827,16 @@ async fn parent_main(args: Args) -> Result<(), BoxError> {
                         );
                         for (error, count) in run.errors() {
                             eprintln!("        {count} x {error}");
+                        }
+                        if mode == Mode::LeaderKill {
+                            let mut after = run.after_leader();
+                            after.sort_by(f64::total_cmp);
+                            eprintln!(
+                                "        killed node{}, new meta leader at {} ms; ready after it (ms): {:?}",
+                                killed.unwrap_or(0),
+                                fmt_ms(election_ms),
+                                after.iter().map(|v| v.round() as i64).collect::<Vec<_>>()
+                            );
                         }
                         delete_stream(&js, shape.stream.name).await;
                         tokio::time::sleep(args.settle).await;
@@ -818,7 +890,11 @@ struct Proc {
 impl Cell<'_> {
     /// Starts N children, waits until each is connected, releases them at one instant and
     /// collects their outcomes.
-    async fn run(&self) -> Result<Vec<Outcome>, BoxError> {
+    /// `started` (leader-kill) receives the start instant, ms since the epoch.
+    async fn run(
+        &self,
+        started: Option<tokio::sync::oneshot::Sender<f64>>,
+    ) -> Result<Vec<Outcome>, BoxError> {
         let exe = std::env::current_exe()?;
         let mut procs = Vec::with_capacity(self.n);
         for _ in 0..self.n {
@@ -865,6 +941,9 @@ impl Cell<'_> {
         }
         let start = epoch_ms() + START_MARGIN.as_secs_f64() * 1000.0;
         let start_line = format!("{start:.3}\n");
+        if let Some(started) = started {
+            let _ = started.send(start);
+        }
         for proc in procs.iter_mut() {
             if let Some(stdin) = proc.stdin.as_mut() {
                 let _ = stdin.write_all(start_line.as_bytes()).await;
@@ -916,6 +995,64 @@ impl Cell<'_> {
         }
         Ok(outcomes)
     }
+}
+
+/// The meta leader once every node runs and they agree on one (after a restart, a node
+/// may take a moment to rejoin).
+async fn wait_for_leader(cluster: &NatsCluster) -> Result<usize, BoxError> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while Instant::now() < deadline {
+        if (0..cluster.len()).all(|i| cluster.pid(i).is_some())
+            && let Some(leader) = cluster.meta_leader().await
+        {
+            return Ok(leader);
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    Err("no agreed meta leader within 60 s".into())
+}
+
+/// Leader-kill: at the start instant, kills `leader`; watches the monitoring endpoints for
+/// the new meta leader (every 10 ms) while, `restart_after` after the start, the killed node
+/// is restarted. Returns when the new leader was seen, in ms after the start instant.
+async fn kill_leader(
+    cluster: &mut NatsCluster,
+    leader: usize,
+    start: tokio::sync::oneshot::Receiver<f64>,
+    restart_after: Duration,
+) -> Result<Option<f64>, BoxError> {
+    let Ok(start) = start.await else {
+        return Ok(None);
+    };
+    let wait = start - epoch_ms();
+    if wait > 0.0 {
+        tokio::time::sleep(Duration::from_secs_f64(wait / 1000.0)).await;
+    }
+    cluster.kill(leader);
+    let monitor = cluster.monitor();
+    let watch = async {
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while Instant::now() < deadline {
+            if let Some(new) = monitor.meta_leader().await
+                && new != leader
+            {
+                return Some(epoch_ms() - start);
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        None
+    };
+    let restart = async {
+        let at = start + restart_after.as_secs_f64() * 1000.0;
+        let wait = at - epoch_ms();
+        if wait > 0.0 {
+            tokio::time::sleep(Duration::from_secs_f64(wait / 1000.0)).await;
+        }
+        cluster.restart(leader).await
+    };
+    let (election, restarted) = tokio::join!(watch, restart);
+    restarted?;
+    Ok(election)
 }
 
 /// Provisions the shape once (our runtime, with retry): the stream and both consumers exist

@@ -81,13 +81,21 @@ impl Topology {
     /// stream, then handler path. Streams referenced by a consumer's type path are included
     /// even if nothing else registered them.
     pub fn from_registry() -> Self {
+        // In inventory's (arbitrary) order: collected first, then sorted once.
         let mut topology = Topology::new();
         for registration in inventory::iter::<StreamRegistration> {
-            topology.add_stream(*registration.decl);
+            topology.streams.push(*registration.decl);
         }
         for registration in inventory::iter::<ConsumerRegistration> {
+            let decl = *registration.decl;
+            if let topology_core::model::StreamRef::Declared(stream) = decl.stream {
+                topology.streams.push(*stream);
+            }
             let handler = registration.handler;
-            topology.add_consumer(*registration.decl, Arc::new(handler));
+            topology.consumers.push(Consumer {
+                decl,
+                handler: Arc::new(handler),
+            });
         }
         topology.sort();
         topology
@@ -96,7 +104,6 @@ impl Topology {
     /// Adds a stream.
     pub fn stream(mut self, decl: StreamDecl) -> Self {
         self.add_stream(decl);
-        self.sort();
         self
     }
 
@@ -106,7 +113,6 @@ impl Topology {
         F: Fn(Incoming) -> HandlerFuture + Send + Sync + 'static,
     {
         self.add_consumer(decl, Arc::new(handler));
-        self.sort();
         self
     }
 
@@ -122,14 +128,21 @@ impl Topology {
 
     /// The stream declared under `name`, if any.
     pub fn find_stream(&self, name: &str) -> Option<&StreamDecl> {
-        self.streams.iter().find(|s| s.name == name)
+        let first = self.streams.partition_point(|s| s.name < name);
+        self.streams.get(first).filter(|s| s.name == name)
     }
+
+    // Both lists stay sorted as they grow: each declaration goes where a stable sort would
+    // put it (after those with the same key), found by binary search, so adding n
+    // declarations costs O(n log n) comparisons instead of a sort per addition.
 
     fn add_stream(&mut self, decl: StreamDecl) {
         // A stream seen twice (registered and referenced) is one stream; two *different*
         // declarations under one name stay, so that validation can report them.
-        if !self.streams.contains(&decl) {
-            self.streams.push(decl);
+        let first = self.streams.partition_point(|s| s.name < decl.name);
+        let end = first + self.streams[first..].partition_point(|s| s.name == decl.name);
+        if !self.streams[first..end].contains(&decl) {
+            self.streams.insert(end, decl);
         }
     }
 
@@ -137,11 +150,24 @@ impl Topology {
         if let topology_core::model::StreamRef::Declared(stream) = decl.stream {
             self.add_stream(*stream);
         }
-        self.consumers.push(Consumer { decl, handler });
+        let key = (decl.stream.name(), decl.handler);
+        let at = self
+            .consumers
+            .partition_point(|c| (c.decl.stream.name(), c.decl.handler) <= key);
+        self.consumers.insert(at, Consumer { decl, handler });
     }
 
+    /// Sorts both lists (stably) and keeps one of each identical stream declaration.
     fn sort(&mut self) {
         self.streams.sort_by(|a, b| a.name.cmp(b.name));
+        let mut kept: Vec<StreamDecl> = Vec::with_capacity(self.streams.len());
+        for decl in self.streams.drain(..) {
+            let first = kept.partition_point(|s| s.name < decl.name);
+            if !kept[first..].contains(&decl) {
+                kept.push(decl);
+            }
+        }
+        self.streams = kept;
         self.consumers.sort_by(|a, b| {
             (a.decl.stream.name(), a.decl.handler).cmp(&(b.decl.stream.name(), b.decl.handler))
         });

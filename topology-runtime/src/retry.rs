@@ -7,6 +7,7 @@
 //! again on every attempt (see DESIGN.md, "the cold-start cliff").
 
 use std::future::Future;
+use std::pin::Pin;
 use std::time::Duration;
 
 use rand::RngExt;
@@ -155,6 +156,25 @@ impl RetryPolicy {
     }
 }
 
+/// An event after which a retry is worth making before its backoff ends: for provisioning,
+/// "a JetStream leader was elected" (see `provision::leader`). A retry given one
+/// ([`Backoff::run_waking`]) waits for the event beside its backoff sleep, and beside an
+/// attempt that has been in flight longer than [`Wake::in_flight_grace`] (a request sent
+/// while there was no leader is never answered: it would wait out its whole timeout). After
+/// the event it waits a random delay in `[0, spread]` and tries again; the full-jitter
+/// backoff stays the net when no event comes.
+pub trait Wake: Send + Sync {
+    /// Starts waiting: the future resolves at the first event after this call. Whatever the
+    /// source needs to see events (a subscription) lives while some such future does.
+    fn next_event(&self) -> Pin<Box<dyn Future<Output = ()> + Send + 'static>>;
+    /// The spread after an event: retries of many replicas woken by one event start over
+    /// `[0, spread]` instead of at one instant.
+    fn spread(&self) -> Duration;
+    /// How long a first attempt may be in flight before it also waits for an event (a
+    /// healthy request is answered well within it).
+    fn in_flight_grace(&self) -> Duration;
+}
+
 /// The waits between the attempts of one retried operation: full jitter over a doubling
 /// window, bounded by a deadline and optionally by a number of attempts. [`RetryPolicy::run`] is built on it;
 /// a loop whose attempts are not one call (a supervisor that consumes between failures)
@@ -201,25 +221,101 @@ impl Backoff {
     /// Runs `op` until it succeeds, fails in a way `transient` says retrying cannot fix, or
     /// [`Backoff::fail`] says to stop; see [`RetryPolicy::run`].
     pub async fn run<T, E, F, Fut>(
+        self,
+        op: F,
+        transient: impl FnMut(&E) -> bool,
+    ) -> Result<(T, u32), Failed<E>>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+    {
+        self.run_waking(op, transient, None).await
+    }
+
+    /// [`Backoff::run`], woken early by `wake` (when given) after a transient failure or while
+    /// an attempt is in flight longer than [`Wake::in_flight_grace`]:
+    ///
+    /// - waiting out a backoff delay, an event ends the wait; the retry follows after a
+    ///   random delay in `[0, spread]`;
+    /// - during an attempt, an event starts the same spread delay; if the attempt has not
+    ///   finished by then it is abandoned (its answer, if one ever comes, is ignored) and made
+    ///   again. Only operations that are safe to repeat may be given a wake (provisioning
+    ///   sends idempotent CREATEs and reads).
+    ///
+    /// Abandoning never passes the deadline: past it, the attempt in flight is awaited.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// use std::future::Future;
+    /// use std::pin::Pin;
+    /// use std::time::Duration;
+    /// use nats_topology::RetryPolicy;
+    /// use nats_topology::retry::Wake;
+    ///
+    /// /// An event that has always just happened.
+    /// struct Now;
+    /// impl Wake for Now {
+    ///     fn next_event(&self) -> Pin<Box<dyn Future<Output = ()> + Send>> { Box::pin(async {}) }
+    ///     fn spread(&self) -> Duration { Duration::from_millis(1) }
+    ///     fn in_flight_grace(&self) -> Duration { Duration::from_secs(60) }
+    /// }
+    ///
+    /// // Without the wake, the second attempt would wait up to an hour.
+    /// let slow = RetryPolicy { base: Duration::from_secs(3600), cap: Duration::from_secs(3600),
+    ///                          deadline: Duration::from_secs(7200), ..RetryPolicy::default() };
+    /// let mut calls = 0;
+    /// let (value, attempts) = slow
+    ///     .backoff()
+    ///     .run_waking(|| { calls += 1; let n = calls; async move { if n < 2 { Err(()) } else { Ok(n) } } },
+    ///                 |_| true, Some(&Now))
+    ///     .await
+    ///     .unwrap();
+    /// assert_eq!((value, attempts), (2, 2));
+    /// # }
+    /// ```
+    pub async fn run_waking<T, E, F, Fut>(
         mut self,
         mut op: F,
         mut transient: impl FnMut(&E) -> bool,
+        wake: Option<&dyn Wake>,
     ) -> Result<(T, u32), Failed<E>>
     where
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<T, E>>,
     {
         let mut attempts = 0u32;
+        // Whether the last attempt failed (or was abandoned) transiently: the next one waits
+        // for an event from its start, not only after the grace.
+        let mut troubled = false;
         loop {
             attempts += 1;
-            let error = match op().await {
-                Ok(value) => return Ok((value, attempts)),
-                Err(error) => error,
+            let outcome = match wake {
+                None => Some(op().await),
+                Some(wake) => self.attempt_waking(op(), wake, troubled).await,
+            };
+            let error = match outcome {
+                Some(Ok(value)) => return Ok((value, attempts)),
+                Some(Err(error)) => error,
+                None => {
+                    // Abandoned after an event and the spread: try again now.
+                    troubled = true;
+                    continue;
+                }
             };
             let gave_up = if !transient(&error) {
                 GaveUp::Final
             } else if let Some(delay) = self.fail() {
-                tokio::time::sleep(delay).await;
+                troubled = true;
+                match wake {
+                    None => tokio::time::sleep(delay).await,
+                    Some(wake) => {
+                        let event = wake.next_event();
+                        tokio::select! {
+                            () = tokio::time::sleep(delay) => {}
+                            () = event => tokio::time::sleep(full_jitter(wake.spread()).min(delay)).await,
+                        }
+                    }
+                }
                 continue;
             } else {
                 GaveUp::Exhausted
@@ -230,6 +326,46 @@ impl Backoff {
                 gave_up,
             });
         }
+    }
+
+    /// One attempt raced against `wake`: its outcome, or `None` when an event came while it
+    /// was in flight and it did not finish within the spread after it.
+    async fn attempt_waking<T, E, Fut>(
+        &self,
+        attempt: Fut,
+        wake: &dyn Wake,
+        troubled: bool,
+    ) -> Option<Result<T, E>>
+    where
+        Fut: Future<Output = Result<T, E>>,
+    {
+        let mut attempt = std::pin::pin!(attempt);
+        let grace = if troubled {
+            Duration::ZERO
+        } else {
+            wake.in_flight_grace()
+        };
+        let event = async {
+            if !grace.is_zero() {
+                tokio::time::sleep(grace).await;
+            }
+            wake.next_event().await;
+        };
+        tokio::select! {
+            outcome = &mut attempt => return Some(outcome),
+            () = event => {}
+        }
+        tokio::select! {
+            outcome = &mut attempt => return Some(outcome),
+            () = tokio::time::sleep(full_jitter(wake.spread())) => {}
+        }
+        if self
+            .deadline
+            .is_some_and(|deadline| Instant::now() >= deadline)
+        {
+            return Some(attempt.await);
+        }
+        None
     }
 }
 
@@ -291,6 +427,75 @@ mod tests {
         assert_eq!(none_left.fail(), None);
         let mut unbounded = RetryPolicy::default().backoff_until(None);
         assert!((0..100).all(|_| unbounded.fail().is_some()));
+    }
+
+    /// Events on demand: `next_event` resolves when `fire` is called after it.
+    struct Manual {
+        notify: std::sync::Arc<tokio::sync::Notify>,
+        grace: Duration,
+    }
+
+    impl Wake for Manual {
+        fn next_event(&self) -> Pin<Box<dyn Future<Output = ()> + Send + 'static>> {
+            let notify = self.notify.clone();
+            Box::pin(async move { notify.notified().await })
+        }
+        fn spread(&self) -> Duration {
+            Duration::from_millis(1)
+        }
+        fn in_flight_grace(&self) -> Duration {
+            self.grace
+        }
+    }
+
+    #[tokio::test]
+    async fn an_event_abandons_an_unanswered_attempt_after_its_grace_and_ends_a_backoff_sleep() {
+        let notify = std::sync::Arc::new(tokio::sync::Notify::new());
+        let wake = Manual {
+            notify: notify.clone(),
+            grace: Duration::from_millis(20),
+        };
+        let firing = {
+            let notify = notify.clone();
+            tokio::spawn(async move {
+                loop {
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                    notify.notify_waiters();
+                }
+            })
+        };
+        // Backoff windows of an hour: only events can make this finish.
+        let slow = RetryPolicy {
+            base: Duration::from_secs(3600),
+            cap: Duration::from_secs(3600),
+            deadline: Duration::from_secs(7200),
+            ..RetryPolicy::default()
+        };
+        let mut calls = 0;
+        let outcome = tokio::time::timeout(
+            Duration::from_secs(10),
+            slow.backoff().run_waking(
+                || {
+                    calls += 1;
+                    let n = calls;
+                    async move {
+                        match n {
+                            // Never answered: abandoned after the grace and an event.
+                            1 => std::future::pending().await,
+                            // A transient failure: the hour-long sleep ends at an event.
+                            2 => Err("no leader"),
+                            _ => Ok(n),
+                        }
+                    }
+                },
+                |_| true,
+                Some(&wake),
+            ),
+        )
+        .await
+        .expect("woken, not left to the backoff");
+        firing.abort();
+        assert_eq!(outcome, Ok((3, 3)));
     }
 
     #[tokio::test]

@@ -52,8 +52,9 @@ impl NatsCluster {
     }
 
     fn configure(binary: &Path) -> Result<Vec<Node>, TestkitError> {
-        let ports = free_ports(2 * CLUSTER_SIZE)?;
-        let (client_ports, cluster_ports) = ports.split_at(CLUSTER_SIZE);
+        let ports = free_ports(3 * CLUSTER_SIZE)?;
+        let (client_ports, rest) = ports.split_at(CLUSTER_SIZE);
+        let (cluster_ports, monitor_ports) = rest.split_at(CLUSTER_SIZE);
         let cluster_name = format!("testkit-{}", unique_suffix());
         let mut nodes = Vec::with_capacity(CLUSTER_SIZE);
         for i in 0..CLUSTER_SIZE {
@@ -62,6 +63,7 @@ impl NatsCluster {
             node.port = client_ports[i];
             node.cluster = Some(ClusterArgs {
                 cluster_port: cluster_ports[i],
+                monitor_port: monitor_ports[i],
                 route_ports: (0..CLUSTER_SIZE)
                     .filter(|&j| j != i)
                     .map(|j| cluster_ports[j])
@@ -93,6 +95,33 @@ impl NatsCluster {
     /// The client port of node `i`. Panics if `i >= self.len()`.
     pub fn port(&self, i: usize) -> u16 {
         self.nodes[i].port
+    }
+
+    /// The HTTP monitoring port of node `i` (`http://127.0.0.1:<port>/jsz`, `/varz`, ...).
+    /// Panics if `i >= self.len()`.
+    pub fn monitor_port(&self, i: usize) -> u16 {
+        self.nodes[i]
+            .cluster
+            .as_ref()
+            .expect("cluster nodes have cluster arguments")
+            .monitor_port
+    }
+
+    /// The node that is the JetStream meta leader, as the running nodes' monitoring endpoint
+    /// `/jsz` reports it; `None` while they know none or disagree. See [`ClusterMonitor`].
+    pub async fn meta_leader(&self) -> Option<usize> {
+        self.monitor()
+            .meta_leader()
+            .await
+            .filter(|&l| self.nodes[l].pid().is_some())
+    }
+
+    /// A handle on the nodes' monitoring endpoints that does not borrow the cluster (so that
+    /// one task can watch for a new leader while another restarts a node).
+    pub fn monitor(&self) -> ClusterMonitor {
+        ClusterMonitor {
+            ports: (0..self.len()).map(|i| self.monitor_port(i)).collect(),
+        }
     }
 
     /// The pid of node `i` while it runs, `None` after [`kill`](Self::kill). Panics if
@@ -147,5 +176,44 @@ impl std::fmt::Debug for NatsCluster {
         f.debug_struct("NatsCluster")
             .field("nodes", &nodes)
             .finish()
+    }
+}
+
+/// The HTTP monitoring endpoints of a [`NatsCluster`]'s nodes.
+///
+/// The monitoring endpoint rather than a `$SYS` request: the kit's servers have no system
+/// account user to connect as, and adding one would change every test's connection.
+#[derive(Debug, Clone)]
+pub struct ClusterMonitor {
+    ports: Vec<u16>,
+}
+
+impl ClusterMonitor {
+    /// The JetStream meta leader as the reachable nodes' `/jsz` reports it
+    /// (`meta_cluster.leader`, a server name `node<i>`): `None` while no reachable node knows
+    /// one, or while they disagree (during an election). A node just killed is unreachable
+    /// and does not count.
+    pub async fn meta_leader(&self) -> Option<usize> {
+        let ports = self.ports.clone();
+        let count = ports.len();
+        let leaders = tokio::task::spawn_blocking(move || {
+            ports
+                .into_iter()
+                .filter_map(|port| crate::probe::http_get(port, "/jsz"))
+                .filter_map(|body| {
+                    let jsz: serde_json::Value = serde_json::from_str(&body).ok()?;
+                    let leader = jsz["meta_cluster"]["leader"].as_str()?;
+                    leader.strip_prefix("node")?.parse::<usize>().ok()
+                })
+                .collect::<Vec<_>>()
+        })
+        .await
+        .ok()?;
+        let first = *leaders.first()?;
+        leaders
+            .iter()
+            .all(|&l| l == first)
+            .then_some(first)
+            .filter(|&l| l < count)
     }
 }

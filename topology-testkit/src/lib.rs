@@ -96,7 +96,7 @@ mod server;
 #[cfg(unix)]
 pub use binary::server_binary;
 #[cfg(unix)]
-pub use cluster::NatsCluster;
+pub use cluster::{ClusterMonitor, NatsCluster};
 #[cfg(unix)]
 pub use error::TestkitError;
 #[cfg(unix)]

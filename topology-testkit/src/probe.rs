@@ -120,3 +120,19 @@ pub(crate) async fn wait_ready(nodes: &mut [Node], timeout: Duration) -> Result<
         }
     }
 }
+
+/// The body of `GET http://127.0.0.1:<port><path>` (HTTP/1.0, loopback, 1 s timeouts), or
+/// `None` on any failure. Blocking: call it from `spawn_blocking`.
+pub(crate) fn http_get(port: u16, path: &str) -> Option<String> {
+    use std::io::{Read, Write};
+    let timeout = std::time::Duration::from_secs(1);
+    let address = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    let mut stream = std::net::TcpStream::connect_timeout(&address, timeout).ok()?;
+    stream.set_read_timeout(Some(timeout)).ok()?;
+    stream.set_write_timeout(Some(timeout)).ok()?;
+    write!(stream, "GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").ok()?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).ok()?;
+    let (head, body) = response.split_once("\r\n\r\n")?;
+    head.starts_with("HTTP/1.").then(|| body.to_owned())
+}

@@ -52,6 +52,8 @@ fn read_tail(path: &Path, offset: u64) -> String {
 /// Cluster membership of a node.
 pub(crate) struct ClusterArgs {
     pub(crate) cluster_port: u16,
+    /// The HTTP monitoring port (`-m`), for `/jsz` (who is the meta leader).
+    pub(crate) monitor_port: u16,
     pub(crate) route_ports: Vec<u16>,
     pub(crate) cluster_name: String,
 }
@@ -120,6 +122,8 @@ impl Node {
                 .collect::<Vec<_>>()
                 .join(",");
             args.extend([
+                "-m".into(),
+                cluster.monitor_port.to_string().into(),
                 "--cluster".into(),
                 format!("nats://127.0.0.1:{}", cluster.cluster_port).into(),
                 "--routes".into(),

@@ -19,6 +19,7 @@ mod consumer;
 mod drift;
 mod ensure;
 mod error;
+mod leader;
 mod stream;
 
 use async_nats::jetstream::{self, ErrorCode, consumer::Info as ConsumerInfo, response::Response};
@@ -121,6 +122,8 @@ pub struct Provisioner {
     /// Requests attempted so far, retries included (for reports and benchmarks).
     attempts: std::sync::Arc<std::sync::atomic::AtomicU32>,
     warned_version: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    /// Wakes retries waiting for a leader when one is elected (subscribed while one waits).
+    leader: leader::LeaderWatch,
 }
 
 /// How many answers of an unexpected shape one provisioning request accepts before it is
@@ -154,6 +157,7 @@ impl Provisioner {
             .timeout(policy.request_timeout)
             .build(client);
         Provisioner {
+            leader: leader::LeaderWatch::new(js.clone()),
             js,
             policy,
             attempts: Default::default(),
@@ -234,7 +238,7 @@ impl Provisioner {
     }
 
     /// Runs `attempt` under the retry policy until it succeeds, fails for good, or the
-    /// deadline passes.
+    /// deadline passes; a leader's election wakes a waiting retry early (`leader`).
     async fn retry<T, F, Fut>(
         &self,
         stream: &str,
@@ -264,7 +268,15 @@ impl Provisioner {
             }
             Failure::Fatal(_) => false,
         };
-        match self.policy.run(counted, transient).await {
+        // Transient failures are a missing leader (or its symptom, a timeout): an election
+        // ends the wait early, and the attempts are idempotent CREATEs and reads.
+        let wake = self.leader.wake_for(stream);
+        match self
+            .policy
+            .backoff()
+            .run_waking(counted, transient, Some(&wake))
+            .await
+        {
             Ok((value, _)) => Ok(value),
             Err(Failed {
                 error: Failure::Fatal(e),

@@ -4,6 +4,12 @@
 //! macros run at expansion and the generated `const` assertions run at compile time; here
 //! they also cover what the compiler cannot see (string stream references, hand-built
 //! topologies) and what needs more than one declaration.
+//!
+//! It grows with the number of declarations, not with the number of pairs of them: overlaps
+//! between streams, and between the consumers of a work-queue stream, are found through a
+//! subject tree (`index`), and consumers are grouped by stream once.
+
+mod index;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -11,6 +17,8 @@ use std::fmt;
 use crate::registry::Topology;
 use topology_core::model::{ConsumerDecl, ConsumerKind, Retention, StreamDecl};
 use topology_core::{rules, subject};
+
+use index::SubjectIndex;
 
 /// One problem found in a topology.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -134,27 +142,33 @@ pub fn validate(topology: &Topology) -> Result<(), ValidationError> {
     }
 }
 
-/// Owned streams whose subjects overlap: the server refuses the second one.
+/// Owned streams whose subjects overlap: the server refuses the second one. Reported per
+/// pair of streams in name order, with the first overlapping pair of subjects.
 fn check_owned_overlaps(streams: &BTreeMap<&str, &StreamDecl>, problems: &mut Problems) {
     let owned: Vec<&StreamDecl> = streams.values().copied().filter(|s| !s.external).collect();
-    for (i, a) in owned.iter().enumerate() {
-        for b in &owned[i + 1..] {
-            let clash = a.subjects.iter().find_map(|x| {
-                b.subjects
-                    .iter()
-                    .find(|y| subject::overlaps(x, y))
-                    .map(|y| (*x, *y))
-            });
-            if let Some((x, y)) = clash {
-                problems.push(
-                    format!("streams `{}` and `{}`", a.name, b.name),
-                    format!(
-                        "subjects `{x}` and `{y}` overlap; the server gives a subject to one \
-                         stream only: narrow one of them, or declare one stream `external` if \
-                         another service owns it"
-                    ),
-                );
-            }
+    let mut index = SubjectIndex::new();
+    for (i, stream) in owned.iter().enumerate() {
+        for subject in stream.subjects {
+            index.insert(i, subject);
+        }
+    }
+    for (i, j) in index.overlapping_owners() {
+        let (a, b) = (owned[i], owned[j]);
+        let clash = a.subjects.iter().find_map(|x| {
+            b.subjects
+                .iter()
+                .find(|y| subject::overlaps(x, y))
+                .map(|y| (*x, *y))
+        });
+        if let Some((x, y)) = clash {
+            problems.push(
+                format!("streams `{}` and `{}`", a.name, b.name),
+                format!(
+                    "subjects `{x}` and `{y}` overlap; the server gives a subject to one \
+                     stream only: narrow one of them, or declare one stream `external` if \
+                     another service owns it"
+                ),
+            );
         }
     }
 }
@@ -195,44 +209,67 @@ fn check_groups(topology: &Topology, problems: &mut Problems) {
 }
 
 /// Work-queue streams: consumers may not overlap (each message goes to one consumer).
+/// Reported per pair of consumers in declaration order.
 fn check_work_queues(
     topology: &Topology,
     streams: &BTreeMap<&str, &StreamDecl>,
     problems: &mut Problems,
 ) {
-    for stream in streams.values() {
-        if stream.retention != Some(Retention::WorkQueue) {
-            continue;
+    let mut by_stream: BTreeMap<&str, Vec<&ConsumerDecl>> = BTreeMap::new();
+    for consumer in topology.consumers() {
+        let decl = &consumer.decl;
+        if decl.as_queue().is_some()
+            && streams
+                .get(decl.stream.name())
+                .is_some_and(|s| s.retention == Some(Retention::WorkQueue))
+        {
+            by_stream.entry(decl.stream.name()).or_default().push(decl);
         }
-        let consumers: Vec<&ConsumerDecl> = topology
-            .consumers()
-            .iter()
-            .map(|c| &c.decl)
-            .filter(|d| d.stream.name() == stream.name && d.as_queue().is_some())
-            .collect();
-        for (i, a) in consumers.iter().enumerate() {
-            for b in &consumers[i + 1..] {
-                if a.as_queue().map(|q| q.group) == b.as_queue().map(|q| q.group) {
-                    continue; // reported by check_groups
-                }
-                let overlap = match (a.subjects, b.subjects) {
-                    ([], _) | (_, []) => true,
-                    (xs, ys) => xs
-                        .iter()
-                        .any(|x| ys.iter().any(|y| subject::overlaps(x, y))),
-                };
-                if overlap {
-                    problems.push(
-                        stream_at(stream.name),
-                        format!(
-                            "work-queue stream: consumers `{}` and `{}` have overlapping filters; \
-                             a work queue hands each message to one consumer, so give them \
-                             disjoint subjects",
-                            a.as_queue().map_or("", |q| q.group),
-                            b.as_queue().map_or("", |q| q.group)
-                        ),
-                    );
-                }
+    }
+    for stream in streams.values() {
+        let Some(consumers) = by_stream.get(stream.name) else {
+            continue;
+        };
+        // A consumer without filters reads the whole stream: it overlaps every other one.
+        let mut index = SubjectIndex::new();
+        let mut pairs = Vec::new();
+        for (i, consumer) in consumers.iter().enumerate() {
+            if consumer.subjects.is_empty() {
+                pairs.extend(
+                    (0..consumers.len())
+                        .filter(|&j| j != i)
+                        .map(|j| (i.min(j), i.max(j))),
+                );
+            }
+            for subject in consumer.subjects {
+                index.insert(i, subject);
+            }
+        }
+        pairs.extend(index.overlapping_owners());
+        pairs.sort_unstable();
+        pairs.dedup();
+        for (i, j) in pairs {
+            let (a, b) = (consumers[i], consumers[j]);
+            if a.as_queue().map(|q| q.group) == b.as_queue().map(|q| q.group) {
+                continue; // reported by check_groups
+            }
+            let overlap = match (a.subjects, b.subjects) {
+                ([], _) | (_, []) => true,
+                (xs, ys) => xs
+                    .iter()
+                    .any(|x| ys.iter().any(|y| subject::overlaps(x, y))),
+            };
+            if overlap {
+                problems.push(
+                    stream_at(stream.name),
+                    format!(
+                        "work-queue stream: consumers `{}` and `{}` have overlapping filters; \
+                         a work queue hands each message to one consumer, so give them \
+                         disjoint subjects",
+                        a.as_queue().map_or("", |q| q.group),
+                        b.as_queue().map_or("", |q| q.group)
+                    ),
+                );
             }
         }
     }

@@ -1,0 +1,84 @@
+//! Provisioning through a JetStream meta-leader election: eight replicas (runtimes with
+//! connections of their own) provision one fresh R3 stream and two consumers while the
+//! meta leader is killed; every one gets ready. No timing is asserted here: the time to
+//! ready after the election is measured by `bench_provisioning --modes leader-kill`.
+
+#![cfg(unix)]
+
+use std::time::Duration;
+
+use nats_topology::model::{ConsumerDecl, QueueDecl, StreamDecl, StreamRef};
+use nats_topology::{HandlerError, HandlerFuture, Runtime, Topology};
+use nats_topology_testkit::{NatsCluster, eventually};
+
+const REPLICAS: usize = 8;
+
+fn topology() -> Topology {
+    static STREAM: StreamDecl = StreamDecl::new("LEADER_KILL", &["leader.kill.>"]).replicas(3);
+    let noop = |_| -> HandlerFuture { Box::pin(async { Ok::<(), HandlerError>(()) }) };
+    Topology::new()
+        .stream(STREAM)
+        .consumer(
+            ConsumerDecl::queue(
+                "lk::a",
+                StreamRef::Declared(&STREAM),
+                QueueDecl::new("lk_a"),
+            )
+            .subjects(&["leader.kill.a"]),
+            noop,
+        )
+        .consumer(
+            ConsumerDecl::queue(
+                "lk::b",
+                StreamRef::Declared(&STREAM),
+                QueueDecl::new("lk_b"),
+            )
+            .subjects(&["leader.kill.b"]),
+            noop,
+        )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicas_provisioning_while_the_meta_leader_is_killed_all_get_ready() {
+    let mut cluster = NatsCluster::start().await.expect("a 3-node cluster");
+    let leader = eventually(Duration::from_secs(30), "an agreed meta leader", || {
+        cluster.meta_leader()
+    })
+    .await;
+
+    let mut runtimes = Vec::new();
+    for _ in 0..REPLICAS {
+        let client = async_nats::connect(cluster.server_addrs())
+            .await
+            .expect("connect");
+        runtimes.push(
+            Runtime::builder(client)
+                .topology(topology())
+                .build()
+                .expect("a valid topology"),
+        );
+    }
+    let provisioning: Vec<_> = runtimes
+        .into_iter()
+        .map(|runtime| tokio::spawn(async move { runtime.provision().await }))
+        .collect();
+    cluster.kill(leader);
+
+    // The killed node comes back once the others have elected a new leader.
+    let monitor = cluster.monitor();
+    eventually(Duration::from_secs(60), "a new meta leader", || {
+        let monitor = monitor.clone();
+        async move { monitor.meta_leader().await.filter(|&l| l != leader) }
+    })
+    .await;
+    cluster
+        .restart(leader)
+        .await
+        .expect("the killed node restarts");
+
+    for (i, task) in provisioning.into_iter().enumerate() {
+        let report = task.await.expect("the provisioning task");
+        let report = report.unwrap_or_else(|e| panic!("replica {i} did not get ready: {e}"));
+        eprintln!("replica {i}: ready after {} attempts", report.attempts);
+    }
+}

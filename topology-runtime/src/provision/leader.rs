@@ -1,0 +1,378 @@
+//! The leader watch: wakes provisioning retries that wait for a JetStream leader as soon as
+//! one is elected, instead of letting them sleep out their full-jitter window (or an
+//! unanswered request's whole timeout).
+//!
+//! What the server says, and to whom (nats-server `server/jetstream_cluster.go`,
+//! `sendDomainLeaderElectAdvisory`, `sendStreamLeaderElectAdvisory`,
+//! `sendConsumerLeaderElectAdvisory`):
+//!
+//! - a new **meta** leader: `$JS.EVENT.ADVISORY.DOMAIN.LEADER_ELECTED`, published to the
+//!   **system account only**;
+//! - a new **stream** leader: `$JS.EVENT.ADVISORY.STREAM.LEADER_ELECTED.<stream>`, and a
+//!   consumer's: `$JS.EVENT.ADVISORY.CONSUMER.LEADER_ELECTED.<stream>.<consumer>`, both to the
+//!   stream's account (and to the system account).
+//!
+//! An application connection usually lives in an ordinary account, where no meta-leader
+//! advisory ever arrives. So while a retry waits, the watch also asks the meta leader
+//! itself: a `$JS.API.INFO` request (answered by the meta leader only; by a follower with
+//! 10008 once it knows there is none) every [`PROBE_INTERVAL`]. A probe answered after one
+//! that was not is the election, seen from this account. Both the advisories and the probe
+//! exist only while at least one retry waits: the first waiter starts one task that
+//! subscribes and probes; it stops [`LINGER`] after the last one leaves (so that the moment
+//! between a backoff sleep and the next attempt does not restart it and forget that the
+//! leader was gone).
+//!
+//! **The herd.** One election wakes every waiting replica at once. Each retries after a
+//! random delay in `[0, WAKE_SPREAD]` (and never later than its own backoff would have):
+//! requests of N replicas arrive over 100 ms rather than in one instant. That is enough
+//! because what they send is CREATE first: concurrent identical CREATEs are answered
+//! idempotently (measured: 16 processes at one instant all succeed, DESIGN.md §4); the
+//! spread only keeps the meta leader's queue short in its first moments, and a longer one
+//! would add its whole length to the time to ready.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use async_nats::jetstream::{self, response::Response};
+use futures::StreamExt;
+use futures::stream::FuturesUnordered;
+use tokio::sync::broadcast;
+use tokio::time::Instant;
+
+use crate::retry::Wake;
+
+/// Where the server publishes JetStream advisories. The one place to change for a JetStream
+/// domain (`$JS.<domain>.EVENT.ADVISORY` is not a thing: advisories keep this prefix and
+/// carry the domain in their payload; an account import may map them elsewhere).
+pub(crate) const ADVISORY_PREFIX: &str = "$JS.EVENT.ADVISORY";
+
+/// How often the watch asks whether a meta leader answers, while a retry waits.
+pub(crate) const PROBE_INTERVAL: Duration = Duration::from_millis(50);
+/// How long one probe waits for its answer (probes overlap: one goes out every interval).
+const PROBE_TIMEOUT: Duration = Duration::from_millis(1000);
+/// The spread of the retries one election wakes (see the module documentation).
+pub(crate) const WAKE_SPREAD: Duration = Duration::from_millis(100);
+/// How long a first request may go unanswered before it also waits for an election: a
+/// healthy create of a replicated stream is answered in tens of milliseconds (about 60 ms on
+/// 2.11.2 and later, nats-facts §6.1).
+pub(crate) const IN_FLIGHT_GRACE: Duration = Duration::from_millis(500);
+/// How long the watch outlives its last waiter.
+const LINGER: Duration = Duration::from_secs(1);
+
+/// What the watch saw.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Election {
+    /// A meta leader (advisory, or a probe answered after one that was not).
+    Meta,
+    /// A leader of this stream, or of one of its consumers.
+    Stream(String),
+}
+
+impl Election {
+    /// The election an advisory subject announces, if it is one.
+    pub(crate) fn from_subject(subject: &str) -> Option<Election> {
+        let rest = subject.strip_prefix(ADVISORY_PREFIX)?.strip_prefix('.')?;
+        if rest == "DOMAIN.LEADER_ELECTED" {
+            return Some(Election::Meta);
+        }
+        let rest = rest
+            .strip_prefix("STREAM.LEADER_ELECTED.")
+            .or_else(|| rest.strip_prefix("CONSUMER.LEADER_ELECTED."))?;
+        let stream = rest.split('.').next().filter(|s| !s.is_empty())?;
+        Some(Election::Stream(stream.to_owned()))
+    }
+
+    /// Whether a retry on `stream` (`""`: none in particular) is worth waking.
+    fn concerns(&self, stream: &str) -> bool {
+        match self {
+            Election::Meta => true,
+            Election::Stream(name) => stream.is_empty() || name == stream,
+        }
+    }
+}
+
+/// One per provisioner (clones share it): the elections seen while some retry waits.
+#[derive(Clone)]
+pub(crate) struct LeaderWatch {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    js: jetstream::Context,
+    elections: broadcast::Sender<Election>,
+    state: Mutex<State>,
+}
+
+#[derive(Default)]
+struct State {
+    waiters: usize,
+    /// Whether the watch task runs.
+    running: bool,
+    /// Since when no retry waits.
+    idle_since: Option<Instant>,
+    /// Times the watch started (for tests and reports).
+    starts: u64,
+}
+
+impl LeaderWatch {
+    pub(crate) fn new(js: jetstream::Context) -> Self {
+        let (elections, _) = broadcast::channel(64);
+        LeaderWatch {
+            inner: Arc::new(Inner {
+                js,
+                elections,
+                state: Mutex::default(),
+            }),
+        }
+    }
+
+    /// Whether the subscriptions and the probe currently exist.
+    #[cfg(test)]
+    pub(crate) fn is_watching(&self) -> bool {
+        self.inner.state.lock().unwrap().running
+    }
+
+    /// Waits for the next election that concerns `stream`; the watch runs while this future
+    /// lives.
+    pub(crate) fn next_election(
+        &self,
+        stream: &str,
+    ) -> impl Future<Output = ()> + Send + 'static + use<> {
+        let mut events = self.inner.elections.subscribe();
+        let guard = Waiter::enter(self.inner.clone());
+        let stream = stream.to_owned();
+        async move {
+            let _guard = guard;
+            loop {
+                match events.recv().await {
+                    Ok(election) if election.concerns(&stream) => return,
+                    Ok(_) => {}
+                    // Missed some: one of them may have been ours.
+                    Err(broadcast::error::RecvError::Lagged(_)) => return,
+                    Err(broadcast::error::RecvError::Closed) => std::future::pending().await,
+                }
+            }
+        }
+    }
+
+    /// A [`Wake`] for the retries of one stream (or its consumers).
+    pub(crate) fn wake_for<'a>(&'a self, stream: &'a str) -> StreamWake<'a> {
+        StreamWake {
+            watch: self,
+            stream,
+        }
+    }
+}
+
+/// Counts one waiting retry; the first starts the watch (which stops by itself once none
+/// has waited for [`LINGER`]).
+struct Waiter(Arc<Inner>);
+
+impl Waiter {
+    fn enter(inner: Arc<Inner>) -> Waiter {
+        {
+            let mut state = inner.state.lock().unwrap();
+            state.waiters += 1;
+            state.idle_since = None;
+            if !state.running {
+                state.running = true;
+                state.starts += 1;
+                tokio::spawn(watch(
+                    inner.js.clone(),
+                    inner.elections.clone(),
+                    Arc::downgrade(&inner),
+                ));
+            }
+        }
+        Waiter(inner)
+    }
+}
+
+impl Drop for Waiter {
+    fn drop(&mut self) {
+        let mut state = self.0.state.lock().unwrap();
+        state.waiters -= 1;
+        if state.waiters == 0 {
+            state.idle_since = Some(Instant::now());
+        }
+    }
+}
+
+/// Whether the watch should stop: no retry has waited for [`LINGER`], or the provisioner is
+/// gone. Marks it stopped under the lock, so that a new waiter starts a new one.
+fn should_stop(inner: &Weak<Inner>) -> bool {
+    let Some(inner) = inner.upgrade() else {
+        return true;
+    };
+    let mut state = inner.state.lock().unwrap();
+    let idle = state.waiters == 0 && state.idle_since.is_none_or(|t| t.elapsed() >= LINGER);
+    if idle {
+        state.running = false;
+    }
+    idle
+}
+
+/// Subscribes to the leader advisories and probes the meta leader, sending each election,
+/// until [`should_stop`]; returning drops the subscribers, which unsubscribes.
+async fn watch(js: jetstream::Context, elections: broadcast::Sender<Election>, inner: Weak<Inner>) {
+    let client = js.client();
+    let subjects = [
+        format!("{ADVISORY_PREFIX}.DOMAIN.LEADER_ELECTED"),
+        format!("{ADVISORY_PREFIX}.STREAM.LEADER_ELECTED.>"),
+        format!("{ADVISORY_PREFIX}.CONSUMER.LEADER_ELECTED.>"),
+    ];
+    let mut advisories = futures::stream::SelectAll::new();
+    for subject in subjects {
+        match client.subscribe(subject.clone()).await {
+            Ok(subscriber) => advisories.push(subscriber),
+            Err(e) => tracing::debug!(%subject, error = %e, "no leader advisories; probing only"),
+        }
+    }
+    let mut probes = FuturesUnordered::new();
+    let mut ticker = tokio::time::interval(PROBE_INTERVAL);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut sent = 0u64;
+    // The newest probe whose outcome is known, and whether it was answered.
+    let mut newest: Option<(u64, bool)> = None;
+    loop {
+        tokio::select! {
+            Some(message) = advisories.next() => {
+                if let Some(election) = Election::from_subject(&message.subject) {
+                    tracing::debug!(?election, "leader elected (advisory)");
+                    let _ = elections.send(election);
+                }
+            }
+            _ = ticker.tick() => {
+                if should_stop(&inner) {
+                    return;
+                }
+                sent += 1;
+                probes.push(probe(js.clone(), sent));
+            }
+            Some((seq, answered)) = probes.next(), if !probes.is_empty() => {
+                if newest.is_some_and(|(newest, _)| seq < newest) {
+                    continue; // a late outcome of an older probe says nothing new
+                }
+                if answered && newest.is_some_and(|(_, was)| !was) {
+                    tracing::debug!("meta leader answers again");
+                    let _ = elections.send(Election::Meta);
+                }
+                newest = Some((seq, answered));
+            }
+        }
+    }
+}
+
+/// Whether the meta leader answers `INFO` within [`PROBE_TIMEOUT`].
+async fn probe(js: jetstream::Context, seq: u64) -> (u64, bool) {
+    let body = serde_json::json!({});
+    let request = js.request::<_, _, Response<serde_json::Value>>("INFO".to_owned(), &body);
+    let answered = matches!(
+        tokio::time::timeout(PROBE_TIMEOUT, request).await,
+        Ok(Ok(Response::Ok(_)))
+    );
+    (seq, answered)
+}
+
+/// The [`Wake`] of one stream's provisioning retries.
+pub(crate) struct StreamWake<'a> {
+    watch: &'a LeaderWatch,
+    stream: &'a str,
+}
+
+impl Wake for StreamWake<'_> {
+    fn next_event(&self) -> Pin<Box<dyn Future<Output = ()> + Send + 'static>> {
+        Box::pin(self.watch.next_election(self.stream))
+    }
+
+    fn spread(&self) -> Duration {
+        WAKE_SPREAD
+    }
+
+    fn in_flight_grace(&self) -> Duration {
+        IN_FLIGHT_GRACE
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn advisory_subjects_name_the_election() {
+        assert_eq!(
+            Election::from_subject("$JS.EVENT.ADVISORY.DOMAIN.LEADER_ELECTED"),
+            Some(Election::Meta)
+        );
+        assert_eq!(
+            Election::from_subject("$JS.EVENT.ADVISORY.STREAM.LEADER_ELECTED.ORDERS"),
+            Some(Election::Stream("ORDERS".into()))
+        );
+        assert_eq!(
+            Election::from_subject("$JS.EVENT.ADVISORY.CONSUMER.LEADER_ELECTED.ORDERS.billing"),
+            Some(Election::Stream("ORDERS".into()))
+        );
+        assert_eq!(
+            Election::from_subject("$JS.EVENT.ADVISORY.STREAM.QUORUM_LOST.ORDERS"),
+            None
+        );
+        assert_eq!(Election::from_subject("orders.created"), None);
+        assert!(Election::Meta.concerns("ORDERS"));
+        assert!(!Election::Stream("OTHER".into()).concerns("ORDERS"));
+    }
+
+    #[tokio::test]
+    async fn the_watch_runs_only_while_a_retry_waits() {
+        // A client that never connects: the watch starts and stops all the same.
+        let client = async_nats::ConnectOptions::new()
+            .retry_on_initial_connect()
+            .connect("nats://127.0.0.1:1")
+            .await
+            .unwrap();
+        let watch = LeaderWatch::new(jetstream::new(client));
+        assert!(!watch.is_watching());
+        let first = watch.next_election("ORDERS");
+        let second = watch.next_election("OTHER");
+        assert!(watch.is_watching());
+        drop(first);
+        assert!(watch.is_watching());
+        drop(second);
+        assert!(watch.is_watching(), "it lingers");
+        let again = watch.next_election("ORDERS");
+        drop(again);
+        assert_eq!(
+            watch.inner.state.lock().unwrap().starts,
+            1,
+            "one watch throughout"
+        );
+        stopped(&watch).await;
+
+        let waiting = tokio::spawn(watch.next_election("ORDERS"));
+        tokio::task::yield_now().await;
+        let _ = watch.inner.elections.send(Election::Stream("OTHER".into()));
+        let _ = watch
+            .inner
+            .elections
+            .send(Election::Stream("ORDERS".into()));
+        tokio::time::timeout(Duration::from_secs(5), waiting)
+            .await
+            .expect("woken by its stream's election")
+            .unwrap();
+        stopped(&watch).await;
+        assert_eq!(watch.inner.state.lock().unwrap().starts, 2);
+    }
+
+    /// Waits (at most 5 s) until the watch has stopped.
+    async fn stopped(watch: &LeaderWatch) {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while watch.is_watching() {
+            assert!(
+                Instant::now() < deadline,
+                "the watch stops after its linger"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
