@@ -15,10 +15,13 @@ use serde::de::DeserializeOwned;
 
 /// The error a handler returns.
 ///
-/// Any `std::error::Error + Send + Sync + 'static` converts into it with `?`. By default an
-/// error is *transient*: the message is negatively acknowledged and redelivered after the
-/// consumer's backoff. [`HandlerError::permanent`] marks it as one that no retry will fix: the
-/// message is dead-lettered (if the consumer declares a `dead_letter` subject) and terminated.
+/// A handler returns `Result<(), E>` for any `E` that converts into
+/// `Box<dyn std::error::Error + Send + Sync>`: every std error, `anyhow::Error`,
+/// `eyre::Report`, `String` and `&str`, or `HandlerError` itself. Each of them also converts
+/// into `HandlerError` with `?`. By default an error is *transient*: the message is negatively
+/// acknowledged and redelivered after the consumer's backoff. [`HandlerError::permanent`] marks
+/// it as one that no retry will fix: the message is dead-lettered (if the consumer declares a
+/// `dead_letter` subject) and terminated.
 ///
 /// ```
 /// use nats_topology::HandlerError;
@@ -33,6 +36,15 @@ use serde::de::DeserializeOwned;
 /// assert!(check(-1).unwrap_err().is_permanent());
 /// assert!(check(1).is_ok());
 /// ```
+///
+/// # Why `HandlerError` does not implement `std::error::Error`
+///
+/// For the same reason `anyhow::Error` does not: `?` relies on the blanket
+/// `impl<E: Into<Box<dyn Error + Send + Sync>>> From<E> for HandlerError`, which would overlap
+/// with the standard library's `impl<T> From<T> for T` if `HandlerError` were itself an error
+/// (rustc rejects the pair). Keeping `?` for every error type is worth more. Where a
+/// `dyn Error` is needed, use [`HandlerError::source`] or [`HandlerError::into_source`]; its
+/// `Display` and `Debug` are those of the underlying error.
 pub struct HandlerError {
     source: Box<dyn std::error::Error + Send + Sync + 'static>,
     permanent: bool,
@@ -64,11 +76,16 @@ impl HandlerError {
     pub fn source(&self) -> &(dyn std::error::Error + Send + Sync + 'static) {
         &*self.source
     }
+
+    /// The underlying error, by value (for a caller that needs a `dyn Error`).
+    pub fn into_source(self) -> Box<dyn std::error::Error + Send + Sync + 'static> {
+        self.source
+    }
 }
 
 impl<E> From<E> for HandlerError
 where
-    E: std::error::Error + Send + Sync + 'static,
+    E: Into<Box<dyn std::error::Error + Send + Sync + 'static>>,
 {
     fn from(error: E) -> Self {
         HandlerError::new(error)

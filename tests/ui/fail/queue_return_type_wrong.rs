@@ -1,7 +1,7 @@
 use nats_topology::queue_consumer;
 
 #[queue_consumer(stream = "ORDERS", group = "billing")]
-async fn on_order(order: String) -> Result<(), String> {
+async fn on_order(order: String) -> Result<(), u32> {
     let _ = order;
     Ok(())
 }
