@@ -72,7 +72,7 @@ pub mod __private {
         Retention, Storage, StreamDecl, StreamDef, StreamRef,
     };
     pub use topology_runtime::handler::glue::{
-        RawPayload, assert_send, context, decode_json, decode_raw, into_result,
+        HandlerContext, RawPayload, assert_send, context, decode_json, decode_raw, into_result,
     };
     pub use topology_runtime::handler::{HandlerError, HandlerFuture, Incoming};
     pub use topology_runtime::registry::{ConsumerRegistration, StreamRegistration};

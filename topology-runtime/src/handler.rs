@@ -292,12 +292,31 @@ pub mod glue {
         Ok(T::from_bytes(incoming.payload.clone()))
     }
 
-    /// The handler's context.
-    pub fn context(incoming: &Incoming) -> Context {
-        incoming.context.clone()
+    /// The handler's context: the second argument of a handler, which must be a [`Context`].
+    pub fn context<C: HandlerContext>(incoming: &Incoming) -> C {
+        C::from_incoming(incoming)
     }
 
-    /// Converts a handler's result.
+    /// The types a handler's second argument may have: [`Context`] alone. The bound turns a
+    /// second payload argument into an error that says what the argument must be.
+    #[diagnostic::on_unimplemented(
+        message = "the second argument of a handler is its `Context`, not `{Self}`",
+        label = "expected `nats_topology::Context` here",
+        note = "a handler takes one payload argument, then optionally `cx: Context` (by value): to receive several values, make the payload a struct that holds them"
+    )]
+    pub trait HandlerContext: Sized {
+        /// The context of `incoming`.
+        fn from_incoming(incoming: &Incoming) -> Self;
+    }
+
+    impl HandlerContext for Context {
+        fn from_incoming(incoming: &Incoming) -> Self {
+            incoming.context.clone()
+        }
+    }
+
+    /// Converts a handler's result: `E` is `HandlerError` or anything that converts into
+    /// `Box<dyn Error + Send + Sync>` (see [`HandlerError`]).
     pub fn into_result<E: Into<HandlerError>>(result: Result<(), E>) -> Result<(), HandlerError> {
         result.map_err(Into::into)
     }

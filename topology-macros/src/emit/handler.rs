@@ -35,7 +35,7 @@ pub(crate) fn glue(handler: &Handler) -> TokenStream {
     };
     let (context_stmt, args) = match &handler.context {
         Some(cx_ty) => (
-            quote_spanned!(cx_ty.span()=> let #context: #cx_ty = __nats_topology::context(&#incoming);),
+            quote_spanned!(cx_ty.span()=> let #context: #cx_ty = __nats_topology::context::<#cx_ty>(&#incoming);),
             quote!(#payload, #context),
         ),
         None => (TokenStream::new(), quote!(#payload)),
