@@ -61,7 +61,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             (server.url(), Some(server))
         }
     };
-    let client = async_nats::connect(url.as_str()).await?;
+    // Retries the initial connection and reconnects without limit, as a service should.
+    let client = nats_topology::connect(&url).await?;
 
     let (done_tx, mut done) = mpsc::unbounded_channel::<u32>();
     let runtime = Runtime::builder(client.clone()).state(done_tx).build()?;
@@ -91,7 +92,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     health.wait_ready(Duration::from_secs(30)).await?;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
 
-    let js = async_nats::jetstream::new(client.clone());
+    let js = nats_topology::async_nats::jetstream::new(client.clone());
     for id in 1..=EVENTS {
         let event = SignedUp {
             id,

@@ -30,7 +30,9 @@
 //!
 //! #[tokio::main]
 //! async fn main() -> Result<(), Box<dyn std::error::Error>> {
-//!     let client = async_nats::connect("nats://127.0.0.1:4222").await?;
+//!     // Servers from `NATS_URL`; a broker that is down at boot is waited for, and every
+//!     // disconnection is followed by reconnection attempts, without limit.
+//!     let client = nats_topology::connect_from_env().await?;
 //!     let runtime = Runtime::builder(client).build()?; // validates the whole topology
 //!     let health = runtime.health(); // for a readiness probe: health.ready()
 //!     # drop(health);
@@ -48,6 +50,10 @@
 //! - Every consumer is supervised until shutdown: re-ensured after any loss, visible in
 //!   [`Health`] while it is not running. [`Runtime::plan`] and [`Runtime::inspect`] show what
 //!   provisioning would do and what the server holds.
+//! - [`connect`] and [`connect_from_env`] connect the way a supervised service needs (retry on
+//!   initial connect, unlimited reconnects, a connection name); [`connect_options`] starts
+//!   from the same options to add credentials or TLS. The client is the re-exported
+//!   [`async_nats`], so its version always matches the one [`Runtime::builder`] takes.
 //! - For your own tests, the `nats-topology-testkit` crate (a dev-dependency) starts real
 //!   `nats-server` processes: a JetStream server or a three-node cluster.
 
@@ -60,6 +66,13 @@ pub use topology_runtime::{
 };
 
 pub use topology_macros::{broadcast, queue_consumer, stream};
+
+pub use topology_runtime::connect::{connect, connect_from_env, connect_options};
+
+/// The NATS client this crate is built on. Use it through this path (`nats_topology::async_nats`)
+/// rather than a direct dependency, so that the [`Client`](async_nats::Client) given to
+/// [`Runtime::builder`] is always of the version the runtime expects.
+pub use async_nats;
 
 /// What generated code reaches. Not public API: it may change in any release.
 #[doc(hidden)]

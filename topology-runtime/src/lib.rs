@@ -6,6 +6,7 @@
 //! `handler`, `health` and `retry` are the ground every layer stands on. `run/` and
 //! `provision/` are folders, one concern per file (their `mod.rs` lists them).
 
+pub mod connect;
 pub mod handler;
 pub mod health;
 pub mod provision;
@@ -15,6 +16,7 @@ pub mod retry;
 pub mod run;
 pub mod validate;
 
+pub use connect::{connect, connect_from_env, connect_options};
 pub use handler::{Context, HandlerError, Incoming};
 pub use health::{ConsumerState, ConsumerStatus, Health, NotReady, StreamStatus};
 pub use provision::{ProvisionError, ProvisionErrorKind};

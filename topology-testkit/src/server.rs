@@ -44,6 +44,19 @@ impl NatsServer {
         }
     }
 
+    /// Starts a JetStream server on the given loopback port and waits (up to 20 s) until it is
+    /// ready, as [`start`](Self::start) does; the port is not changed if it is taken (an error).
+    /// For a test of a client that is already trying to reach that port.
+    pub async fn start_on_port(port: u16) -> Result<NatsServer, TestkitError> {
+        let binary = server_binary_async().await?;
+        let dir = make_store_dir("server")?;
+        let name = format!("testkit-{}", unique_suffix());
+        let mut node = Node::new(binary, name, dir);
+        node.port = port;
+        node.spawn_and_wait(SERVER_READY_TIMEOUT).await?;
+        Ok(NatsServer { node })
+    }
+
     /// The client URL, `nats://127.0.0.1:<port>`.
     pub fn url(&self) -> String {
         self.node.url()
