@@ -317,8 +317,26 @@ pub mod glue {
 
     /// Converts a handler's result: `E` is `HandlerError` or anything that converts into
     /// `Box<dyn Error + Send + Sync>` (see [`HandlerError`]).
-    pub fn into_result<E: Into<HandlerError>>(result: Result<(), E>) -> Result<(), HandlerError> {
-        result.map_err(Into::into)
+    pub fn into_result<E: IntoHandlerError>(result: Result<(), E>) -> Result<(), HandlerError> {
+        result.map_err(IntoHandlerError::into_handler_error)
+    }
+
+    /// `Into<HandlerError>` under a name whose failure says what a handler may return (rustc
+    /// reports the bound's message, not the `Box<dyn Error>` conversion under it).
+    #[diagnostic::on_unimplemented(
+        message = "a handler's error type must convert into `HandlerError`; `{Self}` does not",
+        label = "not an error type a handler can return",
+        note = "return `Result<(), E>` with `E` = `HandlerError`, `anyhow::Error`, `eyre::Report`, or any `std::error::Error + Send + Sync + 'static`"
+    )]
+    pub trait IntoHandlerError {
+        /// The conversion.
+        fn into_handler_error(self) -> HandlerError;
+    }
+
+    impl<E: Into<HandlerError>> IntoHandlerError for E {
+        fn into_handler_error(self) -> HandlerError {
+            self.into()
+        }
     }
 
     /// Requires a handler's future to be `Send` (the runtime runs it on any worker thread).
