@@ -164,7 +164,16 @@ pub fn stream(attr: TokenStream, item: TokenStream) -> TokenStream {
 /// `durable`, `durable_name` or `deliver_group` key (plain durables); `subject` together with
 /// `subjects`; a `backoff` longer than `max_deliver`; `migrate_from` naming the group itself;
 /// and a handler that is not an `async fn`, is generic, takes `self`, takes no payload or more
-/// than a payload and a `Context`, or returns nothing.
+/// than a payload and a `Context`, or returns nothing. A second argument that is not a
+/// `Context` is reported as "the second argument of a handler is its `Context`": to receive
+/// several values, make the payload a struct that holds them.
+///
+/// The attribute goes on a **free function**. Inside an `impl` block (an associated function
+/// without `self`), rustc reports "`const` items in this context need a name" at the attribute
+/// and "cannot find function" at the name: a proc macro sees only the function, not the block
+/// around it, and every item it could emit to register the handler is refused in an `impl`
+/// before any message of its own could be. Move the function out of the `impl` (call the
+/// associated function from it if it needs the type).
 #[proc_macro_attribute]
 pub fn queue_consumer(attr: TokenStream, item: TokenStream) -> TokenStream {
     expand::queue_consumer(attr.into(), item.into()).into()
