@@ -163,6 +163,18 @@ fn analyze(attr: &str, f: &ItemFn, cx: &mut Ctxt) -> Option<Handler> {
             }
         }
     }
+    let method = sig
+        .inputs
+        .iter()
+        .any(|arg| matches!(arg, FnArg::Receiver(_)));
+    if !method && crate::enclosing::inside_impl(ident) {
+        cx.error_spanned_by(
+            ident,
+            format!(
+                "`#[{attr}]` goes on a free function, not inside an `impl` block: move `{ident}` out of the `impl` (to use the type, call it from the free function)"
+            ),
+        );
+    }
     if sig.inputs.is_empty() {
         cx.error_at(
             sig.paren_token.span.join(),

@@ -42,6 +42,7 @@ mod args;
 mod attrs;
 mod ctxt;
 mod emit;
+mod enclosing;
 mod expand;
 mod item;
 mod suggest;
@@ -168,12 +169,12 @@ pub fn stream(attr: TokenStream, item: TokenStream) -> TokenStream {
 /// `Context` is reported as "the second argument of a handler is its `Context`": to receive
 /// several values, make the payload a struct that holds them.
 ///
-/// The attribute goes on a **free function**. Inside an `impl` block (an associated function
-/// without `self`), rustc reports "`const` items in this context need a name" at the attribute
-/// and "cannot find function" at the name: a proc macro sees only the function, not the block
-/// around it, and every item it could emit to register the handler is refused in an `impl`
-/// before any message of its own could be. Move the function out of the `impl` (call the
-/// associated function from it if it needs the type).
+/// The attribute goes on a **free function**, not on an associated function inside an `impl`
+/// block. A proc macro is given the function alone, so this is read from the handler's source
+/// file at its name; where that cannot be done (no source file, a handler written by another
+/// macro), rustc reports the mistake in its own words: "`const` items in this context need a
+/// name" and "cannot find function". Either way the fix is to move the function out of the
+/// `impl`.
 #[proc_macro_attribute]
 pub fn queue_consumer(attr: TokenStream, item: TokenStream) -> TokenStream {
     expand::queue_consumer(attr.into(), item.into()).into()

@@ -1,6 +1,7 @@
 //! Refused: a handler inside an `impl` block (even without `self`): the attribute goes on a
-//! free function. A proc macro cannot see the `impl` around it, so the messages are rustc's;
-//! the docs of `#[queue_consumer]` quote them with the fix, and this case keeps them true.
+//! free function. The macro is given the function alone; it finds the `impl` in the source
+//! file, so the one error names the fix instead of rustc's "`const` items in this context need
+//! a name" and "cannot find function".
 
 use nats_topology::{HandlerError, queue_consumer};
 
