@@ -173,6 +173,28 @@ pub trait Wake: Send + Sync {
     /// How long a first attempt may be in flight before it also waits for an event (a
     /// healthy request is answered well within it).
     fn in_flight_grace(&self) -> Duration;
+    /// As [`Wake::next_event`], but also resolves at once when an event the source saw came
+    /// at or after `since` (an attempt's start): an event during an attempt's grace, or
+    /// while it was being answered with a failure, still ends the wait that follows. The
+    /// default sees only events after the call.
+    fn event_since(&self, since: Instant) -> Pin<Box<dyn Future<Output = ()> + Send + 'static>> {
+        let _ = since;
+        self.next_event()
+    }
+    /// Resolves when an attempt started at `started` and still in flight looks lost. The
+    /// default: an event after its first `grace` (see [`Wake::event_since`] for a source
+    /// that remembers events).
+    fn stalled(
+        &self,
+        started: Instant,
+        grace: Duration,
+    ) -> Pin<Box<dyn Future<Output = ()> + Send + 'static>> {
+        let event = self.event_since(started);
+        Box::pin(async move {
+            tokio::time::sleep_until(started + grace).await;
+            event.await;
+        })
+    }
 }
 
 /// The waits between the attempts of one retried operation: full jitter over a doubling
@@ -287,11 +309,19 @@ impl Backoff {
         // Whether the last attempt failed (or was abandoned) transiently: the next one waits
         // for an event from its start, not only after the grace.
         let mut troubled = false;
+        // Attempts abandoned so far: each doubles the grace of the next (up to 8 times), so
+        // that a server slower than the grace is not sent the same request again and again.
+        let mut abandoned = 0u32;
         loop {
             attempts += 1;
+            let started = Instant::now();
             let outcome = match wake {
                 None => Some(op().await),
-                Some(wake) => self.attempt_waking(op(), wake, troubled).await,
+                Some(wake) => {
+                    let grace = wake.in_flight_grace() * (1 << abandoned.min(3));
+                    self.attempt_waking(op(), wake, troubled, started, grace)
+                        .await
+                }
             };
             let error = match outcome {
                 Some(Ok(value)) => return Ok((value, attempts)),
@@ -299,6 +329,7 @@ impl Backoff {
                 None => {
                     // Abandoned after an event and the spread: try again now.
                     troubled = true;
+                    abandoned += 1;
                     continue;
                 }
             };
@@ -309,7 +340,9 @@ impl Backoff {
                 match wake {
                     None => tokio::time::sleep(delay).await,
                     Some(wake) => {
-                        let event = wake.next_event();
+                        // An event while the failed attempt was answered counts: the
+                        // failure may predate it (a request that reached no leader).
+                        let event = wake.event_since(started);
                         tokio::select! {
                             () = tokio::time::sleep(delay) => {}
                             () = event => tokio::time::sleep(full_jitter(wake.spread()).min(delay)).await,
@@ -335,21 +368,28 @@ impl Backoff {
         attempt: Fut,
         wake: &dyn Wake,
         troubled: bool,
+        started: Instant,
+        grace: Duration,
     ) -> Option<Result<T, E>>
     where
         Fut: Future<Output = Result<T, E>>,
     {
         let mut attempt = std::pin::pin!(attempt);
-        let grace = if troubled {
-            Duration::ZERO
-        } else {
-            wake.in_flight_grace()
-        };
+        // Events since the attempt's start, not only after its grace: an election while it is
+        // in flight (the stream's leader, just after the stream was created) is why a request
+        // sent before it goes unanswered. After trouble, any event from the start counts.
+        let stalled = wake.stalled(started, grace);
+        let since = troubled.then(|| wake.event_since(started));
         let event = async {
-            if !grace.is_zero() {
-                tokio::time::sleep(grace).await;
+            match since {
+                Some(since) => {
+                    tokio::select! {
+                        () = stalled => {}
+                        () = since => {}
+                    }
+                }
+                None => stalled.await,
             }
-            wake.next_event().await;
         };
         tokio::select! {
             outcome = &mut attempt => return Some(outcome),

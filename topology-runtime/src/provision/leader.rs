@@ -20,7 +20,12 @@
 //! exist only while at least one retry waits: the first waiter starts one task that
 //! subscribes and probes; it stops [`LINGER`] after the last one leaves (so that the moment
 //! between a backoff sleep and the next attempt does not restart it and forget that the
-//! leader was gone).
+//! leader was gone). The watch remembers when it last saw each election (and the newest
+//! answered probe): a retry asks what came since its attempt started, so an election seen
+//! while the attempt was in flight, or while it was being answered with a failure, is not
+//! lost; an attempt still unanswered [`IN_FLIGHT_GRACE`] after it was sent, while the API
+//! answers probes, is taken as lost (a consumer create sent as its stream's leader was being
+//! elected is never answered, and no later advisory need come).
 //!
 //! **The herd.** One election wakes every waiting replica at once. Each retries after a
 //! random delay in `[0, WAKE_SPREAD]` (and never later than its own backoff would have):
@@ -30,6 +35,7 @@
 //! spread only keeps the meta leader's queue short in its first moments, and a longer one
 //! would add its whole length to the time to ready.
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, Weak};
@@ -57,7 +63,7 @@ pub(crate) const WAKE_SPREAD: Duration = Duration::from_millis(100);
 /// How long a first request may go unanswered before it also waits for an election: a
 /// healthy create of a replicated stream is answered in tens of milliseconds (about 60 ms on
 /// 2.11.2 and later, nats-facts §6.1).
-pub(crate) const IN_FLIGHT_GRACE: Duration = Duration::from_millis(500);
+pub(crate) const IN_FLIGHT_GRACE: Duration = Duration::from_millis(250);
 /// How long the watch outlives its last waiter.
 const LINGER: Duration = Duration::from_secs(1);
 
@@ -68,6 +74,9 @@ pub(crate) enum Election {
     Meta,
     /// A leader of this stream, or of one of its consumers.
     Stream(String),
+    /// Not an election: the meta leader answered a probe (sent at the instant given). An
+    /// attempt in flight past its grace while the API answers is taken as lost.
+    Answered(Instant),
 }
 
 impl Election {
@@ -89,6 +98,7 @@ impl Election {
         match self {
             Election::Meta => true,
             Election::Stream(name) => stream.is_empty() || name == stream,
+            Election::Answered(_) => false,
         }
     }
 }
@@ -114,6 +124,24 @@ struct State {
     idle_since: Option<Instant>,
     /// Times the watch started (for tests and reports).
     starts: u64,
+    /// When the watch last saw a meta leader elected, and each stream's (or one of its
+    /// consumers') leader: a retry asks whether one came since its attempt started.
+    last_meta: Option<Instant>,
+    last_stream: HashMap<String, Instant>,
+    /// When the newest probe that was answered was sent.
+    last_answered: Option<Instant>,
+}
+
+impl State {
+    /// When the watch last saw an election that concerns `stream`.
+    fn last_concerning(&self, stream: &str) -> Option<Instant> {
+        let streams = if stream.is_empty() {
+            self.last_stream.values().max().copied()
+        } else {
+            self.last_stream.get(stream).copied()
+        };
+        self.last_meta.max(streams)
+    }
 }
 
 impl LeaderWatch {
@@ -140,11 +168,30 @@ impl LeaderWatch {
         &self,
         stream: &str,
     ) -> impl Future<Output = ()> + Send + 'static + use<> {
+        self.election_since(stream, None)
+    }
+
+    /// As [`LeaderWatch::next_election`], but resolves at once when the watch already saw
+    /// one at or after `since`.
+    pub(crate) fn election_since(
+        &self,
+        stream: &str,
+        since: Option<Instant>,
+    ) -> impl Future<Output = ()> + Send + 'static + use<> {
+        // Subscribed before looking at what was seen: an election announced in between is
+        // then in one or the other.
         let mut events = self.inner.elections.subscribe();
         let guard = Waiter::enter(self.inner.clone());
+        let seen = since.is_some_and(|since| {
+            let state = self.inner.state.lock().unwrap();
+            state.last_concerning(stream).is_some_and(|at| at >= since)
+        });
         let stream = stream.to_owned();
         async move {
             let _guard = guard;
+            if seen {
+                return;
+            }
             loop {
                 match events.recv().await {
                     Ok(election) if election.concerns(&stream) => return,
@@ -152,6 +199,57 @@ impl LeaderWatch {
                     // Missed some: one of them may have been ours.
                     Err(broadcast::error::RecvError::Lagged(_)) => return,
                     Err(broadcast::error::RecvError::Closed) => std::future::pending().await,
+                }
+            }
+        }
+    }
+
+    /// Resolves when an attempt on `stream` started at `started` looks lost: an election
+    /// that concerns it came since `started`, or, once it has been in flight for `grace`, a
+    /// probe sent after that was answered (the API answers; this request did not). The watch
+    /// starts only at the end of the grace unless it already runs (a healthy request is
+    /// answered within it, and costs no subscription); running, it reports an election
+    /// during the grace at once.
+    pub(crate) fn stalled(
+        &self,
+        stream: &str,
+        started: Instant,
+        grace: Duration,
+    ) -> impl Future<Output = ()> + Send + 'static + use<> {
+        let mut events = self.inner.elections.subscribe();
+        let inner = self.inner.clone();
+        let running = inner.state.lock().unwrap().running;
+        let mut guard = running.then(|| Waiter::enter(inner.clone()));
+        let stream = stream.to_owned();
+        let grace_end = started + grace;
+        async move {
+            if guard.is_none() {
+                tokio::time::sleep_until(grace_end).await;
+                guard = Some(Waiter::enter(inner.clone()));
+            }
+            let _guard = guard;
+            loop {
+                {
+                    let state = inner.state.lock().unwrap();
+                    if state
+                        .last_concerning(&stream)
+                        .is_some_and(|at| at >= started)
+                    {
+                        return;
+                    }
+                    if Instant::now() >= grace_end
+                        && state.last_answered.is_some_and(|sent| sent >= grace_end)
+                    {
+                        return;
+                    }
+                }
+                tokio::select! {
+                    event = events.recv() => match event {
+                        Ok(_) => {}
+                        Err(broadcast::error::RecvError::Lagged(_)) => {}
+                        Err(broadcast::error::RecvError::Closed) => std::future::pending().await,
+                    },
+                    () = tokio::time::sleep_until(grace_end), if Instant::now() < grace_end => {}
                 }
             }
         }
@@ -241,7 +339,7 @@ async fn watch(js: jetstream::Context, elections: broadcast::Sender<Election>, i
             Some(message) = advisories.next() => {
                 if let Some(election) = Election::from_subject(&message.subject) {
                     tracing::debug!(?election, "leader elected (advisory)");
-                    let _ = elections.send(election);
+                    announce(&inner, &elections, election);
                 }
             }
             _ = ticker.tick() => {
@@ -249,15 +347,18 @@ async fn watch(js: jetstream::Context, elections: broadcast::Sender<Election>, i
                     return;
                 }
                 sent += 1;
-                probes.push(probe(js.clone(), sent));
+                probes.push(probe(js.clone(), sent, Instant::now()));
             }
-            Some((seq, answered)) = probes.next(), if !probes.is_empty() => {
+            Some((seq, answered, sent_at)) = probes.next(), if !probes.is_empty() => {
+                if answered {
+                    announce(&inner, &elections, Election::Answered(sent_at));
+                }
                 if newest.is_some_and(|(newest, _)| seq < newest) {
                     continue; // a late outcome of an older probe says nothing new
                 }
                 if answered && newest.is_some_and(|(_, was)| !was) {
                     tracing::debug!("meta leader answers again");
-                    let _ = elections.send(Election::Meta);
+                    announce(&inner, &elections, Election::Meta);
                 }
                 newest = Some((seq, answered));
             }
@@ -265,15 +366,34 @@ async fn watch(js: jetstream::Context, elections: broadcast::Sender<Election>, i
     }
 }
 
+/// Records `election` (for retries that ask what came since their attempt started), then
+/// sends it to the waiting ones.
+fn announce(inner: &Weak<Inner>, elections: &broadcast::Sender<Election>, election: Election) {
+    if let Some(inner) = inner.upgrade() {
+        let mut state = inner.state.lock().unwrap();
+        let now = Instant::now();
+        match &election {
+            Election::Meta => state.last_meta = Some(now),
+            Election::Stream(name) => {
+                state.last_stream.insert(name.clone(), now);
+            }
+            Election::Answered(sent) => {
+                state.last_answered = state.last_answered.max(Some(*sent));
+            }
+        }
+    }
+    let _ = elections.send(election);
+}
+
 /// Whether the meta leader answers `INFO` within [`PROBE_TIMEOUT`].
-async fn probe(js: jetstream::Context, seq: u64) -> (u64, bool) {
+async fn probe(js: jetstream::Context, seq: u64, sent_at: Instant) -> (u64, bool, Instant) {
     let body = serde_json::json!({});
     let request = js.request::<_, _, Response<serde_json::Value>>("INFO".to_owned(), &body);
     let answered = matches!(
         tokio::time::timeout(PROBE_TIMEOUT, request).await,
         Ok(Ok(Response::Ok(_)))
     );
-    (seq, answered)
+    (seq, answered, sent_at)
 }
 
 /// The [`Wake`] of one stream's provisioning retries.
@@ -285,6 +405,18 @@ pub(crate) struct StreamWake<'a> {
 impl Wake for StreamWake<'_> {
     fn next_event(&self) -> Pin<Box<dyn Future<Output = ()> + Send + 'static>> {
         Box::pin(self.watch.next_election(self.stream))
+    }
+
+    fn event_since(&self, since: Instant) -> Pin<Box<dyn Future<Output = ()> + Send + 'static>> {
+        Box::pin(self.watch.election_since(self.stream, Some(since)))
+    }
+
+    fn stalled(
+        &self,
+        started: Instant,
+        grace: Duration,
+    ) -> Pin<Box<dyn Future<Output = ()> + Send + 'static>> {
+        Box::pin(self.watch.stalled(self.stream, started, grace))
     }
 
     fn spread(&self) -> Duration {
