@@ -1,0 +1,161 @@
+use super::*;
+
+#[test]
+fn window_doubles_then_caps() {
+    let policy = RetryPolicy {
+        base: Duration::from_millis(100),
+        cap: Duration::from_secs(1),
+        ..RetryPolicy::default()
+    };
+    assert_eq!(policy.window(0), Duration::from_millis(100));
+    assert_eq!(policy.window(1), Duration::from_millis(200));
+    assert_eq!(policy.window(3), Duration::from_millis(800));
+    assert_eq!(policy.window(4), Duration::from_secs(1));
+    assert_eq!(policy.window(u32::MAX), Duration::from_secs(1));
+}
+
+#[test]
+fn delays_stay_inside_the_window_and_spread() {
+    let policy = RetryPolicy::default();
+    let delays: Vec<_> = (0..200).map(|_| policy.delay(2)).collect();
+    assert!(delays.iter().all(|d| *d <= policy.window(2)));
+    let distinct: std::collections::HashSet<_> = delays.iter().collect();
+    assert!(distinct.len() > 150, "full jitter must spread delays");
+}
+
+#[test]
+fn a_backoff_stops_at_its_attempt_limit_and_starts_afresh_on_reset() {
+    let policy = RetryPolicy::default();
+    let mut backoff = policy.backoff_until(None).max_attempts(3);
+    assert!(backoff.fail().is_some());
+    assert!(backoff.fail().is_some());
+    assert_eq!(
+        backoff.fail(),
+        None,
+        "the third failure is the last attempt"
+    );
+    backoff.reset();
+    assert_eq!(backoff.failures(), 0);
+    assert!(backoff.fail().is_some_and(|d| d <= policy.window(0)));
+}
+
+#[test]
+fn a_backoff_never_waits_past_its_deadline() {
+    let mut none_left = RetryPolicy::no_retry().backoff();
+    assert_eq!(none_left.fail(), None);
+    let mut unbounded = RetryPolicy::default().backoff_until(None);
+    assert!((0..100).all(|_| unbounded.fail().is_some()));
+}
+
+/// Events on demand: `next_event` resolves when `fire` is called after it.
+struct Manual {
+    notify: std::sync::Arc<tokio::sync::Notify>,
+    grace: Duration,
+}
+
+impl Wake for Manual {
+    fn next_event(&self) -> Pin<Box<dyn Future<Output = ()> + Send + 'static>> {
+        let notify = self.notify.clone();
+        Box::pin(async move { notify.notified().await })
+    }
+    fn spread(&self) -> Duration {
+        Duration::from_millis(1)
+    }
+    fn in_flight_grace(&self) -> Duration {
+        self.grace
+    }
+}
+
+#[tokio::test]
+async fn an_event_abandons_an_unanswered_attempt_after_its_grace_and_ends_a_backoff_sleep() {
+    let notify = std::sync::Arc::new(tokio::sync::Notify::new());
+    let wake = Manual {
+        notify: notify.clone(),
+        grace: Duration::from_millis(20),
+    };
+    let firing = {
+        let notify = notify.clone();
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+                notify.notify_waiters();
+            }
+        })
+    };
+    // Backoff windows of an hour: only events can make this finish.
+    let slow = RetryPolicy {
+        base: Duration::from_secs(3600),
+        cap: Duration::from_secs(3600),
+        deadline: Duration::from_secs(7200),
+        ..RetryPolicy::default()
+    };
+    let mut calls = 0;
+    let outcome = tokio::time::timeout(
+        Duration::from_secs(10),
+        slow.backoff().run_waking(
+            || {
+                calls += 1;
+                let n = calls;
+                async move {
+                    match n {
+                        // Never answered: abandoned after the grace and an event.
+                        1 => std::future::pending().await,
+                        // A transient failure: the hour-long sleep ends at an event.
+                        2 => Err("no leader"),
+                        _ => Ok(n),
+                    }
+                }
+            },
+            |_| true,
+            Some(&wake),
+        ),
+    )
+    .await
+    .expect("woken, not left to the backoff");
+    firing.abort();
+    assert_eq!(outcome, Ok((3, 3)));
+}
+
+#[tokio::test]
+async fn run_retries_transient_failures_only_and_counts_attempts() {
+    let policy = RetryPolicy {
+        base: Duration::from_millis(1),
+        ..RetryPolicy::default()
+    };
+    let mut calls = 0;
+    let outcome = policy
+        .run(
+            || {
+                calls += 1;
+                let n = calls;
+                async move { if n < 4 { Err(n) } else { Ok(n) } }
+            },
+            |_| true,
+        )
+        .await;
+    assert_eq!(outcome, Ok((4, 4)));
+
+    let fatal = policy.run(|| async { Err::<(), _>("no") }, |_| false).await;
+    assert_eq!(
+        fatal,
+        Err(Failed {
+            error: "no",
+            attempts: 1,
+            gave_up: GaveUp::Final
+        })
+    );
+
+    let exhausted = policy
+        .backoff()
+        .max_attempts(5)
+        .run(|| async { Err::<(), _>("busy") }, |_| true)
+        .await;
+    assert_eq!(
+        exhausted,
+        Err(Failed {
+            error: "busy",
+            attempts: 5,
+            gave_up: GaveUp::Exhausted
+        })
+    );
+}
