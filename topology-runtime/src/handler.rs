@@ -120,6 +120,14 @@ impl StateMap {
     fn get<T: Any + Send + Sync>(&self) -> Option<&T> {
         self.0.get(&TypeId::of::<T>())?.downcast_ref::<T>()
     }
+
+    pub(crate) fn get_arc<T: Any + Send + Sync>(&self) -> Option<Arc<T>> {
+        self.0.get(&TypeId::of::<T>())?.clone().downcast::<T>().ok()
+    }
+
+    pub(crate) fn contains(&self, id: TypeId) -> bool {
+        self.0.contains_key(&id)
+    }
 }
 
 /// What a handler knows about the message it handles, and what it can reach.
@@ -190,6 +198,11 @@ impl Context {
     /// Application state of type `T`, if the builder was given one.
     pub fn state<T: Any + Send + Sync>(&self) -> Option<&T> {
         self.scope.state.get::<T>()
+    }
+
+    /// Application state of type `T`, shared (what a [`State<T>`](crate::State) argument holds).
+    pub(crate) fn state_arc<T: Any + Send + Sync>(&self) -> Option<Arc<T>> {
+        self.scope.state.get_arc::<T>()
     }
 
     /// Publishes `value` as JSON to `subject` and waits for the stream's acknowledgement.

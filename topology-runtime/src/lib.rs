@@ -14,6 +14,7 @@ pub mod registry;
 pub mod report;
 pub mod retry;
 pub mod run;
+pub mod state;
 pub mod validate;
 
 pub use connect::{connect, connect_from_env, connect_options};
@@ -24,5 +25,6 @@ pub use registry::Topology;
 pub use report::{Inspection, Plan, ProvisionReport, inspect, plan};
 pub use retry::RetryPolicy;
 pub use run::{Relay, RelayError, RunError, Runtime, RuntimeBuilder};
+pub use state::State;
 pub use topology_core::model;
 pub use validate::{Problem, ValidationError};

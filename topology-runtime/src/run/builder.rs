@@ -106,7 +106,9 @@ impl RuntimeBuilder {
         self
     }
 
-    /// Makes `value` available to handlers as `cx.state::<T>()`; one value per type.
+    /// Makes `value` available to handlers as a [`State<T>`](crate::State) argument and as
+    /// `cx.state::<T>()`; one value per type. A handler taking `State<T>` makes [`build`](Self::build)
+    /// fail unless a `T` was given here.
     pub fn state<T: std::any::Any + Send + Sync>(mut self, value: T) -> Self {
         self.state.insert(value);
         self
@@ -201,6 +203,7 @@ impl RuntimeBuilder {
         if let Err(invalid) = validate::validate(&topology) {
             problems.extend(invalid.problems);
         }
+        problems.extend(missing_state(&topology, &self.state));
         if !problems.is_empty() {
             return Err(ValidationError { problems });
         }
@@ -331,4 +334,23 @@ impl RuntimeBuilder {
 fn instance_id() -> String {
     use rand::RngExt;
     format!("{:016x}", rand::rng().random::<u64>())
+}
+
+/// A problem for each `State<T>` argument of a handler whose `T` the builder was not given.
+fn missing_state(topology: &Topology, state: &StateMap) -> Vec<Problem> {
+    let mut problems = Vec::new();
+    for consumer in topology.consumers() {
+        for key in consumer.states {
+            if !state.contains(key.type_id()) {
+                problems.push(Problem {
+                    location: validate::consumer_at(&consumer.decl),
+                    message: format!(
+                        "the handler takes `State<{ty}>`, but the runtime was given no `{ty}`: add `.state(value)` with a `{ty}` to `Runtime::builder(..)`",
+                        ty = key.type_name()
+                    ),
+                });
+            }
+        }
+    }
+    problems
 }
