@@ -34,8 +34,8 @@ const PAUSE_SINCE: (u64, u64, u64) = (2, 11, 0);
 /// How often the old consumer is read while waiting for it to pause and drain.
 const POLL: Duration = Duration::from_millis(100);
 
-/// How many reads in a row must find nobody pulling from a paused old consumer before it is
-/// deleted (they are one pull expiry apart: an old instance pulling has a request waiting).
+/// At least this many reads in a row must find nobody pulling from a paused old consumer
+/// before it is deleted.
 const IDLE_READS: u32 = 3;
 
 /// Whether `version` (a server's) has consumer pause; `None` if it does not parse (then the
@@ -227,26 +227,29 @@ impl Provisioner {
     }
 
     /// Watches the old consumer of a migration forever: deletes it once it is paused and
-    /// nobody pulls from it for [`IDLE_READS`] reads `every` apart (an old instance pulling has
-    /// a request waiting: a limits stream keeps nothing for it, an interest stream keeps every
-    /// message for it, so it goes as soon as the old fleet is gone), and pauses it again if an
-    /// old instance running older code re-created or resumed it.
+    /// nobody has pulled from it for `idle_for` (read every second at most: an old instance
+    /// pulling always has a request waiting, so a limits stream keeps nothing for it and an
+    /// interest stream, where it holds every message, loses it as soon as the old fleet is
+    /// gone), and pauses it again if an old instance running older code re-created or resumed
+    /// it. What it still has pending acknowledgement belongs to instances that are gone: the
+    /// drain before the migration waited for every live one.
     pub(crate) async fn retire(
         &self,
         stream: &str,
         old: &str,
-        every: Duration,
+        idle_for: Duration,
     ) -> std::convert::Infallible {
-        let mut idle = 0u32;
+        let every = idle_for.min(Duration::from_secs(1));
+        let idle_for = idle_for.max(every * IDLE_READS);
+        let mut idle_since: Option<tokio::time::Instant> = None;
         let mut interval = tokio::time::interval(every);
         interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        interval.tick().await;
         loop {
             interval.tick().await;
             let info = match self.read_consumer(stream, old).await {
                 Ok(Some(info)) => info,
                 Ok(None) | Err(_) => {
-                    idle = 0;
+                    idle_since = None;
                     continue;
                 }
             };
@@ -260,27 +263,29 @@ impl Provisioner {
                 if let Err(e) = self.pause(stream, old, &info).await {
                     tracing::warn!(stream, consumer = old, error = %e, "could not pause it");
                 }
-                idle = 0;
+                idle_since = None;
                 continue;
             }
-            if info.num_waiting == 0 && info.num_ack_pending == 0 {
-                idle += 1;
-            } else {
-                idle = 0;
+            if info.num_waiting > 0 {
+                idle_since = None;
+                continue;
             }
-            if idle >= IDLE_READS {
-                match self.delete_consumer(stream, old).await {
-                    Ok(()) => tracing::info!(
-                        stream,
-                        consumer = old,
-                        "deleted the consumer migrated from: paused, and no instance pulls from it"
-                    ),
-                    Err(e) => {
-                        tracing::warn!(stream, consumer = old, error = %e, "could not delete the consumer migrated from")
-                    }
+            let since = *idle_since.get_or_insert_with(tokio::time::Instant::now);
+            if since.elapsed() < idle_for {
+                continue;
+            }
+            match self.delete_consumer(stream, old).await {
+                Ok(()) => tracing::info!(
+                    stream,
+                    consumer = old,
+                    "deleted the consumer migrated from: paused, and no instance pulled from it \
+                     for {idle_for:?}"
+                ),
+                Err(e) => {
+                    tracing::warn!(stream, consumer = old, error = %e, "could not delete the consumer migrated from")
                 }
-                idle = 0;
             }
+            idle_since = None;
         }
     }
 }
