@@ -1,0 +1,250 @@
+//! `migrate_from` during a rolling deploy, beside a running old fleet (docs/DEPLOYS.md): two
+//! old-version runtimes consume group `v1`, two new-version runtimes start with group `v2`,
+//! `migrate_from = "v1"`, then the old ones drain one by one while publishing continues.
+//! Every id is handled exactly once across all four, none lost, on limits, interest and
+//! work-queue streams; the old consumer is gone at the end. And a new instance killed in the
+//! middle of a migration (after the pause) is finished by the next one.
+
+mod fixture;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use async_nats::jetstream;
+use fixture::{Fixture, Running, fast, job_topology, publish_jobs, queue, stream};
+use nats_topology::model::{QueueDecl, Retention, StreamDecl};
+use nats_topology::{Runtime, Topology};
+use nats_topology_testkit::eventually;
+
+/// Handler work per message: long enough that the old fleet holds messages when it is paused.
+const WORK: Duration = Duration::from_millis(5);
+
+/// Runs `runtime` and waits until it is ready.
+async fn start(runtime: Runtime) -> Running {
+    let running = Running::spawn(runtime);
+    running.ready(Duration::from_secs(30)).await;
+    running
+}
+
+struct Deploy {
+    fx: Fixture,
+    js: jetstream::Context,
+    decl: StreamDecl,
+    subject: String,
+}
+
+impl Deploy {
+    async fn start(name: &str, retention: Retention) -> Deploy {
+        let fx = Fixture::start().await;
+        let js = fx.jetstream().await;
+        let prefix = name.to_lowercase();
+        let decl = stream(name, &[&format!("{prefix}.>")]).retention(retention);
+        Deploy {
+            fx,
+            js,
+            decl,
+            subject: format!("{prefix}.work"),
+        }
+    }
+
+    /// The old declaration (`v1`, version 1.0.0) or the new one (`v2` migrating from `v1`,
+    /// version 2.0.0).
+    fn topology(&self, new: bool) -> Topology {
+        let group = if new {
+            QueueDecl::new("v2").migrate_from("v1")
+        } else {
+            QueueDecl::new("v1")
+        };
+        let consumer = queue("tests::on_job", &self.decl, &self.subject, group).concurrency(4);
+        job_topology(self.decl, consumer, self.fx.ledger.clone(), WORK)
+    }
+
+    async fn runtime(&self, new: bool) -> Runtime {
+        fast(self.fx.builder().await)
+            .topology(self.topology(new))
+            .version(if new { "2.0.0" } else { "1.0.0" })
+            .build()
+            .expect("valid topology")
+    }
+
+    /// Publishes ids from 0 on, one every 2 ms, until `stop`; the count published.
+    fn publish_until(&self, stop: Arc<AtomicBool>) -> tokio::task::JoinHandle<u64> {
+        let (js, subject) = (self.js.clone(), self.subject.clone());
+        tokio::spawn(async move {
+            let mut next = 0;
+            while !stop.load(Ordering::Relaxed) {
+                publish_jobs(&js, &subject, [next]).await;
+                next += 1;
+                // The publishing rate, not synchronisation.
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+            next
+        })
+    }
+
+    async fn consumer_gone(&self, name: &str) {
+        let (js, stream, name) = (self.js.clone(), self.decl.name, name.to_owned());
+        eventually(
+            Duration::from_secs(30),
+            "the old consumer deleted",
+            || {
+                let (js, name) = (js.clone(), name.clone());
+                async move {
+                    let stream = js.get_stream(stream).await.ok()?;
+                    stream.consumer_info(&name).await.is_err().then_some(())
+                }
+            },
+        )
+        .await;
+    }
+
+    /// Every published id handled exactly once (waiting for the last ones), none lost.
+    async fn all_handled_once(&self, published: u64) {
+        self.fx
+            .ledger
+            .wait_covers(0..published, Duration::from_secs(30))
+            .await;
+        self.fx.ledger.assert_handled_once(published as usize);
+    }
+}
+
+async fn rolling_migration_under_load(name: &str, retention: Retention) {
+    let deploy = Deploy::start(name, retention).await;
+    let old_a = start(deploy.runtime(false).await).await;
+    let old_b = start(deploy.runtime(false).await).await;
+    let stop = Arc::new(AtomicBool::new(false));
+    let publisher = deploy.publish_until(stop.clone());
+    // The old fleet is busy before the new version arrives.
+    deploy
+        .fx
+        .ledger
+        .wait_len(100, Duration::from_secs(20), "the old fleet handling jobs")
+        .await;
+    let handled_by_old = deploy.fx.ledger.len();
+
+    let (new_a, new_b) = tokio::join!(deploy.runtime(true), deploy.runtime(true));
+    let (new_a, new_b) = tokio::join!(
+        start(new_a),
+        start(new_b)
+    );
+    // The new fleet handles jobs published after the migration.
+    let target = deploy.fx.ledger.len() + 100;
+    deploy
+        .fx
+        .ledger
+        .wait_len(target, Duration::from_secs(20), "the new fleet handling jobs")
+        .await;
+    assert!(handled_by_old > 0);
+
+    // The old fleet drains one by one while publishing goes on.
+    old_a.stop().await.expect("the first old instance drains");
+    let target = deploy.fx.ledger.len() + 50;
+    deploy
+        .fx
+        .ledger
+        .wait_len(target, Duration::from_secs(20), "jobs handled meanwhile")
+        .await;
+    old_b.stop().await.expect("the second old instance drains");
+    let target = deploy.fx.ledger.len() + 50;
+    deploy
+        .fx
+        .ledger
+        .wait_len(target, Duration::from_secs(20), "jobs handled meanwhile")
+        .await;
+
+    stop.store(true, Ordering::Relaxed);
+    let published = publisher.await.expect("the publisher runs");
+    deploy.all_handled_once(published).await;
+    // Nobody pulls from the old consumer any more: a new instance deletes it.
+    deploy.consumer_gone("v1").await;
+    for outcome in Running::stop_all(vec![new_a, new_b]).await {
+        outcome.expect("the new instances drain");
+    }
+    deploy.fx.ledger.assert_handled_once(published as usize);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rolling_migration_under_load_on_a_limits_stream() {
+    rolling_migration_under_load("ROLL_LIMITS", Retention::Limits).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rolling_migration_under_load_on_an_interest_stream() {
+    rolling_migration_under_load("ROLL_INTEREST", Retention::Interest).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rolling_migration_under_load_on_a_workqueue_stream() {
+    rolling_migration_under_load("ROLL_WQ", Retention::WorkQueue).await;
+}
+
+/// A new instance killed right after it paused the old consumer (before it could create the
+/// new one) leaves the old consumer paused and no new consumer: the next new instance
+/// finishes the migration, and nothing is lost or handled twice.
+async fn killed_mid_migration(name: &str, retention: Retention) {
+    let deploy = Deploy::start(name, retention).await;
+    let old_a = start(deploy.runtime(false).await).await;
+    let old_b = start(deploy.runtime(false).await).await;
+    let stop = Arc::new(AtomicBool::new(false));
+    let publisher = deploy.publish_until(stop.clone());
+    deploy
+        .fx
+        .ledger
+        .wait_len(100, Duration::from_secs(20), "the old fleet handling jobs")
+        .await;
+
+    // The first new instance, killed (its run dropped mid-provisioning) once it paused `v1`.
+    let doomed = deploy.runtime(true).await;
+    let killed = tokio::spawn(doomed.run_until(std::future::pending::<()>()));
+    let (js, stream_name) = (deploy.js.clone(), deploy.decl.name);
+    eventually(Duration::from_secs(20), "the old consumer paused", || {
+        let js = js.clone();
+        async move {
+            let info = js
+                .get_stream(stream_name)
+                .await
+                .ok()?
+                .consumer_info("v1")
+                .await
+                .ok()?;
+            info.paused.then_some(())
+        }
+    })
+    .await;
+    killed.abort();
+    let _ = killed.await;
+    let paused_at = deploy.fx.ledger.len();
+
+    let stream = deploy.js.get_stream(deploy.decl.name).await.unwrap();
+    let v1 = stream.clone().consumer_info("v1").await.expect("v1 exists");
+    assert!(v1.paused, "the killed instance left the old consumer paused");
+
+    // The next new instance resumes the migration.
+    let next = start(deploy.runtime(true).await).await;
+    let target = paused_at + 100;
+    deploy
+        .fx
+        .ledger
+        .wait_len(target, Duration::from_secs(30), "the new instance handling jobs")
+        .await;
+    for old in [old_a, old_b] {
+        old.stop().await.expect("the old instances drain");
+    }
+    stop.store(true, Ordering::Relaxed);
+    let published = publisher.await.expect("the publisher runs");
+    deploy.all_handled_once(published).await;
+    deploy.consumer_gone("v1").await;
+    next.stop().await.expect("the new instance drains");
+    deploy.fx.ledger.assert_handled_once(published as usize);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_instance_killed_mid_migration_is_finished_by_the_next_on_a_limits_stream() {
+    killed_mid_migration("KILLED_LIMITS", Retention::Limits).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_instance_killed_mid_migration_is_finished_by_the_next_on_a_workqueue_stream() {
+    killed_mid_migration("KILLED_WQ", Retention::WorkQueue).await;
+}
