@@ -60,7 +60,7 @@
 pub use topology_runtime::handler::HandlerFuture;
 pub use topology_runtime::{
     ConsumerState, ConsumerStatus, Context, HandlerError, Health, Incoming, Inspection, NotReady,
-    Plan, Problem, ProvisionError, ProvisionErrorKind, ProvisionReport, Relay, RelayError,
+    OlderDeclaration, Plan, Problem, ProvisionError, ProvisionErrorKind, ProvisionReport, Relay, RelayError,
     RetryPolicy, RunError, Runtime, RuntimeBuilder, StreamStatus, Topology, ValidationError,
     inspect, model, plan, report, retry,
 };

@@ -109,6 +109,11 @@ impl Deploy {
     }
 }
 
+/// What `inspect` shows, read with the new declaration.
+async fn new_a_inspect(deploy: &Deploy) -> nats_topology::report::Inspection {
+    deploy.runtime(true).await.inspect().await.expect("inspect")
+}
+
 async fn rolling_migration_under_load(name: &str, retention: Retention) {
     let deploy = Deploy::start(name, retention).await;
     let old_a = start(deploy.runtime(false).await).await;
@@ -136,6 +141,22 @@ async fn rolling_migration_under_load(name: &str, retention: Retention) {
         .wait_len(target, Duration::from_secs(20), "the new fleet handling jobs")
         .await;
     assert!(handled_by_old > 0);
+    // The old fleet still pulls: the old consumer stays, paused (old instances receive
+    // nothing and never see it lost), and inspect shows its removal scheduled. On a
+    // work-queue stream it was deleted before the new one was created.
+    let inspection = new_a_inspect(&deploy).await;
+    let report = &inspection.consumers[0];
+    if retention == Retention::WorkQueue {
+        assert!(report.migrating_from.is_none(), "{inspection}");
+    } else {
+        let (old, server) = report.migrating_from.as_ref().expect("v1 still there");
+        assert_eq!(old, "v1");
+        assert!(server.paused, "{inspection}");
+        assert!(
+            inspection.to_string().contains("removal scheduled"),
+            "{inspection}"
+        );
+    }
 
     // The old fleet drains one by one while publishing goes on.
     old_a.stop().await.expect("the first old instance drains");
