@@ -269,3 +269,62 @@ async fn a_new_instance_killed_mid_migration_is_finished_by_the_next_on_a_limits
 async fn a_new_instance_killed_mid_migration_is_finished_by_the_next_on_a_workqueue_stream() {
     killed_mid_migration("KILLED_WQ", Retention::WorkQueue).await;
 }
+
+/// Right beside the rolling deploy: an old instance (running this library) that loses the old
+/// consumer after the migration, as one cut off from the server longer than the retirement
+/// wait would, does not create it again (which would hand it every message after its last
+/// floor a second time): it stays unready, naming the consumer that migrated from it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_old_instance_does_not_resurrect_the_consumer_migrated_from() {
+    let deploy = Deploy::start("RESURRECT", Retention::Limits).await;
+    let old = start(deploy.runtime(false).await).await;
+    publish_jobs(&deploy.js, &deploy.subject, 0..50).await;
+    deploy
+        .fx
+        .ledger
+        .wait_covers(0..50, Duration::from_secs(20))
+        .await;
+    let new = start(deploy.runtime(true).await).await;
+    fixture::delete_consumer(&deploy.js, deploy.decl.name, "v1").await;
+
+    let health = old.health.clone();
+    let refusal = eventually(
+        Duration::from_secs(20),
+        "the old instance refusing to re-create v1",
+        || {
+            let status = health.consumers().remove(0);
+            async move {
+                match status.state {
+                    nats_topology::ConsumerState::Retrying { error, .. }
+                        if error.contains("migrated from this one") =>
+                    {
+                        Some(error)
+                    }
+                    _ => None,
+                }
+            }
+        },
+    )
+    .await;
+    assert!(
+        refusal.contains("`v2`") && refusal.contains("2.0.0"),
+        "{refusal}"
+    );
+    assert!(!old.health.ready(), "the old instance is not ready");
+    let stream = deploy.js.get_stream(deploy.decl.name).await.unwrap();
+    assert!(
+        stream.consumer_info("v1").await.is_err(),
+        "v1 was not re-created"
+    );
+
+    publish_jobs(&deploy.js, &deploy.subject, 50..100).await;
+    deploy
+        .fx
+        .ledger
+        .wait_covers(0..100, Duration::from_secs(20))
+        .await;
+    for outcome in Running::stop_all(vec![old, new]).await {
+        outcome.expect("both drain");
+    }
+    deploy.fx.ledger.assert_handled_once(100);
+}

@@ -1,5 +1,5 @@
-//! Consumers: ensure a queue consumer or relay (CREATE first; compare only on conflict),
-//! migrate from an old name at its ack floor, delete.
+//! Consumers: ensure a queue consumer or relay (CREATE first; compare only on conflict,
+//! stamped with the declaring version), never resurrect one migrated away from, delete.
 
 use async_nats::jetstream::{ErrorCode, consumer, stream};
 use serde::Serialize;
@@ -19,11 +19,16 @@ impl Provisioner {
     /// Ensures a consumer on `stream` and returns its info. A queue consumer is the durable
     /// named by its group; a broadcast relay is an ephemeral named `relay_name`.
     ///
-    /// A queue consumer declaring `migrate_from = "old"` first moves from `old` if it exists:
-    /// on a work-queue stream `old` is deleted and the new consumer delivers what remains
-    /// (acknowledged messages are gone, unacknowledged ones are still there); on any other
-    /// stream the new consumer starts at `old`'s ack floor + 1, then `old` is deleted. Both
-    /// orders are safe when every replica migrates at the same moment.
+    /// A queue consumer declaring `migrate_from = "old"` first moves from `old` if it exists,
+    /// safely beside a running old fleet: `old` is paused and drained, then the new consumer is
+    /// created at its ack floor + 1 (a work-queue stream: `old` is deleted and the new one
+    /// delivers what remains); see `migrate.rs` and docs/DEPLOYS.md. Refused on a server
+    /// without consumer pause (before 2.11).
+    ///
+    /// Queue consumers are stamped with the declaring version; an editable update declared by
+    /// an older version than the server's stamp is not applied (recorded for health). After a
+    /// loss ([`UpdateMode::CreateOnly`]) a queue consumer that a newer declaration migrated
+    /// away from is not created again ([`ProvisionErrorKind::Superseded`]).
     pub async fn ensure_consumer(
         &self,
         stream: &stream::Info,

@@ -9,7 +9,9 @@
 //!
 //! - [`Provisioner`] (here): JetStream API requests, the retry around them, reads.
 //! - `error`: [`ProvisionError`] and the classification of API failures.
-//! - `stream`, `consumer`: ensuring each (consumers with migration), deleting consumers.
+//! - `stream`, `consumer`: ensuring each, deleting consumers; `migrate`: `migrate_from`
+//!   beside a running old fleet (pause, drain, create at the floor, retire); `version`: the
+//!   version stamps that keep an older declaration from reverting a newer one.
 //! - `config`: declaration -> server configuration; `drift`: server vs declaration.
 //! - `ensure`: one runtime's provisioning: streams ensured once (single-flight), consumers
 //!   after their stream, waiting out streams that are not there yet.
