@@ -60,9 +60,9 @@
 pub use topology_runtime::handler::HandlerFuture;
 pub use topology_runtime::{
     ConsumerState, ConsumerStatus, Context, HandlerError, Health, Incoming, Inspection, NotReady,
-    OlderDeclaration, Plan, Problem, ProvisionError, ProvisionErrorKind, ProvisionReport, Relay, RelayError,
-    RetryPolicy, RunError, Runtime, RuntimeBuilder, StreamStatus, Topology, ValidationError,
-    inspect, model, plan, report, retry,
+    OlderDeclaration, Plan, Problem, ProvisionError, ProvisionErrorKind, ProvisionReport, Relay,
+    RelayError, RetryPolicy, RunError, Runtime, RuntimeBuilder, StreamStatus, Topology,
+    ValidationError, inspect, model, plan, report, retry,
 };
 
 pub use topology_macros::{broadcast, queue_consumer, stream};

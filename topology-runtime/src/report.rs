@@ -403,26 +403,26 @@ pub(crate) async fn inspect_with(
 fn server_consumer(info: async_nats::jetstream::consumer::Info) -> ServerConsumer {
     {
         {
-                let shape = match (&info.config.deliver_subject, &info.config.deliver_group) {
-                    (None, _) => "pull".to_owned(),
-                    (Some(_), Some(group)) => format!("push, group `{group}`"),
-                    (Some(_), None) => "push, NO GROUP (plain durable)".to_owned(),
-                };
-                let push = info.config.deliver_subject.is_some();
-                ServerConsumer {
-                    shape,
-                    active: if push {
-                        info.push_bound
-                    } else {
-                        info.num_waiting > 0
-                    },
-                    pending: info.num_pending,
-                    ack_pending: info.num_ack_pending as u64,
-                    waiting: info.num_waiting as u64,
-                    ack_floor: info.ack_floor.stream_sequence,
-                    paused: info.paused,
-                    version: info.config.metadata.get(VERSION_KEY).cloned(),
-                }
+            let shape = match (&info.config.deliver_subject, &info.config.deliver_group) {
+                (None, _) => "pull".to_owned(),
+                (Some(_), Some(group)) => format!("push, group `{group}`"),
+                (Some(_), None) => "push, NO GROUP (plain durable)".to_owned(),
+            };
+            let push = info.config.deliver_subject.is_some();
+            ServerConsumer {
+                shape,
+                active: if push {
+                    info.push_bound
+                } else {
+                    info.num_waiting > 0
+                },
+                pending: info.num_pending,
+                ack_pending: info.num_ack_pending as u64,
+                waiting: info.num_waiting as u64,
+                ack_floor: info.ack_floor.stream_sequence,
+                paused: info.paused,
+                version: info.config.metadata.get(VERSION_KEY).cloned(),
+            }
         }
     }
 }

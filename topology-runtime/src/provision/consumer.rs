@@ -263,7 +263,11 @@ impl Provisioner {
         }
         let mut drift = drift;
         if decl.as_queue().is_some() {
-            let declared = config.metadata.get(VERSION_KEY).cloned().unwrap_or_default();
+            let declared = config
+                .metadata
+                .get(VERSION_KEY)
+                .cloned()
+                .unwrap_or_default();
             let server = info.config.metadata.get(VERSION_KEY);
             match precedence(&declared, server.map(String::as_str)) {
                 Precedence::Older => {

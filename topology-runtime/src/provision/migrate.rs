@@ -148,12 +148,20 @@ impl Provisioner {
                 // Gone meanwhile (another new instance finished a work-queue migration).
                 Err(e) if e.code() == Some(ErrorCode::CONSUMER_NOT_FOUND) => Ok(()),
                 Err(e) if e.is_transient() => Err(Failure::Transient(e)),
-                Err(e) => Err(rejected("pausing the consumer to migrate from", stream, Some(old), e)
-                    .into()),
+                Err(e) => {
+                    Err(
+                        rejected("pausing the consumer to migrate from", stream, Some(old), e)
+                            .into(),
+                    )
+                }
             }
         })
         .await?;
-        tracing::info!(stream, consumer = old, "paused the consumer to migrate from");
+        tracing::info!(
+            stream,
+            consumer = old,
+            "paused the consumer to migrate from"
+        );
         let deadline = tokio::time::Instant::now() + self.policy.deadline;
         loop {
             match self.read_consumer(stream, old).await? {

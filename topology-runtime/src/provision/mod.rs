@@ -38,9 +38,7 @@ pub(crate) use error::{ApiError, Failure, rejected};
 pub use error::{FieldDiff, ProvisionError, ProvisionErrorKind};
 pub(crate) use stream::uncovered;
 pub(crate) use version::OlderDeclarations;
-pub use version::{
-    MIGRATED_FROM_KEY, OlderDeclaration, Precedence, VERSION_KEY, precedence,
-};
+pub use version::{MIGRATED_FROM_KEY, OlderDeclaration, Precedence, VERSION_KEY, precedence};
 
 /// What ensuring a consumer may change on the server.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -62,7 +62,11 @@ pub fn precedence(declared: &str, server: Option<&str>) -> Precedence {
 /// The version a declaration is stamped with: the runtime's (set on its builder), else the
 /// declaration's own (the macros set the declaring crate's `CARGO_PKG_VERSION`), else a hash
 /// of the declaration (`decl-` and 16 hex digits: stable across builds, never ordered).
-pub(crate) fn stamp(runtime: Option<&str>, declared: Option<&str>, decl: &dyn fmt::Debug) -> String {
+pub(crate) fn stamp(
+    runtime: Option<&str>,
+    declared: Option<&str>,
+    decl: &dyn fmt::Debug,
+) -> String {
     if let Some(v) = runtime.or(declared) {
         return v.to_owned();
     }
@@ -156,7 +160,10 @@ mod tests {
         assert_eq!(stamp(Some("3.0.0"), Some("1.0.0"), &"d"), "3.0.0");
         assert_eq!(stamp(None, Some("1.0.0"), &"d"), "1.0.0");
         let hashed = stamp(None, None, &"declaration");
-        assert!(hashed.starts_with("decl-") && hashed.len() == 21, "{hashed}");
+        assert!(
+            hashed.starts_with("decl-") && hashed.len() == 21,
+            "{hashed}"
+        );
         assert_eq!(hashed, stamp(None, None, &"declaration"));
         assert_ne!(hashed, stamp(None, None, &"another declaration"));
     }
