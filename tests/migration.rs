@@ -12,10 +12,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use async_nats::jetstream;
-use fixture::{Fixture, Running, fast, job_topology, publish_jobs, queue, stream};
+use fixture::{Broker, Fixture, Running, fast, job_topology, publish_jobs, queue, stream};
 use nats_topology::model::{QueueDecl, Retention, StreamDecl};
 use nats_topology::{Runtime, Topology};
-use nats_topology_testkit::eventually;
+use nats_topology_testkit::{NatsCluster, NatsServer, eventually};
 
 /// Handler work per message: long enough that the old fleet holds messages when it is paused.
 const WORK: Duration = Duration::from_millis(5);
@@ -27,8 +27,8 @@ async fn start(runtime: Runtime) -> Running {
     running
 }
 
-struct Deploy {
-    fx: Fixture,
+struct Deploy<B = NatsServer> {
+    fx: Fixture<B>,
     js: jetstream::Context,
     decl: StreamDecl,
     subject: String,
@@ -38,10 +38,24 @@ struct Deploy {
 
 impl Deploy {
     async fn start(name: &str, retention: Retention) -> Deploy {
-        let fx = Fixture::start().await;
+        Deploy::on(Fixture::start().await, name, retention, 1).await
+    }
+}
+
+impl Deploy<NatsCluster> {
+    /// On a three-node cluster, the stream replicated three times.
+    async fn on_cluster(name: &str, retention: Retention) -> Deploy<NatsCluster> {
+        Deploy::on(Fixture::cluster().await, name, retention, 3).await
+    }
+}
+
+impl<B: Broker> Deploy<B> {
+    async fn on(fx: Fixture<B>, name: &str, retention: Retention, replicas: u8) -> Deploy<B> {
         let js = fx.jetstream().await;
         let prefix = name.to_lowercase();
-        let decl = stream(name, &[&format!("{prefix}.>")]).retention(retention);
+        let decl = stream(name, &[&format!("{prefix}.>")])
+            .retention(retention)
+            .replicas(replicas);
         Deploy {
             fx,
             js,
@@ -110,12 +124,15 @@ impl Deploy {
 }
 
 /// What `inspect` shows, read with the new declaration.
-async fn new_a_inspect(deploy: &Deploy) -> nats_topology::report::Inspection {
+async fn new_a_inspect<B: Broker>(deploy: &Deploy<B>) -> nats_topology::report::Inspection {
     deploy.runtime(true).await.inspect().await.expect("inspect")
 }
 
 async fn rolling_migration_under_load(name: &str, retention: Retention) {
-    let deploy = Deploy::start(name, retention).await;
+    rolling(Deploy::start(name, retention).await, retention).await;
+}
+
+async fn rolling<B: Broker>(deploy: Deploy<B>, retention: Retention) {
     let old_a = start(deploy.runtime(false).await).await;
     let old_b = start(deploy.runtime(false).await).await;
     let stop = Arc::new(AtomicBool::new(false));
@@ -189,6 +206,14 @@ async fn rolling_migration_under_load(name: &str, retention: Retention) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rolling_migration_under_load_on_a_limits_stream() {
     rolling_migration_under_load("ROLL_LIMITS", Retention::Limits).await;
+}
+
+/// On a cluster the pause API answers before the consumer applies it: the new instances read
+/// the consumer until it reports paused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rolling_migration_under_load_on_a_replicated_limits_stream_in_a_cluster() {
+    let deploy = Deploy::on_cluster("ROLL_R3", Retention::Limits).await;
+    rolling(deploy, Retention::Limits).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -38,6 +38,9 @@ const POLL: Duration = Duration::from_millis(100);
 /// before it is deleted.
 const IDLE_READS: u32 = 3;
 
+/// Once the old consumer is gone, it is read every this many ticks.
+const ABSENT_EVERY: u32 = 30;
+
 /// Whether `version` (a server's) has consumer pause; `None` if it does not parse (then the
 /// pause request itself tells).
 pub(crate) fn has_pause(version: &str) -> Option<bool> {
@@ -252,11 +255,26 @@ impl Provisioner {
         let mut idle_since: Option<tokio::time::Instant> = None;
         let mut interval = tokio::time::interval(every);
         interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        // Reads in a row that found it gone: then it is read every 30th tick only, to notice an
+        // old instance of older code re-creating it without a request a second forever.
+        let mut absent = 0u32;
         loop {
             interval.tick().await;
+            if absent >= IDLE_READS && !absent.is_multiple_of(ABSENT_EVERY) {
+                absent += 1;
+                continue;
+            }
             let info = match self.read_consumer(stream, old).await {
-                Ok(Some(info)) => info,
-                Ok(None) | Err(_) => {
+                Ok(Some(info)) => {
+                    absent = 0;
+                    info
+                }
+                Ok(None) => {
+                    absent += 1;
+                    idle_since = None;
+                    continue;
+                }
+                Err(_) => {
                     idle_since = None;
                     continue;
                 }
