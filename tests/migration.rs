@@ -373,3 +373,73 @@ async fn an_old_instance_does_not_resurrect_the_consumer_migrated_from() {
 async fn a_new_instance_killed_mid_migration_is_finished_by_the_next_on_an_interest_stream() {
     killed_mid_migration("KILLED_INTEREST", Retention::Interest).await;
 }
+
+/// The old fleet beside a paused consumer, for longer than the missed-heartbeat window (3 s
+/// at the test's 500 ms heartbeat) and several pull expiries: old instances stay `running`
+/// (they never see the consumer lost, so they never re-create it), and the paused consumer
+/// is not deleted while they pull from it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn old_instances_stay_running_beside_the_paused_consumer_and_keep_it() {
+    let deploy = Deploy::start("PAUSED_KEPT", Retention::Interest).await;
+    let old = start(deploy.runtime(false).await).await;
+    let stop = Arc::new(AtomicBool::new(false));
+    let publisher = deploy.publish_until(stop.clone());
+    deploy
+        .fx
+        .ledger
+        .wait_len(50, Duration::from_secs(20), "the old fleet handling jobs")
+        .await;
+    let new = start(deploy.runtime(true).await).await;
+
+    // Every state the old instance goes through from now on.
+    let health = old.health.clone();
+    let states = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let watcher = {
+        let states = states.clone();
+        tokio::spawn(async move {
+            loop {
+                let changed = health.changed();
+                states
+                    .lock()
+                    .unwrap()
+                    .push(health.consumers().remove(0).state);
+                changed.await;
+            }
+        })
+    };
+    // 2500 more jobs, each published at least 2 ms after the previous one: over 5 s.
+    let target = deploy.fx.ledger.len() + 2500;
+    deploy
+        .fx
+        .ledger
+        .wait_len(
+            target,
+            Duration::from_secs(60),
+            "the new fleet handling jobs",
+        )
+        .await;
+    watcher.abort();
+    let states = states.lock().unwrap().clone();
+    assert!(
+        states
+            .iter()
+            .all(|s| *s == nats_topology::ConsumerState::Running),
+        "the old instance left `running`: {states:?}"
+    );
+    let v1 = deploy
+        .js
+        .get_stream(deploy.decl.name)
+        .await
+        .unwrap()
+        .consumer_info("v1")
+        .await
+        .expect("the paused consumer is kept while an old instance pulls from it");
+    assert!(v1.paused);
+
+    old.stop().await.expect("the old instance drains");
+    deploy.consumer_gone("v1").await;
+    stop.store(true, Ordering::Relaxed);
+    let published = publisher.await.expect("the publisher runs");
+    deploy.all_handled_once(published).await;
+    new.stop().await.expect("the new instance drains");
+}
