@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use async_nats::jetstream;
 use fixture::{Broker, Fixture, Running, fast, job_topology, publish_jobs, queue, stream};
-use nats_topology::model::{QueueDecl, Retention, StreamDecl};
+use nats_topology::model::{Delivery, QueueDecl, Retention, StreamDecl};
 use nats_topology::{Runtime, Topology};
 use nats_topology_testkit::{NatsCluster, NatsServer, eventually};
 
@@ -34,6 +34,8 @@ struct Deploy<B = NatsServer> {
     subject: String,
     /// Handler work of the old fleet.
     old_work: Duration,
+    /// Push consumers (a deliver group) rather than pull.
+    push: bool,
 }
 
 impl Deploy {
@@ -62,6 +64,7 @@ impl<B: Broker> Deploy<B> {
             decl,
             subject: format!("{prefix}.work"),
             old_work: WORK,
+            push: false,
         }
     }
 
@@ -72,6 +75,11 @@ impl<B: Broker> Deploy<B> {
             QueueDecl::new("v2").migrate_from("v1")
         } else {
             QueueDecl::new("v1")
+        };
+        let group = if self.push {
+            group.delivery(Delivery::Push)
+        } else {
+            group
         };
         let consumer = queue("tests::on_job", &self.decl, &self.subject, group).concurrency(4);
         let work = if new { WORK } else { self.old_work };
@@ -214,6 +222,15 @@ async fn rolling_migration_under_load_on_a_limits_stream() {
 async fn rolling_migration_under_load_on_a_replicated_limits_stream_in_a_cluster() {
     let deploy = Deploy::on_cluster("ROLL_R3", Retention::Limits).await;
     rolling(deploy, Retention::Limits).await;
+}
+
+/// Push consumers (a deliver group): an old instance's bound subscription keeps the paused
+/// consumer, as a waiting pull does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rolling_migration_under_load_of_push_consumers_on_an_interest_stream() {
+    let mut deploy = Deploy::start("ROLL_PUSH", Retention::Interest).await;
+    deploy.push = true;
+    rolling(deploy, Retention::Interest).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -380,7 +397,18 @@ async fn a_new_instance_killed_mid_migration_is_finished_by_the_next_on_an_inter
 /// is not deleted while they pull from it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn old_instances_stay_running_beside_the_paused_consumer_and_keep_it() {
-    let deploy = Deploy::start("PAUSED_KEPT", Retention::Interest).await;
+    stay_running_beside_the_paused_consumer("PAUSED_KEPT", false).await;
+}
+
+/// The same with push consumers: a bound subscription, not a waiting pull, keeps it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn old_push_instances_stay_running_beside_the_paused_consumer_and_keep_it() {
+    stay_running_beside_the_paused_consumer("PAUSED_KEPT_PUSH", true).await;
+}
+
+async fn stay_running_beside_the_paused_consumer(name: &str, push: bool) {
+    let mut deploy = Deploy::start(name, Retention::Interest).await;
+    deploy.push = push;
     let old = start(deploy.runtime(false).await).await;
     let stop = Arc::new(AtomicBool::new(false));
     let publisher = deploy.publish_until(stop.clone());

@@ -127,7 +127,9 @@ impl Provisioner {
             ProvisionErrorKind::Superseded,
             stream,
             format!(
-                "consumer `{successor}` (version {}) migrated from this one, which was then                  deleted; not creating it again: this instance runs an older declaration, stop                  it (or deploy the newer version)",
+                "consumer `{successor}` (version {}) migrated from this one, which was then \
+                 deleted; not creating it again: this instance runs an older declaration, stop \
+                 it (or deploy the newer version)",
                 successors.get(1).map_or("unknown", String::as_str)
             ),
         )

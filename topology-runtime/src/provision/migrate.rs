@@ -238,8 +238,8 @@ impl Provisioner {
     }
 
     /// Watches the old consumer of a migration forever: deletes it once it is paused and
-    /// nobody has pulled from it for `idle_for` (read every second at most: an old instance
-    /// pulling always has a request waiting, so a limits stream keeps nothing for it and an
+    /// nobody has consumed from it for `idle_for` (read every second at most: an old instance
+    /// pulling always has a request waiting, one of a push consumer is bound to it, so a limits stream keeps nothing for it and an
     /// interest stream, where it holds every message, loses it as soon as the old fleet is
     /// gone), and pauses it again if an old instance running older code re-created or resumed
     /// it. What it still has pending acknowledgement belongs to instances that are gone: the
@@ -292,7 +292,8 @@ impl Provisioner {
                 idle_since = None;
                 continue;
             }
-            if info.num_waiting > 0 {
+            // Someone consumes: a pull request waiting, or a push consumer's bound subscriber.
+            if info.num_waiting > 0 || info.push_bound {
                 idle_since = None;
                 continue;
             }
