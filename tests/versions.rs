@@ -330,3 +330,26 @@ async fn migrate_from_on_a_server_without_consumer_pause_is_refused_naming_its_v
         Some("1.0.0")
     );
 }
+
+/// The macros stamp the declaring crate's version: `env!("CARGO_PKG_VERSION")` expanded at
+/// the declaration (here this package's).
+#[nats_topology::stream(name = "STAMPED", subjects = ["stamped.>"])]
+struct Stamped;
+
+#[nats_topology::queue_consumer(stream = Stamped, group = "stamped", subject = "stamped.work")]
+async fn on_stamped(_job: fixture::Job) -> Result<(), nats_topology::HandlerError> {
+    Ok(())
+}
+
+#[test]
+fn the_macros_stamp_the_declaring_crates_version() {
+    use nats_topology::model::StreamDef;
+    assert_eq!(Stamped::DECL.version, Some(env!("CARGO_PKG_VERSION")));
+    let topology = Topology::from_registry();
+    let consumer = topology
+        .consumers()
+        .iter()
+        .find(|c| c.decl.handler.ends_with("on_stamped"))
+        .expect("registered");
+    assert_eq!(consumer.decl.version, Some(env!("CARGO_PKG_VERSION")));
+}
