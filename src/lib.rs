@@ -54,6 +54,9 @@
 //! - Provisioning sends CREATE first (idempotent for an identical configuration), compares
 //!   only on conflict, updates editable fields, reports immutable ones with a `migrate_from`
 //!   hint, and retries transient failures with full jitter ([`RetryPolicy`]).
+//! - Rolling deploys: `migrate_from` pauses the old consumer and moves at its ack floor while
+//!   the old fleet still runs, and version stamps keep an older version from reverting a
+//!   newer one's settings ([`RuntimeBuilder::version`]); see `docs/DEPLOYS.md`.
 //! - Every consumer is supervised until shutdown: re-ensured after any loss, visible in
 //!   [`Health`] while it is not running. [`Runtime::plan`] and [`Runtime::inspect`] show what
 //!   provisioning would do and what the server holds.
@@ -71,9 +74,9 @@
 pub use topology_runtime::handler::HandlerFuture;
 pub use topology_runtime::{
     ConsumerState, ConsumerStatus, Context, HandlerError, Health, Incoming, Inspection, NotReady,
-    Plan, Problem, ProvisionError, ProvisionErrorKind, ProvisionReport, Relay, RelayError,
-    RetryPolicy, RunError, Runtime, RuntimeBuilder, State, StreamStatus, Topology, ValidationError,
-    inspect, model, plan, report, retry,
+    OlderDeclaration, Plan, Problem, ProvisionError, ProvisionErrorKind, ProvisionReport, Relay,
+    RelayError, RetryPolicy, RunError, Runtime, RuntimeBuilder, State, StreamStatus, Topology,
+    ValidationError, inspect, model, plan, report, retry,
 };
 
 pub use topology_macros::{broadcast, queue_consumer, stream};

@@ -115,6 +115,8 @@ fn consumer(
         let n = n.value as u32;
         quote!(.concurrency(#n))
     });
+    // The declaring crate's version, stamped on the server (expanded in the user's crate).
+    let concurrency = quote!(#concurrency .version(::core::env!("CARGO_PKG_VERSION")));
 
     let mut checks = TokenStream::new();
     let (stream_item, stream_ref) = match stream {

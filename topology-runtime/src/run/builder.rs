@@ -34,6 +34,8 @@ pub struct RuntimeBuilder {
     state: StateMap,
     retry: RetryPolicy,
     settings: Settings,
+    /// Stamped on what this runtime creates or updates (see [`RuntimeBuilder::version`]).
+    version: Option<Arc<str>>,
     #[cfg(feature = "test-hooks")]
     panic_supervisor: Option<String>,
 }
@@ -86,9 +88,28 @@ impl RuntimeBuilder {
             state: StateMap::default(),
             retry: RetryPolicy::default(),
             settings: Settings::default(),
+            version: None,
             #[cfg(feature = "test-hooks")]
             panic_supervisor: None,
         }
+    }
+
+    /// The version of this service, stamped on the streams and queue consumers it creates or
+    /// updates (metadata key `nats-topology.version`), overriding each declaration's own (the
+    /// macros use the declaring crate's `CARGO_PKG_VERSION`). An instance never applies an
+    /// editable change declared by an older version than the one stamped on the server
+    /// (semver precedence; see docs/DEPLOYS.md).
+    ///
+    /// ```no_run
+    /// # async fn f(client: async_nats::Client) -> Result<(), Box<dyn std::error::Error>> {
+    /// let runtime = nats_topology::Runtime::builder(client)
+    ///     .version(env!("CARGO_PKG_VERSION"))
+    ///     .build()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn version(mut self, version: impl Into<String>) -> Self {
+        self.version = Some(version.into().into());
+        self
     }
 
     /// Test hook (feature `test-hooks`, not public API): the supervisor of the consumer whose
@@ -208,10 +229,14 @@ impl RuntimeBuilder {
             return Err(ValidationError { problems });
         }
         let instance = instance_id();
-        let provisioner = Provisioner::new(self.client.clone(), self.retry);
+        let provisioner =
+            Provisioner::new(self.client.clone(), self.retry).with_version(self.version);
         let ensurer = Ensurer::new(topology, provisioner);
         let unread = ensurer.unread_streams();
-        let shared = Arc::new(Shared::new(unread.iter().map(|s| s.name.to_owned())));
+        let shared = Arc::new(
+            Shared::new(unread.iter().map(|s| s.name.to_owned()))
+                .with_older(ensurer.provisioner().older_declarations().clone()),
+        );
         let slots: Vec<Arc<Slot>> = ensurer
             .topology()
             .consumers()

@@ -39,6 +39,7 @@ pub(super) async fn supervise(
         ConsumerKind::Queue(_) => None,
     };
     let stream = consumer.decl.stream.name();
+    let migrated_from = consumer.decl.as_queue().and_then(|q| q.migrate_from);
     let policy = *inner.ensurer.policy();
     let mut backoff = policy.backoff_until(None);
     // Where a consumer re-created after a loss resumes, and in which stream instance.
@@ -97,6 +98,12 @@ pub(super) async fn supervise(
                         &resume,
                         &slot,
                     ), if relay.is_none() => match never {},
+                    // The old consumer of a migration: deleted once nobody pulls from it.
+                    never = inner.ensurer.provisioner().retire(
+                        &stream_name,
+                        migrated_from.unwrap_or_default(),
+                        inner.settings.expires,
+                    ), if migrated_from.is_some() => match never {},
                 };
                 match exit {
                     Exit::Drained => break,
