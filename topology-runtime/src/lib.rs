@@ -14,6 +14,7 @@ pub mod registry;
 pub mod report;
 pub mod retry;
 pub mod run;
+pub mod telemetry;
 pub mod validate;
 
 pub use connect::{connect, connect_from_env, connect_options};
