@@ -37,7 +37,8 @@ impl Recorder for Values {
     }
 
     fn register_gauge(&self, key: &Key, _: &Metadata<'_>) -> Gauge {
-        self.0.get_or_create_gauge(key, |g| Gauge::from_arc(g.clone()))
+        self.0
+            .get_or_create_gauge(key, |g| Gauge::from_arc(g.clone()))
     }
 
     fn register_histogram(&self, key: &Key, _: &Metadata<'_>) -> Histogram {
@@ -150,7 +151,12 @@ async fn metrics_count_handled_failed_retried_dead_lettered_and_redelivered() {
     };
 
     let js = fx.jetstream().await;
-    fixture::publish_jobs(&js, "metrics.counts.jobs", (0..10).chain([100, 101, 300, 200])).await;
+    fixture::publish_jobs(
+        &js,
+        "metrics.counts.jobs",
+        (0..10).chain([100, 101, 300, 200]),
+    )
+    .await;
     js.publish("metrics.counts.jobs", "not a job".into())
         .await
         .unwrap()
@@ -174,7 +180,11 @@ async fn metrics_count_handled_failed_retried_dead_lettered_and_redelivered() {
     assert_eq!(series.counter(names::DEAD_LETTERED), 2);
     assert_eq!(series.counter(names::REDELIVERED), 5);
     let samples = series.samples(names::HANDLER_DURATION);
-    assert_eq!(samples.len(), 10 + 4 + 2 + 3 + 1, "one sample per handler run");
+    assert_eq!(
+        samples.len(),
+        10 + 4 + 2 + 3 + 1,
+        "one sample per handler run"
+    );
     let longest = samples.iter().copied().fold(0.0, f64::max);
     assert!(
         (0.2..5.0).contains(&longest),
@@ -184,7 +194,12 @@ async fn metrics_count_handled_failed_retried_dead_lettered_and_redelivered() {
 
     let status = health.consumers()[0].clone();
     assert_eq!(
-        (status.handled, status.failed, status.retried, status.dead_lettered),
+        (
+            status.handled,
+            status.failed,
+            status.retried,
+            status.dead_lettered
+        ),
         (13, 7, 5, 2),
         "Health counts what the metrics count: {status}"
     );
@@ -193,7 +208,10 @@ async fn metrics_count_handled_failed_retried_dead_lettered_and_redelivered() {
     let info = fixture::consumer_info(&js, "METRICS_COUNTS", "metrics_counts")
         .await
         .expect("the consumer stays");
-    assert_eq!(info.num_ack_pending, 0, "every message settled on the server");
+    assert_eq!(
+        info.num_ack_pending, 0,
+        "every message settled on the server"
+    );
     assert_eq!(
         dead.get_info().await.unwrap().state.messages,
         15 + 2,
@@ -256,7 +274,11 @@ async fn metrics_gauges_follow_in_flight_handlers_and_the_servers_lag() {
     )
     .await;
     assert_eq!(pending + ack_pending, 6.0, "every job is pending or held");
-    assert_eq!(series.gauge(names::IN_FLIGHT), Some(2.0), "the gate still holds two");
+    assert_eq!(
+        series.gauge(names::IN_FLIGHT),
+        Some(2.0),
+        "the gate still holds two"
+    );
 
     gate.add_permits(6);
     eventually(Duration::from_secs(10), "every gauge back at zero", || {

@@ -116,12 +116,22 @@ async fn trace_id_crosses_publish_handler_publish_handler() {
     let request_cx = request.context();
     let (trace_id, request_id) = {
         let span = request_cx.span();
-        (span.span_context().trace_id(), span.span_context().span_id())
+        (
+            span.span_context().trace_id(),
+            span.span_context().span_id(),
+        )
     };
-    assert_ne!(trace_id, TraceId::INVALID, "the layer gives the request a trace");
+    assert_ne!(
+        trace_id,
+        TraceId::INVALID,
+        "the layer gives the request a trace"
+    );
     let mut headers = HeaderMap::new();
     nats_topology::telemetry::inject_context(&request_cx, &mut headers);
-    let traceparent = headers.get("traceparent").expect("a traceparent").to_string();
+    let traceparent = headers
+        .get("traceparent")
+        .expect("a traceparent")
+        .to_string();
     assert_eq!(traceparent, format!("00-{trace_id}-{request_id}-01"));
     js.publish_with_headers(first.clone(), headers, "hello".into())
         .await
@@ -132,10 +142,24 @@ async fn trace_id_crosses_publish_handler_publish_handler() {
 
     let one = handler_span("trace_cross_first", &first).await;
     let two = handler_span("trace_cross_second", &second).await;
-    assert_eq!(one.span_context.trace_id(), trace_id, "first handler: same trace");
-    assert_eq!(one.parent_span_id, request_id, "first handler: child of the request");
-    assert!(one.parent_span_is_remote, "its parent came from the message's headers");
-    assert_eq!(two.span_context.trace_id(), trace_id, "second handler: same trace");
+    assert_eq!(
+        one.span_context.trace_id(),
+        trace_id,
+        "first handler: same trace"
+    );
+    assert_eq!(
+        one.parent_span_id, request_id,
+        "first handler: child of the request"
+    );
+    assert!(
+        one.parent_span_is_remote,
+        "its parent came from the message's headers"
+    );
+    assert_eq!(
+        two.span_context.trace_id(),
+        trace_id,
+        "second handler: same trace"
+    );
     assert_eq!(
         two.parent_span_id,
         one.span_context.span_id(),
@@ -144,8 +168,14 @@ async fn trace_id_crosses_publish_handler_publish_handler() {
 
     // The message between the two handlers carries the first handler's span.
     let stream = js.get_stream("TRACE_CROSS_CHAIN").await.unwrap();
-    let onward = stream.get_last_raw_message_by_subject(&second).await.unwrap();
-    let carried = onward.headers.get("traceparent").expect("Context::publish injects");
+    let onward = stream
+        .get_last_raw_message_by_subject(&second)
+        .await
+        .unwrap();
+    let carried = onward
+        .headers
+        .get("traceparent")
+        .expect("Context::publish injects");
     assert_eq!(
         carried.as_str(),
         format!("00-{trace_id}-{}-01", one.span_context.span_id())
@@ -170,7 +200,11 @@ async fn trace_starts_afresh_without_a_valid_traceparent() {
         .expect("the stream takes it");
     let one = handler_span("trace_fresh_first", &first).await;
     let two = handler_span("trace_fresh_second", &second).await;
-    assert_eq!(one.parent_span_id, SpanId::INVALID, "no header: a root span");
+    assert_eq!(
+        one.parent_span_id,
+        SpanId::INVALID,
+        "no header: a root span"
+    );
     assert_ne!(one.span_context.trace_id(), TraceId::INVALID);
     assert_eq!(two.span_context.trace_id(), one.span_context.trace_id());
     assert_eq!(two.parent_span_id, one.span_context.span_id());
@@ -197,7 +231,11 @@ async fn trace_starts_afresh_with_a_malformed_traceparent() {
         .expect("the stream takes it");
     let one = handler_span("trace_bad_first", &first).await;
     let two = handler_span("trace_bad_second", &second).await;
-    assert_eq!(one.parent_span_id, SpanId::INVALID, "malformed: a root span");
+    assert_eq!(
+        one.parent_span_id,
+        SpanId::INVALID,
+        "malformed: a root span"
+    );
     assert_ne!(one.span_context.trace_id(), TraceId::INVALID);
     assert_eq!(two.span_context.trace_id(), one.span_context.trace_id());
     assert_eq!(two.parent_span_id, one.span_context.span_id());

@@ -13,12 +13,12 @@ mod metrics;
 #[cfg(feature = "otel")]
 mod trace;
 
-pub use metrics::{describe, names};
 pub(crate) use metrics::{ConsumerMetrics, LagGauges, consumer_label};
-#[cfg(feature = "otel")]
-pub use trace::{extract_context, inject_context};
+pub use metrics::{describe, names};
 #[cfg(feature = "otel")]
 pub(crate) use trace::{continue_trace, inject_current};
+#[cfg(feature = "otel")]
+pub use trace::{extract_context, inject_context};
 
 /// Without the `otel` feature there is no trace context to carry: the hooks do nothing.
 #[cfg(not(feature = "otel"))]
