@@ -194,7 +194,8 @@ async fn follow_ack_floor(
 ) -> std::convert::Infallible {
     let mut every = tokio::time::interval(inner.settings.heartbeat * 2);
     every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let lag = LagGauges::new(stream, consumer);
+    // Registered at the first read: no series shows a lag of 0 before the server was asked.
+    let mut lag: Option<LagGauges> = None;
     every.tick().await;
     loop {
         every.tick().await;
@@ -202,7 +203,8 @@ async fn follow_ack_floor(
         if let Ok(Some(info)) = read.await
             && info.created.to_string() == created
         {
-            lag.set(&info);
+            lag.get_or_insert_with(|| LagGauges::new(stream, consumer))
+                .set(&info);
             let floor = resume.follow(instance, info.ack_floor.stream_sequence);
             slot.ack_floor.store(floor, Ordering::Relaxed);
         }
