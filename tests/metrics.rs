@@ -294,3 +294,37 @@ async fn metrics_gauges_follow_in_flight_handlers_and_the_servers_lag() {
     assert_eq!(series.samples(names::HANDLER_DURATION).len(), 6);
     running.stop().await.expect("clean drain");
 }
+
+/// A broadcast relay's server-side name is new in every process: its series are labelled by
+/// the handler's path instead, so a restart continues the same series.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_label_a_broadcast_by_its_handler_not_its_relay_name() {
+    values();
+    let fx = Fixture::start().await;
+    let stream = fixture::stream("METRICS_RELAY", &["metrics.relay.status"]);
+    let relay = fixture::relay("tests::metrics_relay", &stream, "metrics.relay.status");
+    let handler = |_: Incoming| -> HandlerFuture { Box::pin(async { Ok(()) }) };
+    let running = fx
+        .run(Topology::new().stream(stream).consumer(relay, handler))
+        .await;
+    let js = fx.jetstream().await;
+    fixture::publish_jobs(&js, "metrics.relay.status", 0..3).await;
+    eventually(Duration::from_secs(10), "three broadcasts handled", || {
+        let handled = running.health.consumers()[0].handled;
+        async move { (handled == 3).then_some(()) }
+    })
+    .await;
+    running.stop().await.expect("clean drain");
+
+    let series = Series {
+        stream: "METRICS_RELAY",
+        consumer: "tests::metrics_relay",
+    };
+    assert_eq!(series.counter(names::HANDLED), 3);
+    assert_eq!(series.samples(names::HANDLER_DURATION).len(), 3);
+    assert_eq!(
+        series.gauge(names::PENDING),
+        None,
+        "a relay has no lag gauges"
+    );
+}
