@@ -68,6 +68,9 @@
 //!   initial connect, unlimited reconnects, a connection name); [`connect_options`] starts
 //!   from the same options to add credentials or TLS. The client is the re-exported
 //!   [`async_nats`], so its version always matches the one [`Runtime::builder`] takes.
+//! - [`telemetry`]: metrics through the `metrics` facade (install any recorder; the names
+//!   and labels are in `docs/METRICS.md`), and with the `otel` feature W3C trace context
+//!   carried from [`Context::publish`] into the handlers the message reaches.
 //! - For your own tests, the `nats-topology-testkit` crate (a dev-dependency) starts real
 //!   `nats-server` processes: a JetStream server or a three-node cluster.
 
@@ -82,6 +85,8 @@ pub use topology_runtime::{
 pub use topology_macros::{broadcast, queue_consumer, stream};
 
 pub use topology_runtime::connect::{connect, connect_from_env, connect_options};
+
+pub use topology_runtime::telemetry;
 
 /// The NATS client this crate is built on. Use it through this path (`nats_topology::async_nats`)
 /// rather than a direct dependency, so that the [`Client`](async_nats::Client) given to

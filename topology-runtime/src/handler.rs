@@ -217,17 +217,22 @@ impl Context {
 
     /// Publishes raw bytes to `subject` and waits for the stream's acknowledgement. A publish
     /// that finds no stream makes the runtime check at once the streams it owns and are not
-    /// consumed here (one deleted out of band is created again).
+    /// consumed here (one deleted out of band is created again). With the `otel` feature, the
+    /// message carries the current span's trace context (`traceparent`, `tracestate`), which
+    /// the handler that receives it continues.
     pub async fn publish_bytes(
         &self,
         subject: impl Into<async_nats::Subject>,
         payload: Bytes,
     ) -> Result<jetstream::publish::PublishAck, HandlerError> {
-        let ack = self
-            .scope
-            .jetstream
-            .publish(subject.into(), payload)
-            .await?;
+        let (js, subject) = (&self.scope.jetstream, subject.into());
+        let mut headers = HeaderMap::new();
+        crate::telemetry::inject_current(&mut headers); // telemetry hook: W3C trace context
+        let ack = if headers.is_empty() {
+            js.publish(subject, payload).await?
+        } else {
+            js.publish_with_headers(subject, headers, payload).await?
+        };
         match ack.await {
             Ok(ack) => Ok(ack),
             Err(e) => {

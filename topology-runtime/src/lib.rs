@@ -15,6 +15,7 @@ pub mod report;
 pub mod retry;
 pub mod run;
 pub mod state;
+pub mod telemetry;
 pub mod validate;
 
 pub use connect::{connect, connect_from_env, connect_options};
