@@ -62,8 +62,13 @@ pub use topology_runtime::{
     ConsumerState, ConsumerStatus, Context, HandlerError, Health, Incoming, Inspection, NotReady,
     Plan, Problem, ProvisionError, ProvisionErrorKind, ProvisionReport, Relay, RelayError,
     RetryPolicy, RunError, Runtime, RuntimeBuilder, StreamStatus, Topology, ValidationError,
-    inspect, model, plan, report, retry,
+    export, inspect, model, plan, report, retry,
 };
+
+#[cfg(feature = "cli")]
+pub mod cli;
+#[cfg(feature = "http")]
+pub mod http;
 
 pub use topology_macros::{broadcast, queue_consumer, stream};
 
@@ -86,6 +91,9 @@ pub mod __private {
     };
     pub use topology_runtime::handler::glue::{
         HandlerContext, RawPayload, assert_send, context, decode_json, decode_raw, into_result,
+    };
+    pub use topology_runtime::export::{
+        PayloadSchema, PayloadSchemaRegistration, SchemaFallback, SchemaProbe, SchemaSpecialized,
     };
     pub use topology_runtime::handler::{HandlerError, HandlerFuture, Incoming};
     pub use topology_runtime::registry::{ConsumerRegistration, StreamRegistration};
