@@ -113,17 +113,25 @@ impl Cli {
     /// Runs the subcommand on the process's command line, then exits with its status;
     /// returns when there is none.
     pub async fn run_or_continue(self) {
-        if let Some(code) = self.run(std::env::args_os()).await {
+        if let Some(code) = self.status(std::env::args_os()).await {
             use std::io::Write;
             let _ = std::io::stdout().flush();
-            std::process::exit(if code == ExitCode::SUCCESS { 0 } else { 1 });
+            std::process::exit(code);
         }
     }
 
     /// Runs the subcommand in `args` (the program name first) and returns its status
-    /// (usage errors print clap's message and return 2); `None` when the first argument is
-    /// not a subcommand.
+    /// (usage errors print clap's message and return 2, `--help` returns 0); `None` when the
+    /// first argument is not a subcommand.
     pub async fn run<I, T>(self, args: I) -> Option<ExitCode>
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<OsString>,
+    {
+        self.status(args).await.map(|code| ExitCode::from(code as u8))
+    }
+
+    async fn status<I, T>(self, args: I) -> Option<i32>
     where
         I: IntoIterator<Item = T>,
         T: Into<OsString>,
@@ -137,19 +145,21 @@ impl Cli {
             Ok(parsed) => parsed,
             Err(e) => {
                 let _ = e.print();
-                return Some(ExitCode::from(2));
+                return Some(e.exit_code());
             }
         };
         Some(match self.execute(parsed.command).await {
-            Ok(code) => code,
+            Ok(true) => 0,
+            Ok(false) => 1,
             Err(message) => {
                 eprintln!("error: {message}");
-                ExitCode::FAILURE
+                1
             }
         })
     }
 
-    async fn execute(self, command: Command) -> Result<ExitCode, String> {
+    /// Whether the subcommand succeeded; `Err` with what to print.
+    async fn execute(self, command: Command) -> Result<bool, String> {
         let topology = self.topology.unwrap_or_else(Topology::from_registry);
         let server = match command {
             Command::Export(args) => {
@@ -183,17 +193,15 @@ impl Cli {
             Command::Plan(_) => {
                 let plan = runtime.plan().await.map_err(|e| e.to_string())?;
                 print!("{plan}");
-                Ok(if plan.has_conflicts() {
+                if plan.has_conflicts() {
                     eprintln!("error: provisioning would fail on the conflicts above");
-                    ExitCode::FAILURE
-                } else {
-                    ExitCode::SUCCESS
-                })
+                }
+                Ok(!plan.has_conflicts())
             }
             Command::Inspect(_) => {
                 let inspection = runtime.inspect().await.map_err(|e| e.to_string())?;
                 print!("{inspection}");
-                Ok(ExitCode::SUCCESS)
+                Ok(true)
             }
             Command::Provision(_) => {
                 let report = runtime.provision().await.map_err(|e| e.to_string())?;
@@ -204,23 +212,19 @@ impl Cli {
                     report.elapsed,
                     report.attempts
                 );
-                Ok(ExitCode::SUCCESS)
+                Ok(true)
             }
             Command::Health(_) => {
                 let report = health::read(&client, &runtime).await?;
                 print!("{report}");
-                Ok(if report.healthy() {
-                    ExitCode::SUCCESS
-                } else {
-                    ExitCode::FAILURE
-                })
+                Ok(report.healthy())
             }
             Command::Export(_) => unreachable!("handled above"),
         }
     }
 }
 
-fn export_to(topology: &Topology, info: &ApiInfo, args: &ExportArgs) -> Result<ExitCode, String> {
+fn export_to(topology: &Topology, info: &ApiInfo, args: &ExportArgs) -> Result<bool, String> {
     let both = !args.asyncapi && !args.nats_json;
     let mut written = Vec::new();
     if args.asyncapi || both {
@@ -234,7 +238,7 @@ fn export_to(topology: &Topology, info: &ApiInfo, args: &ExportArgs) -> Result<E
     for path in written {
         println!("wrote {}", path.display());
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(true)
 }
 
 #[derive(Debug, Parser)]

@@ -2,7 +2,7 @@
 // tests/js/package.json), failing with what to run when they are missing.
 import { createRequire } from "node:module";
 import { existsSync } from "node:fs";
-import { join } from "node:path";
+import { join, resolve } from "node:path";
 import { pathToFileURL } from "node:url";
 
 export async function load(name) {
@@ -10,7 +10,7 @@ export async function load(name) {
   if (!dir) {
     throw new Error("NT_NPM_DIR is not set: it names the folder the npm packages are installed in");
   }
-  const require = createRequire(join(dir, "package.json"));
+  const require = createRequire(join(resolve(dir), "package.json"));
   let path;
   try {
     path = require.resolve(name);
