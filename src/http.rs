@@ -98,10 +98,7 @@ impl Endpoints {
                 get(move || {
                     let body = render();
                     std::future::ready(
-                        (
-                            [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-                            body,
-                        )
+                        ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], body)
                             .into_response(),
                     )
                 }),
@@ -274,7 +271,7 @@ fn livez(health: &Health) -> Response {
     } else {
         StatusCode::SERVICE_UNAVAILABLE
     };
-    (status, axum::Json(readiness(health))).into_response()
+    json_response(status, &readiness(health))
 }
 
 fn readyz(health: &Health) -> Response {
@@ -283,5 +280,14 @@ fn readyz(health: &Health) -> Response {
     } else {
         StatusCode::SERVICE_UNAVAILABLE
     };
-    (status, axum::Json(readiness(health))).into_response()
+    json_response(status, &readiness(health))
+}
+
+fn json_response(status: StatusCode, body: &Value) -> Response {
+    (
+        status,
+        [(header::CONTENT_TYPE, "application/json")],
+        body.to_string(),
+    )
+        .into_response()
 }

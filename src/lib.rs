@@ -89,11 +89,11 @@ pub mod __private {
         BroadcastDecl, ConsumerDecl, ConsumerKind, DeliverPolicy, Delivery, Discard, QueueDecl,
         Retention, Storage, StreamDecl, StreamDef, StreamRef,
     };
-    pub use topology_runtime::handler::glue::{
-        HandlerContext, RawPayload, assert_send, context, decode_json, decode_raw, into_result,
-    };
     pub use topology_runtime::export::{
         PayloadSchema, PayloadSchemaRegistration, SchemaFallback, SchemaProbe, SchemaSpecialized,
+    };
+    pub use topology_runtime::handler::glue::{
+        HandlerContext, RawPayload, assert_send, context, decode_json, decode_raw, into_result,
     };
     pub use topology_runtime::handler::{HandlerError, HandlerFuture, Incoming};
     pub use topology_runtime::registry::{ConsumerRegistration, StreamRegistration};

@@ -101,16 +101,25 @@ async fn cli_plan_provision_inspect_and_health_against_a_server() {
 
     let plan = run(&["plan", s[0], s[1]], &[]).await;
     assert_eq!(plan.code, Some(0), "{plan}");
-    assert!(plan.stdout.contains("stream `QUICKSTART_SIGNUPS`: create"), "{plan}");
     assert!(
-        plan.stdout.contains("consumer `welcome-mailer` on `QUICKSTART_SIGNUPS`: create"),
+        plan.stdout.contains("stream `QUICKSTART_SIGNUPS`: create"),
+        "{plan}"
+    );
+    assert!(
+        plan.stdout
+            .contains("consumer `welcome-mailer` on `QUICKSTART_SIGNUPS`: create"),
         "{plan}"
     );
 
     // Nothing provisioned yet: health names what is missing and fails.
     let health = run(&["health", s[0], s[1]], &[]).await;
     assert_eq!(health.code, Some(1), "{health}");
-    assert!(health.stdout.contains("stream `QUICKSTART_SIGNUPS`: DOES NOT EXIST"), "{health}");
+    assert!(
+        health
+            .stdout
+            .contains("stream `QUICKSTART_SIGNUPS`: DOES NOT EXIST"),
+        "{health}"
+    );
     assert!(health.stdout.contains("NOT HEALTHY"), "{health}");
 
     // `NATS_URL` is read when `--server` is not given.
@@ -132,17 +141,31 @@ async fn cli_plan_provision_inspect_and_health_against_a_server() {
 
     let plan = run(&["plan", s[0], s[1]], &[]).await;
     assert_eq!(plan.code, Some(0), "{plan}");
-    assert!(plan.stdout.contains("stream `QUICKSTART_SIGNUPS`: nothing to do"), "{plan}");
+    assert!(
+        plan.stdout
+            .contains("stream `QUICKSTART_SIGNUPS`: nothing to do"),
+        "{plan}"
+    );
 
     let inspect = run(&["inspect", s[0], s[1]], &[]).await;
     assert_eq!(inspect.code, Some(0), "{inspect}");
-    assert!(inspect.stdout.contains("`welcome-mailer` on `QUICKSTART_SIGNUPS`"), "{inspect}");
+    assert!(
+        inspect
+            .stdout
+            .contains("`welcome-mailer` on `QUICKSTART_SIGNUPS`"),
+        "{inspect}"
+    );
     assert!(inspect.stdout.contains("BOUND BY NOBODY"), "{inspect}");
 
     // Provisioned but consumed by nobody: not healthy.
     let health = run(&["health", s[0], s[1]], &[]).await;
     assert_eq!(health.code, Some(1), "{health}");
-    assert!(health.stdout.contains("stream `QUICKSTART_SIGNUPS`: exists"), "{health}");
+    assert!(
+        health
+            .stdout
+            .contains("stream `QUICKSTART_SIGNUPS`: exists"),
+        "{health}"
+    );
     assert!(health.stdout.contains("BOUND BY NOBODY"), "{health}");
 
     // An instance consumes: healthy.
@@ -197,7 +220,10 @@ async fn cli_provision_conflict_exits_1_with_the_precise_error() {
 
     let provision = run(&["provision", "--server", &url], &[]).await;
     assert_eq!(provision.code, Some(1), "{provision}");
-    assert!(provision.stderr.contains("QUICKSTART_SIGNUPS"), "{provision}");
+    assert!(
+        provision.stderr.contains("QUICKSTART_SIGNUPS"),
+        "{provision}"
+    );
     assert!(provision.stderr.contains("welcome-mailer"), "{provision}");
     assert!(provision.stderr.contains("deliver_group"), "{provision}");
     assert!(provision.stderr.contains("migrate_from"), "{provision}");
@@ -219,7 +245,10 @@ async fn cli_server_down_exits_1_after_the_timeout() {
     let provision = run(&["provision", "--server", &url, "--timeout", "2"], &[]).await;
     assert_eq!(provision.code, Some(1), "{provision}");
     assert!(provision.stderr.starts_with("error: "), "{provision}");
-    assert!(provision.stderr.contains("QUICKSTART_SIGNUPS"), "{provision}");
+    assert!(
+        provision.stderr.contains("QUICKSTART_SIGNUPS"),
+        "{provision}"
+    );
     assert!(started.elapsed() < Duration::from_secs(60), "{provision}");
 
     let health = run(&["health", "--server", &url, "--timeout", "2"], &[]).await;
@@ -246,7 +275,11 @@ async fn cli_export_needs_no_server() {
     };
 
     let json = dir.join("json");
-    let out = run(&["export", "--nats-json", json.to_str().unwrap()], &nothing_there).await;
+    let out = run(
+        &["export", "--nats-json", json.to_str().unwrap()],
+        &nothing_there,
+    )
+    .await;
     assert_eq!(out.code, Some(0), "{out}");
     assert_eq!(
         listing(&json),
@@ -265,7 +298,13 @@ async fn cli_export_needs_no_server() {
 
     let api = dir.join("api");
     let out = run(
-        &["export", "--asyncapi", "--api-version", "2.0.0", api.to_str().unwrap()],
+        &[
+            "export",
+            "--asyncapi",
+            "--api-version",
+            "2.0.0",
+            api.to_str().unwrap(),
+        ],
         &nothing_there,
     )
     .await;

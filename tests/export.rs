@@ -114,7 +114,11 @@ fn npm_dir() -> PathBuf {
 /// install when node or the packages are missing.
 fn node(script: &str, args: &[&str]) -> (bool, String) {
     let dir = npm_dir();
-    for package in ["@asyncapi/parser", "@nats-io/jetstream", "@nats-io/transport-node"] {
+    for package in [
+        "@asyncapi/parser",
+        "@nats-io/jetstream",
+        "@nats-io/transport-node",
+    ] {
         assert!(
             dir.join("node_modules").join(package).is_dir(),
             "the npm package {package} is not installed in {}; install the pinned packages with \
@@ -252,12 +256,18 @@ fn export_asyncapi_is_valid_for_the_official_parser() {
     if cfg!(feature = "schemars") {
         assert_eq!(payload["$ref"], "#/components/schemas/OrderPlaced");
         let schemas = &value["components"]["schemas"];
-        assert_eq!(schemas["OrderPlaced"]["properties"]["lines"]["type"], "array");
+        assert_eq!(
+            schemas["OrderPlaced"]["properties"]["lines"]["type"],
+            "array"
+        );
         assert_eq!(
             schemas["OrderPlaced"]["properties"]["lines"]["items"]["$ref"],
             "#/components/schemas/OrderLine"
         );
-        assert_eq!(schemas["OrderLine"]["properties"]["quantity"]["type"], "integer");
+        assert_eq!(
+            schemas["OrderLine"]["properties"]["quantity"]["type"],
+            "integer"
+        );
     } else {
         assert!(payload.get("$ref").is_none() && payload.get("type").is_none());
     }
@@ -362,7 +372,10 @@ async fn export_nats_json_added_by_the_js_manager_equals_what_the_runtime_provis
     let by_files = NatsServer::start().await.expect("nats-server starts");
     let files_client = async_nats::connect(by_files.url()).await.unwrap();
     create_external(&files_client).await;
-    let (ok, stdout) = node("add_with_jsm.mjs", &[&by_files.url(), dir.to_str().unwrap()]);
+    let (ok, stdout) = node(
+        "add_with_jsm.mjs",
+        &[&by_files.url(), dir.to_str().unwrap()],
+    );
     assert!(ok, "the JS manager refused an exported file: {stdout}");
     assert_eq!(lines(&stdout).len(), files.len(), "{stdout}");
 
@@ -370,14 +383,20 @@ async fn export_nats_json_added_by_the_js_manager_equals_what_the_runtime_provis
         let name = &s.config.name;
         let provisioned = raw_info(&runtime_client, format!("STREAM.INFO.{name}")).await;
         let added = raw_info(&files_client, format!("STREAM.INFO.{name}")).await;
-        assert_eq!(provisioned, added, "stream {name}: runtime vs exported file");
+        assert_eq!(
+            provisioned, added,
+            "stream {name}: runtime vs exported file"
+        );
     }
     for c in &nats.consumers {
         let (stream, name) = (&c.stream, c.name());
         let subject = format!("CONSUMER.INFO.{stream}.{name}");
         let provisioned = raw_info(&runtime_client, subject.clone()).await;
         let added = raw_info(&files_client, subject).await;
-        assert_eq!(provisioned, added, "consumer {stream}/{name}: runtime vs exported file");
+        assert_eq!(
+            provisioned, added,
+            "consumer {stream}/{name}: runtime vs exported file"
+        );
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }
@@ -402,7 +421,15 @@ async fn export_nats_json_edited_by_hand_differs_from_what_the_runtime_provision
     assert!(ok, "{stdout}");
     let added = raw_info(&client, "CONSUMER.INFO.EXPORT_JOBS.export-worker".into()).await;
     assert_eq!(added["max_deliver"], 7);
-    let exported = serde_json::to_value(&nats.consumers.iter().find(|c| c.name() == "export-worker").unwrap().config).unwrap();
+    let exported = serde_json::to_value(
+        &nats
+            .consumers
+            .iter()
+            .find(|c| c.name() == "export-worker")
+            .unwrap()
+            .config,
+    )
+    .unwrap();
     assert_eq!(exported["max_deliver"], 3);
     std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -41,14 +41,19 @@ fn topology() -> Topology {
 
 /// A plain HTTP/1.1 GET: the status code and the body.
 async fn get(addr: SocketAddr, path: &str) -> (u16, String) {
-    let mut stream = tokio::net::TcpStream::connect(addr).await.expect("connects");
+    let mut stream = tokio::net::TcpStream::connect(addr)
+        .await
+        .expect("connects");
     let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
     stream.write_all(request.as_bytes()).await.unwrap();
     let mut response = String::new();
-    tokio::time::timeout(Duration::from_secs(10), stream.read_to_string(&mut response))
-        .await
-        .expect("the endpoint answers within 10 s")
-        .unwrap();
+    tokio::time::timeout(
+        Duration::from_secs(10),
+        stream.read_to_string(&mut response),
+    )
+    .await
+    .expect("the endpoint answers within 10 s")
+    .unwrap();
     let status: u16 = response
         .split(' ')
         .nth(1)
@@ -98,7 +103,11 @@ async fn health_endpoints_follow_the_runtime_and_the_server() {
     let (status, body) = get_json(addr, "/readyz").await;
     assert_eq!(status, 503, "{body}");
     assert_eq!(body["ready"], false);
-    assert_eq!(state_of(&body, "health::work")["state"], "starting", "{body}");
+    assert_eq!(
+        state_of(&body, "health::work")["state"],
+        "starting",
+        "{body}"
+    );
     let (status, _) = get_json(addr, "/livez").await;
     assert_eq!(status, 200);
 
@@ -141,13 +150,18 @@ async fn health_endpoints_follow_the_runtime_and_the_server() {
         .collect();
     assert!(states.iter().any(|s| *s != "running"), "{body}");
     let (status, body) = get_json(addr, "/livez").await;
-    assert_eq!(status, 200, "a broker that is down is not a reason to restart: {body}");
+    assert_eq!(
+        status, 200,
+        "a broker that is down is not a reason to restart: {body}"
+    );
 
     // Back: ready again.
     server.restart().await.expect("nats-server restarts");
-    eventually(Duration::from_secs(60), "/readyz to answer 200 again", || async {
-        (get(addr, "/readyz").await.0 == 200).then_some(())
-    })
+    eventually(
+        Duration::from_secs(60),
+        "/readyz to answer 200 again",
+        || async { (get(addr, "/readyz").await.0 == 200).then_some(()) },
+    )
     .await;
 
     // Drained: its supervisors have ended, so it is not alive any more.
@@ -155,7 +169,11 @@ async fn health_endpoints_follow_the_runtime_and_the_server() {
     running.await.unwrap().unwrap();
     let (status, body) = get_json(addr, "/livez").await;
     assert_eq!(status, 503, "{body}");
-    assert_eq!(state_of(&body, "health::work")["state"], "stopped", "{body}");
+    assert_eq!(
+        state_of(&body, "health::work")["state"],
+        "stopped",
+        "{body}"
+    );
     let (status, _) = get_json(addr, "/readyz").await;
     assert_eq!(status, 503);
     // No `/metrics` unless a render function is given.
@@ -191,7 +209,11 @@ async fn health_routes_mount_on_an_application_router_with_metrics() {
     let (status, body) = get_json(addr, "/readyz").await;
     assert_eq!(status, 503, "not started: {body}");
     assert_eq!(body["consumers"].as_array().unwrap().len(), 2);
-    assert_eq!(get(addr, "/metrics").await.0, 404, "no render function given");
+    assert_eq!(
+        get(addr, "/metrics").await.0,
+        404,
+        "no render function given"
+    );
     serving.abort();
 
     // With a render function, on an address of its own.

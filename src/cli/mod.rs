@@ -128,7 +128,9 @@ impl Cli {
         I: IntoIterator<Item = T>,
         T: Into<OsString>,
     {
-        self.status(args).await.map(|code| ExitCode::from(code as u8))
+        self.status(args)
+            .await
+            .map(|code| ExitCode::from(code as u8))
     }
 
     async fn status<I, T>(self, args: I) -> Option<i32>

@@ -145,7 +145,9 @@ pub fn asyncapi(topology: &Topology, info: &ApiInfo) -> AsyncApi {
                 extension.insert("kind".into(), json!("broadcast"));
                 extension.insert(
                     "note".into(),
-                    json!("an ephemeral consumer per instance: every instance receives every message"),
+                    json!(
+                        "an ephemeral consumer per instance: every instance receives every message"
+                    ),
                 );
             }
         }
@@ -209,8 +211,19 @@ impl Document {
 
     /// The id of the channel of `subject` (or of the whole of `stream` when the subject is not
     /// known), added if new.
-    fn channel(&mut self, subject: Option<&str>, stream: Option<&str>, topology: &Topology) -> String {
-        let key = (subject.map(str::to_owned), subject.is_none().then(|| stream.map(str::to_owned)).flatten());
+    fn channel(
+        &mut self,
+        subject: Option<&str>,
+        stream: Option<&str>,
+        topology: &Topology,
+    ) -> String {
+        let key = (
+            subject.map(str::to_owned),
+            subject
+                .is_none()
+                .then(|| stream.map(str::to_owned))
+                .flatten(),
+        );
         if let Some((id, _)) = self.addresses.iter().find(|(_, k)| **k == key) {
             return id.clone();
         }
