@@ -54,6 +54,13 @@
 //!   initial connect, unlimited reconnects, a connection name); [`connect_options`] starts
 //!   from the same options to add credentials or TLS. The client is the re-exported
 //!   [`async_nats`], so its version always matches the one [`Runtime::builder`] takes.
+//! - [`export`] writes the topology, from the declarations alone, as the JetStream API's
+//!   stream and consumer JSON (exactly what provisioning sends) and as an AsyncAPI 3.0
+//!   document; with the `schemars` feature, payload schemas come from `schemars::JsonSchema`.
+//! - Feature `cli`: `cli::run_or_continue().await` at the top of `main` gives every binary
+//!   `plan`, `inspect`, `export`, `provision` and `health` subcommands.
+//! - Feature `http`: `/livez`, `/readyz` (JSON: every consumer's state) and `/metrics`
+//!   endpoints, served on an address or mounted on an axum router (`http`).
 //! - For your own tests, the `nats-topology-testkit` crate (a dev-dependency) starts real
 //!   `nats-server` processes: a JetStream server or a three-node cluster.
 
