@@ -387,6 +387,12 @@ async fn export_nats_json_added_by_the_js_manager_equals_what_the_runtime_provis
             provisioned, added,
             "stream {name}: runtime vs exported file"
         );
+        if name == "EXPORT_ORDERS" {
+            assert_eq!(added["storage"], "memory", "{added}");
+            assert_eq!(added["retention"], "interest", "{added}");
+            assert_eq!(added["discard"], "new", "{added}");
+            assert_eq!(added["max_msgs"], 1_000_000, "{added}");
+        }
     }
     for c in &nats.consumers {
         let (stream, name) = (&c.stream, c.name());
@@ -397,6 +403,22 @@ async fn export_nats_json_added_by_the_js_manager_equals_what_the_runtime_provis
             provisioned, added,
             "consumer {stream}/{name}: runtime vs exported file"
         );
+        if name == "export-billing" {
+            // What was compared is the declaration as the server holds it.
+            assert_eq!(added["deliver_group"], "export-billing", "{added}");
+            assert_eq!(added["max_deliver"], 5, "{added}");
+            assert_eq!(added["max_ack_pending"], 100, "{added}");
+            assert_eq!(added["ack_wait"], 30_000_000_000u64, "{added}");
+            assert_eq!(
+                added["filter_subjects"].as_array().unwrap().len(),
+                2,
+                "{added}"
+            );
+            assert!(
+                added.get("backoff").is_none(),
+                "backoff is the runtime's: {added}"
+            );
+        }
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }
