@@ -121,7 +121,7 @@ impl Endpoints {
                 })
                 .await;
             if let Err(e) = served {
-                tracing_error(&e);
+                report_stopped(&e);
             }
         });
         Ok(Served {
@@ -132,7 +132,9 @@ impl Endpoints {
     }
 }
 
-fn tracing_error(e: &std::io::Error) {
+/// The library logs through `tracing` in the runtime; the facade has no logger, so the one
+/// failure of a server task that nobody awaits goes to standard error.
+fn report_stopped(e: &std::io::Error) {
     eprintln!("nats-topology health endpoints stopped: {e}");
 }
 
