@@ -33,7 +33,7 @@ use chromiumoxide::page::ScreenshotParams;
 use chromiumoxide::{Browser, BrowserConfig, Page};
 use daemon::Daemon;
 use futures::StreamExt;
-use launch::ReplicaProcess;
+use launch::Process;
 use nats_topology::async_nats::jetstream;
 use nats_topology_testkit::{NatsCluster, eventually};
 use serde::Deserialize;
@@ -45,6 +45,9 @@ const TEST: &str = "browser_sync_status_reaches_every_page_and_survives_a_killed
 fn members(page: usize) -> Vec<String> {
     (1..=10).map(|i| format!("m{:02}", page * 10 + i)).collect()
 }
+
+/// The replicas' names, in the order they are started (and their pages opened).
+const NAMES: [&str; 2] = ["a", "b"];
 
 /// The member both pages watch for the kill.
 const KILLED_MID_SYNC: &str = "m21";
@@ -75,9 +78,9 @@ async fn browser_sync_status_reaches_every_page_and_survives_a_killed_worker() {
             std::env::current_exe().expect("the test binary's path"),
         );
         command.args(["--exact", TEST, "--nocapture", "--test-threads=1"]);
-        ReplicaProcess::start(command, name, &servers)
+        Process::replica(command, name, &servers)
     };
-    let (a, b) = tokio::join!(replica("a"), replica("b"));
+    let (a, b) = tokio::join!(replica(NAMES[0]), replica(NAMES[1]));
     let mut replicas = [
         a.expect("replica a starts"),
         b.expect("replica b starts"),
@@ -91,11 +94,11 @@ async fn browser_sync_status_reaches_every_page_and_survives_a_killed_worker() {
     let chrome = Chrome::launch(&chromium).await;
     step("chromium started");
     let pages = [
-        chrome.open(&replicas[0].url).await,
-        chrome.open(&replicas[1].url).await,
+        chrome.open(replicas[0].url()).await,
+        chrome.open(replicas[1].url()).await,
     ];
     for (i, page) in pages.iter().enumerate() {
-        let name = &replicas[i].name;
+        let name = NAMES[i];
         wait_page(page, &format!("page {i} connected to replica {name}"), |v| {
             v.connection.starts_with(&format!("connected to replica {name} "))
         })
@@ -145,7 +148,7 @@ async fn browser_sync_status_reaches_every_page_and_survives_a_killed_worker() {
     );
     let crossed: Vec<&Row> = shown
         .iter()
-        .zip(["a", "b"])
+        .zip(NAMES)
         .flat_map(|(v, here)| v.rows.iter().filter(move |r| r.worker() != Some(here)))
         .collect();
     assert!(
@@ -157,7 +160,7 @@ async fn browser_sync_status_reaches_every_page_and_survives_a_killed_worker() {
         crossed.len()
     );
     for (i, page) in pages.iter().enumerate() {
-        screenshot(page, &format!("sync-status-{}-all-done.png", replicas[i].name)).await;
+        screenshot(page, &format!("sync-status-{}-all-done.png", NAMES[i])).await;
     }
 
     // Kill the replica doing a sync (SIGKILL, mid-work): the survivor finishes it and both
@@ -184,9 +187,9 @@ async fn browser_sync_status_reaches_every_page_and_survives_a_killed_worker() {
     )
     .await;
     step(&format!("replica {worker} is syncing m21: SIGKILL"));
-    let killed = usize::from(worker == "b");
+    let killed = usize::from(worker == NAMES[1]);
     let survivor = 1 - killed;
-    let survivor_name = replicas[survivor].name.clone();
+    let survivor_name = NAMES[survivor].to_owned();
     replicas[killed]
         .kill()
         .await
@@ -210,7 +213,7 @@ async fn browser_sync_status_reaches_every_page_and_survives_a_killed_worker() {
         );
         screenshot(
             page,
-            &format!("sync-status-{}-after-kill.png", replicas[i].name),
+            &format!("sync-status-{}-after-kill.png", NAMES[i]),
         )
         .await;
     }

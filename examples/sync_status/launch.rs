@@ -1,6 +1,7 @@
-//! The launcher's side of a replica process: start it (this program again, with
-//! [`REPLICA_ENV`] set), learn its URL, tell it its peers, and stop it by its pid: close its
-//! stdin and wait for the drain, or SIGKILL it.
+//! The launcher's side of its helper processes (this program again, with an environment
+//! variable saying what to be): start one, read what it reports when ready (a replica its
+//! URL, the embedded cluster its servers), tell a replica its peers, and stop it by its pid:
+//! close its stdin and wait for the drain, or SIGKILL it.
 
 use std::process::{ExitStatus, Stdio};
 use std::time::Duration;
@@ -12,71 +13,87 @@ use crate::replica::{LISTENING, REPLICA_ENV, SERVERS_ENV};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
-/// How long a replica may take to be ready (a fresh cluster elects stream leaders first).
+/// How long a helper may take to be ready (a fresh cluster elects stream leaders first).
 const START_TIMEOUT: Duration = Duration::from_secs(90);
 
-/// A running replica process. Dropping it kills the process (SIGKILL, by pid).
-pub struct ReplicaProcess {
+/// A running helper process. Dropping it kills the process (SIGKILL, by pid).
+pub struct Process {
     pub name: String,
-    /// `http://127.0.0.1:PORT/`
-    pub url: String,
+    /// What it reported when ready.
+    report: String,
     child: Child,
     stdin: Option<ChildStdin>,
 }
 
-impl ReplicaProcess {
-    /// Starts `command` as replica `name` on `servers` and waits until it reports its URL. The
-    /// process gets a process group of its own, so that Ctrl-C in a terminal reaches the
-    /// launcher only, which then stops each replica once.
+impl Process {
+    /// Starts `command` as replica `name` on `servers` and waits until it reports its URL.
+    pub async fn replica(command: Command, name: &str, servers: &str) -> Result<Process, BoxError> {
+        let env = [(REPLICA_ENV, name), (SERVERS_ENV, servers)];
+        Process::start(command, &format!("replica {name}"), &env, LISTENING).await
+    }
+
+    /// Starts `command` with `env` and waits until it prints a line with `ready` (what follows
+    /// is its report). The process gets a process group of its own, so that Ctrl-C in a
+    /// terminal reaches the launcher only, which then stops each helper once, in order.
     pub async fn start(
         mut command: Command,
         name: &str,
-        servers: &str,
-    ) -> Result<ReplicaProcess, BoxError> {
+        env: &[(&str, &str)],
+        ready: &str,
+    ) -> Result<Process, BoxError> {
         let mut child = command
-            .env(REPLICA_ENV, name)
-            .env(SERVERS_ENV, servers)
+            .envs(env.iter().copied())
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .process_group(0)
             .kill_on_drop(true)
             .spawn()
-            .map_err(|e| format!("cannot start replica {name}: {e}"))?;
+            .map_err(|e| format!("cannot start {name}: {e}"))?;
         let stdin = child.stdin.take();
         let stdout = child.stdout.take().expect("stdout is piped");
         let mut lines = BufReader::new(stdout).lines();
-        let url = tokio::time::timeout(START_TIMEOUT, async {
+        let report = tokio::time::timeout(START_TIMEOUT, async {
             while let Some(line) = lines.next_line().await? {
                 // A test harness may print on the same line before it.
-                if let Some(at) = line.find(LISTENING) {
-                    return Ok(Some(line[at + LISTENING.len()..].trim().to_owned()));
+                if let Some(at) = line.find(ready) {
+                    return Ok(Some(line[at + ready.len()..].trim().to_owned()));
                 }
             }
             Ok::<_, std::io::Error>(None)
         })
         .await;
-        let url = match url {
-            Ok(Ok(Some(url))) => url,
-            Ok(Ok(None)) => return Err(format!("replica {name} exited before it was ready").into()),
-            Ok(Err(e)) => return Err(format!("reading replica {name}'s output: {e}").into()),
+        let report = match report {
+            Ok(Ok(Some(report))) => report,
+            Ok(Ok(None)) => return Err(format!("{name} exited before it was ready").into()),
+            Ok(Err(e)) => return Err(format!("reading {name}'s output: {e}").into()),
             Err(_) => {
-                return Err(format!("replica {name} was not ready within {START_TIMEOUT:?}").into());
+                return Err(format!("{name} was not ready within {START_TIMEOUT:?}").into());
             }
         };
         // Keep reading, so that the replica never blocks on a full pipe.
         tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-        Ok(ReplicaProcess {
+        Ok(Process {
             name: name.to_owned(),
-            url,
+            report,
             child,
             stdin,
         })
     }
 
-    /// The replica's origin (its URL without the trailing `/`).
+    /// What it reported when ready.
+    pub fn report(&self) -> &str {
+        &self.report
+    }
+
+    /// A replica's URL (`http://127.0.0.1:PORT/`).
+    pub fn url(&self) -> &str {
+        &self.report
+    }
+
+    /// A replica's origin (its URL without the trailing `/`).
     pub fn origin(&self) -> &str {
-        self.url.trim_end_matches('/')
+        self.report.trim_end_matches('/')
     }
 
     pub fn pid(&self) -> Option<u32> {
@@ -85,7 +102,7 @@ impl ReplicaProcess {
 
     /// Tells the replica every replica's origin (pages reconnect to them).
     pub async fn set_peers(&mut self, origins: &[String]) -> Result<(), BoxError> {
-        let stdin = self.stdin.as_mut().ok_or("the replica is stopping")?;
+        let stdin = self.stdin.as_mut().ok_or("the process is stopping")?;
         stdin
             .write_all(format!("peers {}\n", origins.join(",")).as_bytes())
             .await?;
@@ -104,7 +121,7 @@ impl ReplicaProcess {
         self.child.kill().await
     }
 
-    /// Closes its stdin (the replica drains and exits) and waits up to `grace`; after that it
+    /// Closes its stdin (a replica drains and exits; the cluster stops its nodes) and waits up to `grace`; after that it
     /// is killed, and that is an error.
     pub async fn stop(mut self, grace: Duration) -> Result<ExitStatus, BoxError> {
         drop(self.stdin.take());
@@ -113,7 +130,7 @@ impl ReplicaProcess {
             Err(_) => {
                 self.child.kill().await?;
                 Err(format!(
-                    "replica {} did not drain within {grace:?}; killed it",
+                    "{} did not stop within {grace:?}; killed it",
                     self.name
                 )
                 .into())

@@ -28,10 +28,15 @@ mod topology;
 use std::time::Duration;
 
 use daemon::Daemon;
-use launch::ReplicaProcess;
+use launch::Process;
 use nats_topology_testkit::NatsCluster;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Set in the helper process that runs the embedded cluster.
+const CLUSTER_ENV: &str = "SYNC_STATUS_CLUSTER";
+/// Starts the line on which the embedded cluster reports its servers.
+const CLUSTER_READY: &str = "sync-status cluster ready: ";
 
 /// How long the simulated daemon takes to sync a member.
 const DAEMON_DELAY: Duration = Duration::from_millis(500);
@@ -44,28 +49,35 @@ async fn main() -> Result<(), BoxError> {
         )
         .with_writer(std::io::stderr)
         .init();
-    // Re-invoked as a replica.
+    // Re-invoked as a replica, or as the embedded cluster.
     if std::env::var_os(replica::REPLICA_ENV).is_some() {
         return replica::run_from_env().await;
     }
+    if std::env::var_os(CLUSTER_ENV).is_some() {
+        return run_cluster().await;
+    }
+    let exe = std::env::current_exe()?;
 
-    // An embedded cluster unless NATS_URL names one; it stops when `_cluster` drops.
-    let (servers, _cluster) = match std::env::var("NATS_URL") {
+    // An embedded cluster unless NATS_URL names one. It runs in a helper process of its own
+    // (its own process group), so that Ctrl-C does not stop the servers under the replicas'
+    // drain: it is stopped last.
+    let (servers, cluster) = match std::env::var("NATS_URL") {
         Ok(servers) => (servers, None),
         Err(_) => {
-            let cluster = NatsCluster::start().await?;
-            let servers = cluster.urls().join(",");
-            println!("started an embedded 3-node nats cluster: {servers}");
-            (servers, Some(cluster))
+            let env = [(CLUSTER_ENV, "1")];
+            let command = tokio::process::Command::new(&exe);
+            let cluster = Process::start(command, "the embedded cluster", &env, CLUSTER_READY);
+            let cluster = cluster.await?;
+            println!("started an embedded 3-node nats cluster: {}", cluster.report());
+            (cluster.report().to_owned(), Some(cluster))
         }
     };
     let client = nats_topology::connect(&servers).await?;
     let daemon = Daemon::start(client, DAEMON_DELAY).await?;
 
-    let exe = std::env::current_exe()?;
     let mut replicas = Vec::new();
     for name in ["a", "b"] {
-        let replica = ReplicaProcess::start(tokio::process::Command::new(&exe), name, &servers);
+        let replica = Process::replica(tokio::process::Command::new(&exe), name, &servers);
         replicas.push(replica.await?);
     }
     let origins: Vec<String> = replicas.iter().map(|r| r.origin().to_owned()).collect();
@@ -74,16 +86,16 @@ async fn main() -> Result<(), BoxError> {
     }
     for replica in &replicas {
         println!(
-            "replica {}: {}  (pid {})",
+            "{}: {}  (pid {})",
             replica.name,
-            replica.url,
+            replica.url(),
             replica.pid().unwrap_or(0)
         );
     }
     println!("open both URLs, watch a member, press Sync; Ctrl-C stops everything");
 
     // Until Ctrl-C; a replica killed meanwhile is reported, the other one carries on.
-    let mut running: Vec<ReplicaProcess> = replicas;
+    let mut running: Vec<Process> = replicas;
     loop {
         if running.is_empty() {
             let _ = tokio::signal::ctrl_c().await;
@@ -101,7 +113,7 @@ async fn main() -> Result<(), BoxError> {
             }
         };
         let Some((name, status)) = exited else { break };
-        println!("replica {name} exited ({}); the other one carries on", describe(status));
+        println!("{name} exited ({}); the other one carries on", describe(status));
         running.retain(|r| r.name != name);
     }
 
@@ -112,10 +124,10 @@ async fn main() -> Result<(), BoxError> {
     let mut clean = true;
     for (name, stopped) in futures::future::join_all(stops).await {
         match stopped {
-            Ok(status) if status.success() => println!("replica {name} drained and exited"),
+            Ok(status) if status.success() => println!("{name} drained and exited"),
             Ok(status) => {
                 clean = false;
-                println!("replica {name} exited with {status}");
+                println!("{name} exited with {status}");
             }
             Err(e) => {
                 clean = false;
@@ -124,7 +136,34 @@ async fn main() -> Result<(), BoxError> {
         }
     }
     daemon.stop().await;
+    if let Some(cluster) = cluster {
+        match cluster.stop(Duration::from_secs(20)).await {
+            Ok(status) if status.success() => println!("the embedded cluster stopped"),
+            Ok(status) => {
+                clean = false;
+                println!("the embedded cluster exited with {status}");
+            }
+            Err(e) => {
+                clean = false;
+                println!("{e}");
+            }
+        }
+    }
     if clean { Ok(()) } else { Err("a replica did not stop cleanly".into()) }
+}
+
+/// The embedded cluster's process: starts the nodes, reports their URLs, and stops them (by
+/// pid, when the cluster drops) once the launcher closes its stdin or dies.
+async fn run_cluster() -> Result<(), BoxError> {
+    let cluster = NatsCluster::start().await?;
+    println!("{CLUSTER_READY}{}", cluster.urls().join(","));
+    tokio::task::spawn_blocking(|| {
+        use std::io::BufRead;
+        for _ in std::io::stdin().lock().lines().map_while(Result::ok) {}
+    })
+    .await?;
+    drop(cluster);
+    Ok(())
 }
 
 fn describe(status: std::io::Result<std::process::ExitStatus>) -> String {
