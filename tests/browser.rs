@@ -63,7 +63,12 @@ async fn browser_sync_status_reaches_every_page_and_survives_a_killed_worker() {
     }
     let chromium = chromium_binary();
     let started = std::time::Instant::now();
-    let step = |what: &str| println!("browser: {:>5.1} s  {what}", started.elapsed().as_secs_f64());
+    let step = |what: &str| {
+        println!(
+            "browser: {:>5.1} s  {what}",
+            started.elapsed().as_secs_f64()
+        )
+    };
     let cluster = NatsCluster::start().await.expect("a 3-node cluster starts");
     let servers = cluster.urls().join(",");
     let client = nats_topology::connect(&servers)
@@ -74,17 +79,13 @@ async fn browser_sync_status_reaches_every_page_and_survives_a_killed_worker() {
         .expect("the daemon simulator subscribes");
 
     let replica = |name: &'static str| {
-        let mut command = tokio::process::Command::new(
-            std::env::current_exe().expect("the test binary's path"),
-        );
+        let mut command =
+            tokio::process::Command::new(std::env::current_exe().expect("the test binary's path"));
         command.args(["--exact", TEST, "--nocapture", "--test-threads=1"]);
         Process::replica(command, name, &servers)
     };
     let (a, b) = tokio::join!(replica(NAMES[0]), replica(NAMES[1]));
-    let mut replicas = [
-        a.expect("replica a starts"),
-        b.expect("replica b starts"),
-    ];
+    let mut replicas = [a.expect("replica a starts"), b.expect("replica b starts")];
     let origins: Vec<String> = replicas.iter().map(|r| r.origin().to_owned()).collect();
     for replica in &mut replicas {
         replica.set_peers(&origins).await.expect("peers sent");
@@ -99,9 +100,14 @@ async fn browser_sync_status_reaches_every_page_and_survives_a_killed_worker() {
     ];
     for (i, page) in pages.iter().enumerate() {
         let name = NAMES[i];
-        wait_page(page, &format!("page {i} connected to replica {name}"), |v| {
-            v.connection.starts_with(&format!("connected to replica {name} "))
-        })
+        wait_page(
+            page,
+            &format!("page {i} connected to replica {name}"),
+            |v| {
+                v.connection
+                    .starts_with(&format!("connected to replica {name} "))
+            },
+        )
         .await;
     }
 
@@ -125,7 +131,10 @@ async fn browser_sync_status_reaches_every_page_and_survives_a_killed_worker() {
         })
         .await;
         assert_eq!(
-            view.rows.iter().map(|r| r.member.clone()).collect::<Vec<_>>(),
+            view.rows
+                .iter()
+                .map(|r| r.member.clone())
+                .collect::<Vec<_>>(),
             members(i),
             "page {i} shows the members it watches, in order"
         );
@@ -211,11 +220,7 @@ async fn browser_sync_status_reaches_every_page_and_survives_a_killed_worker() {
             "page {i} still shows every member done: {:?}",
             view.rows
         );
-        screenshot(
-            page,
-            &format!("sync-status-{}-after-kill.png", NAMES[i]),
-        )
-        .await;
+        screenshot(page, &format!("sync-status-{}-after-kill.png", NAMES[i])).await;
     }
 
     step("both pages show m21 done by the survivor");
@@ -374,7 +379,9 @@ async fn click(page: &Page, selector: &str) {
 
 /// Makes `page` the active tab: the browser handles input events in the active tab only.
 async fn front(page: &Page) {
-    page.bring_to_front().await.expect("bring the page to front");
+    page.bring_to_front()
+        .await
+        .expect("bring the page to front");
 }
 
 /// What a page shows.

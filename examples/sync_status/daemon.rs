@@ -31,7 +31,9 @@ impl Daemon {
     /// Subscribes (queue group `daemon`, so that two simulators never sync a member twice) and
     /// answers requests until stopped; each sync completes `delay` after its request.
     pub async fn start(client: async_nats::Client, delay: Duration) -> Result<Daemon, BoxError> {
-        let mut requests = client.queue_subscribe(SYNC_REQUEST, "daemon".into()).await?;
+        let mut requests = client
+            .queue_subscribe(SYNC_REQUEST, "daemon".into())
+            .await?;
         // The subscription is known to the server before anyone is told the daemon runs.
         client.flush().await?;
         let js = jetstream::new(client.clone());
@@ -84,7 +86,10 @@ async fn complete(js: jetstream::Context, member: String, requested_at_ms: u64, 
         match acked {
             Ok(()) => return,
             Err(e) if attempt < 10 => {
-                eprintln!("daemon: publishing the sync of {} failed ({e}); again", event.member);
+                eprintln!(
+                    "daemon: publishing the sync of {} failed ({e}); again",
+                    event.member
+                );
                 tokio::time::sleep(Duration::from_millis(200 * u64::from(attempt))).await;
             }
             Err(e) => eprintln!("daemon: gave up the sync of {}: {e}", event.member),

@@ -129,11 +129,7 @@ impl Process {
             Ok(status) => Ok(status?),
             Err(_) => {
                 self.child.kill().await?;
-                Err(format!(
-                    "{} did not stop within {grace:?}; killed it",
-                    self.name
-                )
-                .into())
+                Err(format!("{} did not stop within {grace:?}; killed it", self.name).into())
             }
         }
     }

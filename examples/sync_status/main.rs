@@ -68,7 +68,10 @@ async fn main() -> Result<(), BoxError> {
             let command = tokio::process::Command::new(&exe);
             let cluster = Process::start(command, "the embedded cluster", &env, CLUSTER_READY);
             let cluster = cluster.await?;
-            println!("started an embedded 3-node nats cluster: {}", cluster.report());
+            println!(
+                "started an embedded 3-node nats cluster: {}",
+                cluster.report()
+            );
             (cluster.report().to_owned(), Some(cluster))
         }
     };
@@ -113,7 +116,10 @@ async fn main() -> Result<(), BoxError> {
             }
         };
         let Some((name, status)) = exited else { break };
-        println!("{name} exited ({}); the other one carries on", describe(status));
+        println!(
+            "{name} exited ({}); the other one carries on",
+            describe(status)
+        );
         running.retain(|r| r.name != name);
     }
 
@@ -149,7 +155,11 @@ async fn main() -> Result<(), BoxError> {
             }
         }
     }
-    if clean { Ok(()) } else { Err("a replica did not stop cleanly".into()) }
+    if clean {
+        Ok(())
+    } else {
+        Err("a replica did not stop cleanly".into())
+    }
 }
 
 /// The embedded cluster's process: starts the nodes, reports their URLs, and stops them (by

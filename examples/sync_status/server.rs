@@ -51,15 +51,9 @@ enum Incoming {
 #[derive(Debug, Serialize)]
 #[serde(tag = "type", rename_all = "lowercase")]
 enum Outgoing {
-    Hello {
-        replica: String,
-        peers: Vec<String>,
-    },
+    Hello { replica: String, peers: Vec<String> },
     Status(Status),
-    Error {
-        member: String,
-        message: String,
-    },
+    Error { member: String, message: String },
 }
 
 pub fn router(web: Arc<Web>) -> Router {

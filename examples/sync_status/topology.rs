@@ -92,7 +92,9 @@ pub fn now_ms() -> u64 {
 #[queue_consumer(stream = DaemonSync, group = "sync", subject = "daemon.sync.complete",
                  ack_wait = "2s", max_deliver = 10, concurrency = 4)]
 async fn compute_status(event: SyncComplete, cx: Context) -> Result<(), HandlerError> {
-    let hub = cx.state::<Arc<Hub>>().expect("the replica gives its Hub to the runtime");
+    let hub = cx
+        .state::<Arc<Hub>>()
+        .expect("the replica gives its Hub to the runtime");
     if !valid_member(&event.member) {
         return Err(HandlerError::permanent(format!(
             "`{}` is not a member name",
@@ -121,7 +123,9 @@ async fn compute_status(event: SyncComplete, cx: Context) -> Result<(), HandlerE
 /// member) and hands it to the sessions it holds for that member.
 #[broadcast(stream = MemberStatus, subject = "member.status.>", deliver = "last_per_subject")]
 async fn relay_status(status: Status, cx: Context) -> Result<(), HandlerError> {
-    let hub = cx.state::<Arc<Hub>>().expect("the replica gives its Hub to the runtime");
+    let hub = cx
+        .state::<Arc<Hub>>()
+        .expect("the replica gives its Hub to the runtime");
     hub.deliver(status);
     Ok(())
 }
