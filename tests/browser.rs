@@ -224,6 +224,24 @@ async fn browser_sync_status_reaches_every_page_and_survives_a_killed_worker() {
     }
 
     step("both pages show m21 done by the survivor");
+
+    // The page that moved to the survivor works as before: a sync it asks for is done there.
+    let moved = &pages[killed];
+    let member = members(killed)[0].clone();
+    let before = read_page(moved).await;
+    let before = before.row(&member).expect("the member is still shown");
+    click(moved, &format!("#row-{member} .sync")).await;
+    wait_page(
+        moved,
+        &format!("{member} synced again, by replica {survivor_name}"),
+        |v| {
+            v.row(&member).is_some_and(|r| {
+                r.state == "done" && r.worker() == Some(&survivor_name) && r.at != before.at
+            })
+        },
+    )
+    .await;
+    step("the moved page synced a member again");
     // What the server holds: the last status of m21 is the survivor's "done", and the work
     // consumer has nothing pending or unacknowledged.
     let js = jetstream::new(client);
