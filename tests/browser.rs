@@ -6,6 +6,10 @@
 //! `cargo run --example sync_status`, included below) until its stdin closes. So a plain
 //! `cargo test` on a fresh clone needs nothing built beforehand.
 //!
+//! Why chromiumoxide (0.9, over the DevTools protocol) rather than WebDriver: it is tokio-native
+//! and needs nothing beside the browser (no `chromium-driver` process to start, stop and keep
+//! at the browser's version), and without its `fetcher` feature it downloads nothing.
+//!
 //! Every assertion is on what the pages show (DOM text) or what the server holds. Screenshots
 //! of both pages are saved under `target/tmp/browser/`.
 
