@@ -257,7 +257,7 @@ async fn browser_sync_status_reaches_every_page_and_survives_a_killed_worker() {
         .await
         .expect("m21 has a status");
     let last: topology::Status = serde_json::from_slice(&last.payload).expect("a status");
-    assert_eq!(last.state, topology::State::Done);
+    assert_eq!(last.state, topology::Phase::Done);
     assert_eq!(last.replica.as_deref(), Some(survivor_name.as_str()));
     eventually(Duration::from_secs(10), "the sync work settled", || async {
         let mut consumer = js

@@ -28,7 +28,7 @@ const ENSURE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// What a replica's web side shares.
 pub struct Web {
-    pub hub: Arc<Hub>,
+    pub hub: Hub,
     pub relay: Relay,
     pub client: async_nats::Client,
     /// The origins (`http://127.0.0.1:PORT`) of every replica, this one first; a page

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use nats_topology::{Context, HandlerError, broadcast, queue_consumer, stream};
+use nats_topology::{Context, HandlerError, State, broadcast, queue_consumer, stream};
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 
@@ -36,7 +36,7 @@ pub struct SyncComplete {
 /// Where a member's sync stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
-pub enum State {
+pub enum Phase {
     Idle,
     Syncing,
     Done,
@@ -46,7 +46,7 @@ pub enum State {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Status {
     pub member: String,
-    pub state: State,
+    pub state: Phase,
     /// The replica that did (or is doing) the work.
     pub replica: Option<String>,
     /// When this status was computed (milliseconds since the Unix epoch).
@@ -59,7 +59,7 @@ impl Status {
     fn idle(member: &str) -> Status {
         Status {
             member: member.to_owned(),
-            state: State::Idle,
+            state: Phase::Idle,
             replica: None,
             at_ms: 0,
             rows: 0,
@@ -91,10 +91,11 @@ pub fn now_ms() -> u64 {
 /// replica dies mid-way, the server redelivers the event to a survivor after `ack_wait`.
 #[queue_consumer(stream = DaemonSync, group = "sync", subject = "daemon.sync.complete",
                  ack_wait = "2s", max_deliver = 10, concurrency = 4)]
-async fn compute_status(event: SyncComplete, cx: Context) -> Result<(), HandlerError> {
-    let hub = cx
-        .state::<Arc<Hub>>()
-        .expect("the replica gives its Hub to the runtime");
+pub async fn compute_status(
+    event: SyncComplete,
+    cx: Context,
+    hub: State<Hub>,
+) -> Result<(), HandlerError> {
     if !valid_member(&event.member) {
         return Err(HandlerError::permanent(format!(
             "`{}` is not a member name",
@@ -104,7 +105,7 @@ async fn compute_status(event: SyncComplete, cx: Context) -> Result<(), HandlerE
     let subject = status_subject(&event.member);
     let mut status = Status {
         member: event.member,
-        state: State::Syncing,
+        state: Phase::Syncing,
         replica: Some(hub.replica.clone()),
         at_ms: now_ms(),
         rows: 0,
@@ -112,7 +113,7 @@ async fn compute_status(event: SyncComplete, cx: Context) -> Result<(), HandlerE
     cx.publish(subject.clone(), &status).await?;
     // Simulated work: the member's rows are written.
     tokio::time::sleep(WORK).await;
-    status.state = State::Done;
+    status.state = Phase::Done;
     status.at_ms = now_ms();
     status.rows = 20 + status.member.bytes().map(u32::from).sum::<u32>() % 80;
     cx.publish(subject, &status).await?;
@@ -122,19 +123,18 @@ async fn compute_status(event: SyncComplete, cx: Context) -> Result<(), HandlerE
 /// The fan-out: every replica receives every status (starting with the last one of each
 /// member) and hands it to the sessions it holds for that member.
 #[broadcast(stream = MemberStatus, subject = "member.status.>", deliver = "last_per_subject")]
-async fn relay_status(status: Status, cx: Context) -> Result<(), HandlerError> {
-    let hub = cx
-        .state::<Arc<Hub>>()
-        .expect("the replica gives its Hub to the runtime");
+pub async fn relay_status(status: Status, hub: State<Hub>) -> Result<(), HandlerError> {
     hub.deliver(status);
     Ok(())
 }
 
-/// This replica's sessions (per member) and the last status it has seen of each member.
+/// This replica's sessions (per member) and the last status it has seen of each member; a
+/// cheap handle shared by the handlers (as `State<Hub>`) and the web server.
+#[derive(Clone)]
 pub struct Hub {
     /// This replica's name, shown on the statuses it computes.
     pub replica: String,
-    inner: Mutex<HubInner>,
+    inner: Arc<Mutex<HubInner>>,
 }
 
 #[derive(Default)]
@@ -147,7 +147,7 @@ impl Hub {
     pub fn new(replica: &str) -> Hub {
         Hub {
             replica: replica.to_owned(),
-            inner: Mutex::default(),
+            inner: Arc::default(),
         }
     }
 
