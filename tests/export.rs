@@ -110,23 +110,58 @@ fn npm_dir() -> PathBuf {
         .join("npm")
 }
 
-/// Runs `node tests/js/SCRIPT args`: its status and standard output. Panics with what to
-/// install when node or the packages are missing.
+/// The pinned npm packages (`tests/js/package.json` and its lock file), installed into
+/// [`npm_dir`] with `npm ci` when that folder does not hold exactly them, once per test run
+/// (as the test kit installs nats-server). Panics with what to do when npm fails.
+fn npm_packages() -> PathBuf {
+    static INSTALLED: std::sync::OnceLock<Result<PathBuf, String>> = std::sync::OnceLock::new();
+    INSTALLED
+        .get_or_init(|| {
+            let dir = npm_dir();
+            let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/js");
+            let same = |file: &str| {
+                std::fs::read(source.join(file)).ok() == std::fs::read(dir.join(file)).ok()
+            };
+            let packages = [
+                "@asyncapi/parser",
+                "@nats-io/jetstream",
+                "@nats-io/transport-node",
+            ];
+            let installed = packages
+                .iter()
+                .all(|p| dir.join("node_modules").join(p).is_dir());
+            if installed && same("package.json") && same("package-lock.json") {
+                return Ok(dir);
+            }
+            std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+            for file in ["package.json", "package-lock.json"] {
+                std::fs::copy(source.join(file), dir.join(file))
+                    .map_err(|e| format!("copying {file} to {}: {e}", dir.display()))?;
+            }
+            let status = Command::new("npm")
+                .args(["ci", "--no-audit", "--no-fund", "--prefix"])
+                .arg(&dir)
+                .status()
+                .map_err(|e| {
+                    format!("cannot run `npm` ({e}): install Node.js 20 or later with npm (.ci/run does)")
+                })?;
+            if !status.success() {
+                return Err(format!(
+                    "`npm ci --prefix {}` failed ({status}): the export tests need the npm registry once, \
+                     or the pinned packages installed there (or in NT_NPM_DIR)",
+                    dir.display()
+                ));
+            }
+            Ok(dir)
+        })
+        .clone()
+        .unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// Runs `node tests/js/SCRIPT args`: its status and standard output. Installs the pinned npm
+/// packages first if needed; panics with what to install when node or npm is missing.
 fn node(script: &str, args: &[&str]) -> (bool, String) {
-    let dir = npm_dir();
-    for package in [
-        "@asyncapi/parser",
-        "@nats-io/jetstream",
-        "@nats-io/transport-node",
-    ] {
-        assert!(
-            dir.join("node_modules").join(package).is_dir(),
-            "the npm package {package} is not installed in {}; install the pinned packages with \
-             `mkdir -p {0} && cp tests/js/package.json {0}/ && npm install --prefix {0}` \
-             (as .ci/run does), or name another folder with NT_NPM_DIR",
-            dir.display()
-        );
-    }
+    let dir = npm_packages();
     let script = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/js")
         .join(script);

@@ -19,7 +19,7 @@ export async function load(name) {
       ? `${name} is not installed in ${dir}`
       : `nothing is installed in ${dir}`;
     throw new Error(
-      `${hint}; install the pinned packages: cp tests/js/package.json ${dir}/ && npm install --prefix ${dir} (as .ci/run does)`,
+      `${hint}; install the pinned packages: cp tests/js/package.json tests/js/package-lock.json ${dir}/ && npm ci --prefix ${dir} (as the export tests do on first use)`,
     );
   }
   return import(pathToFileURL(path).href);

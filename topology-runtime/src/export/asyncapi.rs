@@ -8,7 +8,7 @@ use topology_core::model::{ConsumerKind, Delivery, StreamDecl};
 
 use super::schema::{self, PayloadSchema};
 use super::{ExportError, create_dir, write_file, yaml};
-use crate::provision::{consumer_config, stream_config};
+use crate::provision::{stamped_consumer_config, stamped_stream_config};
 use crate::registry::Topology;
 
 /// The `info` of an AsyncAPI document: the application's title and version.
@@ -127,7 +127,7 @@ pub fn asyncapi(topology: &Topology, info: &ApiInfo) -> AsyncApi {
                     Delivery::Push => "push",
                 };
                 extension.insert("delivery".into(), json!(delivery));
-                let config = consumer_config(stream, decl, None);
+                let config = stamped_consumer_config(stream, decl, None, None);
                 extension.insert("config".into(), to_value(&config));
                 if let Some(dead_letter) = queue.dead_letter {
                     extension.insert("dead_letter".into(), json!(dead_letter));
@@ -255,7 +255,7 @@ fn stream_extension(name: &str, decl: Option<&StreamDecl>) -> Value {
         Some(decl) if !decl.external => json!({
             "name": name,
             "owned": true,
-            "config": to_value(&stream_config(decl)),
+            "config": to_value(&stamped_stream_config(decl, None)),
         }),
         _ => json!({ "name": name, "owned": false }),
     }

@@ -44,7 +44,7 @@ use std::path::{Path, PathBuf};
 use async_nats::jetstream::{consumer, stream};
 use topology_core::model::ConsumerKind;
 
-use crate::provision::{consumer_config, stream_config};
+use crate::provision::{stamped_consumer_config, stamped_stream_config};
 use crate::registry::Topology;
 
 pub use asyncapi::{ApiInfo, AsyncApi, asyncapi};
@@ -108,7 +108,7 @@ pub fn nats_json(topology: &Topology) -> NatsJson {
         .iter()
         .filter(|s| !s.external)
         .map(|decl| StreamExport {
-            config: stream_config(decl),
+            config: stamped_stream_config(decl, None),
         })
         .collect();
     let consumers = topology
@@ -120,7 +120,7 @@ pub fn nats_json(topology: &Topology) -> NatsJson {
             ConsumerExport {
                 stream: stream.to_owned(),
                 handler: c.decl.handler.to_owned(),
-                config: consumer_config(stream, &c.decl, None),
+                config: stamped_consumer_config(stream, &c.decl, None, None),
             }
         })
         .collect();

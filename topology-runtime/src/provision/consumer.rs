@@ -4,10 +4,11 @@
 use async_nats::jetstream::{ErrorCode, consumer, stream};
 use serde::Serialize;
 
-use super::config::{apply_editable_consumer_fields, consumer_config};
+use super::config::apply_editable_consumer_fields;
 use super::drift::consumer_drift;
 use super::version::{
-    MIGRATED_FROM_KEY, OlderDeclaration, Precedence, VERSION_KEY, precedence, set_stamp, stamp,
+    MIGRATED_FROM_KEY, OlderDeclaration, Precedence, VERSION_KEY, precedence, stamp,
+    stamped_consumer_config,
 };
 use super::{
     ApiError, Failure, ProvisionError, ProvisionErrorKind, Provisioner, ResumePoint, Start,
@@ -94,16 +95,7 @@ impl Provisioner {
         decl: &ConsumerDecl,
         relay_name: Option<&str>,
     ) -> consumer::Config {
-        let mut config = consumer_config(stream, decl, relay_name);
-        if let Some(queue) = decl.as_queue() {
-            set_stamp(&mut config.metadata, &self.consumer_stamp(decl));
-            if let Some(old) = queue.migrate_from {
-                config
-                    .metadata
-                    .insert(MIGRATED_FROM_KEY.to_owned(), old.to_owned());
-            }
-        }
-        config
+        stamped_consumer_config(stream, decl, relay_name, self.version.as_deref())
     }
 
     /// The version a consumer declaration is stamped with.

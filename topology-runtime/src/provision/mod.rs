@@ -32,14 +32,13 @@ use serde::de::DeserializeOwned;
 
 use crate::retry::{Failed, RetryPolicy};
 
-pub(crate) use config::{consumer_config, stream_config};
 pub(crate) use drift::{Drift, consumer_drift, stream_drift};
 pub(crate) use ensure::{Ensured, Ensurer};
 pub(crate) use error::{ApiError, Failure, rejected};
 pub use error::{FieldDiff, ProvisionError, ProvisionErrorKind};
 pub(crate) use stream::uncovered;
-pub(crate) use version::OlderDeclarations;
 pub use version::{MIGRATED_FROM_KEY, OlderDeclaration, Precedence, VERSION_KEY, precedence};
+pub(crate) use version::{OlderDeclarations, stamped_consumer_config, stamped_stream_config};
 
 /// What ensuring a consumer may change on the server.
 #[derive(Debug, Clone, PartialEq, Eq)]

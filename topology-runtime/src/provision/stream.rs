@@ -3,9 +3,11 @@
 
 use async_nats::jetstream::{ErrorCode, stream};
 
-use super::config::{apply_stream_decl, stream_config};
+use super::config::apply_stream_decl;
 use super::drift::stream_drift;
-use super::version::{OlderDeclaration, Precedence, VERSION_KEY, precedence, set_stamp, stamp};
+use super::version::{
+    OlderDeclaration, Precedence, VERSION_KEY, precedence, set_stamp, stamp, stamped_stream_config,
+};
 use super::{Failure, ProvisionError, ProvisionErrorKind, Provisioner, rejected};
 use topology_core::model::StreamDecl;
 
@@ -28,9 +30,8 @@ impl Provisioner {
     }
 
     async fn ensure_owned_stream(&self, decl: &StreamDecl) -> Result<stream::Info, Failure> {
-        let mut config = stream_config(decl);
+        let config = stamped_stream_config(decl, self.version.as_deref());
         let stamp = self.stream_stamp(decl);
-        set_stamp(&mut config.metadata, &stamp);
         let created = self
             .api::<stream::Info>(format!("STREAM.CREATE.{}", decl.name), &config)
             .await;
