@@ -380,5 +380,23 @@ fn server_binary_is_found_or_installed() {
         .output()
         .expect("run nats-server --version");
     assert!(output.status.success());
-    assert!(String::from_utf8_lossy(&output.stdout).contains("nats-server: v"));
+    let printed = String::from_utf8_lossy(&output.stdout);
+    assert!(printed.contains("nats-server: v"), "{printed}");
+    // The server version matrix (scripts/server-matrix) selects the version this way.
+    if std::env::var_os("NATS_SERVER_BIN").is_none()
+        && let Some(version) = std::env::var("NATS_SERVER_VERSION")
+            .ok()
+            .filter(|v| !v.is_empty())
+    {
+        assert!(
+            printed.contains(&format!("nats-server: v{version}")),
+            "NATS_SERVER_VERSION={version} but {} prints {printed}",
+            bin.display()
+        );
+        assert!(
+            bin.ends_with(format!("nats-server-{version}/bin/nats-server")),
+            "{}",
+            bin.display()
+        );
+    }
 }
