@@ -9,6 +9,7 @@
 pub mod connect;
 pub mod handler;
 pub mod health;
+mod jsapi;
 pub mod provision;
 pub mod registry;
 pub mod report;

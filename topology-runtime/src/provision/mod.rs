@@ -124,6 +124,8 @@ pub struct Provisioner {
     warned_version: std::sync::Arc<std::sync::atomic::AtomicBool>,
     /// Wakes retries waiting for a leader when one is elected (subscribed while one waits).
     leader: leader::LeaderWatch,
+    /// Which JetStream requests go to (its prefix is the context's).
+    api: crate::jsapi::JetStreamApi,
 }
 
 /// How many answers of an unexpected shape one provisioning request accepts before it is
@@ -153,16 +155,29 @@ fn parse_version(version: &str) -> Option<(u64, u64, u64)> {
 impl Provisioner {
     /// A provisioner on `client` with `policy` (its `request_timeout` bounds each request).
     pub fn new(client: async_nats::Client, policy: RetryPolicy) -> Self {
-        let js = jetstream::ContextBuilder::new()
-            .timeout(policy.request_timeout)
-            .build(client);
+        Self::with_api(client, policy, crate::jsapi::JetStreamApi::Local)
+    }
+
+    /// A provisioner whose requests go to `api` (a JetStream domain or API prefix).
+    pub(crate) fn with_api(
+        client: async_nats::Client,
+        policy: RetryPolicy,
+        api: crate::jsapi::JetStreamApi,
+    ) -> Self {
+        let js = api.context(client, policy.request_timeout);
         Provisioner {
-            leader: leader::LeaderWatch::new(js.clone()),
+            leader: leader::LeaderWatch::new(js.clone(), leader::Advisories::of(&api)),
             js,
             policy,
             attempts: Default::default(),
             warned_version: Default::default(),
+            api,
         }
+    }
+
+    /// Which JetStream requests go to.
+    pub(crate) fn jetstream_api(&self) -> &crate::jsapi::JetStreamApi {
+        &self.api
     }
 
     /// Repeating an identical CREATE is safe from nats-server 2.14.5 on: before it, a replica
@@ -306,9 +321,15 @@ impl Provisioner {
                 ProvisionErrorKind::Exhausted,
                 stream,
                 format!(
-                    "the server did not answer successfully within {:?}; last cause: {cause}; \
-                     check that the JetStream cluster is reachable and has a leader",
-                    self.policy.deadline
+                    "the server did not answer successfully{} within {:?}; last cause: {cause}; \
+                     check that the JetStream cluster is reachable and has a leader{}",
+                    self.api.through(),
+                    self.policy.deadline,
+                    if cause.is_no_responders() {
+                        self.api.unanswered_hint()
+                    } else {
+                        String::new()
+                    },
                 ),
             )
             .source(cause)
