@@ -7,6 +7,9 @@
 //!   port and store directory (file-backed streams survive a restart);
 //! - [`NatsCluster`]: three JetStream nodes forming a cluster (for R3 streams and for killing a
 //!   node);
+//! - [`NatsLeafTopology`]: a hub server (JetStream domain `hub`) and a leaf node server
+//!   (JetStream domain `edge`) connected over a leaf node port, as an edge site connects to a
+//!   cloud;
 //! - [`eventually`]: poll a condition with a deadline instead of sleeping;
 //! - [`server_binary`]: where the `nats-server` binary comes from (`NATS_SERVER_BIN`, else the
 //!   version `NATS_SERVER_VERSION` names, else `PATH`, else the pinned version
@@ -86,6 +89,8 @@ mod cluster;
 #[cfg(unix)]
 mod error;
 #[cfg(unix)]
+mod leaf;
+#[cfg(unix)]
 mod ports;
 #[cfg(unix)]
 mod probe;
@@ -100,6 +105,8 @@ pub use binary::server_binary;
 pub use cluster::{ClusterMonitor, NatsCluster};
 #[cfg(unix)]
 pub use error::TestkitError;
+#[cfg(unix)]
+pub use leaf::{HUB_DOMAIN, LEAF_DOMAIN, NatsLeafTopology};
 #[cfg(unix)]
 pub use server::NatsServer;
 
