@@ -178,6 +178,7 @@ async fn leaf_wrong_domain_is_an_error_naming_the_domain_not_a_hang() {
         .await
         .expect("provisioning gives up at its deadline, it does not hang")
         .expect_err("no JetStream answers for domain `edgy`");
+    eprintln!("provisioning in a wrong domain: {error}");
     assert_eq!(error.kind(), ProvisionErrorKind::Exhausted, "{error}");
     assert_eq!(error.stream(), decl.name);
     let text = error.to_string();

@@ -174,8 +174,8 @@ pub(crate) enum ApiError {
     Request(jetstream::context::RequestError),
     /// A server answer that is worth retrying in context.
     Retry(String),
-    /// An answer this library cannot read: the request's subject, the answer (shortened) and
-    /// why it could not be read.
+    /// An answer this library cannot read: the request's full subject (with the API prefix),
+    /// the answer (shortened) and why it could not be read.
     Unexpected {
         subject: String,
         answer: String,
@@ -240,10 +240,7 @@ impl fmt::Display for ApiError {
                 subject,
                 answer,
                 error,
-            } => write!(
-                f,
-                "unexpected answer to `$JS.API.{subject}`: {answer} ({error})"
-            ),
+            } => write!(f, "unexpected answer to `{subject}`: {answer} ({error})"),
             ApiError::Server(e) => write!(f, "server error: {e}"),
         }
     }

@@ -232,7 +232,7 @@ impl Provisioner {
             Ok(answer) => answer,
             Err(e) if is_parse_failure(&e) => {
                 return Err(ApiError::unexpected(
-                    &subject,
+                    &format!("{}.{subject}", self.api.prefix()),
                     "an answer that is not JSON",
                     e,
                 ));
@@ -243,7 +243,11 @@ impl Provisioner {
         match serde_json::from_value::<Response<T>>(answer) {
             Ok(Response::Ok(value)) => Ok(value),
             Ok(Response::Err { error }) => Err(ApiError::Server(error)),
-            Err(e) => Err(ApiError::unexpected(&subject, &shown, e)),
+            Err(e) => Err(ApiError::unexpected(
+                &format!("{}.{subject}", self.api.prefix()),
+                &shown,
+                e,
+            )),
         }
     }
 
