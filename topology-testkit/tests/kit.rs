@@ -52,6 +52,7 @@ async fn create_r3_stream(js: &jetstream::Context, name: &str, subjects: &str) -
             ..Default::default()
         })
         .await
+        .inspect_err(|e| eprintln!("creating R3 stream {name}: {e}"))
         .ok()
         .map(|s| s.cached_info().clone())
     })
