@@ -120,6 +120,14 @@ impl StateMap {
     fn get<T: Any + Send + Sync>(&self) -> Option<&T> {
         self.0.get(&TypeId::of::<T>())?.downcast_ref::<T>()
     }
+
+    pub(crate) fn get_arc<T: Any + Send + Sync>(&self) -> Option<Arc<T>> {
+        self.0.get(&TypeId::of::<T>())?.clone().downcast::<T>().ok()
+    }
+
+    pub(crate) fn contains(&self, id: TypeId) -> bool {
+        self.0.contains_key(&id)
+    }
 }
 
 /// What a handler knows about the message it handles, and what it can reach.
@@ -192,6 +200,11 @@ impl Context {
         self.scope.state.get::<T>()
     }
 
+    /// Application state of type `T`, shared (what a [`State<T>`](crate::State) argument holds).
+    pub(crate) fn state_arc<T: Any + Send + Sync>(&self) -> Option<Arc<T>> {
+        self.scope.state.get_arc::<T>()
+    }
+
     /// Publishes `value` as JSON to `subject` and waits for the stream's acknowledgement.
     pub async fn publish<T: serde::Serialize + ?Sized>(
         &self,
@@ -204,17 +217,22 @@ impl Context {
 
     /// Publishes raw bytes to `subject` and waits for the stream's acknowledgement. A publish
     /// that finds no stream makes the runtime check at once the streams it owns and are not
-    /// consumed here (one deleted out of band is created again).
+    /// consumed here (one deleted out of band is created again). With the `otel` feature, the
+    /// message carries the current span's trace context (`traceparent`, `tracestate`), which
+    /// the handler that receives it continues.
     pub async fn publish_bytes(
         &self,
         subject: impl Into<async_nats::Subject>,
         payload: Bytes,
     ) -> Result<jetstream::publish::PublishAck, HandlerError> {
-        let ack = self
-            .scope
-            .jetstream
-            .publish(subject.into(), payload)
-            .await?;
+        let (js, subject) = (&self.scope.jetstream, subject.into());
+        let mut headers = HeaderMap::new();
+        crate::telemetry::inject_current(&mut headers); // telemetry hook: W3C trace context
+        let ack = if headers.is_empty() {
+            js.publish(subject, payload).await?
+        } else {
+            js.publish_with_headers(subject, headers, payload).await?
+        };
         match ack.await {
             Ok(ack) => Ok(ack),
             Err(e) => {
