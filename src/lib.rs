@@ -78,8 +78,13 @@
 //!   `plan`, `inspect`, `export`, `provision` and `health` subcommands.
 //! - Feature `http`: `/livez`, `/readyz` (JSON: every consumer's state) and `/metrics`
 //!   endpoints, served on an address or mounted on an axum router (`http`).
+//! - Streams in another JetStream domain than the connection's server (an edge site's leaf
+//!   node seen from a hub): [`RuntimeBuilder::domain`] (or [`RuntimeBuilder::api_prefix`])
+//!   sends every request of the runtime there. Tested on nats-server 2.10 to 2.15 (the
+//!   repository's `docs/COMPATIBILITY.md`).
 //! - For your own tests, the `nats-topology-testkit` crate (a dev-dependency) starts real
-//!   `nats-server` processes: a JetStream server or a three-node cluster.
+//!   `nats-server` processes: a JetStream server, a three-node cluster, or a hub and a leaf
+//!   node with their own JetStream domains; `NATS_SERVER_VERSION` picks the server version.
 
 pub use topology_runtime::handler::HandlerFuture;
 pub use topology_runtime::{

@@ -10,6 +10,7 @@ pub mod connect;
 pub mod export;
 pub mod handler;
 pub mod health;
+mod jsapi;
 pub mod provision;
 pub mod registry;
 pub mod report;

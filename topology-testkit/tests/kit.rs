@@ -52,6 +52,7 @@ async fn create_r3_stream(js: &jetstream::Context, name: &str, subjects: &str) -
             ..Default::default()
         })
         .await
+        .inspect_err(|e| eprintln!("creating R3 stream {name}: {e}"))
         .ok()
         .map(|s| s.cached_info().clone())
     })
@@ -132,6 +133,68 @@ async fn dropping_a_running_server_kills_it_and_removes_its_store() {
             .await
             .is_err()
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leaf_topology_reaches_each_domain_from_both_ends_and_drop_kills_both() {
+    let servers = NatsLeafTopology::start()
+        .await
+        .expect("a hub and a leaf node");
+    assert_eq!(servers.hub_domain(), HUB_DOMAIN);
+    assert_eq!(servers.leaf_domain(), LEAF_DOMAIN);
+    let hub = async_nats::connect(servers.hub_url()).await.unwrap();
+    let leaf = async_nats::connect(servers.leaf_url()).await.unwrap();
+    assert_eq!(hub.server_info().domain.as_deref(), Some("hub"));
+    assert_eq!(leaf.server_info().domain.as_deref(), Some("edge"));
+
+    // A stream created from the hub in the edge domain lives on the leaf node, and a message
+    // published at the edge is read back from the hub through the domain.
+    let edge_from_hub = jetstream::with_domain(hub.clone(), "edge");
+    edge_from_hub
+        .create_stream(stream::Config {
+            name: "KIT_LEAF".into(),
+            subjects: vec!["kitleaf.>".into()],
+            ..Default::default()
+        })
+        .await
+        .expect("created in the edge domain");
+    let edge_local = js(leaf.clone());
+    edge_local
+        .publish("kitleaf.a", "at the edge".into())
+        .await
+        .unwrap()
+        .await
+        .expect("stored at the edge");
+    let message = edge_from_hub
+        .get_stream("KIT_LEAF")
+        .await
+        .unwrap()
+        .get_raw_message(1)
+        .await
+        .expect("read from the hub");
+    assert_eq!(message.payload.as_ref(), b"at the edge");
+    assert!(
+        js(hub.clone()).get_stream("KIT_LEAF").await.is_err(),
+        "the hub's own JetStream has no such stream"
+    );
+    // And the other way round: the leaf reaches the hub's domain.
+    let hub_from_leaf = jetstream::with_domain(leaf.clone(), "hub");
+    hub_from_leaf
+        .query_account()
+        .await
+        .expect("the hub's JetStream answers on the leaf");
+
+    let pids = [servers.hub_pid().unwrap(), servers.leaf_pid().unwrap()];
+    let dirs = [
+        servers.hub_store_dir().to_path_buf(),
+        servers.leaf_store_dir().to_path_buf(),
+    ];
+    assert!(dirs[0].join("server.conf").is_file());
+    drop(servers);
+    for (pid, dir) in pids.iter().zip(&dirs) {
+        assert!(!pid_exists(*pid), "process {pid} still exists after drop");
+        assert!(!dir.exists(), "store dir {} still exists", dir.display());
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -380,5 +443,23 @@ fn server_binary_is_found_or_installed() {
         .output()
         .expect("run nats-server --version");
     assert!(output.status.success());
-    assert!(String::from_utf8_lossy(&output.stdout).contains("nats-server: v"));
+    let printed = String::from_utf8_lossy(&output.stdout);
+    assert!(printed.contains("nats-server: v"), "{printed}");
+    // The server version matrix (scripts/server-matrix) selects the version this way.
+    if std::env::var_os("NATS_SERVER_BIN").is_none()
+        && let Some(version) = std::env::var("NATS_SERVER_VERSION")
+            .ok()
+            .filter(|v| !v.is_empty())
+    {
+        assert!(
+            printed.contains(&format!("nats-server: v{version}")),
+            "NATS_SERVER_VERSION={version} but {} prints {printed}",
+            bin.display()
+        );
+        assert!(
+            bin.ends_with(format!("nats-server-{version}/bin/nats-server")),
+            "{}",
+            bin.display()
+        );
+    }
 }

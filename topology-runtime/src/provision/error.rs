@@ -182,8 +182,8 @@ pub(crate) enum ApiError {
     Request(jetstream::context::RequestError),
     /// A server answer that is worth retrying in context.
     Retry(String),
-    /// An answer this library cannot read: the request's subject, the answer (shortened) and
-    /// why it could not be read.
+    /// An answer this library cannot read: the request's full subject (with the API prefix),
+    /// the answer (shortened) and why it could not be read.
     Unexpected {
         subject: String,
         answer: String,
@@ -199,6 +199,13 @@ impl ApiError {
             ApiError::Server(e) => Some(e.error_code()),
             ApiError::Request(_) | ApiError::Retry(_) | ApiError::Unexpected { .. } => None,
         }
+    }
+
+    /// Nothing listens on the request's subject (no JetStream there, or not under that
+    /// prefix).
+    pub(crate) fn is_no_responders(&self) -> bool {
+        matches!(self, ApiError::Request(e)
+            if e.kind() == jetstream::context::RequestErrorKind::NoResponders)
     }
 
     /// Timeouts, no responders, and the server's "try again" codes.
@@ -241,10 +248,7 @@ impl fmt::Display for ApiError {
                 subject,
                 answer,
                 error,
-            } => write!(
-                f,
-                "unexpected answer to `$JS.API.{subject}`: {answer} ({error})"
-            ),
+            } => write!(f, "unexpected answer to `{subject}`: {answer} ({error})"),
             ApiError::Server(e) => write!(f, "server error: {e}"),
         }
     }

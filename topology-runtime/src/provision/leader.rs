@@ -49,10 +49,55 @@ use tokio::time::Instant;
 
 use crate::retry::Wake;
 
-/// Where the server publishes JetStream advisories. The one place to change for a JetStream
-/// domain (`$JS.<domain>.EVENT.ADVISORY` is not a thing: advisories keep this prefix and
-/// carry the domain in their payload; an account import may map them elsewhere).
+/// Where the server publishes JetStream advisories, in every domain
+/// (`$JS.<domain>.EVENT.ADVISORY` is not a thing: advisories keep this prefix and carry the
+/// domain in their payload; an account import may map them elsewhere).
 pub(crate) const ADVISORY_PREFIX: &str = "$JS.EVENT.ADVISORY";
+
+/// Which leader advisories the watch listens to.
+///
+/// A JetStream domain's servers publish their advisories in their own account, on their own
+/// servers. Across a leaf node connection they reach this connection only when the account's
+/// interest crosses it (it does when both ends bind the same account, as the test kit's leaf
+/// topology does; an edge whose leaf connection binds another account keeps them), and then
+/// mixed with the local domain's own advisories under the same subjects. So in a domain the
+/// watch keeps only advisories whose payload names that domain, and relies on the `INFO`
+/// probe, which goes through the domain's prefix, for the rest. Behind an arbitrary API prefix
+/// (an account import) nothing says which JetStream an advisory came from: the watch probes
+/// only.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Advisories {
+    /// The connection's own JetStream: every advisory is ours.
+    All,
+    /// Only those whose payload's `domain` is this one.
+    Domain(String),
+    /// None: probe only.
+    None,
+}
+
+impl Advisories {
+    /// What a runtime talking to `api` listens to.
+    pub(crate) fn of(api: &crate::jsapi::JetStreamApi) -> Self {
+        use crate::jsapi::JetStreamApi;
+        match api {
+            JetStreamApi::Local => Advisories::All,
+            JetStreamApi::Domain(domain) => Advisories::Domain(domain.clone()),
+            JetStreamApi::Prefix(_) => Advisories::None,
+        }
+    }
+
+    /// Whether an advisory with this payload concerns the watched JetStream.
+    pub(crate) fn accepts(&self, payload: &[u8]) -> bool {
+        match self {
+            Advisories::All => true,
+            Advisories::None => false,
+            Advisories::Domain(domain) => serde_json::from_slice::<serde_json::Value>(payload)
+                .ok()
+                .and_then(|v| v.get("domain")?.as_str().map(|d| d == domain))
+                .unwrap_or(false),
+        }
+    }
+}
 
 /// How often the watch asks whether a meta leader answers, while a retry waits.
 pub(crate) const PROBE_INTERVAL: Duration = Duration::from_millis(50);
@@ -111,6 +156,7 @@ pub(crate) struct LeaderWatch {
 
 struct Inner {
     js: jetstream::Context,
+    advisories: Advisories,
     elections: broadcast::Sender<Election>,
     state: Mutex<State>,
 }
@@ -145,11 +191,12 @@ impl State {
 }
 
 impl LeaderWatch {
-    pub(crate) fn new(js: jetstream::Context) -> Self {
+    pub(crate) fn new(js: jetstream::Context, advisories: Advisories) -> Self {
         let (elections, _) = broadcast::channel(64);
         LeaderWatch {
             inner: Arc::new(Inner {
                 js,
+                advisories,
                 elections,
                 state: Mutex::default(),
             }),
@@ -279,6 +326,7 @@ impl Waiter {
                 state.starts += 1;
                 tokio::spawn(watch(
                     inner.js.clone(),
+                    inner.advisories.clone(),
                     inner.elections.clone(),
                     Arc::downgrade(&inner),
                 ));
@@ -314,13 +362,23 @@ fn should_stop(inner: &Weak<Inner>) -> bool {
 
 /// Subscribes to the leader advisories and probes the meta leader, sending each election,
 /// until [`should_stop`]; returning drops the subscribers, which unsubscribes.
-async fn watch(js: jetstream::Context, elections: broadcast::Sender<Election>, inner: Weak<Inner>) {
+async fn watch(
+    js: jetstream::Context,
+    accepted: Advisories,
+    elections: broadcast::Sender<Election>,
+    inner: Weak<Inner>,
+) {
     let client = js.client();
     let subjects = [
         format!("{ADVISORY_PREFIX}.DOMAIN.LEADER_ELECTED"),
         format!("{ADVISORY_PREFIX}.STREAM.LEADER_ELECTED.>"),
         format!("{ADVISORY_PREFIX}.CONSUMER.LEADER_ELECTED.>"),
     ];
+    let subjects = if accepted == Advisories::None {
+        Vec::new()
+    } else {
+        subjects.to_vec()
+    };
     let mut advisories = futures::stream::SelectAll::new();
     for subject in subjects {
         match client.subscribe(subject.clone()).await {
@@ -337,6 +395,9 @@ async fn watch(js: jetstream::Context, elections: broadcast::Sender<Election>, i
     loop {
         tokio::select! {
             Some(message) = advisories.next() => {
+                if !accepted.accepts(&message.payload) {
+                    continue; // another domain's
+                }
                 if let Some(election) = Election::from_subject(&message.subject) {
                     tracing::debug!(?election, "leader elected (advisory)");
                     announce(&inner, &elections, election);

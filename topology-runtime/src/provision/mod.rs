@@ -134,6 +134,8 @@ pub struct Provisioner {
     version: Option<std::sync::Arc<str>>,
     /// Declarations found older than what the server holds (shown in health).
     older: OlderDeclarations,
+    /// Which JetStream requests go to (its prefix is the context's).
+    api: crate::jsapi::JetStreamApi,
 }
 
 /// How many answers of an unexpected shape one provisioning request accepts before it is
@@ -163,17 +165,25 @@ pub(crate) fn parse_version(version: &str) -> Option<(u64, u64, u64)> {
 impl Provisioner {
     /// A provisioner on `client` with `policy` (its `request_timeout` bounds each request).
     pub fn new(client: async_nats::Client, policy: RetryPolicy) -> Self {
-        let js = jetstream::ContextBuilder::new()
-            .timeout(policy.request_timeout)
-            .build(client);
+        Self::with_api(client, policy, crate::jsapi::JetStreamApi::Local)
+    }
+
+    /// A provisioner whose requests go to `api` (a JetStream domain or API prefix).
+    pub(crate) fn with_api(
+        client: async_nats::Client,
+        policy: RetryPolicy,
+        api: crate::jsapi::JetStreamApi,
+    ) -> Self {
+        let js = api.context(client, policy.request_timeout);
         Provisioner {
-            leader: leader::LeaderWatch::new(js.clone()),
+            leader: leader::LeaderWatch::new(js.clone(), leader::Advisories::of(&api)),
             js,
             policy,
             attempts: Default::default(),
             warned_version: Default::default(),
             version: None,
             older: OlderDeclarations::default(),
+            api,
         }
     }
 
@@ -187,6 +197,11 @@ impl Provisioner {
     /// The declarations found older than the version stamped on the server.
     pub(crate) fn older_declarations(&self) -> &OlderDeclarations {
         &self.older
+    }
+
+    /// Which JetStream requests go to.
+    pub(crate) fn jetstream_api(&self) -> &crate::jsapi::JetStreamApi {
+        &self.api
     }
 
     /// Repeating an identical CREATE is safe from nats-server 2.14.5 on: before it, a replica
@@ -241,7 +256,7 @@ impl Provisioner {
             Ok(answer) => answer,
             Err(e) if is_parse_failure(&e) => {
                 return Err(ApiError::unexpected(
-                    &subject,
+                    &format!("{}.{subject}", self.api.prefix()),
                     "an answer that is not JSON",
                     e,
                 ));
@@ -252,7 +267,11 @@ impl Provisioner {
         match serde_json::from_value::<Response<T>>(answer) {
             Ok(Response::Ok(value)) => Ok(value),
             Ok(Response::Err { error }) => Err(ApiError::Server(error)),
-            Err(e) => Err(ApiError::unexpected(&subject, &shown, e)),
+            Err(e) => Err(ApiError::unexpected(
+                &format!("{}.{subject}", self.api.prefix()),
+                &shown,
+                e,
+            )),
         }
     }
 
@@ -330,9 +349,15 @@ impl Provisioner {
                 ProvisionErrorKind::Exhausted,
                 stream,
                 format!(
-                    "the server did not answer successfully within {:?}; last cause: {cause}; \
-                     check that the JetStream cluster is reachable and has a leader",
-                    self.policy.deadline
+                    "the server did not answer successfully{} within {:?}; last cause: {cause}; \
+                     check that the JetStream cluster is reachable and has a leader{}",
+                    self.api.through(),
+                    self.policy.deadline,
+                    if cause.is_no_responders() {
+                        self.api.unanswered_hint()
+                    } else {
+                        String::new()
+                    },
                 ),
             )
             .source(cause)

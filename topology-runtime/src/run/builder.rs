@@ -8,6 +8,7 @@ use super::relay::relay_name;
 use super::{Inner, Runtime};
 use crate::handler::StateMap;
 use crate::health::{Health, Shared, Slot};
+use crate::jsapi::JetStreamApi;
 use crate::provision::{Ensurer, Provisioner};
 use crate::registry::Topology;
 use crate::retry::RetryPolicy;
@@ -36,6 +37,9 @@ pub struct RuntimeBuilder {
     settings: Settings,
     /// Stamped on what this runtime creates or updates (see [`RuntimeBuilder::version`]).
     version: Option<Arc<str>>,
+    /// Set by `domain` and `api_prefix` (both set is refused at `build`).
+    domain: Option<String>,
+    api_prefix: Option<String>,
     #[cfg(feature = "test-hooks")]
     panic_supervisor: Option<String>,
 }
@@ -89,6 +93,8 @@ impl RuntimeBuilder {
             retry: RetryPolicy::default(),
             settings: Settings::default(),
             version: None,
+            domain: None,
+            api_prefix: None,
             #[cfg(feature = "test-hooks")]
             panic_supervisor: None,
         }
@@ -216,10 +222,94 @@ impl RuntimeBuilder {
         self
     }
 
+    /// Sends every JetStream request of the runtime (provisioning, reads, [`Runtime::plan`],
+    /// [`Runtime::inspect`], pull requests) to the JetStream domain `domain`, under the API
+    /// prefix `$JS.<domain>.API`: for streams that live in another domain than the one this
+    /// connection's server belongs to, for example an edge site's leaf node seen from a hub.
+    /// Acknowledgements need nothing (they are replies, routed back to the JetStream that sent
+    /// the message).
+    ///
+    /// Exclusive with [`api_prefix`](Self::api_prefix): setting both makes
+    /// [`build`](Self::build) fail. A domain that no server answers for makes provisioning fail
+    /// at its retry deadline with an error naming the domain.
+    ///
+    /// ```no_run
+    /// # async fn f() -> Result<(), Box<dyn std::error::Error>> {
+    /// use nats_topology::Runtime;
+    ///
+    /// // Connected to the hub; the streams live on the edge site's leaf node (domain `edge`).
+    /// let client = async_nats::connect("nats://hub.example:4222").await?;
+    /// let runtime = Runtime::builder(client).domain("edge").build()?;
+    /// # drop(runtime); Ok(()) }
+    /// ```
+    pub fn domain(mut self, domain: impl Into<String>) -> Self {
+        self.domain = Some(domain.into());
+        self
+    }
+
+    /// Sends every JetStream request of the runtime under the API prefix `prefix` instead of
+    /// `$JS.API`: for a JetStream API imported from another account under a prefix of its own
+    /// (for example `JS.hub.API`). A JetStream domain is the prefix `$JS.<domain>.API`; prefer
+    /// [`domain`](Self::domain) for it.
+    ///
+    /// Exclusive with [`domain`](Self::domain): setting both makes [`build`](Self::build) fail.
+    /// With a prefix, the leader watch cannot tell whose leader advisories it would see, so it
+    /// relies on probing the API's `INFO` through the prefix alone.
+    ///
+    /// ```no_run
+    /// # async fn f() -> Result<(), Box<dyn std::error::Error>> {
+    /// use nats_topology::Runtime;
+    ///
+    /// let client = async_nats::connect("nats://127.0.0.1:4222").await?;
+    /// let runtime = Runtime::builder(client).api_prefix("JS.hub.API").build()?;
+    /// # drop(runtime); Ok(()) }
+    /// ```
+    pub fn api_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.api_prefix = Some(prefix.into());
+        self
+    }
+
+    /// Which JetStream the runtime talks to, or why the builder's choice is refused.
+    fn jetstream_api(&self) -> Result<JetStreamApi, Problem> {
+        let api = match (&self.domain, &self.api_prefix) {
+            (Some(domain), Some(prefix)) => {
+                return Err(Problem {
+                    location: "runtime builder `domain` and `api_prefix`".to_owned(),
+                    message: format!(
+                        "both are set (domain `{domain}`, API prefix `{prefix}`), but requests \
+                         have one prefix: a domain is the prefix `$JS.{domain}.API`; set only \
+                         one of them"
+                    ),
+                });
+            }
+            (Some(domain), None) => JetStreamApi::Domain(domain.clone()),
+            (None, Some(prefix)) => JetStreamApi::Prefix(prefix.clone()),
+            (None, None) => JetStreamApi::Local,
+        };
+        match api.problem() {
+            Some(message) => Err(Problem {
+                location: format!(
+                    "runtime builder `{}`",
+                    if self.domain.is_some() {
+                        "domain"
+                    } else {
+                        "api_prefix"
+                    }
+                ),
+                message,
+            }),
+            None => Ok(api),
+        }
+    }
+
     /// Validates the topology and the builder's settings (every problem at once) and builds
     /// the runtime.
     pub fn build(self) -> Result<Runtime, ValidationError> {
         let mut problems = self.settings_problems();
+        let api = self.jetstream_api();
+        if let Err(problem) = &api {
+            problems.push(problem.clone());
+        }
         let topology = self.topology.unwrap_or_else(Topology::from_registry);
         if let Err(invalid) = validate::validate(&topology) {
             problems.extend(invalid.problems);
@@ -229,8 +319,9 @@ impl RuntimeBuilder {
             return Err(ValidationError { problems });
         }
         let instance = instance_id();
+        let api = api.unwrap_or_default();
         let provisioner =
-            Provisioner::new(self.client.clone(), self.retry).with_version(self.version);
+            Provisioner::with_api(self.client.clone(), self.retry, api).with_version(self.version);
         let ensurer = Ensurer::new(topology, provisioner);
         let unread = ensurer.unread_streams();
         let shared = Arc::new(

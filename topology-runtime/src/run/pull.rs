@@ -9,9 +9,6 @@ use futures::{FutureExt, StreamExt};
 
 use super::Settings;
 
-/// The JetStream API prefix of the runtime's context (the default one).
-const API_PREFIX: &str = "$JS.API";
-
 /// A pull consumer read through our own pull requests on one inbox, so that the server is
 /// never asked for more messages than this instance can start: async-nats's `messages()`
 /// pulls a new batch when half of the last one arrived, which fetches up to a batch more than
@@ -63,9 +60,12 @@ struct PullRequest {
 const MISSED_HEARTBEATS: u32 = 3;
 
 impl Puller {
+    /// Starts pulling from the consumer `info` describes, sending pull requests under
+    /// `api_prefix` (the runtime's JetStream domain or API prefix, e.g. `$JS.API`).
     pub(super) async fn start(
         client: &async_nats::Client,
         context: jetstream::Context,
+        api_prefix: &str,
         info: &consumer::Info,
         batch: usize,
         settings: &Settings,
@@ -77,7 +77,7 @@ impl Puller {
             client: client.clone(),
             context,
             subject: format!(
-                "{API_PREFIX}.CONSUMER.MSG.NEXT.{}.{}",
+                "{api_prefix}.CONSUMER.MSG.NEXT.{}.{}",
                 info.stream_name, info.name
             ),
             inbox,

@@ -279,7 +279,8 @@ async fn consume(
         Feed::Push(Pusher::new(messages, gone))
     } else {
         let batch = settings.pull_batch.unwrap_or(concurrency);
-        match Puller::start(&inner.client, js, &info, batch, settings).await {
+        let prefix = inner.ensurer.provisioner().jetstream_api().prefix();
+        match Puller::start(&inner.client, js, &prefix, &info, batch, settings).await {
             Ok(puller) => Feed::Pull(puller),
             Err(e) => return Exit::Lost(format!("could not start pulling: {e}")),
         }

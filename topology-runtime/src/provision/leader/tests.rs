@@ -31,7 +31,7 @@ async fn the_watch_runs_only_while_a_retry_waits() {
         .connect("nats://127.0.0.1:1")
         .await
         .unwrap();
-    let watch = LeaderWatch::new(jetstream::new(client));
+    let watch = LeaderWatch::new(jetstream::new(client), Advisories::All);
     assert!(!watch.is_watching());
     let first = watch.next_election("ORDERS");
     let second = watch.next_election("OTHER");
@@ -74,4 +74,18 @@ async fn stopped(watch: &LeaderWatch) {
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+#[test]
+fn in_a_domain_only_that_domains_advisories_count() {
+    let edge = Advisories::Domain("edge".to_owned());
+    assert!(edge.accepts(br#"{"type":"x","stream":"S","domain":"edge"}"#));
+    assert!(!edge.accepts(br#"{"type":"x","stream":"S","domain":"hub"}"#));
+    assert!(
+        !edge.accepts(br#"{"type":"x","stream":"S"}"#),
+        "a server without a domain"
+    );
+    assert!(!edge.accepts(b"not json"));
+    assert!(Advisories::All.accepts(br#"{"domain":"hub"}"#));
+    assert!(!Advisories::None.accepts(br#"{"domain":"edge"}"#));
 }
