@@ -36,7 +36,21 @@ async fn connect_with_the_broker_down_then_up() {
         .subscribe("connect.echo")
         .await
         .expect("subscribe");
-    responder.flush().await.expect("flush");
+    // `flush` only writes the buffer out; the server has processed the subscription once a
+    // message this connection publishes afterwards comes back to it (it handles one
+    // connection's commands in order).
+    let mut probe = responder
+        .subscribe("connect.probe")
+        .await
+        .expect("subscribe");
+    responder
+        .publish("connect.probe", "".into())
+        .await
+        .expect("publish");
+    tokio::time::timeout(Duration::from_secs(10), probe.next())
+        .await
+        .expect("the responder's own message comes back")
+        .expect("the probe subscription is open");
     let answering = tokio::spawn(async move {
         let request = requests.next().await.expect("a request");
         let reply = request.reply.expect("a reply subject");
@@ -53,10 +67,15 @@ async fn connect_with_the_broker_down_then_up() {
     let request = Request::new()
         .payload("ping".into())
         .timeout(Some(Duration::from_secs(60)));
-    let answer = client
-        .send_request("connect.echo", request)
-        .await
-        .expect("the request is answered once the client has connected");
+    let answer = match client.send_request("connect.echo", request).await {
+        Ok(answer) => answer,
+        Err(e) => panic!(
+            "the request is answered once the client has connected: {e:?}; the client is on {:?} (server {}), state {:?}",
+            client.server_info().port,
+            server.url(),
+            client.connection_state()
+        ),
+    };
     assert_eq!(&answer.payload[..], b"echo: ping");
     assert_eq!(client.connection_state(), State::Connected);
     answering.await.expect("responder task");
