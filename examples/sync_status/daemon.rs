@@ -34,9 +34,11 @@ impl Daemon {
         let mut requests = client
             .queue_subscribe(SYNC_REQUEST, "daemon".into())
             .await?;
-        // The subscription is known to the server before anyone is told the daemon runs.
-        client.flush().await?;
         let js = jetstream::new(client.clone());
+        // The subscription is known to the server before anyone is told the daemon runs: a
+        // round trip on the same connection (the server handles its commands in order; a
+        // `flush` only writes them out).
+        js.query_account().await?;
         let task = tokio::spawn(async move {
             let mut syncs = JoinSet::new();
             loop {
