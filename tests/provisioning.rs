@@ -348,6 +348,9 @@ async fn overlapping_subjects_name_both_streams() {
 /// `migrate_from = "old"`: together they must receive exactly 41..=100, each once.
 async fn migrate(decl: &'static StreamDecl, retention: stream::RetentionPolicy, instances: usize) {
     let (fx, js) = start().await;
+    if let Some(version) = before_consumer_pause(&fx).await {
+        return migrate_is_refused(&fx, decl, &version).await;
+    }
     let subject = format!("{}.work", decl.subjects[0].trim_end_matches(".>"));
     let config = stream::Config {
         retention,
@@ -469,6 +472,39 @@ async fn migrate(decl: &'static StreamDecl, retention: stream::RetentionPolicy, 
             "exactly 41..=100, each once, across {instances} instances"
         );
     }
+}
+
+/// The server's version if it predates consumer pause (2.11), which `migrate_from` needs: the
+/// server-version matrix (`scripts/server-matrix`) runs these tests on 2.10 too.
+async fn before_consumer_pause(fx: &Fixture) -> Option<String> {
+    let version = fx.connect().await.server_info().version;
+    let mut parts = version.split('.').map(|p| p.parse::<u32>().unwrap_or(0));
+    let (major, minor) = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
+    ((major, minor) < (2, 11)).then_some(version)
+}
+
+/// Below 2.11: the runtime refuses `migrate_from` before touching anything, naming the
+/// server's version, the consumer and what the migration needs.
+async fn migrate_is_refused(fx: &Fixture, decl: &'static StreamDecl, version: &str) {
+    let topology = Topology::new().stream(*decl).consumer(
+        ConsumerDecl::queue(
+            "tests::on_work",
+            StreamRef::Declared(decl),
+            QueueDecl::new("new").migrate_from("old"),
+        ),
+        |_| Box::pin(async { Ok::<(), HandlerError>(()) }),
+    );
+    let runtime = quick_runtime(fx, topology).await;
+    let error = runtime
+        .provision()
+        .await
+        .expect_err("migrate_from is refused before nats-server 2.11");
+    assert_eq!(error.kind(), ProvisionErrorKind::Unsupported, "{error}");
+    let text = error.to_string();
+    assert!(
+        text.contains(version) && text.contains("migrate_from") && text.contains("2.11"),
+        "{text}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
