@@ -60,7 +60,7 @@
 pub use topology_runtime::handler::HandlerFuture;
 pub use topology_runtime::{
     ConsumerState, ConsumerStatus, Context, HandlerError, Health, Incoming, Inspection, NotReady,
-    Plan, Problem, ProvisionError, ProvisionErrorKind, ProvisionReport, Relay, RelayError,
+    Plan, Problem, Publish, ProvisionError, ProvisionErrorKind, ProvisionReport, Relay, RelayError,
     RetryPolicy, RunError, Runtime, RuntimeBuilder, StreamStatus, Topology, ValidationError,
     inspect, model, plan, report, retry,
 };
@@ -81,7 +81,7 @@ pub mod __private {
     pub use ::inventory;
     pub use ::std::boxed::Box;
     pub use topology_core::model::{
-        BroadcastDecl, ConsumerDecl, ConsumerKind, DeliverPolicy, Delivery, Discard, QueueDecl,
+        AckMode, BroadcastDecl, ConsumerDecl, ConsumerKind, DeliverPolicy, Delivery, Discard, QueueDecl,
         Retention, Storage, StreamDecl, StreamDef, StreamRef,
     };
     pub use topology_runtime::handler::glue::{
