@@ -80,10 +80,11 @@ async fn publish_outputs(
 /// A queue consumer whose handler publishes its outputs, then fails its first delivery (a
 /// transient error: naked, redelivered after 50 ms) and succeeds on the second.
 fn topology(publishing: Publishing, ledger: Ledger, acks: Acks) -> Topology {
+    const BACKOFF: &[Duration] = &[Duration::from_millis(50)];
     let decl = ConsumerDecl::queue(
         "dedup_outputs::publish_then_fail_once",
         StreamRef::Declared(&INPUT),
-        QueueDecl::new("dedup").backoff(&[Duration::from_millis(50)]),
+        QueueDecl::new("dedup").backoff(BACKOFF),
     )
     .subjects(&[INPUT_SUBJECT])
     .concurrency(4);
