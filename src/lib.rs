@@ -50,6 +50,11 @@
 //! - Every consumer is supervised until shutdown: re-ensured after any loss, visible in
 //!   [`Health`] while it is not running. [`Runtime::plan`] and [`Runtime::inspect`] show what
 //!   provisioning would do and what the server holds.
+//! - Redeliveries do not double-apply what a handler did: `ack = "confirmed"` (or
+//!   [`RuntimeBuilder::ack`]) counts a message as handled only once the server confirmed its
+//!   ack, and [`Context::publish`] sends a `Nats-Msg-Id` derived from the message being
+//!   handled, so a redelivered handler's outputs are dropped by the target stream's
+//!   duplicate window ([`Context`] explains the window and the exceptions).
 //! - [`connect`] and [`connect_from_env`] connect the way a supervised service needs (retry on
 //!   initial connect, unlimited reconnects, a connection name); [`connect_options`] starts
 //!   from the same options to add credentials or TLS. The client is the re-exported

@@ -51,7 +51,10 @@ pub(super) struct Confirm {
     /// The bound on one attempt (the runtime's request timeout).
     pub(super) attempt: Duration,
     /// Attempts stop once this much time has passed (the consumer's `ack_wait`): by then the
-    /// server redelivers the message, and that delivery is settled on its own.
+    /// server redelivers the message, and that delivery is settled on its own. (An ack sent
+    /// later would still be applied, since the server finds the message by its stream
+    /// sequence, whatever the delivery; harmless, as this handler succeeded, but no longer
+    /// needed.)
     pub(super) window: Duration,
 }
 
