@@ -340,7 +340,11 @@ async fn main() -> Result<(), BoxError> {
         cost(wait, 64),
     );
     // One JSON object: the fire-and-forget fields, then the confirmed ones.
-    let json = format!("{},{}", json.trim_end_matches('}'), confirmed.trim_start_matches('{'));
+    let json = format!(
+        "{},{}",
+        json.trim_end_matches('}'),
+        confirmed.trim_start_matches('{')
+    );
     println!("{}", json.replace("NaN", "null"));
     Ok(())
 }

@@ -65,7 +65,7 @@
 pub use topology_runtime::handler::HandlerFuture;
 pub use topology_runtime::{
     ConsumerState, ConsumerStatus, Context, HandlerError, Health, Incoming, Inspection, NotReady,
-    Plan, Problem, Publish, ProvisionError, ProvisionErrorKind, ProvisionReport, Relay, RelayError,
+    Plan, Problem, ProvisionError, ProvisionErrorKind, ProvisionReport, Publish, Relay, RelayError,
     RetryPolicy, RunError, Runtime, RuntimeBuilder, StreamStatus, Topology, ValidationError,
     inspect, model, plan, report, retry,
 };
@@ -86,8 +86,8 @@ pub mod __private {
     pub use ::inventory;
     pub use ::std::boxed::Box;
     pub use topology_core::model::{
-        AckMode, BroadcastDecl, ConsumerDecl, ConsumerKind, DeliverPolicy, Delivery, Discard, QueueDecl,
-        Retention, Storage, StreamDecl, StreamDef, StreamRef,
+        AckMode, BroadcastDecl, ConsumerDecl, ConsumerKind, DeliverPolicy, Delivery, Discard,
+        QueueDecl, Retention, Storage, StreamDecl, StreamDef, StreamRef,
     };
     pub use topology_runtime::handler::glue::{
         HandlerContext, RawPayload, assert_send, context, decode_json, decode_raw, into_result,

@@ -80,10 +80,8 @@ async fn killed_child() {
     }
 
     let fx = Fixture::start().await;
-    let running = Running::start(
-        fast(fx.builder().await).topology(sequence_topology(|_| {})),
-    )
-    .await;
+    let running =
+        Running::start(fast(fx.builder().await).topology(sequence_topology(|_| {}))).await;
     let js = fx.jetstream().await;
     publish_jobs(&js, KILLED_SUBJECT, 0..200).await;
     eventually(Duration::from_secs(30), "200 messages handled", || {
@@ -175,7 +173,11 @@ async fn sigkill_never_redelivers_a_confirmed_message() {
     let (child_handled, confirmed) = {
         let report = report.lock().unwrap();
         let handled: BTreeSet<u64> = report.handled.iter().copied().collect();
-        assert_eq!(handled.len(), report.handled.len(), "the child handled each message once");
+        assert_eq!(
+            handled.len(),
+            report.handled.len(),
+            "the child handled each message once"
+        );
         (handled, report.confirmed)
     };
     assert!(confirmed <= child_handled.len() as u64);
@@ -209,7 +211,10 @@ async fn sigkill_never_redelivers_a_confirmed_message() {
         again.duplicates()
     );
     let unconfirmed = child_handled.len() as u64 - confirmed;
-    let back: Vec<u64> = handled_again.intersection(&child_handled).copied().collect();
+    let back: Vec<u64> = handled_again
+        .intersection(&child_handled)
+        .copied()
+        .collect();
     eprintln!(
         "the child handled {} messages, {confirmed} confirmed, then was killed; {} handled after it, {} of them handled by the child already: {back:?}",
         child_handled.len(),
@@ -241,7 +246,10 @@ async fn assert_recorded(fx: &Fixture, health: &nats_topology::Health, expected:
     let js = fx.jetstream().await;
     let info = consumer_info(&js, DRAINED.name, "drained").await.unwrap();
     let handled = health.consumers()[0].handled;
-    assert_eq!(handled, expected, "every handler that ran counted as handled");
+    assert_eq!(
+        handled, expected,
+        "every handler that ran counted as handled"
+    );
     assert_eq!(
         info.ack_floor.stream_sequence, handled,
         "the server's ack floor is the handled count when the drain returns"
@@ -291,12 +299,8 @@ async fn drain_waits_for_confirmations_of_running_handlers() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn drain_right_after_the_last_handler_returns_waits_for_its_confirmation() {
     let fx = Fixture::start().await;
-    let topology = fixture::job_topology(
-        DRAINED,
-        drained_decl(8),
-        fx.ledger.clone(),
-        Duration::ZERO,
-    );
+    let topology =
+        fixture::job_topology(DRAINED, drained_decl(8), fx.ledger.clone(), Duration::ZERO);
     let running = fx.run(topology).await;
     let health = running.health.clone();
     let js = fx.jetstream().await;

@@ -99,7 +99,9 @@ fn topology(publishing: Publishing, ledger: Ledger, acks: Acks) -> Topology {
                 let duplicates = publish_outputs(cx, id, publishing).await?;
                 acks.lock().unwrap().push((id, cx.delivered(), duplicates));
                 if cx.delivered() == 1 {
-                    return Err(HandlerError::new("the first delivery fails after publishing"));
+                    return Err(HandlerError::new(
+                        "the first delivery fails after publishing",
+                    ));
                 }
                 ledger.record(id);
                 Ok(())
@@ -109,7 +111,10 @@ fn topology(publishing: Publishing, ledger: Ledger, acks: Acks) -> Topology {
 
 /// Every message of the results stream, decoded, with how many times each appears.
 async fn stored_outputs(js: &jetstream::Context) -> BTreeMap<Output, usize> {
-    let stream = js.get_stream(RESULTS.name).await.expect("the results stream");
+    let stream = js
+        .get_stream(RESULTS.name)
+        .await
+        .expect("the results stream");
     let messages = stream.get_info().await.unwrap().state.messages;
     let mut outputs = BTreeMap::new();
     for sequence in 1..=messages {
@@ -157,8 +162,16 @@ fn outputs(kinds: &[&str], copies: usize) -> BTreeMap<Output, usize> {
 }
 
 /// The publish acks: a first delivery's publishes are stored, a redelivery's are duplicates.
-fn assert_duplicates(acks: &[(u64, u64, Vec<bool>)], per_call: usize, redelivery_is_duplicate: bool) {
-    assert_eq!(acks.len(), 2 * N as usize, "two deliveries per input: {acks:?}");
+fn assert_duplicates(
+    acks: &[(u64, u64, Vec<bool>)],
+    per_call: usize,
+    redelivery_is_duplicate: bool,
+) {
+    assert_eq!(
+        acks.len(),
+        2 * N as usize,
+        "two deliveries per input: {acks:?}"
+    );
     for (id, delivered, duplicates) in acks {
         assert_eq!(duplicates.len(), per_call, "input {id}");
         let expected = *delivered > 1 && redelivery_is_duplicate;
@@ -201,23 +214,24 @@ async fn relays_on_two_instances_each_keep_their_output() {
     let mut runs = Vec::new();
     for instance in ["one", "two"] {
         let decl = fixture::relay("dedup_outputs::relay", &STATUS, "dedup.status.jobs");
-        let topology = Topology::new()
-            .stream(STATUS)
-            .stream(RESULTS)
-            .consumer(decl, move |incoming| {
-                Box::pin(async move {
-                    let id = job_id(&incoming)?;
-                    let output = Output {
-                        id,
-                        kind: instance.to_owned(),
-                    };
-                    incoming
-                        .context()
-                        .publish(format!("dedup.results.{id}"), &output)
-                        .await?;
-                    Ok(())
-                })
-            });
+        let topology =
+            Topology::new()
+                .stream(STATUS)
+                .stream(RESULTS)
+                .consumer(decl, move |incoming| {
+                    Box::pin(async move {
+                        let id = job_id(&incoming)?;
+                        let output = Output {
+                            id,
+                            kind: instance.to_owned(),
+                        };
+                        incoming
+                            .context()
+                            .publish(format!("dedup.results.{id}"), &output)
+                            .await?;
+                        Ok(())
+                    })
+                });
         let runtime = fast(fx.builder().await)
             .topology(topology)
             .build()

@@ -265,7 +265,10 @@ impl Context {
         headers: HeaderMap,
         payload: Bytes,
     ) -> Result<jetstream::publish::PublishAck, HandlerError> {
-        self.publisher(subject).headers(headers).bytes(payload).await
+        self.publisher(subject)
+            .headers(headers)
+            .bytes(payload)
+            .await
     }
 
     /// A publish to `subject` to set up: headers, an explicit message id, or no id at all.
@@ -432,7 +435,10 @@ impl Publish<'_> {
     }
 
     /// Sends `payload` and waits for the stream's acknowledgement.
-    pub async fn bytes(self, payload: Bytes) -> Result<jetstream::publish::PublishAck, HandlerError> {
+    pub async fn bytes(
+        self,
+        payload: Bytes,
+    ) -> Result<jetstream::publish::PublishAck, HandlerError> {
         let headers = self.cx.outgoing_headers(self.headers, self.msg_id);
         self.cx.send(self.subject, headers, payload).await
     }

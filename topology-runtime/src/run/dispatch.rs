@@ -214,8 +214,7 @@ async fn settle_with(
         if error.kind() != async_nats::RequestErrorKind::TimedOut {
             // Failed at once (a connection being re-established): pause before trying again.
             let pause = Duration::from_millis(50 * u64::from(attempt.min(20)));
-            tokio::time::sleep(pause.min(confirm.window.saturating_sub(started.elapsed())))
-                .await;
+            tokio::time::sleep(pause.min(confirm.window.saturating_sub(started.elapsed()))).await;
         }
     }
 }

@@ -251,12 +251,16 @@ async fn consume(
         progress_every: (info.config.ack_wait / 2).max(Duration::from_millis(100)),
         abandoned: abandoned.clone(),
         // Relays have no setting: their consumer dies with the instance (see `AckMode`).
-        confirm: (queue.map(|q| q.ack.unwrap_or(settings.ack)) == Some(AckMode::Confirmed))
-            .then(|| Confirm {
-            client: inner.client.clone(),
-            attempt: inner.ensurer.policy().request_timeout,
-            window: info.config.ack_wait.max(inner.ensurer.policy().request_timeout),
-        }),
+        confirm: (queue.map(|q| q.ack.unwrap_or(settings.ack)) == Some(AckMode::Confirmed)).then(
+            || Confirm {
+                client: inner.client.clone(),
+                attempt: inner.ensurer.policy().request_timeout,
+                window: info
+                    .config
+                    .ack_wait
+                    .max(inner.ensurer.policy().request_timeout),
+            },
+        ),
     });
     let concurrency = consumer.decl.effective_concurrency().max(1) as usize;
     let push = queue.is_some_and(|q| q.delivery == Delivery::Push);
