@@ -36,6 +36,8 @@ enum Publishing {
     Twice,
     /// `cx.publisher(..).without_dedup()` once.
     WithoutDedup,
+    /// One output on the first delivery, two on the redelivery (`cx.publish` each).
+    MoreOnRedelivery,
 }
 
 /// For every delivery: (input id, delivery number, whether the stream called each publish a
@@ -64,6 +66,12 @@ async fn publish_outputs(
                 .json(&output("b"))
                 .await?;
             duplicates.push(ack.duplicate);
+        }
+        Publishing::MoreOnRedelivery => {
+            duplicates.push(cx.publish(subject.clone(), &output("a")).await?.duplicate);
+            if cx.delivered() > 1 {
+                duplicates.push(cx.publish(subject, &output("b")).await?.duplicate);
+            }
         }
         Publishing::WithoutDedup => {
             let ack = cx
@@ -268,4 +276,25 @@ async fn relays_on_two_instances_each_keep_their_output() {
         outcome.expect("a clean drain");
     }
     assert_eq!(stored_outputs(&js).await, expected);
+}
+
+/// Ids are positional: a redelivery that publishes more than the first delivery has its first
+/// outputs dropped as duplicates and the extra one stored (once).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redelivery_that_publishes_more_keeps_each_output_once() {
+    let (stored, acks) = run(Publishing::MoreOnRedelivery).await;
+    assert_eq!(stored, outputs(&["a", "b"], 1));
+    assert_eq!(
+        acks.len(),
+        2 * N as usize,
+        "two deliveries per input: {acks:?}"
+    );
+    for (id, delivered, duplicates) in &acks {
+        let expected = if *delivered == 1 {
+            vec![false]
+        } else {
+            vec![true, false]
+        };
+        assert_eq!(duplicates, &expected, "input {id}, delivery {delivered}");
+    }
 }
