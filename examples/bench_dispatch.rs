@@ -4,7 +4,7 @@
 //!
 //! ```text
 //! cargo run --release --example bench_dispatch -- [--messages 200000] [--wait-messages 5000]
-//!     [--work-us 1000] [--reps 3] [--batch 200]
+//!     [--work-us 1000] [--reps 3] [--batch 200] [--recorder none|prometheus]
 //! ```
 //!
 //! Every variant consumes the same stream through its own durable pull consumer (explicit
@@ -53,6 +53,8 @@ struct Args {
     work_us: u64,
     reps: usize,
     batch: usize,
+    /// `prometheus`: our metrics recorded by `metrics-exporter-prometheus` (the cost of metrics).
+    recorder: String,
 }
 
 fn args() -> Args {
@@ -62,6 +64,7 @@ fn args() -> Args {
         work_us: 1_000,
         reps: 3,
         batch: 200,
+        recorder: "none".to_owned(),
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -72,8 +75,9 @@ fn args() -> Args {
             "--work-us" => args.work_us = value.parse().expect("--work-us N"),
             "--reps" => args.reps = value.parse().expect("--reps N"),
             "--batch" => args.batch = value.parse().expect("--batch N"),
+            "--recorder" => args.recorder = value,
             other => panic!(
-                "unknown flag {other}; expected --messages, --wait-messages, --work-us, --reps, --batch"
+                "unknown flag {other}; expected --messages, --wait-messages, --work-us, --reps, --batch, --recorder"
             ),
         }
     }
@@ -158,6 +162,16 @@ impl Phase {
 #[tokio::main]
 async fn main() -> Result<(), BoxError> {
     let args = args();
+    if args.recorder == "prometheus" {
+        let handle = metrics_exporter_prometheus::PrometheusBuilder::new().install_recorder()?;
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(Duration::from_secs(5)).await;
+                handle.run_upkeep();
+            }
+        });
+    }
+    println!("metrics recorder: {}", args.recorder);
     let (url, _server) = match std::env::var("NATS_URL") {
         Ok(url) => (url, None),
         Err(_) => {

@@ -2,8 +2,11 @@
 //! compiler refuses unsafe shapes, and the runtime provisions, supervises and drains.
 //!
 //! ```no_run
-//! use nats_topology::{Context, HandlerError, Runtime, broadcast, queue_consumer, stream};
+//! use nats_topology::{Context, HandlerError, Runtime, State, broadcast, queue_consumer, stream};
 //! use serde::Deserialize;
+//!
+//! /// Application state: given once to the builder, taken by handlers as `State<Sessions>`.
+//! struct Sessions;
 //!
 //! // A stream this service owns: created (or updated) at start-up.
 //! #[stream(name = "DAEMON_SYNC", subjects = ["daemon.sync.>"], replicas = 3, max_age = "7d")]
@@ -23,8 +26,9 @@
 //!
 //! // Fan-out: every instance receives every message (an ephemeral consumer per instance).
 //! #[broadcast(stream = DaemonSync, subject = "daemon.sync.status")]
-//! async fn relay_status(member: u64) -> Result<(), HandlerError> {
+//! async fn relay_status(member: u64, sessions: State<Sessions>) -> Result<(), HandlerError> {
 //!     println!("member {member} synced: tell its local sessions");
+//!     # let _ = sessions;
 //!     Ok(())
 //! }
 //!
@@ -33,9 +37,12 @@
 //!     // Servers from `NATS_URL`; a broker that is down at boot is waited for, and every
 //!     // disconnection is followed by reconnection attempts, without limit.
 //!     let client = nats_topology::connect_from_env().await?;
-//!     let runtime = Runtime::builder(client).build()?; // validates the whole topology
+//!     // Validates the whole topology, and that every `State<T>` a handler takes is given.
+//!     let runtime = Runtime::builder(client).state(Sessions).build()?;
 //!     let health = runtime.health(); // for a readiness probe: health.ready()
-//!     # drop(health);
+//!     // The relay's typed handle: `ensure()` it when a local session subscribes.
+//!     let relay = relay_status::relay(&runtime);
+//!     # drop((health, relay));
 //!     runtime.run_until_signal().await?; // provision, supervise, drain on SIGINT/SIGTERM
 //!     Ok(())
 //! }
@@ -47,6 +54,9 @@
 //! - Provisioning sends CREATE first (idempotent for an identical configuration), compares
 //!   only on conflict, updates editable fields, reports immutable ones with a `migrate_from`
 //!   hint, and retries transient failures with full jitter ([`RetryPolicy`]).
+//! - Rolling deploys: `migrate_from` pauses the old consumer and moves at its ack floor while
+//!   the old fleet still runs, and version stamps keep an older version from reverting a
+//!   newer one's settings ([`RuntimeBuilder::version`]); see `docs/DEPLOYS.md`.
 //! - Every consumer is supervised until shutdown: re-ensured after any loss, visible in
 //!   [`Health`] while it is not running. [`Runtime::plan`] and [`Runtime::inspect`] show what
 //!   provisioning would do and what the server holds.
@@ -55,24 +65,33 @@
 //!   ack, and [`Context::publish`] sends a `Nats-Msg-Id` derived from the message being
 //!   handled, so a redelivered handler's outputs are dropped by the target stream's
 //!   duplicate window ([`Context`] explains the window and the exceptions).
+//! - Handlers take the payload, optionally a [`Context`], then any [`State<T>`] arguments
+//!   (application state, checked when the runtime is built). `#[broadcast]` generates a typed
+//!   handle named like its function, `relay_status::relay(&runtime)`, so a misspelt relay is a
+//!   compile error; [`Runtime::relay`] looks one up by name for dynamic use.
 //! - [`connect`] and [`connect_from_env`] connect the way a supervised service needs (retry on
 //!   initial connect, unlimited reconnects, a connection name); [`connect_options`] starts
 //!   from the same options to add credentials or TLS. The client is the re-exported
 //!   [`async_nats`], so its version always matches the one [`Runtime::builder`] takes.
+//! - [`telemetry`]: metrics through the `metrics` facade (install any recorder; the names
+//!   and labels are in `docs/METRICS.md`), and with the `otel` feature W3C trace context
+//!   carried from [`Context::publish`] into the handlers the message reaches.
 //! - For your own tests, the `nats-topology-testkit` crate (a dev-dependency) starts real
 //!   `nats-server` processes: a JetStream server or a three-node cluster.
 
 pub use topology_runtime::handler::HandlerFuture;
 pub use topology_runtime::{
     ConsumerState, ConsumerStatus, Context, HandlerError, Health, Incoming, Inspection, NotReady,
-    Plan, Problem, ProvisionError, ProvisionErrorKind, ProvisionReport, Publish, Relay, RelayError,
-    RetryPolicy, RunError, Runtime, RuntimeBuilder, StreamStatus, Topology, ValidationError,
-    inspect, model, plan, report, retry,
+    OlderDeclaration, Plan, Problem, ProvisionError, ProvisionErrorKind, ProvisionReport, Publish,
+    Relay, RelayError, RetryPolicy, RunError, Runtime, RuntimeBuilder, State, StreamStatus,
+    Topology, ValidationError, inspect, model, plan, report, retry,
 };
 
 pub use topology_macros::{broadcast, queue_consumer, stream};
 
 pub use topology_runtime::connect::{connect, connect_from_env, connect_options};
+
+pub use topology_runtime::telemetry;
 
 /// The NATS client this crate is built on. Use it through this path (`nats_topology::async_nats`)
 /// rather than a direct dependency, so that the [`Client`](async_nats::Client) given to
@@ -94,6 +113,9 @@ pub mod __private {
     };
     pub use topology_runtime::handler::{HandlerError, HandlerFuture, Incoming};
     pub use topology_runtime::registry::{ConsumerRegistration, StreamRegistration};
+    pub use topology_runtime::state::StateKey;
+    pub use topology_runtime::state::glue::{StateArg, state};
+    pub use topology_runtime::{Relay, Runtime};
     // The rules that generated `const _` assertions call (the same functions the macros call
     // at expansion time and the runtime at start-up).
     pub use topology_core::rules::{allows_broadcast, dead_letter_loops};

@@ -120,6 +120,10 @@ pub struct StreamDecl {
     pub description: Option<&'static str>,
     /// Owned by someone else: never created or changed here, only verified.
     pub external: bool,
+    /// The version of the service declaring it, stamped on the server (`#[stream]` sets the
+    /// declaring crate's `CARGO_PKG_VERSION`); `None`: the runtime's version, else a hash of
+    /// the declaration.
+    pub version: Option<&'static str>,
 }
 
 impl StreamDecl {
@@ -139,7 +143,13 @@ impl StreamDecl {
             duplicate_window: None,
             description: None,
             external: false,
+            version: None,
         }
+    }
+    /// Sets the declaring service's version, stamped on the server's stream.
+    pub const fn version(mut self, version: &'static str) -> Self {
+        self.version = Some(version);
+        self
     }
     /// Sets the number of replicas.
     pub const fn replicas(mut self, replicas: u8) -> Self {
@@ -367,6 +377,10 @@ pub struct ConsumerDecl {
     pub kind: ConsumerKind,
     /// Maximum messages handled at once by this instance (default 1).
     pub concurrency: Option<u32>,
+    /// The version of the service declaring it, stamped on the server (the macros set the
+    /// declaring crate's `CARGO_PKG_VERSION`); `None`: the runtime's version, else a hash of
+    /// the declaration.
+    pub version: Option<&'static str>,
 }
 
 impl ConsumerDecl {
@@ -381,6 +395,7 @@ impl ConsumerDecl {
             subjects: &[],
             kind: ConsumerKind::Queue(queue),
             concurrency: None,
+            version: None,
         }
     }
     /// A broadcast relay of `stream` handled by `handler`.
@@ -391,6 +406,7 @@ impl ConsumerDecl {
             subjects: &[],
             kind: ConsumerKind::Broadcast(relay),
             concurrency: None,
+            version: None,
         }
     }
     /// Sets the filter subjects.
@@ -401,6 +417,11 @@ impl ConsumerDecl {
     /// Sets the concurrency.
     pub const fn concurrency(mut self, concurrency: u32) -> Self {
         self.concurrency = Some(concurrency);
+        self
+    }
+    /// Sets the declaring service's version, stamped on the server's consumer.
+    pub const fn version(mut self, version: &'static str) -> Self {
+        self.version = Some(version);
         self
     }
     /// The concurrency in effect.

@@ -71,11 +71,32 @@ pub(crate) fn handler(attr: &str, item: &TokenStream, cx: &mut Ctxt) -> Option<H
 /// The handler function, as the glue needs it.
 pub(crate) struct Handler {
     pub ident: Ident,
+    /// The function's visibility, which the typed relay handle of `#[broadcast]` shares.
+    pub vis: syn::Visibility,
     pub payload: Type,
     /// `Vec<u8>` or `Bytes`: passed through without decoding.
     pub raw: bool,
-    pub context: Option<Type>,
+    /// The arguments after the payload, in order.
+    pub rest: Vec<Arg>,
     pub output_span: Span,
+}
+
+/// An argument after the payload.
+pub(crate) enum Arg {
+    /// The message's `Context` (or a type the checker will refuse as one).
+    Context(Type),
+    /// Application state, `State<T>`.
+    State(Type),
+}
+
+impl Handler {
+    /// The `State<T>` arguments.
+    pub(crate) fn states(&self) -> impl Iterator<Item = &Type> {
+        self.rest.iter().filter_map(|arg| match arg {
+            Arg::State(ty) => Some(ty),
+            Arg::Context(_) => None,
+        })
+    }
 }
 
 /// Checks the shape of the handler, reporting every mistake. A handler with mistakes is read
@@ -130,7 +151,7 @@ fn analyze(attr: &str, f: &ItemFn, cx: &mut Ctxt) -> Option<Handler> {
     }
 
     let mut types = Vec::new();
-    for (i, arg) in sig.inputs.iter().enumerate() {
+    for arg in &sig.inputs {
         match arg {
             FnArg::Receiver(receiver) => {
                 cx.error_spanned_by(
@@ -141,15 +162,6 @@ fn analyze(attr: &str, f: &ItemFn, cx: &mut Ctxt) -> Option<Handler> {
                 );
             }
             FnArg::Typed(pat_type) => {
-                if i >= 2 {
-                    cx.error_spanned_by(
-                        pat_type,
-                        format!(
-                            "`#[{attr}]` handlers take the payload and, optionally, a `Context`; remove this argument (reach shared state with `cx.state::<T>()`)"
-                        ),
-                    );
-                    continue;
-                }
                 if contains_impl_trait(&pat_type.ty) {
                     cx.error_spanned_by(
                         &pat_type.ty,
@@ -197,13 +209,48 @@ fn analyze(attr: &str, f: &ItemFn, cx: &mut Ctxt) -> Option<Handler> {
     };
     let mut types = types.into_iter();
     let payload = types.next()?;
+    // After the payload: `State<T>` arguments anywhere, and one `Context`. The second argument
+    // is taken as the context unless it is a `State`, so that a second payload is reported by
+    // the type checker as "the second argument of a handler is its `Context`".
+    let mut rest = Vec::new();
+    let mut context = false;
+    for (i, ty) in types.enumerate() {
+        if last_segment_is(&ty, "State") {
+            rest.push(Arg::State(ty));
+        } else if !context && (i == 0 || last_segment_is(&ty, "Context")) {
+            context = true;
+            rest.push(Arg::Context(ty));
+        } else {
+            cx.error_spanned_by(
+                &ty,
+                format!(
+                    "`#[{attr}]` handlers take the payload, optionally a `Context`, then any `State<T>` arguments (application state given to `Runtime::builder(..).state(..)`); this argument is none of these: remove it, or wrap application state in `State<..>`"
+                ),
+            );
+        }
+    }
     Some(Handler {
         ident: ident.clone(),
+        vis: f.vis.clone(),
         raw: is_raw(&payload),
         payload,
-        context: types.next(),
+        rest,
         output_span,
     })
+}
+
+/// Whether `ty` is a path whose last segment is `name` (by name: a syntactic check).
+fn last_segment_is(ty: &Type, name: &str) -> bool {
+    match ty {
+        Type::Group(g) => last_segment_is(&g.elem, name),
+        Type::Paren(p) => last_segment_is(&p.elem, name),
+        Type::Path(p) if p.qself.is_none() => p
+            .path
+            .segments
+            .last()
+            .is_some_and(|last| last.ident == name),
+        _ => false,
+    }
 }
 
 /// `Vec<u8>` or `Bytes` (by name: a syntactic check), passed through without decoding.

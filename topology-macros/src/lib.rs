@@ -111,8 +111,9 @@ pub fn stream(attr: TokenStream, item: TokenStream) -> TokenStream {
 /// receives every message again).
 ///
 /// The attribute goes on an `async fn` that takes the payload (any `DeserializeOwned` type,
-/// decoded from JSON; `Vec<u8>` or `Bytes` for the raw bytes) and optionally a `Context`, and
-/// returns `Result<(), E>` with `E: Into<HandlerError>`. `Ok` acknowledges the message; `Err`
+/// decoded from JSON; `Vec<u8>` or `Bytes` for the raw bytes), optionally a `Context`, then
+/// any number of `State<T>` (application state given to `Runtime::builder(..).state(..)`; a
+/// runtime lacking one does not build, naming the type and the handler), and returns `Result<(), E>` with `E: Into<HandlerError>`. `Ok` acknowledges the message; `Err`
 /// asks for a redelivery after the `backoff` (or a dead letter once `max_deliver` is reached,
 /// or at once for `HandlerError::permanent`). The future must be `Send`. The function itself is
 /// left unchanged.
@@ -166,7 +167,8 @@ pub fn stream(attr: TokenStream, item: TokenStream) -> TokenStream {
 /// `durable`, `durable_name` or `deliver_group` key (plain durables); `subject` together with
 /// `subjects`; a `backoff` longer than `max_deliver`; `migrate_from` naming the group itself;
 /// and a handler that is not an `async fn`, is generic, takes `self`, takes no payload or more
-/// than a payload and a `Context`, or returns nothing. A second argument that is not a
+/// than a payload, a `Context` and `State<T>` arguments, or returns nothing. A second
+/// argument that is not a `State` or a
 /// `Context` is reported as "the second argument of a handler is its `Context`": to receive
 /// several values, make the payload a struct that holds them.
 ///
@@ -190,6 +192,12 @@ pub fn queue_consumer(attr: TokenStream, item: TokenStream) -> TokenStream {
 ///
 /// The handler is as for [`macro@queue_consumer`].
 ///
+/// Beside the function, the attribute declares a type of the same name (types and functions
+/// live apart, so the function is still called as before) with one associated function,
+/// `relay(&Runtime) -> Relay`: the typed handle on this relay, as visible as the function. A
+/// service calls its `ensure()` when a local session subscribes; a misspelt name is a compile
+/// error, where `runtime.relay("name")` would be a `None` at run time.
+///
 /// ```
 /// use nats_topology::{broadcast, stream, Context, HandlerError};
 /// # #[derive(Debug, serde::Deserialize)]
@@ -202,6 +210,10 @@ pub fn queue_consumer(attr: TokenStream, item: TokenStream) -> TokenStream {
 /// async fn relay_status(event: StatusChanged, cx: Context) -> Result<(), HandlerError> {
 ///     println!("{} is now {:?}", cx.subject(), event);
 ///     Ok(())
+/// }
+///
+/// async fn on_session_subscribed(runtime: &nats_topology::Runtime) {
+///     relay_status::relay(runtime).ensure().await.expect("the runtime runs");
 /// }
 /// # fn main() {}
 /// ```

@@ -121,6 +121,14 @@ impl StateMap {
     fn get<T: Any + Send + Sync>(&self) -> Option<&T> {
         self.0.get(&TypeId::of::<T>())?.downcast_ref::<T>()
     }
+
+    pub(crate) fn get_arc<T: Any + Send + Sync>(&self) -> Option<Arc<T>> {
+        self.0.get(&TypeId::of::<T>())?.clone().downcast::<T>().ok()
+    }
+
+    pub(crate) fn contains(&self, id: TypeId) -> bool {
+        self.0.contains_key(&id)
+    }
 }
 
 /// What a handler knows about the message it handles, and what it can reach.
@@ -233,6 +241,11 @@ impl Context {
         self.scope.state.get::<T>()
     }
 
+    /// Application state of type `T`, shared (what a [`State<T>`](crate::State) argument holds).
+    pub(crate) fn state_arc<T: Any + Send + Sync>(&self) -> Option<Arc<T>> {
+        self.scope.state.get_arc::<T>()
+    }
+
     /// Publishes `value` as JSON to `subject` and waits for the stream's acknowledgement,
     /// with a `Nats-Msg-Id` derived from the message being handled (see
     /// [deduplicated outputs](Context#deduplicated-outputs)).
@@ -247,7 +260,9 @@ impl Context {
     /// Publishes raw bytes to `subject` and waits for the stream's acknowledgement, with a
     /// derived `Nats-Msg-Id` (see [deduplicated outputs](Context#deduplicated-outputs)). A
     /// publish that finds no stream makes the runtime check at once the streams it owns and
-    /// are not consumed here (one deleted out of band is created again).
+    /// are not consumed here (one deleted out of band is created again). With the `otel` feature, every publish of a
+    /// handler carries the current span's trace context (`traceparent`, `tracestate`), which
+    /// the handler that receives it continues.
     pub async fn publish_bytes(
         &self,
         subject: impl Into<async_nats::Subject>,
@@ -305,11 +320,13 @@ impl Context {
     }
 
     /// The headers of an outgoing message: the one place they are built, so that any header
-    /// the runtime adds (a message id today) is added to every publish of a handler.
+    /// the runtime adds (the trace context, the message id) is added to every publish of a
+    /// handler.
     fn outgoing_headers(&self, mut headers: HeaderMap, id: MsgId) -> HeaderMap {
         // Counted whether or not this publish carries a derived id: the id is positional,
         // and a handler that gives one publish its own id keeps the others' positions.
         let n = self.publishes.fetch_add(1, Ordering::Relaxed) + 1;
+        crate::telemetry::inject_current(&mut headers); // telemetry hook: W3C trace context
         if headers.get(async_nats::header::NATS_MESSAGE_ID).is_some() {
             return headers;
         }

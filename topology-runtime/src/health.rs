@@ -247,6 +247,8 @@ pub(crate) struct Shared {
     streams: Vec<(String, AtomicBool)>,
     /// Woken when a handler's publish finds no stream.
     pub(crate) stream_missing: Arc<tokio::sync::Notify>,
+    /// Declarations older than the version stamped on the server (not applied).
+    older: crate::provision::OlderDeclarations,
 }
 
 impl Shared {
@@ -259,7 +261,14 @@ impl Shared {
                 .map(|name| (name, AtomicBool::new(false)))
                 .collect(),
             stream_missing: Arc::default(),
+            older: Default::default(),
         }
+    }
+
+    /// Shows in health the older declarations `older` records.
+    pub(crate) fn with_older(mut self, older: crate::provision::OlderDeclarations) -> Self {
+        self.older = older;
+        self
     }
 
     fn changed(&self) {
@@ -372,6 +381,14 @@ impl Health {
         self.slots.iter().map(|s| s.status()).collect()
     }
 
+    /// The streams and queue consumers whose declaration here is older than the version
+    /// stamped on the server ("declared by an older version"): their editable settings were
+    /// left as the newer version set them. Expected while a rolling deploy runs old and new
+    /// versions side by side; an instance still listing them afterwards runs old code.
+    pub fn older_declarations(&self) -> Vec<crate::provision::OlderDeclaration> {
+        self.shared.older.all()
+    }
+
     /// The streams no consumer reads, and whether each is there.
     pub fn streams(&self) -> Vec<StreamStatus> {
         self.shared
@@ -406,6 +423,9 @@ impl fmt::Display for Health {
                 "  stream {} (published to, not consumed): {state}",
                 status.stream
             )?;
+        }
+        for older in self.older_declarations() {
+            writeln!(f, "  {older}")?;
         }
         Ok(())
     }

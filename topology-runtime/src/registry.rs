@@ -2,6 +2,7 @@
 //! `inventory`, read once into a sorted, deterministic [`Topology`].
 
 use crate::handler::HandlerFn;
+use crate::state::StateKey;
 use topology_core::model::{ConsumerDecl, StreamDecl};
 
 /// A stream registered by `#[stream]`.
@@ -15,6 +16,8 @@ pub struct StreamRegistration {
 pub struct ConsumerRegistration {
     pub decl: &'static ConsumerDecl,
     pub handler: HandlerFn,
+    /// The application state the handler's `State<T>` arguments need.
+    pub states: &'static [StateKey],
 }
 
 inventory::collect!(StreamRegistration);
@@ -34,12 +37,15 @@ pub struct Consumer {
     /// The declaration.
     pub decl: ConsumerDecl,
     pub(crate) handler: SharedHandler,
+    /// What the handler's `State<T>` arguments need; checked by `RuntimeBuilder::build`.
+    pub(crate) states: &'static [StateKey],
 }
 
 impl fmt::Debug for Consumer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Consumer")
             .field("decl", &self.decl)
+            .field("states", &self.states)
             .finish_non_exhaustive()
     }
 }
@@ -95,6 +101,7 @@ impl Topology {
             topology.consumers.push(Consumer {
                 decl,
                 handler: Arc::new(handler),
+                states: registration.states,
             });
         }
         topology.sort();
@@ -154,7 +161,14 @@ impl Topology {
         let at = self
             .consumers
             .partition_point(|c| (c.decl.stream.name(), c.decl.handler) <= key);
-        self.consumers.insert(at, Consumer { decl, handler });
+        self.consumers.insert(
+            at,
+            Consumer {
+                decl,
+                handler,
+                states: &[],
+            },
+        );
     }
 
     /// Sorts both lists (stably) and keeps one of each identical stream declaration.

@@ -9,8 +9,8 @@ use std::fmt;
 use std::time::Duration;
 
 use crate::provision::{
-    Drift, FieldDiff, ProvisionError, Provisioner, consumer_config, consumer_drift, stream_drift,
-    uncovered,
+    Drift, FieldDiff, Precedence, ProvisionError, Provisioner, VERSION_KEY, consumer_drift,
+    precedence, stream_drift, uncovered,
 };
 use crate::registry::Topology;
 use crate::retry::RetryPolicy;
@@ -36,6 +36,16 @@ pub enum Action {
     },
     /// A broadcast relay: each instance creates its own at start-up.
     PerInstance,
+    /// It exists, and the version stamped on it is newer than this declaration's: these
+    /// editable differences would not be applied ("declared by an older version").
+    OlderVersion {
+        /// This declaration's version.
+        declared: String,
+        /// The version stamped on the server.
+        server: String,
+        /// The differences left as the newer version set them.
+        fields: Vec<FieldDiff>,
+    },
 }
 
 impl Action {
@@ -76,8 +86,22 @@ impl fmt::Display for Action {
             Action::Migrate { from } => {
                 write!(
                     f,
-                    "create at the ack floor of `{from}` + 1, then delete `{from}`"
+                    "pause `{from}`, wait until what it delivered is acknowledged, create at its \
+                     ack floor + 1 (work-queue: delete `{from}`, create delivering what is left); \
+                     `{from}` is deleted once no instance pulls from it"
                 )
+            }
+            Action::OlderVersion {
+                declared,
+                server,
+                fields: diffs,
+            } => {
+                write!(
+                    f,
+                    "declared by an older version ({declared} here, {server} on the server): \
+                     not applied: "
+                )?;
+                fields(f, diffs)
             }
             Action::PerInstance => {
                 f.write_str("created by each instance at start-up (ephemeral relay)")
@@ -162,7 +186,11 @@ pub(crate) async fn plan_with(
             (None, true) => Action::Verify(Err("the stream does not exist".to_owned())),
             (Some(info), true) => Action::Verify(uncovered(&info.config, &consumed)),
             (None, false) => Action::Create,
-            (Some(info), false) => Action::from_drift(stream_drift(decl, &info.config)),
+            (Some(info), false) => versioned(
+                stream_drift(decl, &info.config),
+                &provisioner.stream_stamp(decl),
+                &info.config.metadata,
+            ),
         };
         items.push(PlanItem {
             stream: decl.name.to_owned(),
@@ -188,8 +216,12 @@ pub(crate) async fn plan_with(
             };
             let action = match existing {
                 Some(info) => {
-                    let declared = consumer_config(decl.name, &c.decl, None);
-                    Action::from_drift(consumer_drift(&c.decl, &declared, &info.config))
+                    let declared = provisioner.declared_consumer_config(decl.name, &c.decl, None);
+                    versioned(
+                        consumer_drift(&c.decl, &declared, &info.config),
+                        &provisioner.consumer_stamp(&c.decl),
+                        &info.config.metadata,
+                    )
                 }
                 None => match queue.migrate_from {
                     Some(old)
@@ -213,6 +245,27 @@ pub(crate) async fn plan_with(
     Ok(Plan { items })
 }
 
+/// The action for `drift` by a declaration stamped `declared` against what the server's
+/// `metadata` stamps: an older declaration's editable differences are not applied.
+fn versioned(
+    drift: Drift,
+    declared: &str,
+    metadata: &std::collections::HashMap<String, String>,
+) -> Action {
+    let server = metadata.get(VERSION_KEY);
+    if drift.immutable.is_empty()
+        && !drift.editable.is_empty()
+        && precedence(declared, server.map(String::as_str)) == Precedence::Older
+    {
+        return Action::OlderVersion {
+            declared: declared.to_owned(),
+            server: server.cloned().unwrap_or_default(),
+            fields: drift.editable,
+        };
+    }
+    Action::from_drift(drift)
+}
+
 /// The state of one declared queue consumer on the server.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConsumerReport {
@@ -224,6 +277,9 @@ pub struct ConsumerReport {
     pub handler: String,
     /// What the server holds, or `None` if the consumer does not exist.
     pub server: Option<ServerConsumer>,
+    /// With `migrate_from`: the consumer migrated from, while it still exists (paused, it is
+    /// deleted by a running new instance once no instance pulls from it).
+    pub migrating_from: Option<(String, ServerConsumer)>,
 }
 
 /// What the server says about a consumer.
@@ -242,6 +298,10 @@ pub struct ServerConsumer {
     pub waiting: u64,
     /// The stream sequence below which everything is acknowledged.
     pub ack_floor: u64,
+    /// Paused (the old consumer of a migration).
+    pub paused: bool,
+    /// The version stamped on it (`nats-topology.version`), if any.
+    pub version: Option<String>,
 }
 
 /// The state of every declared queue consumer: see [`inspect`].
@@ -272,6 +332,20 @@ impl fmt::Display for Inspection {
                     s.waiting,
                     s.ack_floor
                 )?,
+            }
+            if let Some((old, s)) = &c.migrating_from {
+                writeln!(
+                    f,
+                    "    migrating from `{old}`: {}; waiting pulls {}, ack pending {}; {}",
+                    if s.paused { "paused" } else { "NOT PAUSED" },
+                    s.waiting,
+                    s.ack_pending,
+                    if s.paused {
+                        "removal scheduled: deleted by a new instance once no instance pulls from it"
+                    } else {
+                        "a new instance pauses it"
+                    }
+                )?;
             }
         }
         Ok(())
@@ -306,34 +380,51 @@ pub(crate) async fn inspect_with(
         let server = provisioner
             .read_consumer(stream, queue.group)
             .await?
-            .map(|info| {
-                let shape = match (&info.config.deliver_subject, &info.config.deliver_group) {
-                    (None, _) => "pull".to_owned(),
-                    (Some(_), Some(group)) => format!("push, group `{group}`"),
-                    (Some(_), None) => "push, NO GROUP (plain durable)".to_owned(),
-                };
-                let push = info.config.deliver_subject.is_some();
-                ServerConsumer {
-                    shape,
-                    active: if push {
-                        info.push_bound
-                    } else {
-                        info.num_waiting > 0
-                    },
-                    pending: info.num_pending,
-                    ack_pending: info.num_ack_pending as u64,
-                    waiting: info.num_waiting as u64,
-                    ack_floor: info.ack_floor.stream_sequence,
-                }
-            });
+            .map(server_consumer);
+        let migrating_from = match queue.migrate_from {
+            Some(old) => provisioner
+                .read_consumer(stream, old)
+                .await?
+                .map(|info| (old.to_owned(), server_consumer(info))),
+            None => None,
+        };
         consumers.push(ConsumerReport {
             stream: stream.to_owned(),
             consumer: queue.group.to_owned(),
             handler: c.decl.handler.to_owned(),
             server,
+            migrating_from,
         });
     }
     Ok(Inspection { consumers })
+}
+
+/// What inspect shows of a consumer's info.
+fn server_consumer(info: async_nats::jetstream::consumer::Info) -> ServerConsumer {
+    {
+        {
+            let shape = match (&info.config.deliver_subject, &info.config.deliver_group) {
+                (None, _) => "pull".to_owned(),
+                (Some(_), Some(group)) => format!("push, group `{group}`"),
+                (Some(_), None) => "push, NO GROUP (plain durable)".to_owned(),
+            };
+            let push = info.config.deliver_subject.is_some();
+            ServerConsumer {
+                shape,
+                active: if push {
+                    info.push_bound
+                } else {
+                    info.num_waiting > 0
+                },
+                pending: info.num_pending,
+                ack_pending: info.num_ack_pending as u64,
+                waiting: info.num_waiting as u64,
+                ack_floor: info.ack_floor.stream_sequence,
+                paused: info.paused,
+                version: info.config.metadata.get(VERSION_KEY).cloned(),
+            }
+        }
+    }
 }
 
 /// What [`Runtime::provision`](crate::Runtime::provision) did.

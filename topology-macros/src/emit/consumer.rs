@@ -100,6 +100,11 @@ fn consumer(
     let fn_name = handler.ident.to_string();
     let fn_name = fn_name.strip_prefix("r#").unwrap_or(&fn_name);
     let glue = handler::glue(handler);
+    let states = handler::states(handler);
+    let (handle_type, handle_impl) = match settings.broadcast {
+        true => relay_handle(handler),
+        false => Default::default(),
+    };
     let Settings {
         constructor,
         decl,
@@ -111,6 +116,8 @@ fn consumer(
         let n = n.value as u32;
         quote!(.concurrency(#n))
     });
+    // The declaring crate's version, stamped on the server (expanded in the user's crate).
+    let concurrency = quote!(#concurrency .version(::core::env!("CARGO_PKG_VERSION")));
 
     let mut checks = TokenStream::new();
     let (stream_item, stream_ref) = match stream {
@@ -169,10 +176,12 @@ fn consumer(
 
     Some(quote! {
         #item
+        #handle_type
         const _: () = {
             use #krate::__private as __nats_topology;
             #stream_item
             #support
+            #handle_impl
             static __NATS_TOPOLOGY_DECL: __nats_topology::ConsumerDecl =
                 __nats_topology::ConsumerDecl::#constructor(
                     ::core::concat!(::core::module_path!(), "::", #fn_name),
@@ -186,11 +195,48 @@ fn consumer(
                 __nats_topology::ConsumerRegistration {
                     decl: &__NATS_TOPOLOGY_DECL,
                     handler: __nats_topology_handler,
+                    states: #states,
                 }
             }
             #checks
         };
     })
+}
+
+/// The typed handle on a broadcast's relay: a type named like the handler (types and
+/// functions live in different namespaces), with `relay(&runtime)`, so that a misspelt relay is
+/// a compile error. Returns the type, for beside the function, and its `impl`, for inside the
+/// `const _` block (where `__nats_topology` is in scope).
+fn relay_handle(handler: &Handler) -> (TokenStream, TokenStream) {
+    let ident = &handler.ident;
+    let vis = &handler.vis;
+    let doc = format!(
+        "The typed handle on the relay of the `#[broadcast]` handler [`{ident}`](fn@{ident}): \
+         `{ident}::relay(&runtime)` gives its `Relay`, whose `ensure()` a service calls when a \
+         local session subscribes."
+    );
+    let handle_type = quote! {
+        #[doc = #doc]
+        #[allow(non_camel_case_types, dead_code)]
+        #vis struct #ident {
+            _private: (),
+        }
+    };
+    let handle_impl = quote! {
+        impl #ident {
+            /// The relay of this handler in `runtime`: cheap, valid while the runtime runs.
+            ///
+            /// # Panics
+            ///
+            /// If `runtime` was built from a hand-built topology without this handler.
+            #[allow(dead_code)]
+            #[track_caller]
+            pub fn relay(runtime: &__nats_topology::Runtime) -> __nats_topology::Relay {
+                runtime.__relay_of(__NATS_TOPOLOGY_DECL.handler)
+            }
+        }
+    };
+    (handle_type, handle_impl)
 }
 
 /// `const _: () = assert!(condition, "message");`, reported at `span` when it fails.

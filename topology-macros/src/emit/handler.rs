@@ -10,7 +10,15 @@ use quote::{quote, quote_spanned};
 use syn::Ident;
 use syn::spanned::Spanned;
 
-use crate::item::Handler;
+use crate::item::{Arg, Handler};
+
+/// The `StateKey`s of the handler's `State<T>` arguments, for the registration.
+pub(crate) fn states(handler: &Handler) -> TokenStream {
+    let keys = handler
+        .states()
+        .map(|ty| quote_spanned!(ty.span()=> <#ty as __nats_topology::StateArg>::KEY));
+    quote!(&[#(#keys),*])
+}
 
 /// `fn __nats_topology_handler(Incoming) -> HandlerFuture`, calling the user's function.
 pub(crate) fn glue(handler: &Handler) -> TokenStream {
@@ -33,13 +41,28 @@ pub(crate) fn glue(handler: &Handler) -> TokenStream {
             ::core::result::Result::Err(#error) => return ::core::result::Result::Err(#error),
         };
     };
-    let (context_stmt, args) = match &handler.context {
-        Some(cx_ty) => (
-            quote_spanned!(cx_ty.span()=> let #context: #cx_ty = __nats_topology::context::<#cx_ty>(&#incoming);),
-            quote!(#payload, #context),
-        ),
-        None => (TokenStream::new(), quote!(#payload)),
-    };
+    let mut context_stmt = TokenStream::new();
+    let mut args = vec![quote!(#payload)];
+    for (i, arg) in handler.rest.iter().enumerate() {
+        match arg {
+            Arg::Context(cx_ty) => {
+                context_stmt.extend(quote_spanned!(cx_ty.span()=>
+                    let #context: #cx_ty = __nats_topology::context::<#cx_ty>(&#incoming);
+                ));
+                args.push(quote!(#context));
+            }
+            Arg::State(state_ty) => {
+                let value = Ident::new(&format!("state_{i}"), Span::mixed_site());
+                context_stmt.extend(quote_spanned! {state_ty.span()=>
+                    let #value: #state_ty = match __nats_topology::state::<#state_ty>(&#incoming) {
+                        ::core::result::Result::Ok(value) => value,
+                        ::core::result::Result::Err(#error) => return ::core::result::Result::Err(#error),
+                    };
+                });
+                args.push(quote!(#value));
+            }
+        }
+    }
     let user_fn = &handler.ident;
     // The result lives in a local located at the return type, so that a wrong return type is
     // reported there alone. (Call-site hygiene like the tokens around it: mixing hygiene in one
@@ -47,7 +70,7 @@ pub(crate) fn glue(handler: &Handler) -> TokenStream {
     // it cannot capture anything of the user's.)
     let result = Ident::new("__nats_topology_result", handler.output_span);
     let call = quote_spanned! {handler.output_span=>
-        let #result = #user_fn(#args).await;
+        let #result = #user_fn(#(#args),*).await;
         __nats_topology::into_result(#result)
     };
     let name_span = handler.ident.span();

@@ -47,7 +47,7 @@ pub(crate) fn stream_fallback(ident: &Ident, krate: &Krate) -> Option<TokenStrea
 }
 
 /// `.setting(value)` calls, in `StreamDecl`'s field order.
-fn builders(attrs: &StreamAttrs) -> [Option<TokenStream>; 11] {
+fn builders(attrs: &StreamAttrs) -> [Option<TokenStream>; 12] {
     let number = |n: Option<Int>| n.map(|n| n.value);
     [
         attrs.replicas.map(|n| {
@@ -70,5 +70,7 @@ fn builders(attrs: &StreamAttrs) -> [Option<TokenStream>; 11] {
         ),
         call("description", attrs.description.as_ref()),
         attrs.external.then(|| quote!(.external())),
+        // The declaring crate's version, stamped on the server (expanded in the user's crate).
+        Some(quote!(.version(::core::env!("CARGO_PKG_VERSION")))),
     ]
 }

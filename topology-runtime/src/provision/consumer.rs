@@ -1,11 +1,14 @@
-//! Consumers: ensure a queue consumer or relay (CREATE first; compare only on conflict),
-//! migrate from an old name at its ack floor, delete.
+//! Consumers: ensure a queue consumer or relay (CREATE first; compare only on conflict,
+//! stamped with the declaring version), never resurrect one migrated away from, delete.
 
 use async_nats::jetstream::{ErrorCode, consumer, stream};
 use serde::Serialize;
 
 use super::config::{apply_editable_consumer_fields, consumer_config};
 use super::drift::consumer_drift;
+use super::version::{
+    MIGRATED_FROM_KEY, OlderDeclaration, Precedence, VERSION_KEY, precedence, set_stamp, stamp,
+};
 use super::{
     ApiError, Failure, ProvisionError, ProvisionErrorKind, Provisioner, ResumePoint, Start,
     StreamInstance, UpdateMode, rejected,
@@ -16,11 +19,16 @@ impl Provisioner {
     /// Ensures a consumer on `stream` and returns its info. A queue consumer is the durable
     /// named by its group; a broadcast relay is an ephemeral named `relay_name`.
     ///
-    /// A queue consumer declaring `migrate_from = "old"` first moves from `old` if it exists:
-    /// on a work-queue stream `old` is deleted and the new consumer delivers what remains
-    /// (acknowledged messages are gone, unacknowledged ones are still there); on any other
-    /// stream the new consumer starts at `old`'s ack floor + 1, then `old` is deleted. Both
-    /// orders are safe when every replica migrates at the same moment.
+    /// A queue consumer declaring `migrate_from = "old"` first moves from `old` if it exists,
+    /// safely beside a running old fleet: `old` is paused and drained, then the new consumer is
+    /// created at its ack floor + 1 (a work-queue stream: `old` is deleted and the new one
+    /// delivers what remains); see `migrate.rs` and docs/DEPLOYS.md. Refused on a server
+    /// without consumer pause (before 2.11).
+    ///
+    /// Queue consumers are stamped with the declaring version; an editable update declared by
+    /// an older version than the server's stamp is not applied (recorded for health). After a
+    /// loss ([`UpdateMode::CreateOnly`]) a queue consumer that a newer declaration migrated
+    /// away from is not created again ([`ProvisionErrorKind::Superseded`]).
     pub async fn ensure_consumer(
         &self,
         stream: &stream::Info,
@@ -30,7 +38,7 @@ impl Provisioner {
     ) -> Result<consumer::Info, ProvisionError> {
         let stream_name = stream.config.name.as_str();
         let workqueue = stream.config.retention == stream::RetentionPolicy::WorkQueue;
-        let mut config = consumer_config(stream_name, decl, relay_name);
+        let mut config = self.declared_consumer_config(stream_name, decl, relay_name);
         let declared_start = config.deliver_policy;
         if let UpdateMode::CreateOnly {
             resume: Some(point),
@@ -44,13 +52,19 @@ impl Provisioner {
             .name
             .clone()
             .expect("consumer_config always names the consumer");
+        let migrating = decl
+            .as_queue()
+            .and_then(|q| q.migrate_from)
+            .filter(|old| *old != name);
+        if let Some(old) = migrating {
+            self.check_migration_supported(stream_name, &name, old)?;
+            self.migrate(stream_name, (old, &name), &config, workqueue)
+                .await?;
+        }
+        if matches!(mode, UpdateMode::CreateOnly { .. }) && decl.as_queue().is_some() {
+            self.refuse_to_resurrect(stream_name, &name).await?;
+        }
         self.retry(stream_name, Some(&name), || async {
-            if let Some(old) = decl.as_queue().and_then(|q| q.migrate_from)
-                && old != name
-            {
-                self.migrate(stream_name, old, &name, &config, workqueue)
-                    .await?;
-            }
             match self
                 .ensure_consumer_once(stream_name, &name, decl, &config, declared_start, mode)
                 .await
@@ -59,7 +73,7 @@ impl Provisioner {
                 // still count it as overlapping the new one (10099/10100): try again.
                 Err(Failure::Fatal(e))
                     if workqueue
-                        && decl.as_queue().is_some_and(|q| q.migrate_from.is_some())
+                        && migrating.is_some()
                         && e.server_code().is_some_and(|code| {
                             code == ErrorCode(10099) || code == ErrorCode(10100)
                         }) =>
@@ -72,66 +86,107 @@ impl Provisioner {
         .await
     }
 
-    /// Moves from `old` to `new` if `old` exists; see [`Provisioner::ensure_consumer`].
-    async fn migrate(
+    /// The configuration a declaration creates, a queue consumer's stamped with the declaring
+    /// version (and, migrating, the consumer it migrates from).
+    pub(crate) fn declared_consumer_config(
+        &self,
+        stream: &str,
+        decl: &ConsumerDecl,
+        relay_name: Option<&str>,
+    ) -> consumer::Config {
+        let mut config = consumer_config(stream, decl, relay_name);
+        if let Some(queue) = decl.as_queue() {
+            set_stamp(&mut config.metadata, &self.consumer_stamp(decl));
+            if let Some(old) = queue.migrate_from {
+                config
+                    .metadata
+                    .insert(MIGRATED_FROM_KEY.to_owned(), old.to_owned());
+            }
+        }
+        config
+    }
+
+    /// The version a consumer declaration is stamped with.
+    pub(crate) fn consumer_stamp(&self, decl: &ConsumerDecl) -> String {
+        stamp(self.version.as_deref(), decl.version, decl)
+    }
+
+    /// After a loss: refuses to create `name` again when a consumer on the stream says a newer
+    /// declaration migrated from it (this instance is of the old fleet; the consumer was
+    /// retired because nobody pulled from it). Transient: the instance stays unready, saying
+    /// why, until it is stopped.
+    async fn refuse_to_resurrect(&self, stream: &str, name: &str) -> Result<(), ProvisionError> {
+        if self.read_consumer(stream, name).await?.is_some() {
+            return Ok(());
+        }
+        let successors = self.consumers_migrated_from(stream, name).await?;
+        let Some(successor) = successors.first() else {
+            return Ok(());
+        };
+        Err(ProvisionError::new(
+            ProvisionErrorKind::Superseded,
+            stream,
+            format!(
+                "consumer `{successor}` (version {}) migrated from this one, which was then \
+                 deleted; not creating it again: this instance runs an older declaration, stop \
+                 it (or deploy the newer version)",
+                successors.get(1).map_or("unknown", String::as_str)
+            ),
+        )
+        .consumer(name))
+    }
+
+    /// The first consumer on `stream` whose metadata says it migrated from `old`, and its
+    /// version stamp (empty when none).
+    async fn consumers_migrated_from(
         &self,
         stream: &str,
         old: &str,
-        new: &str,
-        config: &consumer::Config,
-        workqueue: bool,
-    ) -> Result<(), Failure> {
-        let old_info = match self
-            .api_empty::<consumer::Info>(format!("CONSUMER.INFO.{stream}.{old}"))
-            .await
-        {
-            Ok(info) => info,
-            Err(e) if e.code() == Some(ErrorCode::CONSUMER_NOT_FOUND) => return Ok(()),
-            Err(e) if e.is_transient() => return Err(Failure::Transient(e)),
-            Err(e) => {
-                return Err(
-                    rejected("reading the consumer to migrate from", stream, Some(old), e).into(),
-                );
-            }
-        };
-        if !workqueue {
-            let start = old_info.ack_floor.stream_sequence + 1;
-            let mut from_floor = config.clone();
-            from_floor.deliver_policy = consumer::DeliverPolicy::ByStartSequence {
-                start_sequence: start,
-            };
-            match self
-                .create_consumer(stream, new, &from_floor, "create")
-                .await
+    ) -> Result<Vec<String>, ProvisionError> {
+        #[derive(serde::Deserialize)]
+        struct Page {
+            #[serde(default)]
+            consumers: Option<Vec<consumer::Info>>,
+            #[serde(default)]
+            total: usize,
+        }
+        let mut offset = 0;
+        loop {
+            let page = self
+                .retry(stream, Some(old), || async {
+                    let body = serde_json::json!({ "offset": offset });
+                    match self
+                        .api::<Page>(format!("CONSUMER.LIST.{stream}"), &body)
+                        .await
+                    {
+                        Ok(page) => Ok(page),
+                        Err(e) if e.is_transient() => Err(Failure::Transient(e)),
+                        Err(e) => {
+                            Err(rejected("listing the consumers", stream, Some(old), e).into())
+                        }
+                    }
+                })
+                .await?;
+            let consumers = page.consumers.unwrap_or_default();
+            if let Some(found) = consumers
+                .iter()
+                .find(|c| c.config.metadata.get(MIGRATED_FROM_KEY).map(String::as_str) == Some(old))
             {
-                Ok(_) => {
-                    tracing::info!(
-                        stream,
-                        from = old,
-                        to = new,
-                        start,
-                        "migrated consumer: created at the old ack floor + 1"
-                    )
-                }
-                // Another replica migrated first (from a later floor): theirs stands.
-                Err(e) if e.code() == Some(ErrorCode::CONSUMER_ALREADY_EXISTS) => {}
-                Err(e) if e.is_transient() => return Err(Failure::Transient(e)),
-                Err(e) => {
-                    return Err(rejected(
-                        "creating the consumer at the old ack floor",
-                        stream,
-                        Some(new),
-                        e,
-                    )
-                    .into());
-                }
+                return Ok(vec![
+                    found.name.clone(),
+                    found
+                        .config
+                        .metadata
+                        .get(VERSION_KEY)
+                        .cloned()
+                        .unwrap_or_else(|| "unknown".to_owned()),
+                ]);
+            }
+            offset += consumers.len();
+            if consumers.is_empty() || offset >= page.total {
+                return Ok(Vec::new());
             }
         }
-        // A timed-out delete is retried with the rest of this attempt (creating the new
-        // consumer again is idempotent).
-        self.delete_consumer_once(stream, old).await?;
-        tracing::info!(stream, consumer = old, "deleted the consumer migrated from");
-        Ok(())
     }
 
     async fn ensure_consumer_once(
@@ -205,12 +260,51 @@ impl Provisioner {
                     .into(),
             );
         }
-        if drift.editable.is_empty() || matches!(mode, UpdateMode::CreateOnly { .. }) {
+        if matches!(mode, UpdateMode::CreateOnly { .. }) {
+            return Ok(info);
+        }
+        let mut drift = drift;
+        if decl.as_queue().is_some() {
+            let declared = config
+                .metadata
+                .get(VERSION_KEY)
+                .cloned()
+                .unwrap_or_default();
+            let server = info.config.metadata.get(VERSION_KEY);
+            match precedence(&declared, server.map(String::as_str)) {
+                Precedence::Older => {
+                    if !drift.editable.is_empty() {
+                        let older = OlderDeclaration {
+                            stream: stream.to_owned(),
+                            consumer: Some(name.to_owned()),
+                            declared,
+                            server: server.cloned().unwrap_or_default(),
+                        };
+                        tracing::warn!(stream, consumer = name, changes = ?drift.editable, "{older}");
+                        self.older.record(older);
+                    }
+                    return Ok(info);
+                }
+                Precedence::Same => {}
+                _ => drift.editable.push(crate::provision::FieldDiff {
+                    field: "metadata.nats-topology.version",
+                    server: format!("{server:?}"),
+                    declared: format!("{declared:?}"),
+                }),
+            }
+            self.older.clear(stream, Some(name));
+        }
+        if drift.editable.is_empty() {
             return Ok(info);
         }
         tracing::info!(stream, consumer = name, changes = ?drift.editable, "updating consumer to match its declaration");
         let mut updated = info.config.clone();
         apply_editable_consumer_fields(config, &mut updated);
+        for key in [VERSION_KEY, MIGRATED_FROM_KEY] {
+            if let Some(value) = config.metadata.get(key) {
+                updated.metadata.insert(key.to_owned(), value.clone());
+            }
+        }
         match self.create_consumer(stream, name, &updated, "update").await {
             Ok(info) => Ok(info),
             Err(e) if e.is_transient() || e.code() == Some(ErrorCode::CONSUMER_DOES_NOT_EXIST) => {
@@ -220,7 +314,7 @@ impl Provisioner {
         }
     }
 
-    async fn create_consumer(
+    pub(super) async fn create_consumer(
         &self,
         stream: &str,
         name: &str,

@@ -23,6 +23,13 @@ pub enum ProvisionErrorKind {
     /// The server answered in a shape this library cannot read, several times in a row.
     /// Retried by a supervisor with its backoff, and shown in health.
     UnexpectedAnswer,
+    /// The server lacks what the declaration needs (`migrate_from` needs consumer pause,
+    /// nats-server 2.11 or newer); the message names the server's version.
+    Unsupported,
+    /// A newer declaration migrated away from this consumer and it was deleted: this
+    /// instance (of the old fleet) does not create it again. Retried, so the instance stays
+    /// unready until it is stopped.
+    Superseded,
 }
 
 /// One field whose value on the server differs from the declaration.
@@ -138,6 +145,7 @@ impl ProvisionError {
                 | ProvisionErrorKind::ExternalNotReady
                 | ProvisionErrorKind::StreamMissing
                 | ProvisionErrorKind::UnexpectedAnswer
+                | ProvisionErrorKind::Superseded
         )
     }
 }

@@ -9,7 +9,9 @@
 //!
 //! - [`Provisioner`] (here): JetStream API requests, the retry around them, reads.
 //! - `error`: [`ProvisionError`] and the classification of API failures.
-//! - `stream`, `consumer`: ensuring each (consumers with migration), deleting consumers.
+//! - `stream`, `consumer`: ensuring each, deleting consumers; `migrate`: `migrate_from`
+//!   beside a running old fleet (pause, drain, create at the floor, retire); `version`: the
+//!   version stamps that keep an older declaration from reverting a newer one.
 //! - `config`: declaration -> server configuration; `drift`: server vs declaration.
 //! - `ensure`: one runtime's provisioning: streams ensured once (single-flight), consumers
 //!   after their stream, waiting out streams that are not there yet.
@@ -20,7 +22,9 @@ mod drift;
 mod ensure;
 mod error;
 mod leader;
+mod migrate;
 mod stream;
+mod version;
 
 use async_nats::jetstream::{self, ErrorCode, consumer::Info as ConsumerInfo, response::Response};
 use serde::Serialize;
@@ -28,12 +32,13 @@ use serde::de::DeserializeOwned;
 
 use crate::retry::{Failed, RetryPolicy};
 
-pub(crate) use config::consumer_config;
 pub(crate) use drift::{Drift, consumer_drift, stream_drift};
 pub(crate) use ensure::{Ensured, Ensurer};
 pub(crate) use error::{ApiError, Failure, rejected};
 pub use error::{FieldDiff, ProvisionError, ProvisionErrorKind};
 pub(crate) use stream::uncovered;
+pub(crate) use version::OlderDeclarations;
+pub use version::{MIGRATED_FROM_KEY, OlderDeclaration, Precedence, VERSION_KEY, precedence};
 
 /// What ensuring a consumer may change on the server.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -124,6 +129,11 @@ pub struct Provisioner {
     warned_version: std::sync::Arc<std::sync::atomic::AtomicBool>,
     /// Wakes retries waiting for a leader when one is elected (subscribed while one waits).
     leader: leader::LeaderWatch,
+    /// The version stamped on what this provisioner creates or updates, overriding the
+    /// declarations' own ([`RuntimeBuilder::version`](crate::RuntimeBuilder::version)).
+    version: Option<std::sync::Arc<str>>,
+    /// Declarations found older than what the server holds (shown in health).
+    older: OlderDeclarations,
 }
 
 /// How many answers of an unexpected shape one provisioning request accepts before it is
@@ -143,7 +153,7 @@ fn is_parse_failure(error: &jetstream::context::RequestError) -> bool {
 const MIN_SERVER_VERSION: (u64, u64, u64) = (2, 14, 5);
 
 /// `"2.15.1"` (or `"2.15.1-beta"`) as a tuple.
-fn parse_version(version: &str) -> Option<(u64, u64, u64)> {
+pub(crate) fn parse_version(version: &str) -> Option<(u64, u64, u64)> {
     let mut parts = version
         .split(['.', '-', '+'])
         .map(|p| p.parse::<u64>().ok());
@@ -162,7 +172,21 @@ impl Provisioner {
             policy,
             attempts: Default::default(),
             warned_version: Default::default(),
+            version: None,
+            older: OlderDeclarations::default(),
         }
+    }
+
+    /// Stamps `version` on what this provisioner creates or updates, instead of each
+    /// declaration's own version.
+    pub fn with_version(mut self, version: Option<std::sync::Arc<str>>) -> Self {
+        self.version = version;
+        self
+    }
+
+    /// The declarations found older than the version stamped on the server.
+    pub(crate) fn older_declarations(&self) -> &OlderDeclarations {
+        &self.older
     }
 
     /// Repeating an identical CREATE is safe from nats-server 2.14.5 on: before it, a replica

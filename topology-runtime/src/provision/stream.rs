@@ -5,6 +5,7 @@ use async_nats::jetstream::{ErrorCode, stream};
 
 use super::config::{apply_stream_decl, stream_config};
 use super::drift::stream_drift;
+use super::version::{OlderDeclaration, Precedence, VERSION_KEY, precedence, set_stamp, stamp};
 use super::{Failure, ProvisionError, ProvisionErrorKind, Provisioner, rejected};
 use topology_core::model::StreamDecl;
 
@@ -27,7 +28,9 @@ impl Provisioner {
     }
 
     async fn ensure_owned_stream(&self, decl: &StreamDecl) -> Result<stream::Info, Failure> {
-        let config = stream_config(decl);
+        let mut config = stream_config(decl);
+        let stamp = self.stream_stamp(decl);
+        set_stamp(&mut config.metadata, &stamp);
         let created = self
             .api::<stream::Info>(format!("STREAM.CREATE.{}", decl.name), &config)
             .await;
@@ -80,12 +83,37 @@ impl Provisioner {
                 "the stream on the server has subjects the declaration lacks; keeping them"
             );
         }
+        let mut drift = drift;
+        let server = info.config.metadata.get(VERSION_KEY);
+        match precedence(&stamp, server.map(String::as_str)) {
+            Precedence::Older => {
+                if !drift.editable.is_empty() {
+                    let older = OlderDeclaration {
+                        stream: decl.name.to_owned(),
+                        consumer: None,
+                        declared: stamp,
+                        server: server.cloned().unwrap_or_default(),
+                    };
+                    tracing::warn!(stream = decl.name, changes = ?drift.editable, "{older}");
+                    self.older.record(older);
+                }
+                return Ok(info);
+            }
+            Precedence::Same => {}
+            _ => drift.editable.push(super::FieldDiff {
+                field: "metadata.nats-topology.version",
+                server: format!("{server:?}"),
+                declared: format!("{stamp:?}"),
+            }),
+        }
+        self.older.clear(decl.name, None);
         if drift.editable.is_empty() {
             return Ok(info);
         }
         tracing::info!(stream = decl.name, changes = ?drift.editable, "updating stream to match its declaration");
         let mut updated = info.config.clone();
         apply_stream_decl(decl, &mut updated);
+        set_stamp(&mut updated.metadata, &stamp);
         match self
             .api::<stream::Info>(format!("STREAM.UPDATE.{}", decl.name), &updated)
             .await
@@ -94,6 +122,11 @@ impl Provisioner {
             Err(e) if e.is_transient() => Err(Failure::Transient(e)),
             Err(e) => Err(rejected("updating the stream", decl.name, None, e).into()),
         }
+    }
+
+    /// The version a stream declaration is stamped with.
+    pub(crate) fn stream_stamp(&self, decl: &StreamDecl) -> String {
+        stamp(self.version.as_deref(), decl.version, decl)
     }
 
     /// The names of other streams on the server whose subjects overlap the declaration's

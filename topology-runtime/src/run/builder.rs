@@ -34,6 +34,8 @@ pub struct RuntimeBuilder {
     state: StateMap,
     retry: RetryPolicy,
     settings: Settings,
+    /// Stamped on what this runtime creates or updates (see [`RuntimeBuilder::version`]).
+    version: Option<Arc<str>>,
     #[cfg(feature = "test-hooks")]
     panic_supervisor: Option<String>,
 }
@@ -88,9 +90,28 @@ impl RuntimeBuilder {
             state: StateMap::default(),
             retry: RetryPolicy::default(),
             settings: Settings::default(),
+            version: None,
             #[cfg(feature = "test-hooks")]
             panic_supervisor: None,
         }
+    }
+
+    /// The version of this service, stamped on the streams and queue consumers it creates or
+    /// updates (metadata key `nats-topology.version`), overriding each declaration's own (the
+    /// macros use the declaring crate's `CARGO_PKG_VERSION`). An instance never applies an
+    /// editable change declared by an older version than the one stamped on the server
+    /// (semver precedence; see docs/DEPLOYS.md).
+    ///
+    /// ```no_run
+    /// # async fn f(client: async_nats::Client) -> Result<(), Box<dyn std::error::Error>> {
+    /// let runtime = nats_topology::Runtime::builder(client)
+    ///     .version(env!("CARGO_PKG_VERSION"))
+    ///     .build()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn version(mut self, version: impl Into<String>) -> Self {
+        self.version = Some(version.into().into());
+        self
     }
 
     /// Test hook (feature `test-hooks`, not public API): the supervisor of the consumer whose
@@ -108,7 +129,9 @@ impl RuntimeBuilder {
         self
     }
 
-    /// Makes `value` available to handlers as `cx.state::<T>()`; one value per type.
+    /// Makes `value` available to handlers as a [`State<T>`](crate::State) argument and as
+    /// `cx.state::<T>()`; one value per type. A handler taking `State<T>` makes [`build`](Self::build)
+    /// fail unless a `T` was given here.
     pub fn state<T: std::any::Any + Send + Sync>(mut self, value: T) -> Self {
         self.state.insert(value);
         self
@@ -223,14 +246,19 @@ impl RuntimeBuilder {
         if let Err(invalid) = validate::validate(&topology) {
             problems.extend(invalid.problems);
         }
+        problems.extend(missing_state(&topology, &self.state));
         if !problems.is_empty() {
             return Err(ValidationError { problems });
         }
         let instance = instance_id();
-        let provisioner = Provisioner::new(self.client.clone(), self.retry);
+        let provisioner =
+            Provisioner::new(self.client.clone(), self.retry).with_version(self.version);
         let ensurer = Ensurer::new(topology, provisioner);
         let unread = ensurer.unread_streams();
-        let shared = Arc::new(Shared::new(unread.iter().map(|s| s.name.to_owned())));
+        let shared = Arc::new(
+            Shared::new(unread.iter().map(|s| s.name.to_owned()))
+                .with_older(ensurer.provisioner().older_declarations().clone()),
+        );
         let slots: Vec<Arc<Slot>> = ensurer
             .topology()
             .consumers()
@@ -353,4 +381,23 @@ impl RuntimeBuilder {
 fn instance_id() -> String {
     use rand::RngExt;
     format!("{:016x}", rand::rng().random::<u64>())
+}
+
+/// A problem for each `State<T>` argument of a handler whose `T` the builder was not given.
+fn missing_state(topology: &Topology, state: &StateMap) -> Vec<Problem> {
+    let mut problems = Vec::new();
+    for consumer in topology.consumers() {
+        for key in consumer.states {
+            if !state.contains(key.type_id()) {
+                problems.push(Problem {
+                    location: validate::consumer_at(&consumer.decl),
+                    message: format!(
+                        "the handler takes `State<{ty}>`, but the runtime was given no `{ty}`: add `.state(value)` with a `{ty}` to `Runtime::builder(..)`",
+                        ty = key.type_name()
+                    ),
+                });
+            }
+        }
+    }
+    problems
 }

@@ -16,6 +16,7 @@ use crate::handler::{Context, HandlerError, Incoming, Scope};
 use crate::health::Slot;
 use crate::registry::SharedHandler;
 use crate::retry::{Failed, RetryPolicy};
+use crate::telemetry::{self, ConsumerMetrics};
 
 /// What dispatching needs to settle a consumer's messages.
 pub(super) struct Settle {
@@ -36,6 +37,8 @@ pub(super) struct Settle {
     pub(super) progress_every: Duration,
     /// Where handlers stopped before they finished record their message (see [`Unsettled`]).
     pub(super) abandoned: Abandoned,
+    /// Telemetry: counters, duration, in flight (the `metrics` facade).
+    pub(super) metrics: ConsumerMetrics,
     /// Confirmed acks (`ack = "confirmed"`): how; `None` for fire-and-forget.
     pub(super) confirm: Option<Confirm>,
 }
@@ -98,12 +101,15 @@ pub(super) async fn dispatch(message: jetstream::Message, settle: Arc<Settle>) {
         sequence = delivery.stream_sequence.unwrap_or(0),
         delivered = delivery.delivered,
     );
+    telemetry::continue_trace(&span, message.headers.as_ref()); // telemetry hook (otel)
     async move {
         let mut unsettled = Unsettled {
             reply: message.reply.clone(),
             abandoned: settle.abandoned.clone(),
         };
+        let running = settle.metrics.start(delivery.delivered); // telemetry hook
         let outcome = run_handler(&message, &settle, delivery).await;
+        drop(running); // telemetry hook
         unsettled.handled();
         match outcome {
             Ok(()) => acknowledge(&message, &settle).await,
@@ -163,7 +169,10 @@ async fn run_handler(
 /// confirmed acks, once the server has confirmed it.
 async fn acknowledge(message: &jetstream::Message, settle: &Settle) {
     match settle_with(message, settle, AckKind::Ack).await {
-        Ok(()) => Slot::count(&settle.slot.handled),
+        Ok(()) => {
+            Slot::count(&settle.slot.handled);
+            settle.metrics.handled(); // telemetry hook
+        }
         Err(e) => tracing::warn!(
             stream = %settle.scope.stream,
             consumer = %settle.scope.consumer,
@@ -228,6 +237,7 @@ async fn fail(
     error: &HandlerError,
 ) {
     Slot::count(&settle.slot.failed);
+    settle.metrics.failed(); // telemetry hook
     let last = settle
         .max_deliver
         .is_some_and(|max| delivery.delivered >= max);
@@ -238,7 +248,10 @@ async fn fail(
     let delay = redelivery_delay(&settle.backoff, &settle.redelivery, delivery.delivered);
     tracing::debug!(subject = %message.subject, delivered = delivery.delivered, ?delay, %error, "handler failed; redelivering later");
     match message.ack_with(AckKind::Nak(Some(delay))).await {
-        Ok(()) => Slot::count(&settle.slot.retried),
+        Ok(()) => {
+            Slot::count(&settle.slot.retried);
+            settle.metrics.retried(); // telemetry hook
+        }
         Err(e) => {
             tracing::warn!(error = %e, "could not nak a failed message; it is redelivered after ack_wait")
         }
@@ -277,7 +290,10 @@ async fn terminate(
     }
     tracing::warn!(subject = %message.subject, stream = %settle.scope.stream, consumer = %settle.scope.consumer, delivered = delivery.delivered, %error, "message terminated");
     match settle_with(message, settle, AckKind::Term).await {
-        Ok(()) => Slot::count(&settle.slot.dead_lettered),
+        Ok(()) => {
+            Slot::count(&settle.slot.dead_lettered);
+            settle.metrics.dead_lettered(); // telemetry hook
+        }
         Err(e) => tracing::warn!(error = %e, "could not terminate a message"),
     }
 }

@@ -10,7 +10,11 @@ use topology_core::model::ConsumerKind;
 impl Runtime {
     /// The broadcast relay handled by `handler` (its function name, or its full path when
     /// several relays share a name), as a cheap handle that stays valid while
-    /// [`Runtime::run_until`] runs.
+    /// [`Runtime::run_until`] runs; `None` when no relay, or more than one, matches.
+    ///
+    /// For a relay declared with `#[broadcast]`, prefer the typed handle the macro generates
+    /// beside the function, `relay_status::relay(&runtime)`: a misspelt name is then a compile
+    /// error rather than a `None` at run time. This lookup by name is for dynamic use.
     ///
     /// ```no_run
     /// # async fn f(runtime: nats_topology::Runtime) {
@@ -34,6 +38,34 @@ impl Runtime {
             return None;
         }
         Some(Relay { slot: slot.clone() })
+    }
+
+    /// The relay of the `#[broadcast]` handler whose full path is `handler`: what the handle
+    /// the macro generates (`relay_status::relay(&runtime)`) calls. Not public API.
+    ///
+    /// # Panics
+    ///
+    /// If this runtime's topology does not include that handler: possible only when the
+    /// runtime was given a hand-built [`Topology`](crate::Topology) without it.
+    #[doc(hidden)]
+    #[track_caller]
+    pub fn __relay_of(&self, handler: &str) -> Relay {
+        let found = self
+            .topology()
+            .consumers()
+            .iter()
+            .zip(self.inner.health.slots.iter())
+            .find(|(c, _)| {
+                matches!(c.decl.kind, ConsumerKind::Broadcast(_)) && c.decl.handler == handler
+            });
+        match found {
+            Some((_, slot)) => Relay { slot: slot.clone() },
+            None => panic!(
+                "the runtime does not run the `#[broadcast]` handler `{handler}`: it was built with \
+                 `Runtime::builder(..).topology(..)` from a topology without it; add it to that \
+                 topology, or build without `.topology(..)` to run every registered handler"
+            ),
+        }
     }
 }
 

@@ -22,6 +22,7 @@ use crate::handler::Scope;
 use crate::health::{ConsumerState, Slot};
 use crate::provision::{Ensured, ProvisionError, StreamInstance, UpdateMode};
 use crate::registry::Consumer;
+use crate::telemetry::{ConsumerMetrics, LagGauges, consumer_label};
 use topology_core::model::{AckMode, ConsumerKind, Delivery};
 
 /// Supervises the consumer at `index` until shutdown, or until a failure no retry fixes
@@ -39,6 +40,7 @@ pub(super) async fn supervise(
         ConsumerKind::Queue(_) => None,
     };
     let stream = consumer.decl.stream.name();
+    let migrated_from = consumer.decl.as_queue().and_then(|q| q.migrate_from);
     let policy = *inner.ensurer.policy();
     let mut backoff = policy.backoff_until(None);
     // Where a consumer re-created after a loss resumes, and in which stream instance.
@@ -97,6 +99,12 @@ pub(super) async fn supervise(
                         &resume,
                         &slot,
                     ), if relay.is_none() => match never {},
+                    // The old consumer of a migration: deleted once nobody pulls from it.
+                    never = inner.ensurer.provisioner().retire(
+                        &stream_name,
+                        migrated_from.unwrap_or_default(),
+                        inner.settings.expires,
+                    ), if migrated_from.is_some() => match never {},
                 };
                 match exit {
                     Exit::Drained => break,
@@ -183,7 +191,7 @@ const HEALTHY_SESSION: Duration = Duration::from_secs(1);
 /// heartbeats (10 s by default), so that a consumer deleted out of band is re-created where
 /// it was acknowledged, not at the start of its stream. Only a floor of the consumer this
 /// session bound (the same `created` time) counts: it lives in the session's stream instance.
-/// Never returns.
+/// The same read sets the consumer's lag gauges (pending, ack pending). Never returns.
 async fn follow_ack_floor(
     inner: &Inner,
     (stream, consumer, created): (&str, &str, &str),
@@ -193,6 +201,8 @@ async fn follow_ack_floor(
 ) -> std::convert::Infallible {
     let mut every = tokio::time::interval(inner.settings.heartbeat * 2);
     every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // Registered at the first read: no series shows a lag of 0 before the server was asked.
+    let mut lag: Option<LagGauges> = None;
     every.tick().await;
     loop {
         every.tick().await;
@@ -200,6 +210,8 @@ async fn follow_ack_floor(
         if let Ok(Some(info)) = read.await
             && info.created.to_string() == created
         {
+            lag.get_or_insert_with(|| LagGauges::new(stream, consumer))
+                .set(&info);
             let floor = resume.follow(instance, info.ack_floor.stream_sequence);
             slot.ack_floor.store(floor, Ordering::Relaxed);
         }
@@ -250,6 +262,7 @@ async fn consume(
         dead_letter_attempts: settings.dead_letter_attempts,
         progress_every: (info.config.ack_wait / 2).max(Duration::from_millis(100)),
         abandoned: abandoned.clone(),
+        metrics: ConsumerMetrics::new(&info.stream_name, consumer_label(&consumer.decl)),
         // Relays have no setting: their consumer dies with the instance (see `AckMode`).
         confirm: (queue.map(|q| q.ack.unwrap_or(settings.ack)) == Some(AckMode::Confirmed)).then(
             || Confirm {

@@ -69,7 +69,7 @@ fn stream_at(name: &str) -> String {
     format!("stream `{name}`")
 }
 
-fn consumer_at(decl: &ConsumerDecl) -> String {
+pub(crate) fn consumer_at(decl: &ConsumerDecl) -> String {
     let name = match &decl.kind {
         ConsumerKind::Queue(q) => format!("queue consumer `{}`", q.group),
         ConsumerKind::Broadcast(_) => "broadcast".to_owned(),

@@ -1,0 +1,330 @@
+//! Metrics on a real server: the counters equal what happened to the messages (handled,
+//! failed, retried, dead-lettered, redelivered), the duration histogram has one sample per
+//! handler run, the in-flight gauge follows running handlers, and the lag gauges reach the
+//! consumer's pending numbers as the server reports them.
+//!
+//! Handlers run on tokio worker threads, so the recorder is the process's global one (this
+//! test binary is a process of its own). It reads values without resetting them. Each test
+//! has its own stream and consumer names, hence its own series.
+
+mod fixture;
+
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use fixture::Fixture;
+use metrics::{
+    Counter, Gauge, Histogram, Key, KeyName, Label, Metadata, Recorder, SharedString, Unit,
+};
+use metrics_util::registry::{AtomicStorage, Registry};
+use nats_topology::model::QueueDecl;
+use nats_topology::telemetry::names;
+use nats_topology::{HandlerError, HandlerFuture, Incoming, Topology};
+use nats_topology_testkit::eventually;
+
+/// A recorder whose values are read as they are, never reset by reading.
+#[derive(Clone)]
+struct Values(Arc<Registry<Key, AtomicStorage>>);
+
+impl Recorder for Values {
+    fn describe_counter(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+    fn describe_gauge(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+    fn describe_histogram(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+
+    fn register_counter(&self, key: &Key, _: &Metadata<'_>) -> Counter {
+        self.0
+            .get_or_create_counter(key, |c| Counter::from_arc(c.clone()))
+    }
+
+    fn register_gauge(&self, key: &Key, _: &Metadata<'_>) -> Gauge {
+        self.0
+            .get_or_create_gauge(key, |g| Gauge::from_arc(g.clone()))
+    }
+
+    fn register_histogram(&self, key: &Key, _: &Metadata<'_>) -> Histogram {
+        self.0
+            .get_or_create_histogram(key, |h| Histogram::from_arc(h.clone()))
+    }
+}
+
+/// The process's recorder, installed by the first test that asks (before its runtime starts).
+fn values() -> &'static Values {
+    static VALUES: OnceLock<Values> = OnceLock::new();
+    VALUES.get_or_init(|| {
+        let values = Values(Arc::new(Registry::atomic()));
+        metrics::set_global_recorder(values.clone()).expect("no other recorder in this binary");
+        values
+    })
+}
+
+/// The series of one consumer.
+struct Series {
+    stream: &'static str,
+    consumer: &'static str,
+}
+
+impl Series {
+    fn key(&self, name: &'static str) -> Key {
+        Key::from_parts(
+            name,
+            vec![
+                Label::new("stream", self.stream),
+                Label::new("consumer", self.consumer),
+            ],
+        )
+    }
+
+    /// A counter's value (0 if it was never registered).
+    fn counter(&self, name: &'static str) -> u64 {
+        values()
+            .0
+            .get_counter(&self.key(name))
+            .map_or(0, |c| c.load(std::sync::atomic::Ordering::SeqCst))
+    }
+
+    /// A gauge's value, if it was registered.
+    fn gauge(&self, name: &'static str) -> Option<f64> {
+        values()
+            .0
+            .get_gauge(&self.key(name))
+            .map(|g| f64::from_bits(g.load(std::sync::atomic::Ordering::SeqCst)))
+    }
+
+    /// A histogram's samples.
+    fn samples(&self, name: &'static str) -> Vec<f64> {
+        values()
+            .0
+            .get_histogram(&self.key(name))
+            .map(|h| h.data())
+            .unwrap_or_default()
+    }
+}
+
+const BACKOFF: &[Duration] = &[Duration::from_millis(50)];
+
+/// Ten good jobs; two that fail on their first delivery; one whose handler panics on its
+/// first delivery; one that always fails (three deliveries, then dead-lettered); one payload
+/// that cannot be decoded (dead-lettered at once, never retried); one good job that works
+/// for 200 ms. Every counter equals what happened, and agrees with `Health`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_count_handled_failed_retried_dead_lettered_and_redelivered() {
+    values();
+    let fx = Fixture::start().await;
+    let stream = fixture::stream(
+        "METRICS_COUNTS",
+        &["metrics.counts.jobs", "metrics.counts.dead"],
+    );
+    let queue = QueueDecl::new("metrics_counts")
+        .max_deliver(3)
+        .backoff(BACKOFF)
+        .dead_letter("metrics.counts.dead");
+    let consumer = fixture::queue(
+        "tests::metrics_counts",
+        &stream,
+        "metrics.counts.jobs",
+        queue,
+    )
+    .concurrency(4);
+    let handler = |incoming: Incoming| -> HandlerFuture {
+        Box::pin(async move {
+            let id = fixture::job_id(&incoming)?;
+            let first = incoming.context().delivered() == 1;
+            match id {
+                100 | 101 if first => Err(HandlerError::new("fails on its first delivery")),
+                300 if first => panic!("panics on its first delivery"),
+                200 => Err(HandlerError::new("always fails")),
+                // Simulated work: the histogram measures the handler's time.
+                7 => {
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                    Ok(())
+                }
+                _ => Ok(()),
+            }
+        })
+    };
+    let running = fx
+        .run(Topology::new().stream(stream).consumer(consumer, handler))
+        .await;
+    let series = Series {
+        stream: "METRICS_COUNTS",
+        consumer: "metrics_counts",
+    };
+
+    let js = fx.jetstream().await;
+    fixture::publish_jobs(
+        &js,
+        "metrics.counts.jobs",
+        (0..10).chain([100, 101, 300, 200]),
+    )
+    .await;
+    js.publish("metrics.counts.jobs", "not a job".into())
+        .await
+        .unwrap()
+        .await
+        .expect("the stream takes the undecodable payload");
+
+    eventually(Duration::from_secs(30), "every message settled", || {
+        let status = running.health.consumers()[0].clone();
+        async move { (status.handled == 13 && status.dead_lettered == 2).then_some(()) }
+    })
+    .await;
+    // After the drain no handler runs: the values are final.
+    let health = running.health.clone();
+    running.stop().await.expect("clean drain");
+
+    // 10 + 2 + 1 handled; 2 + 1 + 3 + 1 failures; 2 + 1 + 2 naks; 200 and the undecodable
+    // payload dead-lettered; redeliveries: 2 + 1 + 2.
+    assert_eq!(series.counter(names::HANDLED), 13);
+    assert_eq!(series.counter(names::FAILED), 7);
+    assert_eq!(series.counter(names::RETRIED), 5);
+    assert_eq!(series.counter(names::DEAD_LETTERED), 2);
+    assert_eq!(series.counter(names::REDELIVERED), 5);
+    let samples = series.samples(names::HANDLER_DURATION);
+    assert_eq!(
+        samples.len(),
+        10 + 4 + 2 + 3 + 1,
+        "one sample per handler run"
+    );
+    let longest = samples.iter().copied().fold(0.0, f64::max);
+    assert!(
+        (0.2..5.0).contains(&longest),
+        "the 200 ms handler is measured in seconds: {samples:?}"
+    );
+    assert_eq!(series.gauge(names::IN_FLIGHT), Some(0.0));
+
+    let status = health.consumers()[0].clone();
+    assert_eq!(
+        (
+            status.handled,
+            status.failed,
+            status.retried,
+            status.dead_lettered
+        ),
+        (13, 7, 5, 2),
+        "Health counts what the metrics count: {status}"
+    );
+
+    let dead = js.get_stream("METRICS_COUNTS").await.unwrap();
+    let info = fixture::consumer_info(&js, "METRICS_COUNTS", "metrics_counts")
+        .await
+        .expect("the consumer stays");
+    assert_eq!(
+        info.num_ack_pending, 0,
+        "every message settled on the server"
+    );
+    assert_eq!(
+        dead.get_info().await.unwrap().state.messages,
+        15 + 2,
+        "15 messages and their 2 dead letters"
+    );
+}
+
+/// Handlers held at a gate: the in-flight gauge shows the two running, the lag gauges reach
+/// the pending and ack-pending numbers the server reports (read at the heartbeat), and all
+/// three return to zero once the gate opens.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_gauges_follow_in_flight_handlers_and_the_servers_lag() {
+    values();
+    let fx = Fixture::start().await;
+    let stream = fixture::stream("METRICS_LAG", &["metrics.lag.jobs"]);
+    let consumer = fixture::queue(
+        "tests::metrics_lag",
+        &stream,
+        "metrics.lag.jobs",
+        QueueDecl::new("metrics_lag").ack_wait(Duration::from_secs(30)),
+    )
+    .concurrency(2);
+    let gate = Arc::new(tokio::sync::Semaphore::new(0));
+    let held = gate.clone();
+    let handler = move |_: Incoming| -> HandlerFuture {
+        let held = held.clone();
+        Box::pin(async move {
+            held.acquire().await.expect("the gate stays open").forget();
+            Ok(())
+        })
+    };
+    let running = fx
+        .run(Topology::new().stream(stream).consumer(consumer, handler))
+        .await;
+    let series = Series {
+        stream: "METRICS_LAG",
+        consumer: "metrics_lag",
+    };
+
+    let js = fx.jetstream().await;
+    fixture::publish_jobs(&js, "metrics.lag.jobs", 0..6).await;
+
+    eventually(Duration::from_secs(10), "two handlers in flight", || {
+        let in_flight = series.gauge(names::IN_FLIGHT);
+        async move { (in_flight == Some(2.0)).then_some(()) }
+    })
+    .await;
+    let (pending, ack_pending) = eventually(
+        Duration::from_secs(10),
+        "the lag gauges at the server's numbers",
+        || async {
+            let info = fixture::consumer_info(&js, "METRICS_LAG", "metrics_lag").await?;
+            let server = (info.num_pending as f64, info.num_ack_pending as f64);
+            let gauges = (
+                series.gauge(names::PENDING)?,
+                series.gauge(names::ACK_PENDING)?,
+            );
+            (gauges == server && server == (4.0, 2.0)).then_some(gauges)
+        },
+    )
+    .await;
+    assert_eq!(pending + ack_pending, 6.0, "every job is pending or held");
+    assert_eq!(
+        series.gauge(names::IN_FLIGHT),
+        Some(2.0),
+        "the gate still holds two"
+    );
+
+    gate.add_permits(6);
+    eventually(Duration::from_secs(10), "every gauge back at zero", || {
+        let now = (
+            series.gauge(names::IN_FLIGHT),
+            series.gauge(names::PENDING),
+            series.gauge(names::ACK_PENDING),
+        );
+        async move { (now == (Some(0.0), Some(0.0), Some(0.0))).then_some(()) }
+    })
+    .await;
+    assert_eq!(series.counter(names::HANDLED), 6);
+    assert_eq!(series.samples(names::HANDLER_DURATION).len(), 6);
+    running.stop().await.expect("clean drain");
+}
+
+/// A broadcast relay's server-side name is new in every process: its series are labelled by
+/// the handler's path instead, so a restart continues the same series.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_label_a_broadcast_by_its_handler_not_its_relay_name() {
+    values();
+    let fx = Fixture::start().await;
+    let stream = fixture::stream("METRICS_RELAY", &["metrics.relay.status"]);
+    let relay = fixture::relay("tests::metrics_relay", &stream, "metrics.relay.status");
+    let handler = |_: Incoming| -> HandlerFuture { Box::pin(async { Ok(()) }) };
+    let running = fx
+        .run(Topology::new().stream(stream).consumer(relay, handler))
+        .await;
+    let js = fx.jetstream().await;
+    fixture::publish_jobs(&js, "metrics.relay.status", 0..3).await;
+    eventually(Duration::from_secs(10), "three broadcasts handled", || {
+        let handled = running.health.consumers()[0].handled;
+        async move { (handled == 3).then_some(()) }
+    })
+    .await;
+    running.stop().await.expect("clean drain");
+
+    let series = Series {
+        stream: "METRICS_RELAY",
+        consumer: "tests::metrics_relay",
+    };
+    assert_eq!(series.counter(names::HANDLED), 3);
+    assert_eq!(series.samples(names::HANDLER_DURATION).len(), 3);
+    assert_eq!(
+        series.gauge(names::PENDING),
+        None,
+        "a relay has no lag gauges"
+    );
+}

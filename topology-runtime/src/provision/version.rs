@@ -1,0 +1,182 @@
+//! Version stamps: owned streams and queue consumers carry the declaring service's version in
+//! their `metadata` (server 2.10+), under a key of this library's own. An instance never
+//! applies an editable update declared by an older version than the one stamped on the
+//! server, so old and new versions running side by side in a rolling deploy do not revert
+//! each other's settings.
+//!
+//! "Older" is semver precedence (major, minor, patch, then pre-release; build metadata is
+//! ignored) when both stamps parse as semver. Otherwise the two are not ordered: the
+//! declaration is applied (the declaration is the source of truth, as without stamps) and
+//! the stamp replaced.
+
+use std::cmp::Ordering;
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::{Arc, Mutex};
+
+/// The metadata key naming the version that declared a stream or consumer. The server
+/// reserves keys starting `_nats` (`_nats.ver`, `_nats.level`, `_nats.req.level`, ...); users
+/// own the rest: this library reads and writes only its `nats-topology.` keys.
+pub const VERSION_KEY: &str = "nats-topology.version";
+
+/// The metadata key on a consumer created by a migration, naming the consumer it migrated
+/// from. An instance that lost the old consumer reads it and does not re-create that one.
+pub const MIGRATED_FROM_KEY: &str = "nats-topology.migrated-from";
+
+/// How a declaration's version compares with the version stamped on the server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Precedence {
+    /// The declaration is older: its editable changes are not applied.
+    Older,
+    /// The same version.
+    Same,
+    /// The declaration is newer: it is applied and stamped.
+    Newer,
+    /// Not both semver (a declaration hash, say): not ordered; applied, as without stamps.
+    Unordered,
+    /// Nothing stamped on the server (created by a version before stamps, or by hand).
+    Unstamped,
+}
+
+/// Compares `declared` with the stamp `server` holds (if any).
+pub fn precedence(declared: &str, server: Option<&str>) -> Precedence {
+    let Some(server) = server else {
+        return Precedence::Unstamped;
+    };
+    if declared == server {
+        return Precedence::Same;
+    }
+    match (
+        semver::Version::parse(declared),
+        semver::Version::parse(server),
+    ) {
+        (Ok(declared), Ok(server)) => match declared.cmp_precedence(&server) {
+            Ordering::Less => Precedence::Older,
+            Ordering::Equal => Precedence::Same,
+            Ordering::Greater => Precedence::Newer,
+        },
+        _ => Precedence::Unordered,
+    }
+}
+
+/// The version a declaration is stamped with: the runtime's (set on its builder), else the
+/// declaration's own (the macros set the declaring crate's `CARGO_PKG_VERSION`), else a hash
+/// of the declaration (`decl-` and 16 hex digits: stable across builds, never ordered).
+pub(crate) fn stamp(
+    runtime: Option<&str>,
+    declared: Option<&str>,
+    decl: &dyn fmt::Debug,
+) -> String {
+    if let Some(v) = runtime.or(declared) {
+        return v.to_owned();
+    }
+    // FNV-1a over the declaration's Debug form: the same declaration, the same stamp.
+    let text = format!("{decl:?}");
+    let hash = text.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    });
+    format!("decl-{hash:016x}")
+}
+
+/// Sets this library's stamp in `metadata`, leaving every other key as it is.
+pub(crate) fn set_stamp(metadata: &mut HashMap<String, String>, version: &str) {
+    metadata.insert(VERSION_KEY.to_owned(), version.to_owned());
+}
+
+/// A stream or consumer whose declaration here is older than the version stamped on the
+/// server: its editable differences were not applied.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OlderDeclaration {
+    /// The stream.
+    pub stream: String,
+    /// The consumer, or `None` for the stream itself.
+    pub consumer: Option<String>,
+    /// This instance's version.
+    pub declared: String,
+    /// The version stamped on the server.
+    pub server: String,
+}
+
+impl fmt::Display for OlderDeclaration {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "stream `{}`", self.stream)?;
+        if let Some(c) = &self.consumer {
+            write!(f, ", consumer `{c}`")?;
+        }
+        write!(
+            f,
+            ": declared by an older version ({} here, {} on the server); its settings were \
+             left as the newer version set them",
+            self.declared, self.server
+        )
+    }
+}
+
+/// The older declarations one runtime met, shared with its health.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct OlderDeclarations(Arc<Mutex<Vec<OlderDeclaration>>>);
+
+impl OlderDeclarations {
+    pub(crate) fn record(&self, found: OlderDeclaration) {
+        let mut all = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        all.retain(|o| !(o.stream == found.stream && o.consumer == found.consumer));
+        all.push(found);
+    }
+
+    /// Forgets `stream`/`consumer` (provisioned as declared since).
+    pub(crate) fn clear(&self, stream: &str, consumer: Option<&str>) {
+        let mut all = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        all.retain(|o| !(o.stream == stream && o.consumer.as_deref() == consumer));
+    }
+
+    pub(crate) fn all(&self) -> Vec<OlderDeclaration> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn older_is_semver_precedence() {
+        assert_eq!(precedence("1.2.3", Some("1.10.0")), Precedence::Older);
+        assert_eq!(precedence("1.10.0", Some("1.2.3")), Precedence::Newer);
+        assert_eq!(precedence("2.0.0-rc.1", Some("2.0.0")), Precedence::Older);
+        assert_eq!(precedence("2.0.0", Some("2.0.0-rc.1")), Precedence::Newer);
+        // Build metadata does not order.
+        assert_eq!(precedence("1.0.0+a", Some("1.0.0+b")), Precedence::Same);
+        assert_eq!(precedence("1.0.0", Some("1.0.0")), Precedence::Same);
+        assert_eq!(precedence("1.0.0", None), Precedence::Unstamped);
+        assert_eq!(
+            precedence("decl-0123456789abcdef", Some("1.0.0")),
+            Precedence::Unordered
+        );
+        assert_eq!(precedence("1.0", Some("1.0.1")), Precedence::Unordered);
+    }
+
+    #[test]
+    fn the_stamp_is_the_runtimes_then_the_declarations_then_a_stable_hash() {
+        assert_eq!(stamp(Some("3.0.0"), Some("1.0.0"), &"d"), "3.0.0");
+        assert_eq!(stamp(None, Some("1.0.0"), &"d"), "1.0.0");
+        let hashed = stamp(None, None, &"declaration");
+        assert!(
+            hashed.starts_with("decl-") && hashed.len() == 21,
+            "{hashed}"
+        );
+        assert_eq!(hashed, stamp(None, None, &"declaration"));
+        assert_ne!(hashed, stamp(None, None, &"another declaration"));
+    }
+
+    #[test]
+    fn stamping_keeps_other_keys() {
+        let mut metadata = HashMap::from([
+            ("_nats.ver".to_owned(), "2.15.1".to_owned()),
+            ("team".to_owned(), "billing".to_owned()),
+        ]);
+        set_stamp(&mut metadata, "1.2.0");
+        assert_eq!(metadata.len(), 3);
+        assert_eq!(metadata[VERSION_KEY], "1.2.0");
+        assert_eq!(metadata["team"], "billing");
+    }
+}

@@ -1,0 +1,194 @@
+//! Metrics through the `metrics` facade: no exporter is chosen here; the application installs
+//! the recorder it wants (Prometheus, StatsD, OpenTelemetry...) before it runs the runtime.
+//!
+//! Handles are registered once per consumer session, so a message costs a few atomic
+//! updates on the recorder's handles (nothing at all without a recorder), never a key lookup.
+
+use std::time::Instant;
+
+use metrics::{Counter, Gauge, Histogram, Unit};
+use topology_core::model::{ConsumerDecl, ConsumerKind};
+
+/// The metric names, as the recorder sees them (Prometheus conventions: `snake_case`, a
+/// `nats_topology_` prefix, the unit as a suffix, `_total` on counters). Every metric has
+/// the labels `stream` and `consumer`; see `docs/METRICS.md`.
+pub mod names {
+    /// Counter: messages whose handler returned `Ok` and that were acknowledged.
+    pub const HANDLED: &str = "nats_topology_messages_handled_total";
+    /// Counter: handler failures (an error, a panic, or a payload that could not be decoded).
+    pub const FAILED: &str = "nats_topology_messages_failed_total";
+    /// Counter: failed messages negatively acknowledged for redelivery after a delay.
+    pub const RETRIED: &str = "nats_topology_messages_retried_total";
+    /// Counter: messages terminated after their last allowed delivery or a permanent error
+    /// (published to the dead-letter subject first when one is declared).
+    pub const DEAD_LETTERED: &str = "nats_topology_messages_dead_lettered_total";
+    /// Counter: deliveries after the first one (the server's delivery count above 1).
+    pub const REDELIVERED: &str = "nats_topology_messages_redelivered_total";
+    /// Histogram: how long a handler ran (decoding included), in seconds.
+    pub const HANDLER_DURATION: &str = "nats_topology_handler_duration_seconds";
+    /// Gauge: handlers running now in this instance.
+    pub const IN_FLIGHT: &str = "nats_topology_handlers_in_flight";
+    /// Gauge: messages of the consumer's stream not yet delivered, as the server reports it.
+    pub const PENDING: &str = "nats_topology_consumer_pending_messages";
+    /// Gauge: messages delivered and not yet acknowledged, as the server reports it.
+    pub const ACK_PENDING: &str = "nats_topology_consumer_ack_pending_messages";
+}
+
+/// Describes every metric (help text and unit) to the installed recorder.
+///
+/// The runtime calls it when a consumer starts; call it yourself to have the descriptions
+/// before the first consumer runs (an exporter prints them as `# HELP` lines).
+///
+/// ```
+/// nats_topology::telemetry::describe(); // a no-op without a recorder
+/// ```
+pub fn describe() {
+    use names::*;
+    metrics::describe_counter!(HANDLED, Unit::Count, "Messages handled and acknowledged.");
+    metrics::describe_counter!(
+        FAILED,
+        Unit::Count,
+        "Handler failures: errors, panics and undecodable payloads."
+    );
+    metrics::describe_counter!(
+        RETRIED,
+        Unit::Count,
+        "Failed messages negatively acknowledged for redelivery."
+    );
+    metrics::describe_counter!(
+        DEAD_LETTERED,
+        Unit::Count,
+        "Messages terminated (dead-lettered when a dead-letter subject is declared)."
+    );
+    metrics::describe_counter!(
+        REDELIVERED,
+        Unit::Count,
+        "Deliveries after the first, from the server's delivery count."
+    );
+    metrics::describe_histogram!(
+        HANDLER_DURATION,
+        Unit::Seconds,
+        "How long handlers ran, decoding included."
+    );
+    metrics::describe_gauge!(IN_FLIGHT, Unit::Count, "Handlers running now.");
+    metrics::describe_gauge!(
+        PENDING,
+        Unit::Count,
+        "Messages not yet delivered to the consumer, read from the server."
+    );
+    metrics::describe_gauge!(
+        ACK_PENDING,
+        Unit::Count,
+        "Messages delivered and not yet acknowledged, read from the server."
+    );
+}
+
+/// The `consumer` label of a declaration: the durable name of a queue consumer; the handler
+/// of a broadcast (its relay's server name is new in every process: as a label it would
+/// start a new series at every restart).
+pub(crate) fn consumer_label(decl: &ConsumerDecl) -> &'static str {
+    match &decl.kind {
+        ConsumerKind::Queue(queue) => queue.group,
+        ConsumerKind::Broadcast(_) => decl.handler,
+    }
+}
+
+fn labels(stream: &str, consumer: &str) -> [(&'static str, String); 2] {
+    [
+        ("stream", stream.to_owned()),
+        ("consumer", consumer.to_owned()),
+    ]
+}
+
+/// One consumer's message metrics, registered with the recorder installed when it was made.
+pub(crate) struct ConsumerMetrics {
+    handled: Counter,
+    failed: Counter,
+    retried: Counter,
+    dead_lettered: Counter,
+    redelivered: Counter,
+    duration: Histogram,
+    in_flight: Gauge,
+}
+
+impl ConsumerMetrics {
+    pub(crate) fn new(stream: &str, consumer: &str) -> Self {
+        describe();
+        let labels = labels(stream, consumer);
+        ConsumerMetrics {
+            handled: metrics::counter!(names::HANDLED, &labels),
+            failed: metrics::counter!(names::FAILED, &labels),
+            retried: metrics::counter!(names::RETRIED, &labels),
+            dead_lettered: metrics::counter!(names::DEAD_LETTERED, &labels),
+            redelivered: metrics::counter!(names::REDELIVERED, &labels),
+            duration: metrics::histogram!(names::HANDLER_DURATION, &labels),
+            in_flight: metrics::gauge!(names::IN_FLIGHT, &labels),
+        }
+    }
+
+    /// A handler starts on its `delivered`-th delivery: counts a redelivery, and the handler
+    /// as in flight until the returned guard is dropped, which records its duration.
+    pub(crate) fn start(&self, delivered: u64) -> Running<'_> {
+        if delivered > 1 {
+            self.redelivered.increment(1);
+        }
+        self.in_flight.increment(1.0);
+        Running {
+            metrics: self,
+            started: Instant::now(),
+        }
+    }
+
+    pub(crate) fn handled(&self) {
+        self.handled.increment(1);
+    }
+
+    pub(crate) fn failed(&self) {
+        self.failed.increment(1);
+    }
+
+    pub(crate) fn retried(&self) {
+        self.retried.increment(1);
+    }
+
+    pub(crate) fn dead_lettered(&self) {
+        self.dead_lettered.increment(1);
+    }
+}
+
+/// A running handler (see [`ConsumerMetrics::start`]). Dropped when the handler returned, or
+/// when it was stopped at the end of a drain's grace period.
+pub(crate) struct Running<'a> {
+    metrics: &'a ConsumerMetrics,
+    started: Instant,
+}
+
+impl Drop for Running<'_> {
+    fn drop(&mut self) {
+        self.metrics.duration.record(self.started.elapsed());
+        self.metrics.in_flight.decrement(1.0);
+    }
+}
+
+/// A queue consumer's lag, as the server reports it in the consumer's info.
+pub(crate) struct LagGauges {
+    pending: Gauge,
+    ack_pending: Gauge,
+}
+
+impl LagGauges {
+    pub(crate) fn new(stream: &str, consumer: &str) -> Self {
+        let labels = labels(stream, consumer);
+        LagGauges {
+            pending: metrics::gauge!(names::PENDING, &labels),
+            ack_pending: metrics::gauge!(names::ACK_PENDING, &labels),
+        }
+    }
+
+    /// Sets both gauges from a consumer info read from the server.
+    pub(crate) fn set(&self, info: &async_nats::jetstream::consumer::Info) {
+        // Counts far below 2^53: exact as f64.
+        self.pending.set(info.num_pending as f64);
+        self.ack_pending.set(info.num_ack_pending as f64);
+    }
+}
