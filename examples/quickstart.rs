@@ -1,11 +1,19 @@
 //! Quickstart: declare a stream and a queue consumer, publish a few events, watch them handled.
 //!
 //! ```text
-//! cargo run --example quickstart                     # starts an embedded nats-server
-//! NATS_URL=nats://127.0.0.1:4222 cargo run --example quickstart
-//! cargo run --example quickstart -- --plan      # first print what provisioning will do
-//! cargo run --example quickstart -- --inspect   # at the end, print the consumers as the
-//!                                               # server has them (pending, ack floor, ...)
+//! cargo run --example quickstart --features cli     # starts an embedded nats-server
+//! NATS_URL=nats://127.0.0.1:4222 cargo run --example quickstart --features cli
+//! ```
+//!
+//! Its first line of `main` gives it the operator subcommands of `nats_topology::cli`, which
+//! work against `NATS_URL` (or `--server`) and exit:
+//!
+//! ```text
+//! cargo run --example quickstart --features cli -- plan       # what provisioning would do
+//! cargo run --example quickstart --features cli -- provision  # provision, exit 0 or 1
+//! cargo run --example quickstart --features cli -- inspect    # the consumers on the server
+//! cargo run --example quickstart --features cli -- health     # streams and consumers, exit 0/1
+//! cargo run --example quickstart --features cli -- export out/   # AsyncAPI + NATS JSON files
 //! ```
 
 use std::time::Duration;
@@ -20,6 +28,7 @@ use tokio::sync::mpsc;
 struct Signups;
 
 #[derive(Debug, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 struct SignedUp {
     id: u32,
     email: String,
@@ -45,6 +54,9 @@ const EVENTS: u32 = 5;
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    // `quickstart plan|inspect|export|provision|health`: runs the subcommand and exits.
+    nats_topology::cli::run_or_continue().await;
+
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
@@ -66,22 +78,13 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     let (done_tx, mut done) = mpsc::unbounded_channel::<u32>();
     let runtime = Runtime::builder(client.clone()).state(done_tx).build()?;
-    let (mut plan, mut inspect) = (false, false);
-    for flag in std::env::args().skip(1) {
-        match flag.as_str() {
-            "--plan" => plan = true,
-            "--inspect" => inspect = true,
-            other => {
-                return Err(
-                    format!("unknown flag `{other}`; expected `--plan` or `--inspect`").into(),
-                );
-            }
-        }
+    if let Some(flag) = std::env::args().nth(1) {
+        return Err(format!(
+            "unknown argument `{flag}`; expected one of the subcommands {:?}, or none",
+            nats_topology::cli::SUBCOMMANDS
+        )
+        .into());
     }
-    if plan {
-        print!("{}", runtime.plan().await?);
-    }
-    let topology = runtime.topology().clone();
     let health = runtime.health();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let running = tokio::spawn(runtime.run_until(async move {
@@ -115,8 +118,5 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let _ = stop.send(());
     running.await??;
     println!("all {EVENTS} events handled; drained cleanly");
-    if inspect {
-        print!("{}", nats_topology::inspect(&client, &topology).await?);
-    }
     Ok(())
 }

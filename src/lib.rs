@@ -76,6 +76,13 @@
 //! - [`telemetry`]: metrics through the `metrics` facade (install any recorder; the names
 //!   and labels are in `docs/METRICS.md`), and with the `otel` feature W3C trace context
 //!   carried from [`Context::publish`] into the handlers the message reaches.
+//! - [`export`] writes the topology, from the declarations alone, as the JetStream API's
+//!   stream and consumer JSON (exactly what provisioning sends) and as an AsyncAPI 3.0
+//!   document; with the `schemars` feature, payload schemas come from `schemars::JsonSchema`.
+//! - Feature `cli`: `cli::run_or_continue().await` at the top of `main` gives every binary
+//!   `plan`, `inspect`, `export`, `provision` and `health` subcommands.
+//! - Feature `http`: `/livez`, `/readyz` (JSON: every consumer's state) and `/metrics`
+//!   endpoints, served on an address or mounted on an axum router (`http`).
 //! - For your own tests, the `nats-topology-testkit` crate (a dev-dependency) starts real
 //!   `nats-server` processes: a JetStream server or a three-node cluster.
 
@@ -84,8 +91,13 @@ pub use topology_runtime::{
     ConsumerState, ConsumerStatus, Context, HandlerError, Health, Incoming, Inspection, NotReady,
     OlderDeclaration, Plan, Problem, ProvisionError, ProvisionErrorKind, ProvisionReport, Publish,
     Relay, RelayError, RetryPolicy, RunError, Runtime, RuntimeBuilder, State, StreamStatus,
-    Topology, ValidationError, inspect, model, plan, report, retry,
+    Topology, ValidationError, export, inspect, model, plan, report, retry,
 };
+
+#[cfg(feature = "cli")]
+pub mod cli;
+#[cfg(feature = "http")]
+pub mod http;
 
 pub use topology_macros::{broadcast, queue_consumer, stream};
 
@@ -107,6 +119,9 @@ pub mod __private {
     pub use topology_core::model::{
         AckMode, BroadcastDecl, ConsumerDecl, ConsumerKind, DeliverPolicy, Delivery, Discard,
         QueueDecl, Retention, Storage, StreamDecl, StreamDef, StreamRef,
+    };
+    pub use topology_runtime::export::{
+        PayloadSchema, PayloadSchemaRegistration, SchemaFallback, SchemaProbe, SchemaSpecialized,
     };
     pub use topology_runtime::handler::glue::{
         HandlerContext, RawPayload, assert_send, context, decode_json, decode_raw, into_result,

@@ -7,6 +7,7 @@
 //! `provision/` are folders, one concern per file (their `mod.rs` lists them).
 
 pub mod connect;
+pub mod export;
 pub mod handler;
 pub mod health;
 pub mod provision;

@@ -174,6 +174,7 @@ fn consumer(
         }
     };
 
+    let schema = payload_schema(handler, fn_name);
     Some(quote! {
         #item
         #handle_type
@@ -198,6 +199,7 @@ fn consumer(
                     states: #states,
                 }
             }
+            #schema
             #checks
         };
     })
@@ -237,6 +239,27 @@ fn relay_handle(handler: &Handler) -> (TokenStream, TokenStream) {
         }
     };
     (handle_type, handle_impl)
+}
+
+/// Registers the payload type's JSON Schema (when it has one) for the AsyncAPI export.
+fn payload_schema(handler: &Handler, fn_name: &str) -> TokenStream {
+    if handler.raw {
+        return TokenStream::new();
+    }
+    let ty = &handler.payload;
+    quote! {
+        fn __nats_topology_schema() -> ::core::option::Option<__nats_topology::PayloadSchema> {
+            #[allow(unused_imports)]
+            use __nats_topology::{SchemaFallback as _, SchemaSpecialized as _};
+            (&&__nats_topology::SchemaProbe::<#ty>::new()).payload_schema()
+        }
+        __nats_topology::inventory::submit! {
+            __nats_topology::PayloadSchemaRegistration {
+                handler: ::core::concat!(::core::module_path!(), "::", #fn_name),
+                schema: __nats_topology_schema,
+            }
+        }
+    }
 }
 
 /// `const _: () = assert!(condition, "message");`, reported at `span` when it fails.

@@ -32,6 +32,7 @@ use serde::de::DeserializeOwned;
 
 use crate::retry::{Failed, RetryPolicy};
 
+pub(crate) use config::{consumer_config, stream_config};
 pub(crate) use drift::{Drift, consumer_drift, stream_drift};
 pub(crate) use ensure::{Ensured, Ensurer};
 pub(crate) use error::{ApiError, Failure, rejected};

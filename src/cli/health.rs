@@ -1,0 +1,173 @@
+//! `health`: each declared stream and queue consumer as the server has it, provisioning
+//! nothing.
+
+use std::fmt;
+
+use async_nats::jetstream::{self, ErrorCode, response::Response};
+use topology_core::model::ConsumerKind;
+use topology_core::subject::covered_by;
+
+use crate::Runtime;
+use crate::report::ServerConsumer;
+
+/// What `health` found.
+pub(super) struct Report {
+    streams: Vec<StreamLine>,
+    consumers: Vec<ConsumerLine>,
+    relays: Vec<(String, String)>,
+}
+
+struct StreamLine {
+    name: String,
+    external: bool,
+    /// `Err` with what is wrong.
+    state: Result<String, String>,
+}
+
+struct ConsumerLine {
+    stream: String,
+    consumer: String,
+    handler: String,
+    server: Option<ServerConsumer>,
+}
+
+impl Report {
+    /// Every stream exists (an external one covering what is consumed from it) and every
+    /// queue consumer exists and is consumed by someone.
+    pub(super) fn healthy(&self) -> bool {
+        self.streams.iter().all(|s| s.state.is_ok())
+            && self
+                .consumers
+                .iter()
+                .all(|c| c.server.as_ref().is_some_and(|s| s.active))
+    }
+}
+
+pub(super) async fn read(client: &async_nats::Client, runtime: &Runtime) -> Result<Report, String> {
+    let topology = runtime.topology();
+    let js = jetstream::new(client.clone());
+    let mut streams = Vec::new();
+    for decl in topology.streams() {
+        let consumed: Vec<&str> = topology
+            .consumers()
+            .iter()
+            .filter(|c| c.decl.stream.name() == decl.name)
+            .flat_map(|c| c.decl.subjects.iter().copied())
+            .collect();
+        let answer: Result<Response<jetstream::stream::Info>, _> =
+            js.request(format!("STREAM.INFO.{}", decl.name), &()).await;
+        let state = match answer {
+            Ok(Response::Ok(info)) => {
+                let uncovered: Vec<&str> = consumed
+                    .iter()
+                    .copied()
+                    .filter(|s| !covered_by(s, &subjects(&info.config.subjects)))
+                    .collect();
+                if uncovered.is_empty() {
+                    Ok(format!(
+                        "exists; {} message(s), {} consumer(s)",
+                        info.state.messages, info.state.consumer_count
+                    ))
+                } else {
+                    Err(format!(
+                        "exists, but its subjects {:?} do not cover {uncovered:?}, consumed from it",
+                        info.config.subjects
+                    ))
+                }
+            }
+            Ok(Response::Err { error }) if error.error_code() == ErrorCode::STREAM_NOT_FOUND => {
+                Err("DOES NOT EXIST".to_owned())
+            }
+            Ok(Response::Err { error }) => {
+                return Err(format!("reading stream `{}`: {error}", decl.name));
+            }
+            Err(e) => {
+                return Err(format!(
+                    "reading stream `{}`: {e} (is the server at the given address, with JetStream enabled?)",
+                    decl.name
+                ));
+            }
+        };
+        streams.push(StreamLine {
+            name: decl.name.to_owned(),
+            external: decl.external,
+            state,
+        });
+    }
+    let inspection = runtime.inspect().await.map_err(|e| e.to_string())?;
+    let consumers = inspection
+        .consumers
+        .into_iter()
+        .map(|c| ConsumerLine {
+            stream: c.stream,
+            consumer: c.consumer,
+            handler: c.handler,
+            server: c.server,
+        })
+        .collect();
+    let relays = topology
+        .consumers()
+        .iter()
+        .filter(|c| matches!(c.decl.kind, ConsumerKind::Broadcast(_)))
+        .map(|c| (c.decl.stream.name().to_owned(), c.decl.handler.to_owned()))
+        .collect();
+    Ok(Report {
+        streams,
+        consumers,
+        relays,
+    })
+}
+
+fn subjects(subjects: &[String]) -> Vec<&str> {
+    subjects.iter().map(String::as_str).collect()
+}
+
+impl fmt::Display for Report {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for s in &self.streams {
+            let kind = if s.external { " (external)" } else { "" };
+            match &s.state {
+                Ok(state) => writeln!(f, "stream `{}`{kind}: {state}", s.name)?,
+                Err(problem) => writeln!(f, "stream `{}`{kind}: {problem}", s.name)?,
+            }
+        }
+        for c in &self.consumers {
+            write!(
+                f,
+                "consumer `{}` on `{}` ({}): ",
+                c.consumer, c.stream, c.handler
+            )?;
+            match &c.server {
+                None => writeln!(f, "DOES NOT EXIST")?,
+                Some(s) => writeln!(
+                    f,
+                    "{}, {}; pending {}, ack pending {}, ack floor {}",
+                    s.shape,
+                    if s.active {
+                        "consumed"
+                    } else {
+                        "BOUND BY NOBODY (no instance consumes it)"
+                    },
+                    s.pending,
+                    s.ack_pending,
+                    s.ack_floor
+                )?,
+            }
+        }
+        for (stream, handler) in &self.relays {
+            writeln!(
+                f,
+                "relay of `{handler}` on `{stream}`: an ephemeral consumer per running instance (not checked)"
+            )?;
+        }
+        writeln!(
+            f,
+            "{}",
+            if self.healthy() {
+                "healthy"
+            } else {
+                "NOT HEALTHY"
+            }
+        )
+    }
+}

@@ -1,0 +1,306 @@
+//! A command line for operators in every application binary (feature `cli`): one line at the
+//! top of `main` gives it `plan`, `inspect`, `export`, `provision` and `health` subcommands
+//! on the topology the binary declares.
+//!
+//! ```no_run
+//! #[tokio::main]
+//! async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//!     // `my-service plan`, `my-service provision`, ...: run the subcommand and exit.
+//!     // With no subcommand (or arguments of the application's own), it returns.
+//!     nats_topology::cli::run_or_continue().await;
+//!
+//!     let client = nats_topology::connect_from_env().await?;
+//!     nats_topology::Runtime::builder(client).build()?.run_until_signal().await?;
+//!     Ok(())
+//! }
+//! ```
+//!
+//! | subcommand | what it does | exit status |
+//! | --- | --- | --- |
+//! | `plan` | what provisioning would do (create, update which fields, conflicts), changing nothing | 0; 1 on a conflict or an error |
+//! | `inspect` | each queue consumer on the server: exists, consumed by anyone, pending, ack floor | 0; 1 on an error |
+//! | `export [--asyncapi] [--nats-json] DIR` | writes the AsyncAPI document and/or the stream and consumer JSON into `DIR`, without a server (both when neither flag is given) | 0; 1 on an error |
+//! | `provision` | provisions every stream and queue consumer, then exits (an init job) | 0 when done; 1 with the precise provisioning error |
+//! | `health` | provisions nothing; prints each declared stream and queue consumer as the server has it | 0 when every stream exists (external ones covering what is consumed) and every queue consumer exists and is being consumed; 1 otherwise |
+//!
+//! The subcommands that talk to a server take `--server URL[,URL..]` (default: `NATS_URL`,
+//! else `nats://127.0.0.1:4222`) and `--timeout SECONDS` (how long requests are retried
+//! while the server is unreachable or electing leaders; default 60).
+//!
+//! A subcommand is recognised only as the first argument, so the application's own flags
+//! keep working: `my-service --port 8080` falls through to the application.
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+mod health;
+
+use clap::{Parser, Subcommand};
+use topology_runtime::connect::DEFAULT_URL;
+
+use crate::export::{self, ApiInfo};
+use crate::{RetryPolicy, Runtime, Topology};
+
+/// The subcommands [`Cli`] recognises as a first argument.
+pub const SUBCOMMANDS: [&str; 5] = ["plan", "inspect", "export", "provision", "health"];
+
+/// Runs the subcommand given on the command line against the registered topology and exits
+/// the process with its status; returns when the first argument is not a subcommand.
+/// The same as `Cli::new().run_or_continue()`.
+pub async fn run_or_continue() {
+    Cli::new().run_or_continue().await
+}
+
+/// The operator command line of an application: see the [module documentation](self).
+///
+/// ```
+/// # #[tokio::main] async fn main() {
+/// use nats_topology::cli::Cli;
+/// use nats_topology::export::ApiInfo;
+///
+/// let cli = Cli::new().info(ApiInfo::new("my-service", "1.2.0"));
+/// // Not a subcommand: the application's own arguments.
+/// assert!(cli.run(["my-service", "--port", "8080"]).await.is_none());
+/// # }
+/// ```
+#[derive(Debug, Clone)]
+pub struct Cli {
+    topology: Option<Topology>,
+    info: ApiInfo,
+    retry: RetryPolicy,
+}
+
+impl Default for Cli {
+    fn default() -> Self {
+        Cli::new()
+    }
+}
+
+impl Cli {
+    /// On the topology the macros registered; the AsyncAPI title is the executable's name.
+    pub fn new() -> Self {
+        let title = std::env::current_exe()
+            .ok()
+            .and_then(|exe| Some(exe.file_stem()?.to_string_lossy().into_owned()))
+            .unwrap_or_else(|| "application".to_owned());
+        Cli {
+            topology: None,
+            info: ApiInfo::new(title, "0.0.0"),
+            retry: RetryPolicy::default(),
+        }
+    }
+
+    /// On this topology instead of the registered one.
+    pub fn topology(mut self, topology: Topology) -> Self {
+        self.topology = Some(topology);
+        self
+    }
+
+    /// The AsyncAPI document's title and version (`--title`/`--api-version` override them).
+    pub fn info(mut self, info: ApiInfo) -> Self {
+        self.info = info;
+        self
+    }
+
+    /// The retry policy of requests to the server (`--timeout` overrides its deadline).
+    pub fn retry(mut self, policy: RetryPolicy) -> Self {
+        self.retry = policy;
+        self
+    }
+
+    /// Runs the subcommand on the process's command line, then exits with its status;
+    /// returns when there is none.
+    pub async fn run_or_continue(self) {
+        if let Some(code) = self.status(std::env::args_os()).await {
+            use std::io::Write;
+            let _ = std::io::stdout().flush();
+            std::process::exit(code);
+        }
+    }
+
+    /// Runs the subcommand in `args` (the program name first) and returns its status
+    /// (usage errors print clap's message and return 2, `--help` returns 0); `None` when the
+    /// first argument is not a subcommand.
+    pub async fn run<I, T>(self, args: I) -> Option<ExitCode>
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<OsString>,
+    {
+        self.status(args)
+            .await
+            .map(|code| ExitCode::from(code as u8))
+    }
+
+    async fn status<I, T>(self, args: I) -> Option<i32>
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<OsString>,
+    {
+        let args: Vec<OsString> = args.into_iter().map(Into::into).collect();
+        let first = args.get(1)?.to_str()?;
+        if !SUBCOMMANDS.contains(&first) {
+            return None;
+        }
+        let parsed = match Args::try_parse_from(&args) {
+            Ok(parsed) => parsed,
+            Err(e) => {
+                let _ = e.print();
+                return Some(e.exit_code());
+            }
+        };
+        Some(match self.execute(parsed.command).await {
+            Ok(true) => 0,
+            Ok(false) => 1,
+            Err(message) => {
+                eprintln!("error: {message}");
+                1
+            }
+        })
+    }
+
+    /// Whether the subcommand succeeded; `Err` with what to print.
+    async fn execute(self, command: Command) -> Result<bool, String> {
+        let topology = self.topology.unwrap_or_else(Topology::from_registry);
+        let server = match command {
+            Command::Export(args) => {
+                let mut info = self.info;
+                if let Some(title) = &args.title {
+                    info.title = title.clone();
+                }
+                if let Some(version) = &args.api_version {
+                    info.version = version.clone();
+                }
+                return export_to(&topology, &info, &args);
+            }
+            Command::Plan(ref s)
+            | Command::Inspect(ref s)
+            | Command::Provision(ref s)
+            | Command::Health(ref s) => s.clone(),
+        };
+        let client = crate::connect(&server.server)
+            .await
+            .map_err(|e| format!("cannot connect to {:?}: {e}", server.server))?;
+        let retry = RetryPolicy {
+            deadline: Duration::from_secs_f64(server.timeout),
+            ..self.retry
+        };
+        let runtime = Runtime::builder(client.clone())
+            .topology(topology)
+            .retry(retry)
+            .build()
+            .map_err(|e| e.to_string())?;
+        match command {
+            Command::Plan(_) => {
+                let plan = runtime.plan().await.map_err(|e| e.to_string())?;
+                print!("{plan}");
+                if plan.has_conflicts() {
+                    eprintln!("error: provisioning would fail on the conflicts above");
+                }
+                Ok(!plan.has_conflicts())
+            }
+            Command::Inspect(_) => {
+                let inspection = runtime.inspect().await.map_err(|e| e.to_string())?;
+                print!("{inspection}");
+                Ok(true)
+            }
+            Command::Provision(_) => {
+                let report = runtime.provision().await.map_err(|e| e.to_string())?;
+                println!(
+                    "provisioned {} stream(s) and {} queue consumer(s) in {:?} ({} attempt(s))",
+                    export::nats_json(runtime.topology()).streams.len(),
+                    export::nats_json(runtime.topology()).consumers.len(),
+                    report.elapsed,
+                    report.attempts
+                );
+                Ok(true)
+            }
+            Command::Health(_) => {
+                let report = health::read(&client, &runtime).await?;
+                print!("{report}");
+                Ok(report.healthy())
+            }
+            Command::Export(_) => unreachable!("handled above"),
+        }
+    }
+}
+
+fn export_to(topology: &Topology, info: &ApiInfo, args: &ExportArgs) -> Result<bool, String> {
+    let both = !args.asyncapi && !args.nats_json;
+    let mut written = Vec::new();
+    if args.asyncapi || both {
+        let doc = export::asyncapi(topology, info);
+        written.extend(doc.write_to(&args.dir).map_err(|e| e.to_string())?);
+    }
+    if args.nats_json || both {
+        let nats = export::nats_json(topology);
+        written.extend(nats.write_to(&args.dir).map_err(|e| e.to_string())?);
+    }
+    for path in written {
+        println!("wrote {}", path.display());
+    }
+    Ok(true)
+}
+
+#[derive(Debug, Parser)]
+#[command(
+    about = "Operate this application's NATS topology",
+    long_about = "Operate this application's NATS topology: what provisioning would do, what the \
+                  server holds, export it, provision it (an init job) or check it."
+)]
+struct Args {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Print what provisioning would do (create, update which fields, conflicts); change nothing.
+    Plan(ServerArgs),
+    /// Print each queue consumer as the server has it: exists, consumed, pending, ack floor.
+    Inspect(ServerArgs),
+    /// Write the AsyncAPI document and/or the NATS stream and consumer JSON into DIR (no server).
+    Export(ExportArgs),
+    /// Provision every stream and queue consumer, then exit: 0 when done, 1 on an error.
+    Provision(ServerArgs),
+    /// Provision nothing; print each declared stream and queue consumer on the server. Exit
+    /// 0 when all exist and every queue consumer is consumed, 1 otherwise.
+    Health(ServerArgs),
+}
+
+#[derive(Debug, Clone, clap::Args)]
+struct ServerArgs {
+    /// The servers, comma-separated.
+    #[arg(long, env = "NATS_URL", default_value = DEFAULT_URL)]
+    server: String,
+    /// How long, in seconds, requests are retried while the server is unreachable.
+    #[arg(long, default_value_t = 60.0, value_parser = positive_seconds)]
+    timeout: f64,
+}
+
+fn positive_seconds(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(s) if s.is_finite() && s >= 0.0 => Ok(s),
+        _ => Err(format!("{text:?} is not a number of seconds")),
+    }
+}
+
+#[derive(Debug, clap::Args)]
+struct ExportArgs {
+    /// Write the AsyncAPI 3.0 document (asyncapi.json and asyncapi.yaml).
+    #[arg(long)]
+    asyncapi: bool,
+    /// Write one STREAM.stream.json per owned stream and one STREAM.GROUP.consumer.json per
+    /// queue consumer (the JetStream API's shape, as `nats stream add --config` reads).
+    #[arg(long)]
+    nats_json: bool,
+    /// The AsyncAPI document's title (default: the executable's name).
+    #[arg(long)]
+    title: Option<String>,
+    /// The AsyncAPI document's `info.version`.
+    #[arg(long)]
+    api_version: Option<String>,
+    /// The directory to write into (created if missing).
+    dir: PathBuf,
+}

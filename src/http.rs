@@ -1,0 +1,295 @@
+//! Health endpoints over HTTP (feature `http`, axum): `/livez`, `/readyz` and, when a
+//! Prometheus render function is given, `/metrics`.
+//!
+//! - `GET /livez`: 200 while the runtime's supervisors are alive: no consumer is `stopped`
+//!   (a supervisor ends only after a failure no retry fixes, a panic awaiting its restart, or
+//!   the end of a drain). Starting, provisioning, retrying and draining consumers are alive:
+//!   a broker that is down is a readiness problem, and restarting the process would not fix it.
+//!   503 otherwise.
+//! - `GET /readyz`: 200 when [`Health::ready`] (every consumer runs and every stream no
+//!   consumer reads is there), 503 otherwise; both with a JSON body listing every consumer's
+//!   state and counters (see [`readiness`]).
+//! - `GET /metrics`: the text a render function returns (for example
+//!   `metrics_exporter_prometheus::PrometheusHandle::render`), as
+//!   `text/plain; version=0.0.4`.
+//!
+//! ```no_run
+//! # async fn f() -> Result<(), Box<dyn std::error::Error>> {
+//! use nats_topology::Runtime;
+//! use nats_topology::http::{Endpoints, RuntimeHttp};
+//!
+//! let client = nats_topology::connect_from_env().await?;
+//! let runtime = Runtime::builder(client).build()?;
+//!
+//! // Served on an address of their own, beside the runtime...
+//! let served = runtime.serve_health("0.0.0.0:8080".parse()?).await?;
+//! println!("health endpoints on http://{}", served.local_addr());
+//!
+//! // ...or mounted on the application's own router,
+//! let app: axum::Router = runtime.mount_health(
+//!     axum::Router::new().route("/", axum::routing::get(|| async { "hello" })),
+//! );
+//! # drop(app);
+//! // ...or with `/metrics` too (a `metrics_exporter_prometheus::PrometheusHandle`'s render).
+//! # let render = || String::new();
+//! let with_metrics = Endpoints::new(runtime.health()).metrics(render).router::<()>();
+//! # drop(with_metrics);
+//!
+//! runtime.run_until_signal().await?;
+//! # Ok(()) }
+//! ```
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::Router;
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use serde_json::{Value, json};
+
+use crate::{ConsumerState, Health, Runtime};
+
+/// A function that renders the metrics in Prometheus's text format.
+pub type RenderMetrics = Arc<dyn Fn() -> String + Send + Sync>;
+
+/// The health endpoints of one runtime: build them from its [`Health`], then
+/// [`Endpoints::router`] or [`Endpoints::serve`].
+#[derive(Clone)]
+pub struct Endpoints {
+    health: Health,
+    metrics: Option<RenderMetrics>,
+}
+
+impl std::fmt::Debug for Endpoints {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Endpoints")
+            .field("health", &self.health)
+            .field("metrics", &self.metrics.is_some())
+            .finish()
+    }
+}
+
+impl Endpoints {
+    /// `/livez` and `/readyz` on `health`.
+    pub fn new(health: Health) -> Self {
+        Endpoints {
+            health,
+            metrics: None,
+        }
+    }
+
+    /// Adds `/metrics`, answering what `render` returns, e.g.
+    /// `move || prometheus_handle.render()`.
+    pub fn metrics(mut self, render: impl Fn() -> String + Send + Sync + 'static) -> Self {
+        self.metrics = Some(Arc::new(render));
+        self
+    }
+
+    /// The routes, to merge into an application's router (they need no state).
+    pub fn router<S: Clone + Send + Sync + 'static>(&self) -> Router<S> {
+        let (live, ready) = (self.health.clone(), self.health.clone());
+        let mut router = Router::new()
+            .route("/livez", get(move || std::future::ready(livez(&live))))
+            .route("/readyz", get(move || std::future::ready(readyz(&ready))));
+        if let Some(render) = self.metrics.clone() {
+            router = router.route(
+                "/metrics",
+                get(move || {
+                    let body = render();
+                    std::future::ready(
+                        ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], body)
+                            .into_response(),
+                    )
+                }),
+            );
+        }
+        router
+    }
+
+    /// Serves the routes on `addr` (port 0 picks a free port) until the returned
+    /// [`Served`] is dropped or [`Served::shutdown`].
+    pub async fn serve(&self, addr: SocketAddr) -> std::io::Result<Served> {
+        let listener = tokio::net::TcpListener::bind(addr).await?;
+        let local_addr = listener.local_addr()?;
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let router: Router = self.router();
+        let task = tokio::spawn(async move {
+            let served = axum::serve(listener, router)
+                .with_graceful_shutdown(async move {
+                    let _ = stopped.await;
+                })
+                .await;
+            if let Err(e) = served {
+                report_stopped(&e);
+            }
+        });
+        Ok(Served {
+            local_addr,
+            stop: Some(stop),
+            task: Some(task),
+        })
+    }
+}
+
+/// The library logs through `tracing` in the runtime; the facade has no logger, so the one
+/// failure of a server task that nobody awaits goes to standard error.
+fn report_stopped(e: &std::io::Error) {
+    eprintln!("nats-topology health endpoints stopped: {e}");
+}
+
+/// The health endpoints being served: see [`Endpoints::serve`]. Dropping it stops them.
+#[derive(Debug)]
+pub struct Served {
+    local_addr: SocketAddr,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    task: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Served {
+    /// The address they are served on.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    /// Stops serving and waits for open requests to be answered.
+    pub async fn shutdown(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(task) = self.task.take() {
+            let _ = task.await;
+        }
+    }
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+    }
+}
+
+/// The health endpoints of a [`Runtime`], in one call (`use nats_topology::http::RuntimeHttp`).
+/// [`Endpoints`] adds `/metrics`.
+pub trait RuntimeHttp {
+    /// `router` with `/livez` and `/readyz` on this runtime's [`Health`] mounted.
+    fn mount_health<S: Clone + Send + Sync + 'static>(&self, router: Router<S>) -> Router<S>;
+
+    /// Serves `/livez` and `/readyz` on `addr` until the returned [`Served`] is dropped.
+    fn serve_health(
+        &self,
+        addr: SocketAddr,
+    ) -> impl std::future::Future<Output = std::io::Result<Served>> + Send;
+}
+
+impl RuntimeHttp for Runtime {
+    fn mount_health<S: Clone + Send + Sync + 'static>(&self, router: Router<S>) -> Router<S> {
+        router.merge(Endpoints::new(self.health()).router())
+    }
+
+    fn serve_health(
+        &self,
+        addr: SocketAddr,
+    ) -> impl std::future::Future<Output = std::io::Result<Served>> + Send {
+        let endpoints = Endpoints::new(self.health());
+        async move { endpoints.serve(addr).await }
+    }
+}
+
+/// Whether every supervisor is alive: no consumer is stopped.
+pub fn live(health: &Health) -> bool {
+    health
+        .consumers()
+        .iter()
+        .all(|c| !matches!(c.state, ConsumerState::Stopped { .. }))
+}
+
+/// The JSON body of `/readyz` (and `/livez`):
+///
+/// ```json
+/// {"ready": false, "live": true,
+///  "consumers": [{"stream": "ORDERS", "consumer": "billing", "handler": "billing::on_order",
+///                 "kind": "queue", "state": "retrying", "error": "...", "attempt": 3,
+///                 "handled": 10, "failed": 0, "retried": 0, "dead_lettered": 0, "ack_floor": 10}],
+///  "streams": [{"stream": "AUDIT", "ensured": true}]}
+/// ```
+///
+/// `state` is one of `starting`, `provisioning`, `running`, `retrying`, `draining`, `stopped`;
+/// `error` (and `attempt` when retrying) say why a consumer is not running.
+pub fn readiness(health: &Health) -> Value {
+    let consumers: Vec<Value> = health
+        .consumers()
+        .into_iter()
+        .map(|c| {
+            let (state, error, attempt) = match &c.state {
+                ConsumerState::Starting => ("starting", None, None),
+                ConsumerState::Provisioning => ("provisioning", None, None),
+                ConsumerState::Running => ("running", None, None),
+                ConsumerState::Retrying { attempt, error } => {
+                    ("retrying", Some(error.clone()), Some(*attempt))
+                }
+                ConsumerState::Draining => ("draining", None, None),
+                ConsumerState::Stopped { error } => ("stopped", error.clone(), None),
+            };
+            let mut value = json!({
+                "stream": c.stream,
+                "consumer": c.consumer,
+                "handler": c.handler,
+                "kind": if c.queue { "queue" } else { "broadcast" },
+                "state": state,
+                "handled": c.handled,
+                "failed": c.failed,
+                "retried": c.retried,
+                "dead_lettered": c.dead_lettered,
+                "ack_floor": c.ack_floor,
+            });
+            if let Some(error) = error {
+                value["error"] = json!(error);
+            }
+            if let Some(attempt) = attempt {
+                value["attempt"] = json!(attempt);
+            }
+            value
+        })
+        .collect();
+    let streams: Vec<Value> = health
+        .streams()
+        .into_iter()
+        .map(|s| json!({ "stream": s.stream, "ensured": s.ensured }))
+        .collect();
+    json!({
+        "ready": health.ready(),
+        "live": live(health),
+        "consumers": consumers,
+        "streams": streams,
+    })
+}
+
+fn livez(health: &Health) -> Response {
+    let status = if live(health) {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    json_response(status, &readiness(health))
+}
+
+fn readyz(health: &Health) -> Response {
+    let status = if health.ready() {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    json_response(status, &readiness(health))
+}
+
+fn json_response(status: StatusCode, body: &Value) -> Response {
+    (
+        status,
+        [(header::CONTENT_TYPE, "application/json")],
+        body.to_string(),
+    )
+        .into_response()
+}

@@ -1,0 +1,342 @@
+//! The CLI in an application binary (`nats_topology::cli`), run as operators run it: the
+//! quickstart example, built by this test with this test's features, against real servers;
+//! exit statuses and output are asserted.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use async_nats::jetstream::{self, consumer};
+use nats_topology::model::{ConsumerDecl, QueueDecl, StreamDecl, StreamRef};
+use nats_topology::{HandlerError, Runtime, Topology};
+use nats_topology_testkit::{NatsServer, eventually};
+
+/// The quickstart binary, built once per test run with the features this test has.
+fn quickstart() -> &'static PathBuf {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| {
+        let mut features = vec!["cli"];
+        if cfg!(feature = "http") {
+            features.push("http");
+        }
+        if cfg!(feature = "schemars") {
+            features.push("schemars");
+        }
+        // The test runs from target/PROFILE/deps: the example lands in target/PROFILE/examples.
+        let exe = std::env::current_exe().expect("the test knows its executable");
+        let profile_dir = exe.ancestors().nth(2).expect("target/PROFILE");
+        let target_dir = profile_dir.parent().expect("target");
+        let status = Command::new(env!("CARGO"))
+            .args(["build", "--example", "quickstart", "--features"])
+            .arg(features.join(","))
+            .arg("--target-dir")
+            .arg(target_dir)
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .status()
+            .expect("cargo runs");
+        assert!(status.success(), "building the quickstart failed");
+        profile_dir.join("examples/quickstart")
+    })
+}
+
+struct Run {
+    code: Option<i32>,
+    stdout: String,
+    stderr: String,
+}
+
+impl std::fmt::Display for Run {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "exit {:?}\n--- stdout\n{}--- stderr\n{}",
+            self.code, self.stdout, self.stderr
+        )
+    }
+}
+
+/// Runs the quickstart with `args` (no `NATS_URL` unless given in `env`).
+async fn run(args: &[&str], env: &[(&str, &str)]) -> Run {
+    let mut command = tokio::process::Command::new(quickstart());
+    command.args(args).env_remove("NATS_URL").kill_on_drop(true);
+    for (k, v) in env {
+        command.env(k, v);
+    }
+    let Output {
+        status,
+        stdout,
+        stderr,
+    } = tokio::time::timeout(Duration::from_secs(120), command.output())
+        .await
+        .expect("the quickstart finishes within 2 minutes")
+        .expect("the quickstart runs");
+    Run {
+        code: status.code(),
+        stdout: String::from_utf8_lossy(&stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&stderr).into_owned(),
+    }
+}
+
+/// The quickstart's topology, declared by hand: what a running instance of it consumes with.
+static SIGNUPS: StreamDecl = StreamDecl::new("QUICKSTART_SIGNUPS", &["quickstart.signups.>"]);
+
+fn quickstart_topology() -> Topology {
+    Topology::new().consumer(
+        ConsumerDecl::queue(
+            "quickstart::send_welcome",
+            StreamRef::Declared(&SIGNUPS),
+            QueueDecl::new("welcome-mailer"),
+        )
+        .subjects(&["quickstart.signups.created"]),
+        |_| Box::pin(async { Ok::<(), HandlerError>(()) }),
+    )
+}
+
+#[tokio::test]
+async fn cli_plan_provision_inspect_and_health_against_a_server() {
+    let server = NatsServer::start().await.expect("nats-server starts");
+    let url = server.url();
+    let s = ["--server", url.as_str()];
+
+    let plan = run(&["plan", s[0], s[1]], &[]).await;
+    assert_eq!(plan.code, Some(0), "{plan}");
+    assert!(
+        plan.stdout.contains("stream `QUICKSTART_SIGNUPS`: create"),
+        "{plan}"
+    );
+    assert!(
+        plan.stdout
+            .contains("consumer `welcome-mailer` on `QUICKSTART_SIGNUPS`: create"),
+        "{plan}"
+    );
+
+    // Nothing provisioned yet: health names what is missing and fails.
+    let health = run(&["health", s[0], s[1]], &[]).await;
+    assert_eq!(health.code, Some(1), "{health}");
+    assert!(
+        health
+            .stdout
+            .contains("stream `QUICKSTART_SIGNUPS`: DOES NOT EXIST"),
+        "{health}"
+    );
+    assert!(health.stdout.contains("NOT HEALTHY"), "{health}");
+
+    // `NATS_URL` is read when `--server` is not given.
+    let provision = run(&["provision"], &[("NATS_URL", &url)]).await;
+    assert_eq!(provision.code, Some(0), "{provision}");
+    assert!(
+        provision
+            .stdout
+            .contains("provisioned 1 stream(s) and 1 queue consumer(s)"),
+        "{provision}"
+    );
+    let js = jetstream::new(async_nats::connect(&url).await.unwrap());
+    js.get_stream("QUICKSTART_SIGNUPS")
+        .await
+        .expect("provision created the stream")
+        .consumer_info("welcome-mailer")
+        .await
+        .expect("provision created the consumer");
+
+    let plan = run(&["plan", s[0], s[1]], &[]).await;
+    assert_eq!(plan.code, Some(0), "{plan}");
+    assert!(
+        plan.stdout
+            .contains("stream `QUICKSTART_SIGNUPS`: nothing to do"),
+        "{plan}"
+    );
+
+    let inspect = run(&["inspect", s[0], s[1]], &[]).await;
+    assert_eq!(inspect.code, Some(0), "{inspect}");
+    assert!(
+        inspect
+            .stdout
+            .contains("`welcome-mailer` on `QUICKSTART_SIGNUPS`"),
+        "{inspect}"
+    );
+    assert!(inspect.stdout.contains("BOUND BY NOBODY"), "{inspect}");
+
+    // Provisioned but consumed by nobody: not healthy.
+    let health = run(&["health", s[0], s[1]], &[]).await;
+    assert_eq!(health.code, Some(1), "{health}");
+    assert!(
+        health
+            .stdout
+            .contains("stream `QUICKSTART_SIGNUPS`: exists"),
+        "{health}"
+    );
+    assert!(health.stdout.contains("BOUND BY NOBODY"), "{health}");
+
+    // An instance consumes: healthy.
+    let client = async_nats::connect(&url).await.unwrap();
+    let runtime = Runtime::builder(client)
+        .topology(quickstart_topology())
+        .build()
+        .unwrap();
+    let ready = runtime.health();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let running = tokio::spawn(runtime.run_until(async move {
+        let _ = stopped.await;
+    }));
+    ready.wait_ready(Duration::from_secs(30)).await.unwrap();
+    let healthy = eventually(Duration::from_secs(30), "`health` to exit 0", || async {
+        let health = run(&["health", "--server", url.as_str()], &[]).await;
+        // Shown with the test's output if it never gets there.
+        eprintln!("{health}");
+        (health.code == Some(0)).then_some(health)
+    })
+    .await;
+    assert!(healthy.stdout.contains("consumed;"), "{healthy}");
+    assert!(healthy.stdout.ends_with("\nhealthy\n"), "{healthy}");
+    let _ = stop.send(());
+    running.await.unwrap().unwrap();
+}
+
+#[tokio::test]
+async fn cli_provision_conflict_exits_1_with_the_precise_error() {
+    let server = NatsServer::start().await.expect("nats-server starts");
+    let url = server.url();
+    // Someone created the group as a plain push durable: the declaration (pull) cannot be
+    // applied in place.
+    let js = jetstream::new(async_nats::connect(&url).await.unwrap());
+    let stream = js
+        .create_stream(jetstream::stream::Config {
+            name: "QUICKSTART_SIGNUPS".into(),
+            subjects: vec!["quickstart.signups.>".into()],
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    stream
+        .create_consumer(consumer::push::Config {
+            durable_name: Some("welcome-mailer".into()),
+            deliver_subject: "somewhere".into(),
+            filter_subject: "quickstart.signups.created".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+
+    let provision = run(&["provision", "--server", &url], &[]).await;
+    assert_eq!(provision.code, Some(1), "{provision}");
+    assert!(
+        provision.stderr.contains("QUICKSTART_SIGNUPS"),
+        "{provision}"
+    );
+    assert!(provision.stderr.contains("welcome-mailer"), "{provision}");
+    assert!(provision.stderr.contains("deliver_group"), "{provision}");
+    assert!(provision.stderr.contains("migrate_from"), "{provision}");
+    assert!(provision.stdout.is_empty(), "{provision}");
+
+    let plan = run(&["plan", "--server", &url], &[]).await;
+    assert_eq!(plan.code, Some(1), "{plan}");
+    assert!(plan.stdout.contains("CONFLICT"), "{plan}");
+}
+
+#[tokio::test]
+async fn cli_server_down_exits_1_after_the_timeout() {
+    // A port nothing listens on: a server started and stopped.
+    let mut server = NatsServer::start().await.expect("nats-server starts");
+    let url = server.url();
+    server.stop().await;
+
+    let started = std::time::Instant::now();
+    let provision = run(&["provision", "--server", &url, "--timeout", "2"], &[]).await;
+    assert_eq!(provision.code, Some(1), "{provision}");
+    assert!(provision.stderr.starts_with("error: "), "{provision}");
+    assert!(
+        provision.stderr.contains("QUICKSTART_SIGNUPS"),
+        "{provision}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(60), "{provision}");
+
+    let health = run(&["health", "--server", &url, "--timeout", "2"], &[]).await;
+    assert_eq!(health.code, Some(1), "{health}");
+    assert!(health.stderr.contains("QUICKSTART_SIGNUPS"), "{health}");
+
+    let bad = run(&["plan", "--server", "nats://127.0.0.1:notaport"], &[]).await;
+    assert_eq!(bad.code, Some(1), "{bad}");
+    assert!(bad.stderr.contains("notaport"), "{bad}");
+}
+
+#[tokio::test]
+async fn cli_export_needs_no_server() {
+    let dir = std::env::temp_dir().join(format!("nt-cli-export-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let nothing_there = [("NATS_URL", "nats://127.0.0.1:1")];
+    let listing = |dir: &PathBuf| {
+        let mut names: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    };
+
+    let json = dir.join("json");
+    let out = run(
+        &["export", "--nats-json", json.to_str().unwrap()],
+        &nothing_there,
+    )
+    .await;
+    assert_eq!(out.code, Some(0), "{out}");
+    assert_eq!(
+        listing(&json),
+        [
+            "QUICKSTART_SIGNUPS.stream.json",
+            "QUICKSTART_SIGNUPS.welcome-mailer.consumer.json"
+        ]
+    );
+    let consumer: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(json.join("QUICKSTART_SIGNUPS.welcome-mailer.consumer.json"))
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(consumer["durable_name"], "welcome-mailer");
+    assert_eq!(consumer["filter_subject"], "quickstart.signups.created");
+
+    let api = dir.join("api");
+    let out = run(
+        &[
+            "export",
+            "--asyncapi",
+            "--api-version",
+            "2.0.0",
+            api.to_str().unwrap(),
+        ],
+        &nothing_there,
+    )
+    .await;
+    assert_eq!(out.code, Some(0), "{out}");
+    assert_eq!(listing(&api), ["asyncapi.json", "asyncapi.yaml"]);
+    let doc: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(api.join("asyncapi.json")).unwrap()).unwrap();
+    assert_eq!(doc["info"]["title"], "quickstart");
+    assert_eq!(doc["info"]["version"], "2.0.0");
+
+    let both = dir.join("both");
+    let out = run(&["export", both.to_str().unwrap()], &nothing_there).await;
+    assert_eq!(out.code, Some(0), "{out}");
+    assert_eq!(listing(&both).len(), 4, "{out}");
+
+    // A usage error is clap's, with status 2.
+    let out = run(&["export", "--yaml-only", both.to_str().unwrap()], &[]).await;
+    assert_eq!(out.code, Some(2), "{out}");
+    assert!(out.stderr.contains("--yaml-only"), "{out}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[tokio::test]
+async fn cli_without_a_subcommand_falls_through_to_the_application() {
+    let server = NatsServer::start().await.expect("nats-server starts");
+    let url = server.url();
+    // No arguments: the quickstart itself runs (against NATS_URL) and exits 0.
+    let app = run(&[], &[("NATS_URL", &url)]).await;
+    assert_eq!(app.code, Some(0), "{app}");
+    assert!(app.stdout.contains("all 5 events handled"), "{app}");
+    // An argument that is not a subcommand is the application's to judge.
+    let app = run(&["--port", "8080"], &[("NATS_URL", &url)]).await;
+    assert_eq!(app.code, Some(1), "{app}");
+    assert!(app.stderr.contains("unknown argument `--port`"), "{app}");
+}
