@@ -19,12 +19,18 @@
 //! Variants: **raw sequential** is `consumer.stream().max_messages_per_batch(batch).messages()`
 //! and, for each message, the work then `message.ack().await`; **raw concurrent C** is the same
 //! stream with `for_each_concurrent(C)` (the loop a user writes in ten lines); **ours C** is
-//! `Runtime` at concurrency C (1, 8, 64). The raw loops go on past the stream's non-fatal errors
+//! `Runtime` at concurrency C (1, 8, 64). **raw double-ack C** and **ours confirmed C** are the
+//! same with confirmed acks: the raw loops call `message.double_ack().await` instead of `ack()`,
+//! ours runs with `ack = "confirmed"` (`RuntimeBuilder::ack(AckMode::Confirmed)`), so that the
+//! ratio compares a confirmed ack with a confirmed ack. The raw loops go on past the stream's non-fatal errors
 //! (missed heartbeats, a failed pull request) and count them. Rounds alternate the variants;
 //! the tables show medians. The last line is one JSON object: `ratio` is ours at concurrency
 //! 1 over raw sequential (no-op); `ratio_c8_noop`, `ratio_c64_noop` are ours at 8 and 64 over
 //! raw sequential (no-op); `ratio_c8_wait`, `ratio_c64_wait` ours at 8 and 64 over raw
-//! concurrent at the same C (wait).
+//! concurrent at the same C (wait). The confirmed variants add `raw_double_*` and
+//! `ours_confirmed_*` rates, `ratio_confirmed_*` (ours confirmed over raw double-ack: sequential
+//! for no-op, the same C for wait) and `confirmed_cost_*` (ours confirmed over ours
+//! fire-and-forget at the same C: what confirmation costs).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -32,7 +38,7 @@ use std::time::{Duration, Instant};
 
 use async_nats::jetstream::{self, consumer, stream};
 use futures::{StreamExt, TryStreamExt};
-use nats_topology::model::{ConsumerDecl, QueueDecl, StreamDecl, StreamRef};
+use nats_topology::model::{AckMode, ConsumerDecl, QueueDecl, StreamDecl, StreamRef};
 use nats_topology::{HandlerError, Runtime, Topology};
 use nats_topology_testkit::NatsServer;
 
@@ -84,15 +90,25 @@ enum Variant {
     Raw(usize),
     /// Our runtime at this concurrency.
     Ours(u32),
+    /// The raw loop acknowledging with `double_ack()` (confirmed by the server).
+    RawDouble(usize),
+    /// Our runtime with confirmed acks.
+    OursConfirmed(u32),
 }
 
-const VARIANTS: [Variant; 6] = [
+const VARIANTS: [Variant; 12] = [
     Variant::Raw(1),
     Variant::Raw(8),
     Variant::Raw(64),
     Variant::Ours(1),
     Variant::Ours(8),
     Variant::Ours(64),
+    Variant::RawDouble(1),
+    Variant::RawDouble(8),
+    Variant::RawDouble(64),
+    Variant::OursConfirmed(1),
+    Variant::OursConfirmed(8),
+    Variant::OursConfirmed(64),
 ];
 
 impl Variant {
@@ -101,18 +117,27 @@ impl Variant {
             Variant::Raw(1) => "raw sequential".to_owned(),
             Variant::Raw(c) => format!("raw concurrent {c}"),
             Variant::Ours(c) => format!("ours, concurrency {c}"),
+            Variant::RawDouble(1) => "raw double-ack sequential".to_owned(),
+            Variant::RawDouble(c) => format!("raw double-ack concurrent {c}"),
+            Variant::OursConfirmed(c) => format!("ours confirmed, concurrency {c}"),
         }
     }
 
     fn sequential(self) -> bool {
-        matches!(self, Variant::Raw(1) | Variant::Ours(1))
+        matches!(
+            self,
+            Variant::Raw(1) | Variant::Ours(1) | Variant::RawDouble(1) | Variant::OursConfirmed(1)
+        )
     }
 
     /// The raw loop it is compared with: raw sequential with a no-op handler (what it costs
     /// per message), raw concurrent at the same concurrency when handlers wait.
+    /// The confirmed variants are compared with the raw double-ack loop in the same way.
     fn reference(self, waits: bool) -> Variant {
         match self {
             Variant::Ours(c) if waits => Variant::Raw(c as usize),
+            Variant::OursConfirmed(c) if waits => Variant::RawDouble(c as usize),
+            Variant::RawDouble(_) | Variant::OursConfirmed(_) => Variant::RawDouble(1),
             _ => Variant::Raw(1),
         }
     }
@@ -199,10 +224,19 @@ async fn main() -> Result<(), BoxError> {
                 let durable: &'static str = format!("bench_{run}").leak();
                 let count = phase.count(*variant);
                 let (elapsed, errors) = match *variant {
-                    Variant::Raw(c) => raw(&js, durable, count, args.batch, c, phase.work).await?,
-                    Variant::Ours(c) => {
+                    Variant::Raw(c) => {
+                        raw(&js, durable, count, args.batch, c, phase.work, false).await?
+                    }
+                    Variant::RawDouble(c) => {
+                        raw(&js, durable, count, args.batch, c, phase.work, true).await?
+                    }
+                    Variant::Ours(c) | Variant::OursConfirmed(c) => {
+                        let ack = match variant {
+                            Variant::OursConfirmed(_) => AckMode::Confirmed,
+                            _ => AckMode::FireAndForget,
+                        };
                         let elapsed =
-                            ours(&client, durable, count, args.batch, c, phase.work).await?;
+                            ours(&client, durable, count, args.batch, c, phase.work, ack).await?;
                         (elapsed, 0)
                     }
                 };
@@ -263,6 +297,11 @@ async fn main() -> Result<(), BoxError> {
         let ours = Variant::Ours(c);
         rate(p, ours) / rate(p, ours.reference(waits))
     };
+    let confirmed_ratio = |p: usize, c: u32, waits: bool| {
+        let ours = Variant::OursConfirmed(c);
+        rate(p, ours) / rate(p, ours.reference(waits))
+    };
+    let cost = |p: usize, c: u32| rate(p, Variant::OursConfirmed(c)) / rate(p, Variant::Ours(c));
     let json = format!(
         "{{\"messages\":{},\"wait_messages\":{},\"work_us\":{},\"batch\":{},\"reps\":{},\"raw_msgs_per_sec\":{:.0},\"raw_c8_msgs_per_sec\":{:.0},\"raw_c64_msgs_per_sec\":{:.0},\"ours_c1_msgs_per_sec\":{:.0},\"ours_c8_msgs_per_sec\":{:.0},\"ours_c64_msgs_per_sec\":{:.0},\"raw_wait_msgs_per_sec\":{:.0},\"raw_c8_wait_msgs_per_sec\":{:.0},\"raw_c64_wait_msgs_per_sec\":{:.0},\"ours_c1_wait_msgs_per_sec\":{:.0},\"ours_c8_wait_msgs_per_sec\":{:.0},\"ours_c64_wait_msgs_per_sec\":{:.0},\"ratio\":{:.3},\"ratio_c8_noop\":{:.3},\"ratio_c64_noop\":{:.3},\"ratio_c8_wait\":{:.3},\"ratio_c64_wait\":{:.3}}}",
         args.messages,
@@ -287,6 +326,38 @@ async fn main() -> Result<(), BoxError> {
         ratio(noop, 64, false),
         ratio(wait, 8, true),
         ratio(wait, 64, true),
+    );
+    let confirmed = format!(
+        "{{\"raw_double_msgs_per_sec\":{:.0},\"raw_double_c8_msgs_per_sec\":{:.0},\"raw_double_c64_msgs_per_sec\":{:.0},\"ours_confirmed_c1_msgs_per_sec\":{:.0},\"ours_confirmed_c8_msgs_per_sec\":{:.0},\"ours_confirmed_c64_msgs_per_sec\":{:.0},\"raw_double_wait_msgs_per_sec\":{:.0},\"raw_double_c8_wait_msgs_per_sec\":{:.0},\"raw_double_c64_wait_msgs_per_sec\":{:.0},\"ours_confirmed_c1_wait_msgs_per_sec\":{:.0},\"ours_confirmed_c8_wait_msgs_per_sec\":{:.0},\"ours_confirmed_c64_wait_msgs_per_sec\":{:.0},\"ratio_confirmed\":{:.3},\"ratio_confirmed_c8_noop\":{:.3},\"ratio_confirmed_c64_noop\":{:.3},\"ratio_confirmed_c8_wait\":{:.3},\"ratio_confirmed_c64_wait\":{:.3},\"confirmed_cost_c1_noop\":{:.3},\"confirmed_cost_c8_noop\":{:.3},\"confirmed_cost_c64_noop\":{:.3},\"confirmed_cost_c1_wait\":{:.3},\"confirmed_cost_c8_wait\":{:.3},\"confirmed_cost_c64_wait\":{:.3}}}",
+        rate(noop, Variant::RawDouble(1)),
+        rate(noop, Variant::RawDouble(8)),
+        rate(noop, Variant::RawDouble(64)),
+        rate(noop, Variant::OursConfirmed(1)),
+        rate(noop, Variant::OursConfirmed(8)),
+        rate(noop, Variant::OursConfirmed(64)),
+        rate(wait, Variant::RawDouble(1)),
+        rate(wait, Variant::RawDouble(8)),
+        rate(wait, Variant::RawDouble(64)),
+        rate(wait, Variant::OursConfirmed(1)),
+        rate(wait, Variant::OursConfirmed(8)),
+        rate(wait, Variant::OursConfirmed(64)),
+        confirmed_ratio(noop, 1, false),
+        confirmed_ratio(noop, 8, false),
+        confirmed_ratio(noop, 64, false),
+        confirmed_ratio(wait, 8, true),
+        confirmed_ratio(wait, 64, true),
+        cost(noop, 1),
+        cost(noop, 8),
+        cost(noop, 64),
+        cost(wait, 1),
+        cost(wait, 8),
+        cost(wait, 64),
+    );
+    // One JSON object: the fire-and-forget fields, then the confirmed ones.
+    let json = format!(
+        "{},{}",
+        json.trim_end_matches('}'),
+        confirmed.trim_start_matches('{')
     );
     println!("{}", json.replace("NaN", "null"));
     Ok(())
@@ -329,6 +400,7 @@ async fn raw(
     batch: usize,
     concurrency: usize,
     work_for: Duration,
+    double_ack: bool,
 ) -> Result<(Duration, u64), BoxError> {
     let stream = js.get_stream(BENCH.name).await?;
     let consumer: consumer::PullConsumer = stream
@@ -373,10 +445,12 @@ async fn raw(
         started.get_or_init(Instant::now);
         async move {
             work(work_for).await;
-            message
-                .ack()
-                .await
-                .map_err(|e| BoxError::from(e.to_string()))
+            let acked = if double_ack {
+                message.double_ack().await
+            } else {
+                message.ack().await
+            };
+            acked.map_err(|e| BoxError::from(e.to_string()))
         }
     };
     if concurrency <= 1 {
@@ -403,6 +477,7 @@ async fn ours(
     batch: usize,
     concurrency: u32,
     work_for: Duration,
+    ack: AckMode,
 ) -> Result<Duration, BoxError> {
     let first: Arc<std::sync::OnceLock<Instant>> = Arc::default();
     let handled = Arc::new(AtomicU64::new(0));
@@ -430,6 +505,7 @@ async fn ours(
     let runtime = Runtime::builder(client.clone())
         .topology(topology)
         .pull_batch(batch)
+        .ack(ack)
         .build()?;
     let health = runtime.health();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();

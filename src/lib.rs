@@ -60,6 +60,11 @@
 //! - Every consumer is supervised until shutdown: re-ensured after any loss, visible in
 //!   [`Health`] while it is not running. [`Runtime::plan`] and [`Runtime::inspect`] show what
 //!   provisioning would do and what the server holds.
+//! - Redeliveries do not double-apply what a handler did: `ack = "confirmed"` (or
+//!   [`RuntimeBuilder::ack`]) counts a message as handled only once the server confirmed its
+//!   ack, and [`Context::publish`] sends a `Nats-Msg-Id` derived from the message being
+//!   handled, so a redelivered handler's outputs are dropped by the target stream's
+//!   duplicate window ([`Context`] explains the window and the exceptions).
 //! - Handlers take the payload, optionally a [`Context`], then any [`State<T>`] arguments
 //!   (application state, checked when the runtime is built). `#[broadcast]` generates a typed
 //!   handle named like its function, `relay_status::relay(&runtime)`, so a misspelt relay is a
@@ -89,9 +94,9 @@
 pub use topology_runtime::handler::HandlerFuture;
 pub use topology_runtime::{
     ConsumerState, ConsumerStatus, Context, HandlerError, Health, Incoming, Inspection, NotReady,
-    OlderDeclaration, Plan, Problem, ProvisionError, ProvisionErrorKind, ProvisionReport, Relay,
-    RelayError, RetryPolicy, RunError, Runtime, RuntimeBuilder, State, StreamStatus, Topology,
-    ValidationError, export, inspect, model, plan, report, retry,
+    OlderDeclaration, Plan, Problem, ProvisionError, ProvisionErrorKind, ProvisionReport, Publish,
+    Relay, RelayError, RetryPolicy, RunError, Runtime, RuntimeBuilder, State, StreamStatus,
+    Topology, ValidationError, export, inspect, model, plan, report, retry,
 };
 
 #[cfg(feature = "cli")]
@@ -117,8 +122,8 @@ pub mod __private {
     pub use ::inventory;
     pub use ::std::boxed::Box;
     pub use topology_core::model::{
-        BroadcastDecl, ConsumerDecl, ConsumerKind, DeliverPolicy, Delivery, Discard, QueueDecl,
-        Retention, Storage, StreamDecl, StreamDef, StreamRef,
+        AckMode, BroadcastDecl, ConsumerDecl, ConsumerKind, DeliverPolicy, Delivery, Discard,
+        QueueDecl, Retention, Storage, StreamDecl, StreamDef, StreamRef,
     };
     pub use topology_runtime::export::{
         PayloadSchema, PayloadSchemaRegistration, SchemaFallback, SchemaProbe, SchemaSpecialized,

@@ -46,6 +46,26 @@ pub enum Delivery {
     Push,
 }
 
+/// When a queue consumer's handled message counts as handled.
+///
+/// A handler that returned `Ok` has its message acknowledged. Fire-and-forget sends the ack
+/// and moves on: a process killed (or a connection lost) right after may leave the ack
+/// unrecorded, and the server then redelivers a message whose handler finished. Confirmed
+/// waits for the server's reply to the ack (a "double ack"), retries it on a timeout, and
+/// only then counts the message as handled; a drain waits for those replies.
+///
+/// A relay (`#[broadcast]`) has no setting: its consumer lives in one instance and dies with
+/// it, and it resumes after what its own handlers finished, so a confirmation would guarantee
+/// nothing more.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum AckMode {
+    /// Send the ack without waiting for the server (the runtime's default).
+    #[default]
+    FireAndForget,
+    /// Wait for the server to confirm the ack, retrying it on a timeout.
+    Confirmed,
+}
+
 /// Where a broadcast relay starts in its stream.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum DeliverPolicy {
@@ -249,6 +269,9 @@ pub struct QueueDecl {
     pub migrate_from: Option<&'static str>,
     /// A description stored on the server.
     pub description: Option<&'static str>,
+    /// When a handled message counts as handled (`None`: the runtime's default, see
+    /// `RuntimeBuilder::ack`).
+    pub ack: Option<AckMode>,
 }
 
 impl QueueDecl {
@@ -264,6 +287,7 @@ impl QueueDecl {
             dead_letter: None,
             migrate_from: None,
             description: None,
+            ack: None,
         }
     }
     /// Sets how messages are received (pull or push).
@@ -304,6 +328,11 @@ impl QueueDecl {
     /// Sets the description.
     pub const fn description(mut self, description: &'static str) -> Self {
         self.description = Some(description);
+        self
+    }
+    /// Sets when a handled message counts as handled.
+    pub const fn ack(mut self, ack: AckMode) -> Self {
+        self.ack = Some(ack);
         self
     }
 }

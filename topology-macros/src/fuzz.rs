@@ -234,7 +234,7 @@ const SEEDS: &[&str] = &[
     r#"name = "EMAIL", subjects = ["email.>"], external"#,
     r#"stream = DaemonSync, group = "sync", subject = "daemon.sync.complete""#,
     r#"stream = "DAEMON_SYNC", group = "sync""#,
-    r#"stream = crate::Orders, group = "g", subjects = ["a.b", "a.c"], delivery = "push", max_deliver = 5, ack_wait = "30s", backoff = ["1s", "10s"], max_ack_pending = 100, concurrency = 8, dead_letter = "dead.g", migrate_from = "g1", description = "d", crate = ::nats_topology"#,
+    r#"stream = crate::Orders, group = "g", subjects = ["a.b", "a.c"], delivery = "push", max_deliver = 5, ack_wait = "30s", backoff = ["1s", "10s"], max_ack_pending = 100, concurrency = 8, dead_letter = "dead.g", migrate_from = "g1", description = "d", ack = "confirmed", crate = ::nats_topology"#,
     r#"stream = MemberStatus, subject = "member.status.>", deliver = "last_per_subject", concurrency = 4"#,
     r#"stream = Jobs, durable = "x", deliver_group = "y", group = "z""#,
 ];

@@ -158,6 +158,7 @@ pub fn stream(attr: TokenStream, item: TokenStream) -> TokenStream {
 /// | `dead_letter` | subject (no wildcards) | Where a message that failed for good is published, with its error. Must not be read back by this consumer. |
 /// | `migrate_from` | consumer name | A previous consumer of this work (another shape or name): the new one starts at its acknowledgement floor, then it is deleted. |
 /// | `description` | string, at most 4096 bytes | Stored on the server. |
+/// | `ack` | `"fire_and_forget"` \| `"confirmed"` | When a handled message counts as handled. `"confirmed"`: the ack waits for the server's reply (a double ack), is retried on a timeout, and only then is the message counted as handled; a drain waits for those replies, so a process killed after a confirmation never sees that message again. `"fire_and_forget"`: the ack is sent and not waited for. Omitted: the runtime's default (`RuntimeBuilder::ack`, fire-and-forget unless set). |
 /// | `crate` | path | Where the facade is, when not at `::nats_topology`: `crate = my_alias`. |
 ///
 /// # Errors
@@ -230,7 +231,9 @@ pub fn queue_consumer(attr: TokenStream, item: TokenStream) -> TokenStream {
 /// # Errors
 ///
 /// As for [`macro@queue_consumer`]; and a `group`, `durable`, `durable_name` or `deliver_group`
-/// key (a broadcast is per instance; shared work is a queue consumer).
+/// key (a broadcast is per instance; shared work is a queue consumer). An `ack` key is refused
+/// too: a relay's consumer dies with its instance and resumes after what its own handlers
+/// finished, so a confirmed ack would guarantee nothing more.
 #[proc_macro_attribute]
 pub fn broadcast(attr: TokenStream, item: TokenStream) -> TokenStream {
     expand::broadcast(attr.into(), item.into()).into()

@@ -3,7 +3,7 @@
 use core::time::Duration;
 
 use nats_topology::model::{
-    ConsumerKind, DeliverPolicy, Delivery, Discard, Retention, Storage, StreamRef,
+    AckMode, ConsumerKind, DeliverPolicy, Delivery, Discard, Retention, Storage, StreamRef,
 };
 use nats_topology::{Context, HandlerError, Topology, broadcast, queue_consumer, stream};
 use serde::Deserialize;
@@ -55,6 +55,7 @@ pub struct StatusChanged {
     dead_letter = "daemon.dead.sync",
     migrate_from = "sync_v1",
     description = "completes a sync",
+    ack = "confirmed",
     crate = nats_topology,
 )]
 async fn on_sync_complete(event: SyncComplete, cx: Context) -> Result<(), HandlerError> {
@@ -64,7 +65,7 @@ async fn on_sync_complete(event: SyncComplete, cx: Context) -> Result<(), Handle
 
 /// A work-queue stream takes queue consumers; raw payloads; any error convertible into
 /// `HandlerError`.
-#[queue_consumer(stream = Email, group = "mailer", subject = "email.send", delivery = "pull")]
+#[queue_consumer(stream = Email, group = "mailer", subject = "email.send", delivery = "pull", ack = "fire_and_forget")]
 async fn on_email(raw: Vec<u8>) -> Result<(), std::io::Error> {
     let _ = raw.len();
     Ok(())
@@ -175,6 +176,7 @@ fn main() {
     assert_eq!(queue.dead_letter, Some("daemon.dead.sync"));
     assert_eq!(queue.migrate_from, Some("sync_v1"));
     assert_eq!(queue.description, Some("completes a sync"));
+    assert_eq!(queue.ack, Some(AckMode::Confirmed));
 
     let email = consumer("on_email");
     assert!(matches!(email.stream, StreamRef::Declared(s) if s.external));
@@ -187,6 +189,7 @@ fn main() {
     assert_eq!(queue.delivery, Delivery::Pull);
     assert_eq!((queue.max_deliver, queue.ack_wait), (None, None));
     assert!(queue.backoff.is_empty());
+    assert_eq!(queue.ack, Some(AckMode::FireAndForget));
 
     for (name, subjects, deliver, concurrency) in [
         (

@@ -1,7 +1,7 @@
 //! The keys of `#[queue_consumer(..)]` and `#[broadcast(..)]`.
 
 use syn::{Ident, LitStr};
-use topology_core::model::{DeliverPolicy, Delivery};
+use topology_core::model::{AckMode, DeliverPolicy, Delivery};
 use topology_core::rules::{CONCURRENCY, MAX_ACK_PENDING, MAX_DELIVER};
 
 use crate::args::{Args, Refused, Spec};
@@ -30,6 +30,9 @@ const QUEUE_NAME: &[&str] = &[
 const BROADCAST_GROUP: &[&str] = &[
     "a broadcast gives every instance its own ephemeral consumer, so that every instance receives every message; for work handled once by one instance, write `#[queue_consumer(group = \"...\")]` instead",
 ];
+const BROADCAST_ACK: &[&str] = &[
+    "a relay's consumer lives in one instance and dies with it, and a relay re-created after a loss resumes after what its own handlers finished, so a confirmed ack would guarantee nothing more; `ack = \"confirmed\"` is for `#[queue_consumer]`, whose durable outlives any instance",
+];
 const BROADCAST_DURABLE: &[&str] = &[
     "a broadcast is an ephemeral consumer on every instance, and ",
     PLAIN_DURABLE,
@@ -53,6 +56,7 @@ pub(crate) static QUEUE_SPEC: Spec = Spec {
         "dead_letter",
         "migrate_from",
         "description",
+        "ack",
         "crate",
     ],
     refused: &[
@@ -122,6 +126,11 @@ pub(crate) static BROADCAST_SPEC: Spec = Spec {
             why: BROADCAST_DURABLE,
             answers: None,
         },
+        Refused {
+            key: "ack",
+            why: BROADCAST_ACK,
+            answers: None,
+        },
     ],
     elsewhere: &[
         ("delivery", "queue_consumer"),
@@ -185,6 +194,7 @@ pub(crate) struct QueueAttrs {
     pub dead_letter: Option<LitStr>,
     pub migrate_from: Option<LitStr>,
     pub description: Option<LitStr>,
+    pub ack: Option<AckMode>,
 }
 
 /// `backoff = [..]`: the list, and the durations of its steps that could be read.
@@ -282,6 +292,13 @@ impl QueueAttrs {
             dead_letter: (args.key("dead_letter", "dead_letter = \"billing.dead\"")).string(cx),
             migrate_from: (args.key("migrate_from", "migrate_from = \"billing_v1\"")).string(cx),
             description: (args.key("description", "description = \"bills each order\"")).string(cx),
+            ack: args.key("ack", "ack = \"confirmed\"").choice(
+                &[
+                    ("fire_and_forget", AckMode::FireAndForget),
+                    ("confirmed", AckMode::Confirmed),
+                ],
+                cx,
+            ),
         }
     }
 }

@@ -34,6 +34,7 @@ pub(crate) fn queue(
         call("dead_letter", attrs.dead_letter.as_ref()),
         call("migrate_from", attrs.migrate_from.as_ref()),
         call("description", attrs.description.as_ref()),
+        call("ack", attrs.ack.map(|v| variant("AckMode", v))),
     ];
     let support = attrs.backoff.as_ref().map(|backoff| {
         let durations = backoff.durations.iter().map(|d| duration(*d));

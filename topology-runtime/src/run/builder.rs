@@ -13,7 +13,7 @@ use crate::provision::{Ensurer, Provisioner};
 use crate::registry::Topology;
 use crate::retry::RetryPolicy;
 use crate::validate::{self, Problem, ValidationError};
-use topology_core::model::ConsumerKind;
+use topology_core::model::{AckMode, ConsumerKind};
 
 /// Configures a [`Runtime`]; see [`Runtime::builder`].
 ///
@@ -57,6 +57,7 @@ pub(crate) struct Settings {
     pub(crate) redelivery: RetryPolicy,
     pub(crate) dead_letter: RetryPolicy,
     pub(crate) dead_letter_attempts: u32,
+    pub(crate) ack: AckMode,
 }
 
 impl Default for Settings {
@@ -80,6 +81,7 @@ impl Default for Settings {
                 ..RetryPolicy::default()
             },
             dead_letter_attempts: 5,
+            ack: AckMode::FireAndForget,
         }
     }
 }
@@ -300,6 +302,26 @@ impl RuntimeBuilder {
             }),
             None => Ok(api),
         }
+    }
+
+    /// When a handled message of a queue consumer that declares no `ack` counts as handled
+    /// (default [`AckMode::FireAndForget`]). [`AckMode::Confirmed`]: the ack waits for the
+    /// server's confirmation, each attempt bounded by the retry policy's `request_timeout`, and
+    /// is sent again on a timeout until the consumer's `ack_wait` has passed; only a confirmed
+    /// message counts as handled, and a drain waits for the confirmations (within the grace
+    /// period). It costs a round trip per message before the handler's slot is free again
+    /// (measured in `docs/PERFORMANCE.md`). Relays (`#[broadcast]`) always fire and forget.
+    ///
+    /// ```no_run
+    /// # async fn f(client: async_nats::Client) -> Result<(), Box<dyn std::error::Error>> {
+    /// use nats_topology::{Runtime, model::AckMode};
+    ///
+    /// let runtime = Runtime::builder(client).ack(AckMode::Confirmed).build()?;
+    /// # drop(runtime); Ok(()) }
+    /// ```
+    pub fn ack(mut self, mode: AckMode) -> Self {
+        self.settings.ack = mode;
+        self
     }
 
     /// Validates the topology and the builder's settings (every problem at once) and builds

@@ -39,6 +39,26 @@ pub(super) struct Settle {
     pub(super) abandoned: Abandoned,
     /// Telemetry: counters, duration, in flight (the `metrics` facade).
     pub(super) metrics: ConsumerMetrics,
+    /// Confirmed acks (`ack = "confirmed"`): how; `None` for fire-and-forget.
+    pub(super) confirm: Option<Confirm>,
+}
+
+/// How a confirmed ack (or term) is sent: as a request whose reply is the server's
+/// confirmation, through the client's shared reply subscription (async-nats's
+/// `Message::double_ack` subscribes and unsubscribes an inbox for every ack, and waits for the
+/// JetStream context's timeout, 5 s by default, once). A timed-out attempt is sent again: the
+/// server acknowledges by stream sequence, so an ack of a message it has recorded already
+/// changes nothing and is confirmed again (`processAckMsg`, nats-server `server/consumer.go`).
+pub(super) struct Confirm {
+    pub(super) client: async_nats::Client,
+    /// The bound on one attempt (the runtime's request timeout).
+    pub(super) attempt: Duration,
+    /// Attempts stop once this much time has passed (the consumer's `ack_wait`): by then the
+    /// server redelivers the message, and that delivery is settled on its own. (An ack sent
+    /// later would still be applied, since the server finds the message by its stream
+    /// sequence, whatever the delivery; harmless, as this handler succeeded, but no longer
+    /// needed.)
+    pub(super) window: Duration,
 }
 
 /// The reply subjects of messages whose handler was stopped before it finished (a drain's
@@ -115,6 +135,7 @@ async fn run_handler(
             delivered: delivery.delivered,
             stream_sequence: delivery.stream_sequence.unwrap_or(0),
             scope: settle.scope.clone(),
+            publishes: Default::default(),
         },
     };
     let handler = &settle.handler;
@@ -144,13 +165,66 @@ async fn run_handler(
     })
 }
 
+/// Acknowledges a handled message; it counts as handled once the ack is sent, or, with
+/// confirmed acks, once the server has confirmed it.
 async fn acknowledge(message: &jetstream::Message, settle: &Settle) {
-    match message.ack().await {
+    match settle_with(message, settle, AckKind::Ack).await {
         Ok(()) => {
             Slot::count(&settle.slot.handled);
             settle.metrics.handled(); // telemetry hook
         }
-        Err(e) => tracing::warn!(error = %e, "could not acknowledge a handled message"),
+        Err(e) => tracing::warn!(
+            stream = %settle.scope.stream,
+            consumer = %settle.scope.consumer,
+            subject = %message.subject,
+            error = %e,
+            "could not acknowledge a handled message; the server redelivers it after ack_wait"
+        ),
+    }
+}
+
+/// Sends `kind` (an ack or a term: the settlements that end a message) fire-and-forget, or
+/// with confirmed acks, as a request retried until the server confirms it or the consumer's
+/// `ack_wait` has passed.
+async fn settle_with(
+    message: &jetstream::Message,
+    settle: &Settle,
+    kind: AckKind,
+) -> Result<(), async_nats::Error> {
+    let Some(confirm) = &settle.confirm else {
+        return message.ack_with(kind).await;
+    };
+    let Some(reply) = message.reply.clone() else {
+        return Err("the message has no reply subject: not a JetStream delivery".into());
+    };
+    let started = tokio::time::Instant::now();
+    let mut attempt = 0u32;
+    loop {
+        attempt += 1;
+        let request = async_nats::Request::new()
+            .payload(kind.into())
+            .timeout(Some(confirm.attempt));
+        let error = match confirm.client.send_request(reply.clone(), request).await {
+            Ok(_) => return Ok(()),
+            // The consumer is gone (deleted, or its server lost it): nothing can confirm it.
+            Err(e) if e.kind() == async_nats::RequestErrorKind::NoResponders => {
+                return Err(format!("the consumer no longer answers acks: {e}").into());
+            }
+            Err(e) => e,
+        };
+        if started.elapsed() >= confirm.window {
+            return Err(format!(
+                "not confirmed after {attempt} attempts over {:?} (the consumer's ack_wait): {error}",
+                started.elapsed()
+            )
+            .into());
+        }
+        tracing::debug!(attempt, error = %error, "an ack was not confirmed; sending it again");
+        if error.kind() != async_nats::RequestErrorKind::TimedOut {
+            // Failed at once (a connection being re-established): pause before trying again.
+            let pause = Duration::from_millis(50 * u64::from(attempt.min(20)));
+            tokio::time::sleep(pause.min(confirm.window.saturating_sub(started.elapsed()))).await;
+        }
     }
 }
 
@@ -215,7 +289,7 @@ async fn terminate(
         return;
     }
     tracing::warn!(subject = %message.subject, stream = %settle.scope.stream, consumer = %settle.scope.consumer, delivered = delivery.delivered, %error, "message terminated");
-    match message.ack_with(AckKind::Term).await {
+    match settle_with(message, settle, AckKind::Term).await {
         Ok(()) => {
             Slot::count(&settle.slot.dead_lettered);
             settle.metrics.dead_lettered(); // telemetry hook
@@ -241,6 +315,13 @@ async fn publish_dead_letter(
     headers.insert("Nats-Topology-Consumer", settle.scope.consumer.as_str());
     if let Some(sequence) = delivery.stream_sequence {
         headers.insert("Nats-Topology-Sequence", sequence.to_string().as_str());
+        // A dead letter published again (its term lost, or its publish retried after a reply
+        // that timed out) is dropped by the target stream's duplicate window. Position 0: no
+        // handler publish has it.
+        if headers.get(async_nats::header::NATS_MESSAGE_ID).is_none() {
+            let id = crate::handler::msg_id(&settle.scope, sequence, 0);
+            headers.insert(async_nats::header::NATS_MESSAGE_ID, id.as_str());
+        }
     }
     let delivered = delivery.delivered.to_string();
     headers.insert("Nats-Topology-Delivered", delivered.as_str());

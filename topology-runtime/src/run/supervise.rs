@@ -12,7 +12,7 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use super::Inner;
-use super::dispatch::{Abandoned, Settle};
+use super::dispatch::{Abandoned, Confirm, Settle};
 use super::feed::{Feed, Pusher, consumer_gone};
 use super::pull::Puller;
 use super::pump::{Exit, finish_in_flight, pump};
@@ -23,7 +23,7 @@ use crate::health::{ConsumerState, Slot};
 use crate::provision::{Ensured, ProvisionError, StreamInstance, UpdateMode};
 use crate::registry::Consumer;
 use crate::telemetry::{ConsumerMetrics, LagGauges, consumer_label};
-use topology_core::model::{ConsumerKind, Delivery};
+use topology_core::model::{AckMode, ConsumerKind, Delivery};
 
 /// Supervises the consumer at `index` until shutdown, or until a failure no retry fixes
 /// (sent to `fatal` after its drain).
@@ -87,7 +87,7 @@ pub(super) async fn supervise(
                         &inner,
                         consumer,
                         &slot,
-                        (info, progress),
+                        (info, progress, &instance),
                         &cancel,
                         &mut in_flight,
                         &abandoned,
@@ -224,8 +224,9 @@ async fn consume(
     inner: &Arc<Inner>,
     consumer: &Consumer,
     slot: &Arc<Slot>,
-    // The consumer as ensured, and (a relay) where its handlers record their progress.
-    (info, progress): (consumer::Info, Option<Arc<Progress>>),
+    // The consumer as ensured, (a relay) where its handlers record their progress, and the
+    // stream instance it reads.
+    (info, progress, instance): (consumer::Info, Option<Arc<Progress>>, &StreamInstance),
     cancel: &CancellationToken,
     in_flight: &mut JoinSet<()>,
     abandoned: &Abandoned,
@@ -248,6 +249,7 @@ async fn consume(
             consumer: info.name.clone(),
             state: inner.state.clone(),
             jetstream: js.clone(),
+            stream_epoch: crate::handler::stream_epoch(&instance.created),
             stream_missing: inner.health.shared.stream_missing.clone(),
         }),
         slot: slot.clone(),
@@ -261,6 +263,17 @@ async fn consume(
         progress_every: (info.config.ack_wait / 2).max(Duration::from_millis(100)),
         abandoned: abandoned.clone(),
         metrics: ConsumerMetrics::new(&info.stream_name, consumer_label(&consumer.decl)),
+        // Relays have no setting: their consumer dies with the instance (see `AckMode`).
+        confirm: (queue.map(|q| q.ack.unwrap_or(settings.ack)) == Some(AckMode::Confirmed)).then(
+            || Confirm {
+                client: inner.client.clone(),
+                attempt: inner.ensurer.policy().request_timeout,
+                window: info
+                    .config
+                    .ack_wait
+                    .max(inner.ensurer.policy().request_timeout),
+            },
+        ),
     });
     let concurrency = consumer.decl.effective_concurrency().max(1) as usize;
     let push = queue.is_some_and(|q| q.delivery == Delivery::Push);

@@ -1,0 +1,13 @@
+//! Refused: an unknown `ack` mode.
+
+#![allow(unused_imports)]
+
+use nats_topology::{HandlerError, broadcast, queue_consumer, stream};
+
+#[queue_consumer(stream = "ORDERS", group = "billing", ack = "confirm")]
+async fn on_order(event: String) -> Result<(), HandlerError> {
+    let _ = event;
+    Ok(())
+}
+
+fn main() {}
