@@ -108,6 +108,10 @@ pub use topology_macros::{broadcast, queue_consumer, stream};
 
 pub use topology_runtime::connect::{connect, connect_from_env, connect_options};
 
+/// How long a drain waits for each clean-up that needs the broker (the final flush of
+/// acknowledgements, a relay's deletion), so that it ends even when the broker is gone.
+pub use topology_runtime::run::CLEANUP_WAIT;
+
 pub use topology_runtime::telemetry;
 
 /// The NATS client this crate is built on. Use it through this path (`nats_topology::async_nats`)

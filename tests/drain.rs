@@ -335,3 +335,45 @@ async fn handlers_past_the_grace_period_have_their_messages_returned() {
     }
     running.stop().await.expect("clean drain");
 }
+
+/// The fault beside a drain: the broker is gone when the service stops. The drain cannot
+/// flush acknowledgements or delete its relay, and must still end (each clean-up waits at most
+/// `CLEANUP_WAIT`), so the process exits and its orchestrator can restart it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn drain_ends_when_the_broker_is_gone() {
+    let mut fx = Fixture::start().await;
+    let stream = fixture::stream("GONE", &["gone.>"]);
+    let relay = ConsumerDecl::broadcast(
+        "tests::relay_gone",
+        StreamRef::Named(stream.name),
+        BroadcastDecl::new(),
+    )
+    .subjects(fixture::leak_all(&["gone.status"]));
+    let jobs = fixture::queue(
+        "tests::gone_jobs",
+        &stream,
+        "gone.jobs",
+        QueueDecl::new("gone"),
+    );
+    let topology = Topology::new()
+        .stream(stream)
+        .consumer(
+            jobs,
+            fixture::job_handler(fx.ledger.clone(), Duration::ZERO),
+        )
+        .consumer(
+            relay,
+            fixture::job_handler(Ledger::default(), Duration::ZERO),
+        );
+    let running = fx.run(topology).await;
+    let js = fx.jetstream().await;
+    fixture::publish_jobs(&js, "gone.jobs", 0..10).await;
+    fx.ledger.wait_covers(0..10, Duration::from_secs(20)).await;
+
+    fx.server.kill();
+    let bound = nats_topology::CLEANUP_WAIT * 2 + Duration::from_secs(30);
+    let outcome = tokio::time::timeout(bound, running.stop())
+        .await
+        .expect("the drain ends although the broker is gone");
+    outcome.expect("a drain without a broker is still a clean stop");
+}

@@ -27,6 +27,7 @@ mod tasks;
 
 use std::future::Future;
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::sync::mpsc;
 
@@ -50,6 +51,12 @@ pub enum RunError {
     #[error(transparent)]
     Provision(#[from] ProvisionError),
 }
+
+/// How long a drain waits, after the handlers, for each clean-up that needs the broker: the
+/// final flush of acknowledgements, and the deletion of a relay (which the server also reaps
+/// after its inactivity threshold). With the broker gone, these would otherwise wait for a
+/// reconnection that may never come.
+pub const CLEANUP_WAIT: Duration = Duration::from_secs(5);
 
 /// Runs a topology: provisions it, supervises every consumer, drains on shutdown.
 ///
@@ -124,7 +131,8 @@ impl Runtime {
 
     /// Provisions and runs every consumer until `shutdown` completes, then drains: stops
     /// fetching, lets in-flight handlers finish (within the grace period), flushes acks,
-    /// deletes relays.
+    /// deletes relays (waiting at most [`CLEANUP_WAIT`] for each of those two, so that a drain
+    /// ends even when the broker is gone).
     ///
     /// Transient failures (broker down, timeouts, a deleted consumer) are retried forever, and
     /// a supervisor that panics is reported in [`Health`] and restarted with backoff. Returns
@@ -191,8 +199,17 @@ impl Runtime {
             _ = tasks.drain() => {}
             _ = force => tasks.abort(),
         }
-        if let Err(e) = self.inner.client.flush().await {
-            tracing::warn!(error = %e, "could not flush acknowledgements on shutdown");
+        // Bounded: with the broker gone, a flush would wait for a reconnection that may never
+        // come, and the process would not exit.
+        match tokio::time::timeout(CLEANUP_WAIT, self.inner.client.flush()).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, "could not flush acknowledgements on shutdown")
+            }
+            Err(_) => tracing::warn!(
+                wait = ?CLEANUP_WAIT,
+                "could not flush acknowledgements on shutdown: the connection is down; unflushed acks are redelivered by the server"
+            ),
         }
         match fatal {
             Some(error) => Err(error.into()),

@@ -166,14 +166,20 @@ pub(super) async fn supervise(
             tracing::warn!(error = %e, "could not return a message whose handler was stopped");
         }
     }
-    if let Some(relay) = &relay
-        && let Err(e) = inner
-            .ensurer
-            .provisioner()
-            .delete_consumer(stream, relay)
-            .await
-    {
-        tracing::warn!(stream, consumer = %relay, error = %e, "could not delete the relay on shutdown; the server reaps it after its inactivity threshold");
+    if let Some(relay) = &relay {
+        let deleted = tokio::time::timeout(
+            super::CLEANUP_WAIT,
+            inner.ensurer.provisioner().delete_consumer(stream, relay),
+        )
+        .await;
+        let error = match deleted {
+            Ok(Ok(())) => None,
+            Ok(Err(e)) => Some(e.to_string()),
+            Err(_) => Some(format!("no answer within {:?}", super::CLEANUP_WAIT)),
+        };
+        if let Some(error) = error {
+            tracing::warn!(stream, consumer = %relay, error, "could not delete the relay on shutdown; the server reaps it after its inactivity threshold");
+        }
     }
     match stopped_by {
         Some(e) => {
