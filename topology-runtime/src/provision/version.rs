@@ -139,6 +139,43 @@ impl OlderDeclarations {
     }
 }
 
+/// The stream configuration provisioning creates for `decl`: the declaration's, stamped with
+/// the runtime's version (`None` outside a runtime, as for the export) or the declaration's.
+pub(crate) fn stamped_stream_config(
+    decl: &StreamDecl,
+    runtime_version: Option<&str>,
+) -> stream::Config {
+    let mut config = stream_config(decl);
+    set_stamp(
+        &mut config.metadata,
+        &stamp(runtime_version, decl.version, decl),
+    );
+    config
+}
+
+/// The consumer configuration provisioning creates for `decl`: a queue consumer's stamped
+/// with the declaring version (and, migrating, naming the consumer it migrates from).
+pub(crate) fn stamped_consumer_config(
+    stream: &str,
+    decl: &ConsumerDecl,
+    relay_name: Option<&str>,
+    runtime_version: Option<&str>,
+) -> consumer::Config {
+    let mut config = consumer_config(stream, decl, relay_name);
+    if let Some(queue) = decl.as_queue() {
+        set_stamp(
+            &mut config.metadata,
+            &stamp(runtime_version, decl.version, decl),
+        );
+        if let Some(old) = queue.migrate_from {
+            config
+                .metadata
+                .insert(MIGRATED_FROM_KEY.to_owned(), old.to_owned());
+        }
+    }
+    config
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -184,41 +221,4 @@ mod tests {
         assert_eq!(metadata[VERSION_KEY], "1.2.0");
         assert_eq!(metadata["team"], "billing");
     }
-}
-
-/// The stream configuration provisioning creates for `decl`: the declaration's, stamped with
-/// the runtime's version (`None` outside a runtime, as for the export) or the declaration's.
-pub(crate) fn stamped_stream_config(
-    decl: &StreamDecl,
-    runtime_version: Option<&str>,
-) -> stream::Config {
-    let mut config = stream_config(decl);
-    set_stamp(
-        &mut config.metadata,
-        &stamp(runtime_version, decl.version, decl),
-    );
-    config
-}
-
-/// The consumer configuration provisioning creates for `decl`: a queue consumer's stamped
-/// with the declaring version (and, migrating, naming the consumer it migrates from).
-pub(crate) fn stamped_consumer_config(
-    stream: &str,
-    decl: &ConsumerDecl,
-    relay_name: Option<&str>,
-    runtime_version: Option<&str>,
-) -> consumer::Config {
-    let mut config = consumer_config(stream, decl, relay_name);
-    if let Some(queue) = decl.as_queue() {
-        set_stamp(
-            &mut config.metadata,
-            &stamp(runtime_version, decl.version, decl),
-        );
-        if let Some(old) = queue.migrate_from {
-            config
-                .metadata
-                .insert(MIGRATED_FROM_KEY.to_owned(), old.to_owned());
-        }
-    }
-    config
 }
