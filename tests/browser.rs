@@ -456,17 +456,24 @@ async fn read_page(page: &Page) -> View {
     serde_json::from_str(&json).expect("the page's text")
 }
 
-/// Reads the page until `done` holds (for at most 45 s); panics with what it showed last.
+/// Reads the page until `done` holds (for at most 45 s, through the kit's `eventually`);
+/// panics with what it showed last.
 async fn wait_page(page: &Page, what: &str, done: impl Fn(&View) -> bool) -> View {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(45);
-    loop {
+    const WAIT: Duration = Duration::from_secs(45);
+    let last = std::sync::Mutex::new(None);
+    let read = eventually(WAIT * 2, what, || async {
         let view = read_page(page).await;
         if done(&view) {
-            return view;
+            return Some(view);
         }
-        if tokio::time::Instant::now() >= deadline {
-            panic!("timed out after 45 s waiting for {what}; the page shows {view:#?}");
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        *last.lock().unwrap() = Some(view);
+        None
+    });
+    match tokio::time::timeout(WAIT, read).await {
+        Ok(view) => view,
+        Err(_) => panic!(
+            "timed out after {WAIT:?} waiting for {what}; the page shows {:#?}",
+            last.lock().unwrap()
+        ),
     }
 }

@@ -12,12 +12,12 @@ mod fixture;
 use std::collections::BTreeSet;
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use fixture::{Fixture, Ledger, Running, consumer_info, fast, publish_jobs};
 use nats_topology::model::{AckMode, ConsumerDecl, QueueDecl, StreamDecl, StreamRef};
-use nats_topology::{ConsumerState, HandlerError, Runtime, Topology};
+use nats_topology::{ConsumerState, HandlerError, Health, Runtime, Topology};
 use nats_topology_testkit::eventually;
 
 /// Set in the child process: the server URL.
@@ -50,31 +50,28 @@ fn sequence_topology(record: impl Fn(u64) + Send + Sync + 'static) -> Topology {
         })
 }
 
-/// In the child process: runs the consumer, printing `HANDLED <sequence>` as each handler
-/// returns and `CONFIRMED <n>` as the handled count (confirmed acks) grows, until killed.
+/// In the child process: runs the consumer, printing the handled count so far (confirmed
+/// acks), `CONFIRMED <n>`, and `HANDLED <sequence>` as each handler runs, until killed.
 /// Alone: while a confirmed-ack runtime runs, its handled count is what the server has
 /// recorded at that very moment.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killed_child() {
     if let Ok(url) = std::env::var(CHILD_ENV) {
         let client = async_nats::connect(url).await.expect("connect");
+        // The confirmed count is read as each handler runs: messages keep arriving until the
+        // kill, so the last count printed is at most a handler's time behind.
+        let health: Arc<OnceLock<Health>> = Arc::default();
+        let reporter = health.clone();
         let runtime = fast(Runtime::builder(client))
-            .topology(sequence_topology(|sequence| println!("HANDLED {sequence}")))
+            .topology(sequence_topology(move |sequence| {
+                if let Some(health) = reporter.get() {
+                    println!("CONFIRMED {}", health.consumers()[0].handled);
+                }
+                println!("HANDLED {sequence}");
+            }))
             .build()
             .expect("a valid topology");
-        let health = runtime.health();
-        tokio::spawn(async move {
-            let mut reported = 0;
-            loop {
-                let handled = health.consumers()[0].handled;
-                if handled != reported {
-                    println!("CONFIRMED {handled}");
-                    reported = handled;
-                }
-                // A reporting cadence, not synchronisation: the parent reads what is printed.
-                tokio::time::sleep(Duration::from_millis(1)).await;
-            }
-        });
+        let _ = health.set(runtime.health());
         let _ = runtime.run_until(std::future::pending::<()>()).await;
         return;
     }

@@ -228,6 +228,7 @@ async fn cross_ready(node: &mut Node, domain: &str, deadline: Instant) -> Result
                 ),
             ));
         }
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        // Repeated at the readiness probes' pace, until the deadline above.
+        tokio::time::sleep(crate::probe::PROBE_INTERVAL).await;
     }
 }

@@ -11,7 +11,7 @@ use crate::error::TestkitError;
 use crate::process::Node;
 
 /// How often readiness probes are repeated.
-const PROBE_INTERVAL: Duration = Duration::from_millis(50);
+pub(crate) const PROBE_INTERVAL: Duration = Duration::from_millis(50);
 /// Bound on each single readiness probe (TCP connect, INFO line, JetStream request).
 const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 /// Bound on each `$JS.API.INFO` probe. A server without a JetStream meta leader does not answer
