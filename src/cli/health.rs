@@ -8,12 +8,12 @@ use topology_core::model::ConsumerKind;
 use topology_core::subject::covered_by;
 
 use crate::Runtime;
-use crate::report::ServerConsumer;
+use crate::report::ConsumerReport;
 
 /// What `health` found.
 pub(super) struct Report {
     streams: Vec<StreamLine>,
-    consumers: Vec<ConsumerLine>,
+    consumers: Vec<ConsumerReport>,
     relays: Vec<(String, String)>,
 }
 
@@ -22,13 +22,6 @@ struct StreamLine {
     external: bool,
     /// `Err` with what is wrong.
     state: Result<String, String>,
-}
-
-struct ConsumerLine {
-    stream: String,
-    consumer: String,
-    handler: String,
-    server: Option<ServerConsumer>,
 }
 
 impl Report {
@@ -95,16 +88,7 @@ pub(super) async fn read(client: &async_nats::Client, runtime: &Runtime) -> Resu
         });
     }
     let inspection = runtime.inspect().await.map_err(|e| e.to_string())?;
-    let consumers = inspection
-        .consumers
-        .into_iter()
-        .map(|c| ConsumerLine {
-            stream: c.stream,
-            consumer: c.consumer,
-            handler: c.handler,
-            server: c.server,
-        })
-        .collect();
+    let consumers = inspection.consumers;
     let relays = topology
         .consumers()
         .iter()
@@ -139,19 +123,7 @@ impl fmt::Display for Report {
             )?;
             match &c.server {
                 None => writeln!(f, "DOES NOT EXIST")?,
-                Some(s) => writeln!(
-                    f,
-                    "{}, {}; pending {}, ack pending {}, ack floor {}",
-                    s.shape,
-                    if s.active {
-                        "consumed"
-                    } else {
-                        "BOUND BY NOBODY (no instance consumes it)"
-                    },
-                    s.pending,
-                    s.ack_pending,
-                    s.ack_floor
-                )?,
+                Some(s) => writeln!(f, "{s}")?,
             }
         }
         for (stream, handler) in &self.relays {

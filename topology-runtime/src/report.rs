@@ -304,6 +304,27 @@ pub struct ServerConsumer {
     pub version: Option<String>,
 }
 
+/// `pull, consumed; pending 0, ack pending 0, waiting pulls 1, ack floor 5`: the form
+/// `inspect` and the CLI's `health` print.
+impl fmt::Display for ServerConsumer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}, {}; pending {}, ack pending {}, waiting pulls {}, ack floor {}",
+            self.shape,
+            if self.active {
+                "consumed"
+            } else {
+                "BOUND BY NOBODY (no instance consumes it)"
+            },
+            self.pending,
+            self.ack_pending,
+            self.waiting,
+            self.ack_floor
+        )
+    }
+}
+
 /// The state of every declared queue consumer: see [`inspect`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Inspection {
@@ -318,20 +339,7 @@ impl fmt::Display for Inspection {
             write!(f, "  `{}` on `{}` ({}): ", c.consumer, c.stream, c.handler)?;
             match &c.server {
                 None => writeln!(f, "DOES NOT EXIST")?,
-                Some(s) => writeln!(
-                    f,
-                    "{}, {}; pending {}, ack pending {}, waiting pulls {}, ack floor {}",
-                    s.shape,
-                    if s.active {
-                        "consuming"
-                    } else {
-                        "BOUND BY NOBODY"
-                    },
-                    s.pending,
-                    s.ack_pending,
-                    s.waiting,
-                    s.ack_floor
-                )?,
+                Some(s) => writeln!(f, "{s}")?,
             }
             if let Some((old, s)) = &c.migrating_from {
                 writeln!(
