@@ -195,6 +195,25 @@ pub trait Wake: Send + Sync {
             event.await;
         })
     }
+    /// Whether the source saw an event at or after `since`, asked when an attempt started
+    /// at `since` is abandoned. With an event, the attempt was lost to it (an election: the
+    /// replicas it woke retry over [`Wake::spread`]). Without one, [`Wake::stalled`] gave it
+    /// up as merely unanswered: it is made again at once, and the next attempt's grace
+    /// doubles (up to 8 times) in case the server is slow rather than deaf. The default,
+    /// `true`, fits the default [`Wake::stalled`], which resolves on events only.
+    fn event_seen_since(&self, since: Instant) -> bool {
+        let _ = since;
+        true
+    }
+}
+
+/// Why an attempt in flight was given up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Abandoned {
+    /// An event came while it was in flight.
+    AfterEvent,
+    /// It went unanswered past its grace while the source says the server answers.
+    Unanswered,
 }
 
 /// The waits between the attempts of one retried operation: full jitter over a doubling
@@ -262,7 +281,9 @@ impl Backoff {
     /// - during an attempt, an event starts the same spread delay; if the attempt has not
     ///   finished by then it is abandoned (its answer, if one ever comes, is ignored) and made
     ///   again. Only operations that are safe to repeat may be given a wake (provisioning
-    ///   sends idempotent CREATEs and reads).
+    ///   sends idempotent CREATEs and reads);
+    /// - an attempt [`Wake::stalled`] gives up without an event ([`Wake::event_seen_since`])
+    ///   is made again at once, and the grace of the next one doubles (up to 8 times).
     ///
     /// Abandoning never passes the deadline: past it, the attempt in flight is awaited.
     ///
@@ -309,27 +330,37 @@ impl Backoff {
         // Whether the last attempt failed (or was abandoned) transiently: the next one waits
         // for an event from its start, not only after the grace.
         let mut troubled = false;
-        // Attempts abandoned so far: each doubles the grace of the next (up to 8 times), so
-        // that a server slower than the grace is not sent the same request again and again.
-        let mut abandoned = 0u32;
+        // Attempts abandoned unanswered (no event in flight) so far: each doubles the grace of
+        // the next (up to 8 times), so that a server slower than the grace is not sent the
+        // same request again and again. An attempt lost to an election says nothing of the
+        // server's speed.
+        let mut unanswered = 0u32;
         loop {
             attempts += 1;
             let started = Instant::now();
             let outcome = match wake {
-                None => Some(op().await),
+                None => Ok(op().await),
                 Some(wake) => {
-                    let grace = wake.in_flight_grace() * (1 << abandoned.min(3));
+                    let grace = wake.in_flight_grace() * (1 << unanswered.min(3));
                     self.attempt_waking(op(), wake, troubled, started, grace)
                         .await
                 }
             };
             let error = match outcome {
-                Some(Ok(value)) => return Ok((value, attempts)),
-                Some(Err(error)) => error,
-                None => {
-                    // Abandoned after an event and the spread: try again now.
+                Ok(Ok(value)) => return Ok((value, attempts)),
+                Ok(Err(error)) => error,
+                Err(why) => {
+                    // Abandoned: try again now.
+                    tracing::debug!(
+                        attempt = attempts,
+                        in_flight_ms = started.elapsed().as_millis() as u64,
+                        ?why,
+                        "attempt abandoned; trying again"
+                    );
                     troubled = true;
-                    abandoned += 1;
+                    if why == Abandoned::Unanswered {
+                        unanswered += 1;
+                    }
                     continue;
                 }
             };
@@ -343,9 +374,23 @@ impl Backoff {
                         // An event while the failed attempt was answered counts: the
                         // failure may predate it (a request that reached no leader).
                         let event = wake.event_since(started);
+                        let slept = Instant::now();
                         tokio::select! {
-                            () = tokio::time::sleep(delay) => {}
-                            () = event => tokio::time::sleep(full_jitter(wake.spread()).min(delay)).await,
+                            () = tokio::time::sleep(delay) => tracing::debug!(
+                                attempt = attempts,
+                                delay_ms = delay.as_millis() as u64,
+                                "backoff slept out; trying again"
+                            ),
+                            () = event => {
+                                let spread = full_jitter(wake.spread()).min(delay);
+                                tracing::debug!(
+                                    attempt = attempts,
+                                    waited_ms = slept.elapsed().as_millis() as u64,
+                                    spread_ms = spread.as_millis() as u64,
+                                    "backoff woken by a leader event"
+                                );
+                                tokio::time::sleep(spread).await;
+                            }
                         }
                     }
                 }
@@ -361,8 +406,10 @@ impl Backoff {
         }
     }
 
-    /// One attempt raced against `wake`: its outcome, or `None` when an event came while it
-    /// was in flight and it did not finish within the spread after it.
+    /// One attempt raced against `wake`: its outcome, or why it was given up: an event came
+    /// while it was in flight and it did not finish within the spread after it, or it went
+    /// unanswered past its grace while the source says the server answers (then it is made
+    /// again at once: there is no crowd to spread, each attempt's grace ended on its own).
     async fn attempt_waking<T, E, Fut>(
         &self,
         attempt: Fut,
@@ -370,7 +417,7 @@ impl Backoff {
         troubled: bool,
         started: Instant,
         grace: Duration,
-    ) -> Option<Result<T, E>>
+    ) -> Result<Result<T, E>, Abandoned>
     where
         Fut: Future<Output = Result<T, E>>,
     {
@@ -392,20 +439,27 @@ impl Backoff {
             }
         };
         tokio::select! {
-            outcome = &mut attempt => return Some(outcome),
+            outcome = &mut attempt => return Ok(outcome),
             () = event => {}
         }
-        tokio::select! {
-            outcome = &mut attempt => return Some(outcome),
-            () = tokio::time::sleep(full_jitter(wake.spread())) => {}
+        let why = if wake.event_seen_since(started) {
+            Abandoned::AfterEvent
+        } else {
+            Abandoned::Unanswered
+        };
+        if why == Abandoned::AfterEvent {
+            tokio::select! {
+                outcome = &mut attempt => return Ok(outcome),
+                () = tokio::time::sleep(full_jitter(wake.spread())) => {}
+            }
         }
         if self
             .deadline
             .is_some_and(|deadline| Instant::now() >= deadline)
         {
-            return Some(attempt.await);
+            return Ok(attempt.await);
         }
-        None
+        Err(why)
     }
 }
 

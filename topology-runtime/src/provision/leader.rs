@@ -24,8 +24,9 @@
 //! answered probe): a retry asks what came since its attempt started, so an election seen
 //! while the attempt was in flight, or while it was being answered with a failure, is not
 //! lost; an attempt still unanswered [`IN_FLIGHT_GRACE`] after it was sent, while the API
-//! answers probes, is taken as lost (a consumer create sent as its stream's leader was being
-//! elected is never answered, and no later advisory need come).
+//! answers probes sent after it, is taken as lost (a consumer create sent as its stream's
+//! leader was being elected is never answered, and no later advisory need come) and is made
+//! again at once: no election woke a crowd, so there is nothing to spread.
 //!
 //! **The herd.** One election wakes every waiting replica at once. Each retries after a
 //! random delay in `[0, WAKE_SPREAD]` (and never later than its own backoff would have):
@@ -253,7 +254,7 @@ impl LeaderWatch {
 
     /// Resolves when an attempt on `stream` started at `started` looks lost: an election
     /// that concerns it came since `started`, or, once it has been in flight for `grace`, a
-    /// probe sent after that was answered (the API answers; this request did not). The watch
+    /// probe sent after it was answered (the API answers; this request did not). The watch
     /// starts only at the end of the grace unless it already runs (a healthy request is
     /// answered within it, and costs no subscription); running, it reports an election
     /// during the grace at once.
@@ -285,7 +286,7 @@ impl LeaderWatch {
                         return;
                     }
                     if Instant::now() >= grace_end
-                        && state.last_answered.is_some_and(|sent| sent >= grace_end)
+                        && state.last_answered.is_some_and(|sent| sent >= started)
                     {
                         return;
                     }
@@ -410,7 +411,8 @@ async fn watch(
                 sent += 1;
                 probes.push(probe(js.clone(), sent, Instant::now()));
             }
-            Some((seq, answered, sent_at)) = probes.next(), if !probes.is_empty() => {
+            Some((seq, outcome, sent_at)) = probes.next(), if !probes.is_empty() => {
+                let answered = outcome.is_ok();
                 if answered {
                     announce(&inner, &elections, Election::Answered(sent_at));
                 }
@@ -420,6 +422,11 @@ async fn watch(
                 if answered && newest.is_some_and(|(_, was)| !was) {
                     tracing::debug!("meta leader answers again");
                     announce(&inner, &elections, Election::Meta);
+                }
+                if let Err(why) = &outcome
+                    && newest.is_none_or(|(_, was)| was)
+                {
+                    tracing::debug!(%why, "meta leader does not answer");
                 }
                 newest = Some((seq, answered));
             }
@@ -446,15 +453,21 @@ fn announce(inner: &Weak<Inner>, elections: &broadcast::Sender<Election>, electi
     let _ = elections.send(election);
 }
 
-/// Whether the meta leader answers `INFO` within [`PROBE_TIMEOUT`].
-async fn probe(js: jetstream::Context, seq: u64, sent_at: Instant) -> (u64, bool, Instant) {
+/// Whether the meta leader answers `INFO` within [`PROBE_TIMEOUT`] (if not, why).
+async fn probe(
+    js: jetstream::Context,
+    seq: u64,
+    sent_at: Instant,
+) -> (u64, Result<(), String>, Instant) {
     let body = serde_json::json!({});
     let request = js.request::<_, _, Response<serde_json::Value>>("INFO".to_owned(), &body);
-    let answered = matches!(
-        tokio::time::timeout(PROBE_TIMEOUT, request).await,
-        Ok(Ok(Response::Ok(_)))
-    );
-    (seq, answered, sent_at)
+    let outcome = match tokio::time::timeout(PROBE_TIMEOUT, request).await {
+        Ok(Ok(Response::Ok(_))) => Ok(()),
+        Ok(Ok(Response::Err { error })) => Err(format!("error {}", error.error_code().0)),
+        Ok(Err(e)) => Err(e.to_string()),
+        Err(_) => Err(format!("no answer within {PROBE_TIMEOUT:?}")),
+    };
+    (seq, outcome, sent_at)
 }
 
 /// The [`Wake`] of one stream's provisioning retries.
@@ -482,6 +495,13 @@ impl Wake for StreamWake<'_> {
 
     fn spread(&self) -> Duration {
         WAKE_SPREAD
+    }
+
+    fn event_seen_since(&self, since: Instant) -> bool {
+        let state = self.watch.inner.state.lock().unwrap();
+        state
+            .last_concerning(self.stream)
+            .is_some_and(|at| at >= since)
     }
 
     fn in_flight_grace(&self) -> Duration {

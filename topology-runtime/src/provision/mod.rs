@@ -292,9 +292,12 @@ impl Provisioner {
         F: FnMut() -> Fut,
         Fut: std::future::Future<Output = Result<T, Failure>>,
     {
+        let mut sent = 0u32;
         let counted = || {
             self.attempts
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            sent += 1;
+            tracing::debug!(stream, consumer, attempt = sent, "provisioning attempt");
             attempt()
         };
         // An answer of an unexpected shape may be a server mid-upgrade: worth a few tries,

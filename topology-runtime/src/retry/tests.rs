@@ -159,3 +159,90 @@ async fn run_retries_transient_failures_only_and_counts_attempts() {
         })
     );
 }
+
+/// A source for which every attempt stalls exactly at the end of its grace, with or without
+/// an event having come (`elections`).
+struct Stalls {
+    grace: Duration,
+    spread: Duration,
+    elections: bool,
+}
+
+impl Wake for Stalls {
+    fn next_event(&self) -> Pin<Box<dyn Future<Output = ()> + Send + 'static>> {
+        Box::pin(std::future::pending())
+    }
+    fn spread(&self) -> Duration {
+        self.spread
+    }
+    fn in_flight_grace(&self) -> Duration {
+        self.grace
+    }
+    fn stalled(
+        &self,
+        started: Instant,
+        grace: Duration,
+    ) -> Pin<Box<dyn Future<Output = ()> + Send + 'static>> {
+        Box::pin(tokio::time::sleep_until(started + grace))
+    }
+    fn event_seen_since(&self, _since: Instant) -> bool {
+        self.elections
+    }
+}
+
+/// Runs attempts that are never answered until the fourth, which succeeds; returns when each
+/// attempt started, in ms after the first.
+async fn starts_of_unanswered_attempts(wake: &Stalls) -> Vec<u128> {
+    let origin = Instant::now();
+    let starts = std::sync::Mutex::new(Vec::new());
+    let outcome = RetryPolicy::default()
+        .backoff()
+        .run_waking(
+            || {
+                let mut starts = starts.lock().unwrap();
+                starts.push(origin.elapsed().as_millis());
+                let n = starts.len();
+                async move {
+                    if n < 4 {
+                        std::future::pending::<Result<usize, ()>>().await
+                    } else {
+                        Ok(n)
+                    }
+                }
+            },
+            |_| true,
+            Some(wake),
+        )
+        .await;
+    assert_eq!(outcome, Ok((4, 4)));
+    starts.into_inner().unwrap()
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_attempt_unanswered_without_an_event_is_made_again_at_once_with_a_longer_grace() {
+    // A spread of an hour: applied, it would show.
+    let wake = Stalls {
+        grace: Duration::from_millis(100),
+        spread: Duration::from_secs(3600),
+        elections: false,
+    };
+    assert_eq!(
+        starts_of_unanswered_attempts(&wake).await,
+        [0, 100, 300, 700]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_attempt_lost_to_an_election_keeps_its_grace_and_waits_out_the_spread() {
+    let wake = Stalls {
+        grace: Duration::from_millis(100),
+        spread: Duration::from_millis(50),
+        elections: true,
+    };
+    let starts = starts_of_unanswered_attempts(&wake).await;
+    // Each attempt: its grace (100 ms, not doubled), then a spread in [0, 50] ms.
+    for pair in starts.windows(2) {
+        let gap = pair[1] - pair[0];
+        assert!((100..=150).contains(&gap), "{starts:?}");
+    }
+}
