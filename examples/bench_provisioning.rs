@@ -5,7 +5,8 @@
 //! cargo run --release --example bench_provisioning -- \
 //!     [--n 1,2,8,16,32] [--reps 3] [--modes cold,warm] \
 //!     [--variants create-first,update-first] [--retry on,off | --no-retry] \
-//!     [--storage file|memory] [--settle-ms 500] [--restart-after-ms 5000]
+//!     [--storage file|memory] [--settle-ms 500] [--restart-after-ms 5000] \
+//!     [--restart-after-election-ms MS] [--trace DIR]
 //! ```
 //!
 //! The leader-kill run recorded in docs/PERFORMANCE.md:
@@ -28,6 +29,13 @@
 //!   the meta-leader advisory goes to the system account only, which the kit's servers do
 //!   not give a user). Per process it reports the time to ready after that election
 //!   (`after_leader_ms`: median and max per run in the JSON line).
+//!   `--restart-after-election-ms MS` restarts the killed node MS after the new leader is
+//!   seen instead (the old leader coming back just after the election).
+//!   `--trace DIR` writes, per leader-kill cell, what happened in time order: every change
+//!   of each node's view (meta leader, the stream's and its consumers' leaders, from
+//!   `/jsz?consumers=true`, every 10 ms), the kill and restart, and each process's debug
+//!   log (its attempts, what woke them), all in ms after the start instant:
+//!   `DIR/cell<id>.timeline` and `DIR/cell<id>.child<i>.log`.
 //! - **variant** `create-first`: our runtime, `Runtime::provision` (STREAM.CREATE first, then
 //!   both consumers concurrently). `update-first`: what async-nats `create_or_update_stream`
 //!   does (STREAM.UPDATE, then STREAM.CREATE on 404), then both consumers with
@@ -66,7 +74,7 @@ use async_nats::jetstream::{self, ErrorCode, consumer, context::CreateStreamErro
 use nats_topology::model::{ConsumerDecl, QueueDecl, Storage, StreamDecl, StreamRef};
 use nats_topology::retry::Failed;
 use nats_topology::{HandlerError, HandlerFuture, Incoming, RetryPolicy, Runtime, Topology};
-use nats_topology_testkit::NatsCluster;
+use nats_topology_testkit::{ClusterMonitor, NatsCluster};
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, ChildStdin, Command};
@@ -156,7 +164,7 @@ fn list<T>(value: &str, parse: impl Fn(&str) -> T) -> Vec<T> {
 
 const USAGE: &str = "usage: bench_provisioning [--n 1,2,8,16,32] [--reps 3] [--modes cold,warm] \
      [--variants create-first,update-first] [--retry on,off | --no-retry] [--storage file|memory] \
-     [--settle-ms 500] [--restart-after-ms 5000]";
+     [--settle-ms 500] [--restart-after-ms 5000] [--restart-after-election-ms MS] [--trace DIR]";
 
 struct Args {
     ns: Vec<usize>,
@@ -167,6 +175,11 @@ struct Args {
     storage: Storage,
     settle: Duration,
     restart_after: Duration,
+    /// Restart the killed node this long after the new leader is seen (instead of
+    /// `restart_after` after the start).
+    restart_after_election: Option<Duration>,
+    /// Where leader-kill cells write their timelines and the processes' logs.
+    trace: Option<std::path::PathBuf>,
 }
 
 fn parent_args(mut it: impl Iterator<Item = String>) -> Args {
@@ -179,6 +192,8 @@ fn parent_args(mut it: impl Iterator<Item = String>) -> Args {
         storage: Storage::File,
         settle: Duration::from_millis(500),
         restart_after: Duration::from_secs(5),
+        restart_after_election: None,
+        trace: None,
     };
     while let Some(flag) = it.next() {
         if flag == "--help" || flag == "-h" {
@@ -207,6 +222,12 @@ fn parent_args(mut it: impl Iterator<Item = String>) -> Args {
                 args.restart_after =
                     Duration::from_millis(value.parse().expect("--restart-after-ms N"))
             }
+            "--restart-after-election-ms" => {
+                args.restart_after_election = Some(Duration::from_millis(
+                    value.parse().expect("--restart-after-election-ms N"),
+                ))
+            }
+            "--trace" => args.trace = Some(value.into()),
             "--settle-ms" => {
                 args.settle = Duration::from_millis(value.parse().expect("--settle-ms N"))
             }
@@ -339,6 +360,8 @@ struct ChildArgs {
     variant: Variant,
     retry: bool,
     storage: Storage,
+    /// Where to write this process's debug log (leader-kill with `--trace`).
+    trace: Option<std::path::PathBuf>,
 }
 
 fn child_args(mut it: impl Iterator<Item = String>) -> ChildArgs {
@@ -349,10 +372,12 @@ fn child_args(mut it: impl Iterator<Item = String>) -> ChildArgs {
         variant: Variant::CreateFirst,
         retry: true,
         storage: Storage::File,
+        trace: None,
     };
     while let Some(flag) = it.next() {
         let value = it.next().unwrap_or_default();
         match flag.as_str() {
+            "--trace" => args.trace = Some(value.into()),
             "--urls" => args.urls = list(&value, str::to_owned),
             "--stream" => args.stream = value,
             "--prefix" => args.prefix = value,
@@ -381,7 +406,27 @@ fn epoch_ms() -> f64 {
         * 1000.0
 }
 
+/// Timestamps of a process's trace: ms since the epoch (the parent subtracts the start).
+struct EpochMs;
+
+impl tracing_subscriber::fmt::time::FormatTime for EpochMs {
+    fn format_time(&self, w: &mut tracing_subscriber::fmt::format::Writer<'_>) -> std::fmt::Result {
+        write!(w, "{:.1}", epoch_ms())
+    }
+}
+
 async fn child_main(args: ChildArgs) -> Result<(), BoxError> {
+    if let Some(path) = &args.trace {
+        let file = std::fs::File::create(path)?;
+        tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::new(
+                "topology_runtime=debug,nats_topology=debug,bench_provisioning=debug",
+            ))
+            .with_timer(EpochMs)
+            .with_ansi(false)
+            .with_writer(std::sync::Mutex::new(file))
+            .init();
+    }
     let addrs = args
         .urls
         .iter()
@@ -440,6 +485,7 @@ async fn child_main(args: ChildArgs) -> Result<(), BoxError> {
         },
     };
     let ms = epoch_ms() - start_ms;
+    tracing::debug!(ok, attempts, ?error, "provisioning done");
     println!(
         "{}",
         json!({"ok": ok, "ms": ms, "attempts": attempts, "error": error})
@@ -601,10 +647,9 @@ struct Run {
     n: usize,
     rep: usize,
     outcomes: Vec<Outcome>,
-    /// Leader-kill: the node killed and when (ms after the start instant) the new meta leader
-    /// was seen.
+    /// Leader-kill: the node killed and the new meta leader's election.
     killed: Option<usize>,
-    election_ms: Option<f64>,
+    election: Option<Election>,
 }
 
 impl Run {
@@ -639,8 +684,8 @@ impl Run {
 
     /// Leader-kill: each successful process's time to ready after the new leader's election.
     fn after_leader(&self) -> Vec<f64> {
-        match self.election_ms {
-            Some(election) => self.ok_times().iter().map(|ms| ms - election).collect(),
+        match self.election {
+            Some(election) => self.ok_times().iter().map(|ms| ms - election.at).collect(),
             None => Vec::new(),
         }
     }
@@ -677,7 +722,13 @@ impl Run {
             let mut after = self.after_leader();
             after.sort_by(f64::total_cmp);
             value["killed_node"] = json!(self.killed);
-            value["election_ms"] = json!(self.election_ms.map(round1));
+            value["election_ms"] = json!(self.election.map(|e| round1(e.at)));
+            value["named_ms"] = json!(self.election.map(|e| round1(e.named)));
+            value["election_from"] = json!(self.election.map(|e| if e.since_leader_since {
+                "leader_since"
+            } else {
+                "jsz"
+            }));
             value["after_leader_ms"] = json!({
                 "median": median(after.clone()).map(round1),
                 "max": after.iter().copied().reduce(f64::max).map(round1),
@@ -780,7 +831,15 @@ async fn parent_main(args: Args) -> Result<(), BoxError> {
                         let shape_name = format!("BENCH_PROV_{id}");
                         let prefix = format!("bench.prov.{id}");
                         let shape = Shape::new(&shape_name, &prefix, args.storage);
+                        let trace = match (&args.trace, mode) {
+                            (Some(dir), Mode::LeaderKill) => {
+                                std::fs::create_dir_all(dir)?;
+                                Some(dir.join(format!("cell{id}")))
+                            }
+                            _ => None,
+                        };
                         let cell = Cell {
+                            trace: trace.clone(),
                             urls: &urls,
                             shape: &shape,
                             prefix: &prefix,
@@ -792,14 +851,54 @@ async fn parent_main(args: Args) -> Result<(), BoxError> {
                         if mode == Mode::Warm {
                             prepare_warm(&client, &shape).await?;
                         }
-                        let (outcomes, killed, election_ms) = if mode == Mode::LeaderKill {
+                        let (outcomes, killed, election) = if mode == Mode::LeaderKill {
                             let leader = wait_for_leader(&cluster).await?;
-                            let (start_tx, start_rx) = tokio::sync::oneshot::channel();
-                            let (outcomes, election) = tokio::join!(
-                                cell.run(Some(start_tx)),
-                                kill_leader(&mut cluster, leader, start_rx, args.restart_after),
+                            let (start_tx, start_rx) = tokio::sync::watch::channel(None);
+                            let (done_tx, done_rx) = tokio::sync::watch::channel(false);
+                            let monitor = cluster.monitor();
+                            let restart = match args.restart_after_election {
+                                Some(after) => Restart::AfterElection(after),
+                                None => Restart::AfterStart(args.restart_after),
+                            };
+                            let (outcomes, killed, views) = tokio::join!(
+                                async {
+                                    let outcomes = cell.run(Some(start_tx)).await;
+                                    let _ = done_tx.send(true);
+                                    outcomes
+                                },
+                                kill_leader(&mut cluster, leader, start_rx.clone(), restart),
+                                async {
+                                    match &trace {
+                                        Some(_) => {
+                                            watch_views(
+                                                &monitor,
+                                                shape.stream.name,
+                                                start_rx.clone(),
+                                                done_rx,
+                                            )
+                                            .await
+                                        }
+                                        None => Vec::new(),
+                                    }
+                                },
                             );
-                            (outcomes?, Some(leader), election?)
+                            let (election, events) = killed?;
+                            if let Some(base) = &trace {
+                                let start = *start_rx.borrow();
+                                if let Some(start) = start {
+                                    write_timeline(base, start, &events, &views, n)?;
+                                }
+                                // The nodes' own logs (all cells so far), for what /jsz
+                                // does not show.
+                                for node in 0..cluster.len() {
+                                    let log = cluster.store_dir(node).join("server.log");
+                                    let _ = std::fs::copy(
+                                        log,
+                                        base.with_extension(format!("node{node}.log")),
+                                    );
+                                }
+                            }
+                            (outcomes?, Some(leader), election)
                         } else {
                             (cell.run(None).await?, None, None)
                         };
@@ -811,7 +910,7 @@ async fn parent_main(args: Args) -> Result<(), BoxError> {
                             rep,
                             outcomes,
                             killed,
-                            election_ms,
+                            election,
                         };
                         eprintln!(
                             "[{:>5.0}s] n={n:<2} rep {} {:<4} {:<12} retry {:<3}: {}/{n} ok, median {} ms, max {} ms, attempts median {}",
@@ -832,9 +931,10 @@ async fn parent_main(args: Args) -> Result<(), BoxError> {
                             let mut after = run.after_leader();
                             after.sort_by(f64::total_cmp);
                             eprintln!(
-                                "        killed node{}, new meta leader at {} ms; ready after it (ms): {:?}",
+                                "        killed node{}, new meta leader named at {} ms, leader from {} ms; ready after it (ms): {:?}",
                                 killed.unwrap_or(0),
-                                fmt_ms(election_ms),
+                                fmt_ms(election.map(|e| e.named)),
+                                fmt_ms(election.map(|e| e.at)),
                                 after.iter().map(|v| v.round() as i64).collect::<Vec<_>>()
                             );
                         }
@@ -871,6 +971,8 @@ async fn parent_main(args: Args) -> Result<(), BoxError> {
 }
 
 struct Cell<'a> {
+    /// Leader-kill with `--trace`: the children write `<trace>.child<i>.log`.
+    trace: Option<std::path::PathBuf>,
     urls: &'a [String],
     shape: &'a Shape,
     prefix: &'a str,
@@ -893,13 +995,17 @@ impl Cell<'_> {
     /// `started` (leader-kill) receives the start instant, ms since the epoch.
     async fn run(
         &self,
-        started: Option<tokio::sync::oneshot::Sender<f64>>,
+        started: Option<tokio::sync::watch::Sender<Option<f64>>>,
     ) -> Result<Vec<Outcome>, BoxError> {
         let exe = std::env::current_exe()?;
         let mut procs = Vec::with_capacity(self.n);
-        for _ in 0..self.n {
-            let mut child = Command::new(&exe)
-                .arg("--child")
+        for i in 0..self.n {
+            let mut command = Command::new(&exe);
+            command.arg("--child");
+            if let Some(base) = &self.trace {
+                command.arg("--trace").arg(child_log(base, i));
+            }
+            let mut child = command
                 .args(["--urls", &self.urls.join(",")])
                 .args(["--stream", self.shape.stream.name])
                 .args(["--prefix", self.prefix])
@@ -942,7 +1048,7 @@ impl Cell<'_> {
         let start = epoch_ms() + START_MARGIN.as_secs_f64() * 1000.0;
         let start_line = format!("{start:.3}\n");
         if let Some(started) = started {
-            let _ = started.send(start);
+            let _ = started.send(Some(start));
         }
         for proc in procs.iter_mut() {
             if let Some(stdin) = proc.stdin.as_mut() {
@@ -1012,47 +1118,314 @@ async fn wait_for_leader(cluster: &NatsCluster) -> Result<usize, BoxError> {
     Err("no agreed meta leader within 60 s".into())
 }
 
+/// When leader-kill restarts the node it killed.
+#[derive(Debug, Clone, Copy)]
+enum Restart {
+    /// This long after the start instant.
+    AfterStart(Duration),
+    /// This long after the new leader is seen.
+    AfterElection(Duration),
+}
+
+/// The start instant once the cell sends it (ms since the epoch), `None` if it never does.
+async fn start_instant(mut start: tokio::sync::watch::Receiver<Option<f64>>) -> Option<f64> {
+    start.wait_for(Option::is_some).await.ok().and_then(|s| *s)
+}
+
 /// Leader-kill: at the start instant, kills `leader`; watches the monitoring endpoints for
-/// the new meta leader (every 10 ms) while, `restart_after` after the start, the killed node
-/// is restarted. Returns when the new leader was seen, in ms after the start instant.
+/// the new meta leader (every 10 ms) and restarts the killed node as `restart` says. Returns
+/// when the new leader was seen (ms after the start instant), and the kill and restart as
+/// timeline events.
 async fn kill_leader(
     cluster: &mut NatsCluster,
     leader: usize,
-    start: tokio::sync::oneshot::Receiver<f64>,
-    restart_after: Duration,
-) -> Result<Option<f64>, BoxError> {
-    let Ok(start) = start.await else {
-        return Ok(None);
+    start: tokio::sync::watch::Receiver<Option<f64>>,
+    restart: Restart,
+) -> Result<(Option<Election>, Vec<(f64, String)>), BoxError> {
+    let Some(start) = start_instant(start).await else {
+        return Ok((None, Vec::new()));
     };
     let wait = start - epoch_ms();
     if wait > 0.0 {
         tokio::time::sleep(Duration::from_secs_f64(wait / 1000.0)).await;
     }
     cluster.kill(leader);
+    let mut events = vec![(epoch_ms() - start, format!("parent: killed node{leader}"))];
     let monitor = cluster.monitor();
+    let (elected_tx, elected_rx) = tokio::sync::oneshot::channel::<f64>();
     let watch = async {
-        let deadline = Instant::now() + Duration::from_secs(120);
-        while Instant::now() < deadline {
-            if let Some(new) = monitor.meta_leader().await
-                && new != leader
-            {
-                return Some(epoch_ms() - start);
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
+        let election = watch_election(&monitor, leader, start).await;
+        if let Some(election) = &election {
+            let _ = elected_tx.send(election.at);
         }
-        None
+        election
     };
     let restart = async {
-        let at = start + restart_after.as_secs_f64() * 1000.0;
+        let at = match restart {
+            Restart::AfterStart(after) => start + after.as_secs_f64() * 1000.0,
+            Restart::AfterElection(after) => match elected_rx.await {
+                Ok(elected) => start + elected + after.as_secs_f64() * 1000.0,
+                // No election within the watch's deadline: restart now.
+                Err(_) => epoch_ms(),
+            },
+        };
         let wait = at - epoch_ms();
         if wait > 0.0 {
             tokio::time::sleep(Duration::from_secs_f64(wait / 1000.0)).await;
         }
-        cluster.restart(leader).await
+        let began = epoch_ms() - start;
+        let result = cluster.restart(leader).await;
+        (began, epoch_ms() - start, result)
     };
-    let (election, restarted) = tokio::join!(watch, restart);
+    let (election, (began, answered, restarted)) = tokio::join!(watch, restart);
     restarted?;
-    Ok(election)
+    if let Some(election) = &election {
+        events.push((
+            election.named,
+            format!(
+                "parent: all running nodes name node{} meta leader",
+                election.leader
+            ),
+        ));
+        if election.since_leader_since {
+            events.push((
+                election.at,
+                format!(
+                    "parent: node{}'s leader_since (the election's end)",
+                    election.leader
+                ),
+            ));
+        }
+    }
+    events.push((began, format!("parent: restarting node{leader}")));
+    events.push((
+        answered,
+        format!("parent: node{leader} restarted, answers the JetStream API"),
+    ));
+    Ok((election, events))
+}
+
+/// The new meta leader, as leader-kill sees it.
+#[derive(Debug, Clone, Copy)]
+struct Election {
+    /// The new leader.
+    leader: usize,
+    /// When every running node first named it in `/jsz` (ms after the start instant).
+    named: f64,
+    /// When it became leader in full (ms after the start instant): its `leader_since`, or
+    /// `named` where the server does not report it.
+    at: f64,
+    /// Whether `at` is the leader's `leader_since`.
+    since_leader_since: bool,
+}
+
+/// Watches (every 10 ms, up to 120 s) for a meta leader other than `killed`.
+///
+/// A node names itself leader (`/jsz` `meta_cluster.leader`) as soon as it has the votes,
+/// but takes the part only once the first entry of its term is applied, which needs a
+/// quorum of followers to store it: until then it answers no JetStream API request, and the
+/// server announces the election (`$JS.EVENT.ADVISORY.DOMAIN.LEADER_ELECTED`) only then.
+/// That moment is the meta group's `leader_since` in `/raftz` (nats-server 2.12 and later;
+/// set on the leader only): the election's end, taken as the instant of the election.
+/// Before 2.12 the instant is when `/jsz` names it.
+async fn watch_election(monitor: &ClusterMonitor, killed: usize, start: f64) -> Option<Election> {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let mut named: Option<(usize, f64)> = None;
+    while Instant::now() < deadline {
+        match named {
+            None => {
+                if let Some(new) = monitor.meta_leader().await
+                    && new != killed
+                {
+                    named = Some((new, epoch_ms() - start));
+                    continue;
+                }
+            }
+            Some((leader, named_at)) => {
+                let raft = monitor.node_json(leader, "/raftz?group=_meta_").await;
+                let group = raft.as_ref().and_then(|raft| {
+                    raft.as_object()?
+                        .values()
+                        .find_map(|groups| groups.get("_meta_"))
+                        .cloned()
+                });
+                match group {
+                    // No `/raftz`, or no `leader_since` field at all: a server before 2.12.
+                    None => {
+                        return Some(Election {
+                            leader,
+                            named: named_at,
+                            at: named_at,
+                            since_leader_since: false,
+                        });
+                    }
+                    Some(group)
+                        if group.get("leader_since").is_none() && group["state"] == "LEADER" =>
+                    {
+                        return Some(Election {
+                            leader,
+                            named: named_at,
+                            at: named_at,
+                            since_leader_since: false,
+                        });
+                    }
+                    Some(group) => {
+                        if let Some(since) =
+                            group["leader_since"].as_str().and_then(parse_rfc3339_ms)
+                        {
+                            return Some(Election {
+                                leader,
+                                named: named_at,
+                                at: since - start,
+                                since_leader_since: true,
+                            });
+                        }
+                        if group["state"] != "LEADER" {
+                            // It lost the election after all: look again.
+                            named = None;
+                        }
+                    }
+                }
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    named.map(|(leader, named)| Election {
+        leader,
+        named,
+        at: named,
+        since_leader_since: false,
+    })
+}
+
+/// An RFC 3339 time (as the server writes `leader_since`) in ms since the epoch.
+fn parse_rfc3339_ms(text: &str) -> Option<f64> {
+    let time =
+        time::OffsetDateTime::parse(text, &time::format_description::well_known::Rfc3339).ok()?;
+    Some(time.unix_timestamp_nanos() as f64 / 1e6)
+}
+
+/// One node's view, as its `/jsz` reports it: the meta leader, and the leaders of the
+/// stream and of its consumers (`-` where it names none; `down` when it does not answer).
+async fn node_view(monitor: &ClusterMonitor, node: usize, stream: &str) -> String {
+    let Some(jsz) = monitor
+        .node_json(node, "/jsz?accounts=true&streams=true&consumers=true")
+        .await
+    else {
+        return "down".to_owned();
+    };
+    let name = |v: &Value| {
+        v.as_str()
+            .filter(|s| !s.is_empty())
+            .unwrap_or("-")
+            .to_owned()
+    };
+    let meta = name(&jsz["meta_cluster"]["leader"]);
+    let mut view = format!("meta {meta}");
+    // The meta group's raft state (nats-server 2.12 and later): `leader_since` is set on the
+    // leader once its first entry of the term is applied, when it starts answering.
+    if let Some(raft) = monitor.node_json(node, "/raftz?group=_meta_").await
+        && let Some(group) = raft
+            .as_object()
+            .and_then(|accounts| accounts.values().find_map(|groups| groups.get("_meta_")))
+    {
+        view.push_str(&format!(
+            " [{} term {} pindex {} commit {} applied {}{}]",
+            group["state"].as_str().unwrap_or("?"),
+            group["term"],
+            group["pindex"],
+            group["committed"],
+            group["applied"],
+            if group["leader_since"].is_string() {
+                ", leader since set"
+            } else {
+                ""
+            },
+        ));
+    }
+    let streams = jsz["account_details"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|a| a["stream_detail"].as_array().into_iter().flatten());
+    for detail in streams.filter(|d| d["name"] == stream) {
+        view.push_str(&format!(", stream {}", name(&detail["cluster"]["leader"])));
+        for consumer in detail["consumer_detail"].as_array().into_iter().flatten() {
+            view.push_str(&format!(
+                ", {} {}",
+                consumer["name"].as_str().unwrap_or("?"),
+                name(&consumer["cluster"]["leader"])
+            ));
+        }
+    }
+    view
+}
+
+/// Leader-kill with `--trace`: every change of each node's view (see [`node_view`]), every
+/// 10 ms from the start instant until `done`, in ms after the start.
+async fn watch_views(
+    monitor: &ClusterMonitor,
+    stream: &str,
+    start: tokio::sync::watch::Receiver<Option<f64>>,
+    mut done: tokio::sync::watch::Receiver<bool>,
+) -> Vec<(f64, String)> {
+    let Some(start) = start_instant(start).await else {
+        return Vec::new();
+    };
+    let nodes = monitor.nodes();
+    let mut last: Vec<Option<String>> = vec![None; nodes];
+    let mut events = Vec::new();
+    while !*done.borrow() {
+        let views =
+            futures::future::join_all((0..nodes).map(|i| node_view(monitor, i, stream))).await;
+        let at = epoch_ms() - start;
+        for (i, view) in views.into_iter().enumerate() {
+            if last[i].as_ref() != Some(&view) {
+                events.push((at, format!("node{i}: {view}")));
+                last[i] = Some(view);
+            }
+        }
+        tokio::select! {
+            _ = done.changed() => {}
+            () = tokio::time::sleep(Duration::from_millis(10)) => {}
+        }
+    }
+    events
+}
+
+/// Where process `i` of the cell traced at `base` writes its log.
+fn child_log(base: &std::path::Path, i: usize) -> std::path::PathBuf {
+    base.with_extension(format!("child{i}.log"))
+}
+
+/// Writes `<base>.timeline`: the parent's events and the nodes' views, and every line of the
+/// `n` processes' logs (their epoch timestamps made relative to `start`), in time order.
+fn write_timeline(
+    base: &std::path::Path,
+    start: f64,
+    events: &[(f64, String)],
+    views: &[(f64, String)],
+    n: usize,
+) -> Result<(), BoxError> {
+    let mut lines: Vec<(f64, String)> = events.iter().chain(views).cloned().collect();
+    for i in 0..n {
+        let Ok(log) = std::fs::read_to_string(child_log(base, i)) else {
+            continue;
+        };
+        for line in log.lines() {
+            let (time, rest) = line.split_once(' ').unwrap_or((line, ""));
+            if let Ok(epoch) = time.parse::<f64>() {
+                lines.push((epoch - start, format!("p{i}: {}", rest.trim())));
+            }
+        }
+    }
+    lines.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let text: String = lines
+        .iter()
+        .map(|(at, line)| format!("{at:>9.1} {line}\n"))
+        .collect();
+    std::fs::write(base.with_extension("timeline"), text)?;
+    Ok(())
 }
 
 /// Provisions the shape once (our runtime, with retry): the stream and both consumers exist

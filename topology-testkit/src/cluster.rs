@@ -216,4 +216,21 @@ impl ClusterMonitor {
             .then_some(first)
             .filter(|&l| l < count)
     }
+
+    /// The number of nodes watched.
+    pub fn nodes(&self) -> usize {
+        self.ports.len()
+    }
+
+    /// Node `i`'s monitoring endpoint `path` (for example `/jsz?streams=true`) as JSON, or
+    /// `None` when the node does not answer (it is down, or restarting) or the body is not
+    /// JSON. Panics if `i` is not a node of the cluster.
+    pub async fn node_json(&self, i: usize, path: &str) -> Option<serde_json::Value> {
+        let port = self.ports[i];
+        let path = path.to_owned();
+        let body = tokio::task::spawn_blocking(move || crate::probe::http_get(port, &path))
+            .await
+            .ok()??;
+        serde_json::from_str(&body).ok()
+    }
 }
