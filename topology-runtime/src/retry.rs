@@ -205,6 +205,13 @@ pub trait Wake: Send + Sync {
         let _ = since;
         true
     }
+    /// The longest the wait after the last failure may be, when the source knows that
+    /// failure clears without an event it could see (a peer rejoining the cluster): the wait
+    /// is then a random delay within it instead of the backoff's (when shorter). The
+    /// default, `None`: the backoff's.
+    fn backoff_cap(&self) -> Option<Duration> {
+        None
+    }
 }
 
 /// Why an attempt in flight was given up.
@@ -283,7 +290,9 @@ impl Backoff {
     ///   again. Only operations that are safe to repeat may be given a wake (provisioning
     ///   sends idempotent CREATEs and reads);
     /// - an attempt [`Wake::stalled`] gives up without an event ([`Wake::event_seen_since`])
-    ///   is made again at once, and the grace of the next one doubles (up to 8 times).
+    ///   is made again at once, and the grace of the next one doubles (up to 8 times);
+    /// - after a failure, [`Wake::backoff_cap`] may bound the wait (the failure clears
+    ///   without an event the source could see).
     ///
     /// Abandoning never passes the deadline: past it, the attempt in flight is awaited.
     ///
@@ -368,6 +377,10 @@ impl Backoff {
                 GaveUp::Final
             } else if let Some(delay) = self.fail() {
                 troubled = true;
+                let delay = match wake.and_then(|wake| wake.backoff_cap()) {
+                    Some(cap) if cap < delay => full_jitter(cap),
+                    _ => delay,
+                };
                 match wake {
                     None => tokio::time::sleep(delay).await,
                     Some(wake) => {

@@ -112,6 +112,17 @@ pub(crate) const WAKE_SPREAD: Duration = Duration::from_millis(100);
 pub(crate) const IN_FLIGHT_GRACE: Duration = Duration::from_millis(250);
 /// How long the watch outlives its last waiter.
 const LINGER: Duration = Duration::from_secs(1);
+/// The longest wait before retrying a request refused for want of a peer ("no suitable
+/// peers for placement, peer offline", 10005), for the first [`PEER_POLL_FOR`] of such
+/// refusals. The meta leader answers so when a replicated stream's placement needs a node
+/// it knows to be offline: typically a node that is restarting and not yet caught up, back
+/// within a few hundred milliseconds. Nothing announces its return to an application's
+/// account, so a retry asks again within this (a cheap refusal, about ten a second per
+/// replica), rather than over its growing full-jitter window. Past [`PEER_POLL_FOR`] (a node
+/// down for longer) the usual backoff resumes.
+pub(crate) const PEER_POLL: Duration = Duration::from_millis(200);
+/// See [`PEER_POLL`].
+pub(crate) const PEER_POLL_FOR: Duration = Duration::from_secs(3);
 
 /// What the watch saw.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -308,6 +319,7 @@ impl LeaderWatch {
         StreamWake {
             watch: self,
             stream,
+            peer_missing_since: Mutex::new(None),
         }
     }
 }
@@ -474,6 +486,20 @@ async fn probe(
 pub(crate) struct StreamWake<'a> {
     watch: &'a LeaderWatch,
     stream: &'a str,
+    /// Since when the attempts fail for want of a peer (10005), if the last one did.
+    peer_missing_since: Mutex<Option<Instant>>,
+}
+
+impl StreamWake<'_> {
+    /// Records why the last attempt failed (transiently): see [`PEER_POLL`].
+    pub(crate) fn failed(&self, cause: &crate::provision::error::ApiError) {
+        let mut since = self.peer_missing_since.lock().unwrap();
+        if cause.code() == Some(jetstream::ErrorCode::CLUSTER_NO_PEERS) {
+            since.get_or_insert_with(Instant::now);
+        } else {
+            *since = None;
+        }
+    }
 }
 
 impl Wake for StreamWake<'_> {
@@ -506,6 +532,13 @@ impl Wake for StreamWake<'_> {
 
     fn in_flight_grace(&self) -> Duration {
         IN_FLIGHT_GRACE
+    }
+
+    fn backoff_cap(&self) -> Option<Duration> {
+        let since = *self.peer_missing_since.lock().unwrap();
+        since
+            .is_some_and(|since| since.elapsed() < PEER_POLL_FOR)
+            .then_some(PEER_POLL)
     }
 }
 

@@ -303,20 +303,26 @@ impl Provisioner {
         // An answer of an unexpected shape may be a server mid-upgrade: worth a few tries,
         // not a loop until the deadline.
         let mut unexpected = 0u32;
-        let transient = |failure: &Failure| match failure {
-            Failure::Transient(ApiError::Unexpected { .. }) => {
-                unexpected += 1;
-                unexpected < UNEXPECTED_ANSWER_ATTEMPTS
-            }
-            Failure::Transient(cause) => {
-                tracing::debug!(stream, consumer, %cause, "transient provisioning failure; retrying");
-                true
-            }
-            Failure::Fatal(_) => false,
-        };
         // Transient failures are a missing leader (or its symptom, a timeout): an election
-        // ends the wait early, and the attempts are idempotent CREATEs and reads.
+        // ends the wait early, and the attempts are idempotent CREATEs and reads. A missing
+        // peer is announced to nobody: the wake keeps those waits short for a while.
         let wake = self.leader.wake_for(stream);
+        let transient = |failure: &Failure| {
+            if let Failure::Transient(cause) = failure {
+                wake.failed(cause);
+            }
+            match failure {
+                Failure::Transient(ApiError::Unexpected { .. }) => {
+                    unexpected += 1;
+                    unexpected < UNEXPECTED_ANSWER_ATTEMPTS
+                }
+                Failure::Transient(cause) => {
+                    tracing::debug!(stream, consumer, %cause, "transient provisioning failure; retrying");
+                    true
+                }
+                Failure::Fatal(_) => false,
+            }
+        };
         match self
             .policy
             .backoff()

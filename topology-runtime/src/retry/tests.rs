@@ -246,3 +246,56 @@ async fn an_attempt_lost_to_an_election_keeps_its_grace_and_waits_out_the_spread
         assert!((100..=150).contains(&gap), "{starts:?}");
     }
 }
+
+/// No events; waits after a failure bounded by `cap`.
+struct Capped {
+    cap: Duration,
+}
+
+impl Wake for Capped {
+    fn next_event(&self) -> Pin<Box<dyn Future<Output = ()> + Send + 'static>> {
+        Box::pin(std::future::pending())
+    }
+    fn spread(&self) -> Duration {
+        Duration::ZERO
+    }
+    fn in_flight_grace(&self) -> Duration {
+        Duration::from_secs(3600)
+    }
+    fn backoff_cap(&self) -> Option<Duration> {
+        Some(self.cap)
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_backoff_cap_bounds_each_wait_after_a_failure() {
+    // Windows of an hour; the cap makes each wait at most 10 ms.
+    let slow = RetryPolicy {
+        base: Duration::from_secs(3600),
+        cap: Duration::from_secs(3600),
+        deadline: Duration::from_secs(7200),
+        ..RetryPolicy::default()
+    };
+    let origin = Instant::now();
+    let mut calls = 0;
+    let outcome = slow
+        .backoff()
+        .run_waking(
+            || {
+                calls += 1;
+                let n = calls;
+                async move { if n < 4 { Err("no peer") } else { Ok(n) } }
+            },
+            |_| true,
+            Some(&Capped {
+                cap: Duration::from_millis(10),
+            }),
+        )
+        .await;
+    assert_eq!(outcome, Ok((4, 4)));
+    assert!(
+        origin.elapsed() <= Duration::from_millis(30),
+        "{:?}",
+        origin.elapsed()
+    );
+}
