@@ -13,8 +13,9 @@ use nats_topology_testkit::{NatsCluster, eventually};
 
 const REPLICAS: usize = 8;
 
+static STREAM: StreamDecl = StreamDecl::new("LEADER_KILL", &["leader.kill.>"]).replicas(3);
+
 fn topology() -> Topology {
-    static STREAM: StreamDecl = StreamDecl::new("LEADER_KILL", &["leader.kill.>"]).replicas(3);
     let noop = |_| -> HandlerFuture { Box::pin(async { Ok::<(), HandlerError>(()) }) };
     Topology::new()
         .stream(STREAM)
@@ -80,5 +81,97 @@ async fn replicas_provisioning_while_the_meta_leader_is_killed_all_get_ready() {
         let report = task.await.expect("the provisioning task");
         let report = report.unwrap_or_else(|e| panic!("replica {i} did not get ready: {e}"));
         eprintln!("replica {i}: ready after {} attempts", report.attempts);
+    }
+}
+
+/// The node that leads `stream`, as the stream's info names it (`node<i>`).
+async fn stream_leader(js: &async_nats::jetstream::Context, stream: &str) -> Option<usize> {
+    let mut handle = js.get_stream(stream).await.ok()?;
+    let info = handle.info().await.ok()?;
+    let leader = info.cluster.as_ref()?.leader.as_deref()?;
+    leader.strip_prefix("node")?.parse().ok()
+}
+
+/// Beside the meta leader: the stream exists and its leader, on a node that does not lead
+/// the meta group, is killed while eight replicas create their consumers. Each create
+/// needs the stream's leader; a new one is elected among the survivors and every replica
+/// gets ready with both consumers as declared.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicas_provisioning_while_their_streams_leader_is_killed_all_get_ready() {
+    let mut cluster = NatsCluster::start().await.expect("a 3-node cluster");
+    let client = async_nats::connect(cluster.server_addrs())
+        .await
+        .expect("connect");
+    let js = async_nats::jetstream::new(client.clone());
+    let stream = STREAM.name;
+    // The stream first, alone: the replicas below find it and create their consumers.
+    Runtime::builder(client.clone())
+        .topology(Topology::new().stream(STREAM))
+        .build()
+        .expect("a valid topology")
+        .provision()
+        .await
+        .expect("the stream is created");
+
+    // A stream leader that is not the meta leader: step the stream down until it is not.
+    let victim = eventually(
+        Duration::from_secs(60),
+        "a stream leader apart from the meta leader",
+        || {
+            let (cluster, js) = (&cluster, &js);
+            async move {
+                let meta = cluster.meta_leader().await?;
+                let leader = stream_leader(js, stream).await?;
+                if leader != meta {
+                    return Some(leader);
+                }
+                let subject = format!("STREAM.LEADER.STEPDOWN.{stream}");
+                let _: Result<serde_json::Value, _> = js.request(subject, &()).await;
+                None
+            }
+        },
+    )
+    .await;
+
+    let mut runtimes = Vec::new();
+    for _ in 0..REPLICAS {
+        let client = async_nats::connect(cluster.server_addrs())
+            .await
+            .expect("connect");
+        runtimes.push(
+            Runtime::builder(client)
+                .topology(topology())
+                .build()
+                .expect("a valid topology"),
+        );
+    }
+    let provisioning: Vec<_> = runtimes
+        .into_iter()
+        .map(|runtime| tokio::spawn(async move { runtime.provision().await }))
+        .collect();
+    cluster.kill(victim);
+
+    eventually(Duration::from_secs(60), "a new stream leader", || {
+        let js = &js;
+        async move { stream_leader(js, stream).await.filter(|&l| l != victim) }
+    })
+    .await;
+    cluster
+        .restart(victim)
+        .await
+        .expect("the killed node restarts");
+
+    for (i, task) in provisioning.into_iter().enumerate() {
+        let report = task.await.expect("the provisioning task");
+        let report = report.unwrap_or_else(|e| panic!("replica {i} did not get ready: {e}"));
+        eprintln!("replica {i}: ready after {} attempts", report.attempts);
+    }
+    let handle = js.get_stream(stream).await.expect("the stream");
+    for (name, subject) in [("lk_a", "leader.kill.a"), ("lk_b", "leader.kill.b")] {
+        let info = handle
+            .consumer_info(name)
+            .await
+            .unwrap_or_else(|e| panic!("consumer {name}: {e}"));
+        assert_eq!(info.config.filter_subject, subject, "consumer {name}");
     }
 }
