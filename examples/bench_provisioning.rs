@@ -25,17 +25,23 @@
 //!   scale-up or a rolling restart. `leader-kill`: as `cold`, and at the start instant the
 //!   parent kills (SIGKILL) the node that is the JetStream meta leader, restarting it
 //!   `--restart-after-ms` later. The parent finds the leader before the start and watches
-//!   for the new one through the nodes' monitoring endpoint (`/jsz`, polled every 10 ms;
-//!   the meta-leader advisory goes to the system account only, which the kit's servers do
-//!   not give a user). Per process it reports the time to ready after that election
-//!   (`after_leader_ms`: median and max per run in the JSON line).
+//!   for the new one through the nodes' monitoring endpoints every 10 ms (the meta-leader
+//!   advisory goes to the system account only, which the kit's servers do not give a
+//!   user). The election's instant is when the new leader takes office: its `leader_since`
+//!   in `/raftz` (nats-server 2.12 and later), the moment the server announces it and
+//!   starts answering; `named_ms` in the JSON line is when it first reported itself leader
+//!   (they differ when its first entry takes long to commit: see docs/PERFORMANCE.md).
+//!   Before 2.12, both are when every running node's `/jsz` names a new leader. Per process
+//!   it reports the time to ready after the election (`after_leader_ms`: median and max per
+//!   run in the JSON line).
 //!   `--restart-after-election-ms MS` restarts the killed node MS after the new leader is
 //!   seen instead (the old leader coming back just after the election).
 //!   `--trace DIR` writes, per leader-kill cell, what happened in time order: every change
-//!   of each node's view (meta leader, the stream's and its consumers' leaders, from
-//!   `/jsz?consumers=true`, every 10 ms), the kill and restart, and each process's debug
-//!   log (its attempts, what woke them), all in ms after the start instant:
-//!   `DIR/cell<id>.timeline` and `DIR/cell<id>.child<i>.log`.
+//!   of each node's view (meta leader and the meta group's Raft state from `/jsz` and
+//!   `/raftz`; the stream's and its consumers' leaders, every 10 ms), the kill, restart and
+//!   election, and each process's debug log (its attempts, what woke them), all in ms after
+//!   the start instant, in `DIR/cell<id>.timeline`; the processes' own logs in
+//!   `DIR/cell<id>.child<i>.log` and the nodes' in `DIR/cell<id>.node<i>.log`.
 //! - **variant** `create-first`: our runtime, `Runtime::provision` (STREAM.CREATE first, then
 //!   both consumers concurrently). `update-first`: what async-nats `create_or_update_stream`
 //!   does (STREAM.UPDATE, then STREAM.CREATE on 404), then both consumers with
@@ -866,7 +872,13 @@ async fn parent_main(args: Args) -> Result<(), BoxError> {
                                     let _ = done_tx.send(true);
                                     outcomes
                                 },
-                                kill_leader(&mut cluster, leader, start_rx.clone(), restart),
+                                kill_leader(
+                                    &mut cluster,
+                                    leader,
+                                    start_rx.clone(),
+                                    restart,
+                                    reports_leader_since(&server),
+                                ),
                                 async {
                                     match &trace {
                                         Some(_) => {
@@ -931,7 +943,7 @@ async fn parent_main(args: Args) -> Result<(), BoxError> {
                             let mut after = run.after_leader();
                             after.sort_by(f64::total_cmp);
                             eprintln!(
-                                "        killed node{}, new meta leader named at {} ms, leader from {} ms; ready after it (ms): {:?}",
+                                "        killed node{}, new meta leader named at {} ms, in office from {} ms; ready after it (ms): {:?}",
                                 killed.unwrap_or(0),
                                 fmt_ms(election.map(|e| e.named)),
                                 fmt_ms(election.map(|e| e.at)),
@@ -1141,6 +1153,7 @@ async fn kill_leader(
     leader: usize,
     start: tokio::sync::watch::Receiver<Option<f64>>,
     restart: Restart,
+    with_leader_since: bool,
 ) -> Result<(Option<Election>, Vec<(f64, String)>), BoxError> {
     let Some(start) = start_instant(start).await else {
         return Ok((None, Vec::new()));
@@ -1154,7 +1167,7 @@ async fn kill_leader(
     let monitor = cluster.monitor();
     let (elected_tx, elected_rx) = tokio::sync::oneshot::channel::<f64>();
     let watch = async {
-        let election = watch_election(&monitor, leader, start).await;
+        let election = watch_election(&monitor, leader, start, with_leader_since).await;
         if let Some(election) = &election {
             let _ = elected_tx.send(election.at);
         }
@@ -1183,7 +1196,7 @@ async fn kill_leader(
         events.push((
             election.named,
             format!(
-                "parent: all running nodes name node{} meta leader",
+                "parent: node{} leads the meta group, in a term after the kill",
                 election.leader
             ),
         ));
@@ -1191,7 +1204,7 @@ async fn kill_leader(
             events.push((
                 election.at,
                 format!(
-                    "parent: node{}'s leader_since (the election's end)",
+                    "parent: node{} takes office (its leader_since)",
                     election.leader
                 ),
             ));
@@ -1219,83 +1232,96 @@ struct Election {
     since_leader_since: bool,
 }
 
-/// Watches (every 10 ms, up to 120 s) for a meta leader other than `killed`.
+/// Watches (every 10 ms, up to 120 s) for the meta leader elected after `killed` was
+/// killed.
 ///
 /// A node names itself leader (`/jsz` `meta_cluster.leader`) as soon as it has the votes,
-/// but takes the part only once the first entry of its term is applied, which needs a
-/// quorum of followers to store it: until then it answers no JetStream API request, and the
-/// server announces the election (`$JS.EVENT.ADVISORY.DOMAIN.LEADER_ELECTED`) only then.
-/// That moment is the meta group's `leader_since` in `/raftz` (nats-server 2.12 and later;
-/// set on the leader only): the election's end, taken as the instant of the election.
-/// Before 2.12 the instant is when `/jsz` names it.
-async fn watch_election(monitor: &ClusterMonitor, killed: usize, start: f64) -> Option<Election> {
+/// but takes office only once the first entry of its term (its peer state, the Raft no-op)
+/// is committed and applied, which needs a quorum of followers to store it: until then it
+/// answers no JetStream API request, and the server announces the election (logs "Self is
+/// new JetStream cluster metadata leader", publishes
+/// `$JS.EVENT.ADVISORY.DOMAIN.LEADER_ELECTED`) only then. That moment is the meta group's
+/// `leader_since` in `/raftz` (nats-server 2.12 and later, `with_leader_since`; set on the
+/// leader only, absent until then): the instant of the election. `named` is when a node
+/// first reported itself leader in a term after the kill (the killed node too, restarted:
+/// it may win again). Before 2.12 both are when every running node's `/jsz` names a leader
+/// other than the killed node.
+async fn watch_election(
+    monitor: &ClusterMonitor,
+    killed: usize,
+    start: f64,
+    with_leader_since: bool,
+) -> Option<Election> {
     let deadline = Instant::now() + Duration::from_secs(120);
+    if !with_leader_since {
+        while Instant::now() < deadline {
+            if let Some(new) = monitor.meta_leader().await
+                && new != killed
+            {
+                let at = epoch_ms() - start;
+                return Some(Election {
+                    leader: new,
+                    named: at,
+                    at,
+                    since_leader_since: false,
+                });
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        return None;
+    }
+    // The term the killed leader led: the survivors still have it right after the kill.
+    let mut old_term: Option<u64> = None;
     let mut named: Option<(usize, f64)> = None;
     while Instant::now() < deadline {
-        match named {
-            None => {
-                if let Some(new) = monitor.meta_leader().await
-                    && new != killed
-                {
-                    named = Some((new, epoch_ms() - start));
-                    continue;
-                }
+        let groups = futures::future::join_all((0..monitor.nodes()).map(|i| async move {
+            let raft = monitor.node_json(i, "/raftz?group=_meta_").await?;
+            raft.as_object()?
+                .values()
+                .find_map(|groups| groups.get("_meta_"))
+                .cloned()
+        }))
+        .await;
+        let at = epoch_ms() - start;
+        let term = |g: &Value| g["term"].as_u64().unwrap_or(0);
+        let Some(old) = old_term else {
+            old_term = groups.iter().flatten().map(term).max();
+            continue;
+        };
+        for (i, group) in groups.iter().enumerate() {
+            let Some(group) = group else { continue };
+            if group["state"] != "LEADER" || term(group) <= old {
+                continue;
             }
-            Some((leader, named_at)) => {
-                let raft = monitor.node_json(leader, "/raftz?group=_meta_").await;
-                let group = raft.as_ref().and_then(|raft| {
-                    raft.as_object()?
-                        .values()
-                        .find_map(|groups| groups.get("_meta_"))
-                        .cloned()
-                });
-                match group {
-                    // No `/raftz`, or no `leader_since` field at all: a server before 2.12.
-                    None => {
-                        return Some(Election {
-                            leader,
-                            named: named_at,
-                            at: named_at,
-                            since_leader_since: false,
-                        });
-                    }
-                    Some(group)
-                        if group.get("leader_since").is_none() && group["state"] == "LEADER" =>
-                    {
-                        return Some(Election {
-                            leader,
-                            named: named_at,
-                            at: named_at,
-                            since_leader_since: false,
-                        });
-                    }
-                    Some(group) => {
-                        if let Some(since) =
-                            group["leader_since"].as_str().and_then(parse_rfc3339_ms)
-                        {
-                            return Some(Election {
-                                leader,
-                                named: named_at,
-                                at: since - start,
-                                since_leader_since: true,
-                            });
-                        }
-                        if group["state"] != "LEADER" {
-                            // It lost the election after all: look again.
-                            named = None;
-                        }
-                    }
+            let named_at = match named {
+                Some((leader, named_at)) if leader == i => named_at,
+                _ => {
+                    named = Some((i, at));
+                    at
                 }
+            };
+            if let Some(since) = group["leader_since"].as_str().and_then(parse_rfc3339_ms) {
+                return Some(Election {
+                    leader: i,
+                    named: named_at,
+                    at: since - start,
+                    since_leader_since: true,
+                });
             }
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    named.map(|(leader, named)| Election {
-        leader,
-        named,
-        at: named,
-        since_leader_since: false,
-    })
+    None
+}
+
+/// Whether a server of this version reports the meta leader's `leader_since` in `/raftz`
+/// (2.12 and later).
+fn reports_leader_since(version: &str) -> bool {
+    let mut parts = version
+        .split(['.', '-'])
+        .map(|p| p.parse::<u64>().unwrap_or(0));
+    let (major, minor) = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
+    (major, minor) >= (2, 12)
 }
 
 /// An RFC 3339 time (as the server writes `leader_since`) in ms since the epoch.
