@@ -39,6 +39,34 @@ fn topology() -> Topology {
         )
 }
 
+type Provisioning =
+    tokio::task::JoinHandle<Result<nats_topology::ProvisionReport, nats_topology::ProvisionError>>;
+
+/// `REPLICAS` runtimes, each with a connection of its own, provisioning `topology()`.
+async fn start_provisioning(cluster: &NatsCluster) -> Vec<Provisioning> {
+    let mut provisioning = Vec::new();
+    for _ in 0..REPLICAS {
+        let client = async_nats::connect(cluster.server_addrs())
+            .await
+            .expect("connect");
+        let runtime = Runtime::builder(client)
+            .topology(topology())
+            .build()
+            .expect("a valid topology");
+        provisioning.push(tokio::spawn(async move { runtime.provision().await }));
+    }
+    provisioning
+}
+
+/// Panics unless every replica got ready.
+async fn all_ready(provisioning: Vec<Provisioning>) {
+    for (i, task) in provisioning.into_iter().enumerate() {
+        let report = task.await.expect("the provisioning task");
+        let report = report.unwrap_or_else(|e| panic!("replica {i} did not get ready: {e}"));
+        eprintln!("replica {i}: ready after {} attempts", report.attempts);
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replicas_provisioning_while_the_meta_leader_is_killed_all_get_ready() {
     let mut cluster = NatsCluster::start().await.expect("a 3-node cluster");
@@ -47,22 +75,7 @@ async fn replicas_provisioning_while_the_meta_leader_is_killed_all_get_ready() {
     })
     .await;
 
-    let mut runtimes = Vec::new();
-    for _ in 0..REPLICAS {
-        let client = async_nats::connect(cluster.server_addrs())
-            .await
-            .expect("connect");
-        runtimes.push(
-            Runtime::builder(client)
-                .topology(topology())
-                .build()
-                .expect("a valid topology"),
-        );
-    }
-    let provisioning: Vec<_> = runtimes
-        .into_iter()
-        .map(|runtime| tokio::spawn(async move { runtime.provision().await }))
-        .collect();
+    let provisioning = start_provisioning(&cluster).await;
     cluster.kill(leader);
 
     // The killed node comes back once the others have elected a new leader.
@@ -77,11 +90,7 @@ async fn replicas_provisioning_while_the_meta_leader_is_killed_all_get_ready() {
         .await
         .expect("the killed node restarts");
 
-    for (i, task) in provisioning.into_iter().enumerate() {
-        let report = task.await.expect("the provisioning task");
-        let report = report.unwrap_or_else(|e| panic!("replica {i} did not get ready: {e}"));
-        eprintln!("replica {i}: ready after {} attempts", report.attempts);
-    }
+    all_ready(provisioning).await;
 }
 
 /// The node that leads `stream`, as the stream's info names it (`node<i>`).
@@ -133,22 +142,7 @@ async fn replicas_provisioning_while_their_streams_leader_is_killed_all_get_read
     )
     .await;
 
-    let mut runtimes = Vec::new();
-    for _ in 0..REPLICAS {
-        let client = async_nats::connect(cluster.server_addrs())
-            .await
-            .expect("connect");
-        runtimes.push(
-            Runtime::builder(client)
-                .topology(topology())
-                .build()
-                .expect("a valid topology"),
-        );
-    }
-    let provisioning: Vec<_> = runtimes
-        .into_iter()
-        .map(|runtime| tokio::spawn(async move { runtime.provision().await }))
-        .collect();
+    let provisioning = start_provisioning(&cluster).await;
     cluster.kill(victim);
 
     eventually(Duration::from_secs(60), "a new stream leader", || {
@@ -161,11 +155,7 @@ async fn replicas_provisioning_while_their_streams_leader_is_killed_all_get_read
         .await
         .expect("the killed node restarts");
 
-    for (i, task) in provisioning.into_iter().enumerate() {
-        let report = task.await.expect("the provisioning task");
-        let report = report.unwrap_or_else(|e| panic!("replica {i} did not get ready: {e}"));
-        eprintln!("replica {i}: ready after {} attempts", report.attempts);
-    }
+    all_ready(provisioning).await;
     let handle = js.get_stream(stream).await.expect("the stream");
     for (name, subject) in [("lk_a", "leader.kill.a"), ("lk_b", "leader.kill.b")] {
         let info = handle
