@@ -10,7 +10,7 @@ use std::time::Duration;
 use async_nats::jetstream::{self, consumer};
 use nats_topology::model::{ConsumerDecl, QueueDecl, StreamDecl, StreamRef};
 use nats_topology::{HandlerError, Runtime, Topology};
-use nats_topology_testkit::{NatsServer, eventually};
+use nats_topology_testkit::{NatsLeafTopology, NatsServer, eventually};
 
 /// The quickstart binary, built once per test run with the features this test has.
 fn quickstart() -> &'static PathBuf {
@@ -339,4 +339,68 @@ async fn cli_without_a_subcommand_falls_through_to_the_application() {
     let app = run(&["--port", "8080"], &[("NATS_URL", &url)]).await;
     assert_eq!(app.code, Some(1), "{app}");
     assert!(app.stderr.contains("unknown argument `--port`"), "{app}");
+}
+
+/// `--domain` sends every request to that JetStream: from the hub, `provision --domain edge`
+/// creates the stream on the leaf node's JetStream and none on the hub's; `health` and
+/// `plan` read it there too. `--domain` with `--api-prefix` is a usage error.
+#[tokio::test]
+async fn cli_commands_reach_a_jetstream_domain() {
+    let sites = NatsLeafTopology::start()
+        .await
+        .expect("a hub and a leaf node start");
+    let hub = sites.hub_url();
+    let edge = sites.leaf_domain().to_owned();
+    let at_edge = ["--server", hub.as_str(), "--domain", edge.as_str()];
+
+    let provision = run(&[&["provision"], &at_edge[..]].concat(), &[]).await;
+    assert_eq!(provision.code, Some(0), "{provision}");
+    let leaf_js = jetstream::new(async_nats::connect(sites.leaf_url()).await.unwrap());
+    leaf_js
+        .get_stream("QUICKSTART_SIGNUPS")
+        .await
+        .expect("the stream is on the leaf node's JetStream")
+        .consumer_info("welcome-mailer")
+        .await
+        .expect("and its consumer");
+    let hub_js = jetstream::new(async_nats::connect(&hub).await.unwrap());
+    assert!(
+        hub_js.get_stream("QUICKSTART_SIGNUPS").await.is_err(),
+        "nothing was created on the hub's own JetStream"
+    );
+
+    let plan = run(&[&["plan"], &at_edge[..]].concat(), &[]).await;
+    assert_eq!(plan.code, Some(0), "{plan}");
+    assert!(
+        plan.stdout
+            .contains("stream `QUICKSTART_SIGNUPS`: nothing to do"),
+        "{plan}"
+    );
+    // The stream exists there; nobody consumes yet.
+    let health = run(&[&["health"], &at_edge[..]].concat(), &[]).await;
+    assert_eq!(health.code, Some(1), "{health}");
+    assert!(
+        health
+            .stdout
+            .contains("stream `QUICKSTART_SIGNUPS`: exists"),
+        "{health}"
+    );
+    assert!(health.stdout.contains("BOUND BY NOBODY"), "{health}");
+    // Without the domain, the hub's own JetStream: nothing there.
+    let health = run(&["health", "--server", hub.as_str()], &[]).await;
+    assert_eq!(health.code, Some(1), "{health}");
+    assert!(
+        health
+            .stdout
+            .contains("stream `QUICKSTART_SIGNUPS`: DOES NOT EXIST"),
+        "{health}"
+    );
+
+    let both = run(
+        &[&["plan"], &at_edge[..], &["--api-prefix", "JS.edge.API"]].concat(),
+        &[],
+    )
+    .await;
+    assert_eq!(both.code, Some(2), "{both}");
+    assert!(both.stderr.contains("--api-prefix"), "{both}");
 }

@@ -36,9 +36,10 @@ impl Report {
     }
 }
 
-pub(super) async fn read(client: &async_nats::Client, runtime: &Runtime) -> Result<Report, String> {
+pub(super) async fn read(runtime: &Runtime) -> Result<Report, String> {
     let topology = runtime.topology();
-    let js = jetstream::new(client.clone());
+    // The runtime's JetStream: its domain or API prefix.
+    let js = runtime.jetstream();
     let mut streams = Vec::new();
     for decl in topology.streams() {
         let consumed: Vec<&str> = topology

@@ -24,8 +24,11 @@
 //! | `health` | provisions nothing; prints each declared stream and queue consumer as the server has it | 0 when every stream exists (external ones covering what is consumed) and every queue consumer exists and is being consumed; 1 otherwise |
 //!
 //! The subcommands that talk to a server take `--server URL[,URL..]` (default: `NATS_URL`,
-//! else `nats://127.0.0.1:4222`) and `--timeout SECONDS` (how long requests are retried
-//! while the server is unreachable or electing leaders; default 60).
+//! else `nats://127.0.0.1:4222`), `--timeout SECONDS` (how long requests are retried
+//! while the server is unreachable or electing leaders; default 60), and `--domain NAME` or
+//! `--api-prefix PREFIX` for a JetStream other than the connection's own (as
+//! [`RuntimeBuilder::domain`](crate::RuntimeBuilder::domain) and
+//! [`api_prefix`](crate::RuntimeBuilder::api_prefix); not both).
 //!
 //! A subcommand is recognised only as the first argument, so the application's own flags
 //! keep working: `my-service --port 8080` falls through to the application.
@@ -186,11 +189,16 @@ impl Cli {
             deadline: Duration::from_secs_f64(server.timeout),
             ..self.retry
         };
-        let runtime = Runtime::builder(client.clone())
+        let mut builder = Runtime::builder(client.clone())
             .topology(topology)
-            .retry(retry)
-            .build()
-            .map_err(|e| e.to_string())?;
+            .retry(retry);
+        if let Some(domain) = &server.domain {
+            builder = builder.domain(domain);
+        }
+        if let Some(prefix) = &server.api_prefix {
+            builder = builder.api_prefix(prefix);
+        }
+        let runtime = builder.build().map_err(|e| e.to_string())?;
         match command {
             Command::Plan(_) => {
                 let plan = runtime.plan().await.map_err(|e| e.to_string())?;
@@ -217,7 +225,7 @@ impl Cli {
                 Ok(true)
             }
             Command::Health(_) => {
-                let report = health::read(&client, &runtime).await?;
+                let report = health::read(&runtime).await?;
                 print!("{report}");
                 Ok(report.healthy())
             }
@@ -277,6 +285,13 @@ struct ServerArgs {
     /// How long, in seconds, requests are retried while the server is unreachable.
     #[arg(long, default_value_t = 60.0, value_parser = positive_seconds)]
     timeout: f64,
+    /// The JetStream domain to talk to (requests go to `$JS.<NAME>.API`), for example an
+    /// edge site's across a leaf node connection.
+    #[arg(long, value_name = "NAME")]
+    domain: Option<String>,
+    /// The JetStream API prefix to talk to (an account import's, e.g. `JS.hub.API`).
+    #[arg(long, value_name = "PREFIX", conflicts_with = "domain")]
+    api_prefix: Option<String>,
 }
 
 fn positive_seconds(text: &str) -> Result<f64, String> {

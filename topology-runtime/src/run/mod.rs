@@ -102,6 +102,24 @@ impl Runtime {
         self.inner.ensurer.topology()
     }
 
+    /// A JetStream context on this runtime's connection that talks to the JetStream the
+    /// runtime does (its [`domain`](RuntimeBuilder::domain) or
+    /// [`api_prefix`](RuntimeBuilder::api_prefix), else the connection's own), each request
+    /// bounded by the retry policy's `request_timeout`: for the application's own reads and
+    /// publishes next to the runtime's.
+    ///
+    /// ```no_run
+    /// # async fn f() -> Result<(), Box<dyn std::error::Error>> {
+    /// let client = async_nats::connect("nats://127.0.0.1:4222").await?;
+    /// let runtime = nats_topology::Runtime::builder(client).domain("edge").build()?;
+    /// // `$JS.edge.API.STREAM.INFO.ORDERS`
+    /// let info = runtime.jetstream().get_stream("ORDERS").await?.cached_info().clone();
+    /// # let _ = info; Ok(()) }
+    /// ```
+    pub fn jetstream(&self) -> async_nats::jetstream::Context {
+        self.inner.ensurer.provisioner().jetstream().clone()
+    }
+
     /// Provisions every stream and queue consumer once, without consuming: streams
     /// single-flight, consumers concurrently, transient failures retried under the retry
     /// policy's deadline. Useful for an init job, and to measure provisioning.
