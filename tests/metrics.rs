@@ -328,3 +328,64 @@ async fn metrics_label_a_broadcast_by_its_handler_not_its_relay_name() {
         "a relay has no lag gauges"
     );
 }
+
+/// A confirmed ack that nothing can confirm (its stream was deleted while the handler ran)
+/// is counted as a failed ack, not as handled.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_count_an_ack_that_was_not_confirmed() {
+    values();
+    let fx = Fixture::start().await;
+    let js = fx.jetstream().await;
+    // An external stream (not in the topology): the runtime cannot re-create it.
+    let stream = fixture::stream("METRICS_ACKS", &["metrics.acks.jobs"]).external();
+    js.create_stream(async_nats::jetstream::stream::Config {
+        name: stream.name.to_owned(),
+        subjects: vec!["metrics.acks.jobs".to_owned()],
+        ..Default::default()
+    })
+    .await
+    .expect("the stream is created");
+    let queue = QueueDecl::new("metrics_acks").ack(nats_topology::model::AckMode::Confirmed);
+    let consumer = fixture::queue("tests::metrics_acks", &stream, "metrics.acks.jobs", queue);
+    let started = Arc::new(tokio::sync::Semaphore::new(0));
+    let go = Arc::new(tokio::sync::Semaphore::new(0));
+    let handler = {
+        let (started, go) = (started.clone(), go.clone());
+        move |_incoming: Incoming| -> HandlerFuture {
+            let (started, go) = (started.clone(), go.clone());
+            Box::pin(async move {
+                started.add_permits(1);
+                go.acquire().await.expect("open").forget();
+                Ok::<(), HandlerError>(())
+            })
+        }
+    };
+    let running = fx
+        .run(Topology::new().stream(stream).consumer(consumer, handler))
+        .await;
+    let series = Series {
+        stream: "METRICS_ACKS",
+        consumer: "metrics_acks",
+    };
+
+    fixture::publish_jobs(&js, "metrics.acks.jobs", [1]).await;
+    tokio::time::timeout(Duration::from_secs(30), started.acquire())
+        .await
+        .expect("the handler starts")
+        .expect("open")
+        .forget();
+    js.delete_stream(stream.name)
+        .await
+        .expect("the stream is deleted");
+    go.add_permits(1);
+
+    eventually(
+        Duration::from_secs(30),
+        "the failed ack counted",
+        || async { (series.counter(names::ACKS_FAILED) == 1).then_some(()) },
+    )
+    .await;
+    assert_eq!(series.counter(names::HANDLED), 0);
+    // The runtime stops (its stream is gone: nothing to drain).
+    let _ = running.stop().await;
+}

@@ -173,13 +173,16 @@ async fn acknowledge(message: &jetstream::Message, settle: &Settle) {
             Slot::count(&settle.slot.handled);
             settle.metrics.handled(); // telemetry hook
         }
-        Err(e) => tracing::warn!(
-            stream = %settle.scope.stream,
-            consumer = %settle.scope.consumer,
-            subject = %message.subject,
-            error = %e,
-            "could not acknowledge a handled message; the server redelivers it after ack_wait"
-        ),
+        Err(e) => {
+            settle.metrics.ack_failed(); // telemetry hook
+            tracing::warn!(
+                stream = %settle.scope.stream,
+                consumer = %settle.scope.consumer,
+                subject = %message.subject,
+                error = %e,
+                "could not acknowledge a handled message; the server redelivers it after ack_wait"
+            )
+        }
     }
 }
 
@@ -294,7 +297,10 @@ async fn terminate(
             Slot::count(&settle.slot.dead_lettered);
             settle.metrics.dead_lettered(); // telemetry hook
         }
-        Err(e) => tracing::warn!(error = %e, "could not terminate a message"),
+        Err(e) => {
+            settle.metrics.ack_failed(); // telemetry hook
+            tracing::warn!(error = %e, "could not terminate a message; the server redelivers it after ack_wait")
+        }
     }
 }
 

@@ -24,6 +24,12 @@ pub mod names {
     pub const DEAD_LETTERED: &str = "nats_topology_messages_dead_lettered_total";
     /// Counter: deliveries after the first one (the server's delivery count above 1).
     pub const REDELIVERED: &str = "nats_topology_messages_redelivered_total";
+    /// Counter: settlements that end a message (the ack of a handled one, the term of a
+    /// dead-lettered one) that could not be sent, or with confirmed acks were not confirmed
+    /// (the consumer or its stream gone, no confirmation within `ack_wait`). While the
+    /// consumer exists, the server redelivers those messages after `ack_wait`: a handled
+    /// message counted here may be handled again.
+    pub const ACKS_FAILED: &str = "nats_topology_acks_failed_total";
     /// Histogram: how long a handler ran (decoding included), in seconds.
     pub const HANDLER_DURATION: &str = "nats_topology_handler_duration_seconds";
     /// Gauge: handlers running now in this instance.
@@ -64,6 +70,11 @@ pub fn describe() {
         REDELIVERED,
         Unit::Count,
         "Deliveries after the first, from the server's delivery count."
+    );
+    metrics::describe_counter!(
+        ACKS_FAILED,
+        Unit::Count,
+        "Acks and terms not sent, or not confirmed: those messages are redelivered."
     );
     metrics::describe_histogram!(
         HANDLER_DURATION,
@@ -107,6 +118,7 @@ pub(crate) struct ConsumerMetrics {
     retried: Counter,
     dead_lettered: Counter,
     redelivered: Counter,
+    acks_failed: Counter,
     duration: Histogram,
     in_flight: Gauge,
 }
@@ -121,6 +133,7 @@ impl ConsumerMetrics {
             retried: metrics::counter!(names::RETRIED, &labels),
             dead_lettered: metrics::counter!(names::DEAD_LETTERED, &labels),
             redelivered: metrics::counter!(names::REDELIVERED, &labels),
+            acks_failed: metrics::counter!(names::ACKS_FAILED, &labels),
             duration: metrics::histogram!(names::HANDLER_DURATION, &labels),
             in_flight: metrics::gauge!(names::IN_FLIGHT, &labels),
         }
@@ -153,6 +166,10 @@ impl ConsumerMetrics {
 
     pub(crate) fn dead_lettered(&self) {
         self.dead_lettered.increment(1);
+    }
+
+    pub(crate) fn ack_failed(&self) {
+        self.acks_failed.increment(1);
     }
 }
 
