@@ -46,6 +46,30 @@ struct Run {
     stderr: String,
 }
 
+impl Run {
+    /// Asserts the exit status, and that standard output shows each of `texts`.
+    fn shows(&self, code: i32, texts: &[&str]) {
+        assert_eq!(self.code, Some(code), "{self}");
+        for text in texts {
+            assert!(
+                self.stdout.contains(text),
+                "expected {text:?} on stdout\n{self}"
+            );
+        }
+    }
+
+    /// Asserts the exit status, and that standard error says each of `texts`.
+    fn says(&self, code: i32, texts: &[&str]) {
+        assert_eq!(self.code, Some(code), "{self}");
+        for text in texts {
+            assert!(
+                self.stderr.contains(text),
+                "expected {text:?} on stderr\n{self}"
+            );
+        }
+    }
+}
+
 impl std::fmt::Display for Run {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
@@ -100,37 +124,24 @@ async fn cli_plan_provision_inspect_and_health_against_a_server() {
     let s = ["--server", url.as_str()];
 
     let plan = run(&["plan", s[0], s[1]], &[]).await;
-    assert_eq!(plan.code, Some(0), "{plan}");
-    assert!(
-        plan.stdout.contains("stream `QUICKSTART_SIGNUPS`: create"),
-        "{plan}"
-    );
-    assert!(
-        plan.stdout
-            .contains("consumer `welcome-mailer` on `QUICKSTART_SIGNUPS`: create"),
-        "{plan}"
+    plan.shows(
+        0,
+        &[
+            "stream `QUICKSTART_SIGNUPS`: create",
+            "consumer `welcome-mailer` on `QUICKSTART_SIGNUPS`: create",
+        ],
     );
 
     // Nothing provisioned yet: health names what is missing and fails.
     let health = run(&["health", s[0], s[1]], &[]).await;
-    assert_eq!(health.code, Some(1), "{health}");
-    assert!(
-        health
-            .stdout
-            .contains("stream `QUICKSTART_SIGNUPS`: DOES NOT EXIST"),
-        "{health}"
+    health.shows(
+        1,
+        &["stream `QUICKSTART_SIGNUPS`: DOES NOT EXIST", "NOT HEALTHY"],
     );
-    assert!(health.stdout.contains("NOT HEALTHY"), "{health}");
 
     // `NATS_URL` is read when `--server` is not given.
     let provision = run(&["provision"], &[("NATS_URL", &url)]).await;
-    assert_eq!(provision.code, Some(0), "{provision}");
-    assert!(
-        provision
-            .stdout
-            .contains("provisioned 1 stream(s) and 1 queue consumer(s)"),
-        "{provision}"
-    );
+    provision.shows(0, &["provisioned 1 stream(s) and 1 queue consumer(s)"]);
     let js = jetstream::new(async_nats::connect(&url).await.unwrap());
     js.get_stream("QUICKSTART_SIGNUPS")
         .await
@@ -140,33 +151,23 @@ async fn cli_plan_provision_inspect_and_health_against_a_server() {
         .expect("provision created the consumer");
 
     let plan = run(&["plan", s[0], s[1]], &[]).await;
-    assert_eq!(plan.code, Some(0), "{plan}");
-    assert!(
-        plan.stdout
-            .contains("stream `QUICKSTART_SIGNUPS`: nothing to do"),
-        "{plan}"
-    );
+    plan.shows(0, &["stream `QUICKSTART_SIGNUPS`: nothing to do"]);
 
     let inspect = run(&["inspect", s[0], s[1]], &[]).await;
-    assert_eq!(inspect.code, Some(0), "{inspect}");
-    assert!(
-        inspect
-            .stdout
-            .contains("`welcome-mailer` on `QUICKSTART_SIGNUPS`"),
-        "{inspect}"
+    inspect.shows(
+        0,
+        &[
+            "`welcome-mailer` on `QUICKSTART_SIGNUPS`",
+            "BOUND BY NOBODY",
+        ],
     );
-    assert!(inspect.stdout.contains("BOUND BY NOBODY"), "{inspect}");
 
     // Provisioned but consumed by nobody: not healthy.
     let health = run(&["health", s[0], s[1]], &[]).await;
-    assert_eq!(health.code, Some(1), "{health}");
-    assert!(
-        health
-            .stdout
-            .contains("stream `QUICKSTART_SIGNUPS`: exists"),
-        "{health}"
+    health.shows(
+        1,
+        &["stream `QUICKSTART_SIGNUPS`: exists", "BOUND BY NOBODY"],
     );
-    assert!(health.stdout.contains("BOUND BY NOBODY"), "{health}");
 
     // An instance consumes: healthy.
     let client = async_nats::connect(&url).await.unwrap();
@@ -219,19 +220,19 @@ async fn cli_provision_conflict_exits_1_with_the_precise_error() {
         .unwrap();
 
     let provision = run(&["provision", "--server", &url], &[]).await;
-    assert_eq!(provision.code, Some(1), "{provision}");
-    assert!(
-        provision.stderr.contains("QUICKSTART_SIGNUPS"),
-        "{provision}"
+    provision.says(
+        1,
+        &[
+            "QUICKSTART_SIGNUPS",
+            "welcome-mailer",
+            "deliver_group",
+            "migrate_from",
+        ],
     );
-    assert!(provision.stderr.contains("welcome-mailer"), "{provision}");
-    assert!(provision.stderr.contains("deliver_group"), "{provision}");
-    assert!(provision.stderr.contains("migrate_from"), "{provision}");
     assert!(provision.stdout.is_empty(), "{provision}");
 
     let plan = run(&["plan", "--server", &url], &[]).await;
-    assert_eq!(plan.code, Some(1), "{plan}");
-    assert!(plan.stdout.contains("CONFLICT"), "{plan}");
+    plan.shows(1, &["CONFLICT"]);
 }
 
 #[tokio::test]
@@ -252,12 +253,10 @@ async fn cli_server_down_exits_1_after_the_timeout() {
     assert!(started.elapsed() < Duration::from_secs(60), "{provision}");
 
     let health = run(&["health", "--server", &url, "--timeout", "2"], &[]).await;
-    assert_eq!(health.code, Some(1), "{health}");
-    assert!(health.stderr.contains("QUICKSTART_SIGNUPS"), "{health}");
+    health.says(1, &["QUICKSTART_SIGNUPS"]);
 
     let bad = run(&["plan", "--server", "nats://127.0.0.1:notaport"], &[]).await;
-    assert_eq!(bad.code, Some(1), "{bad}");
-    assert!(bad.stderr.contains("notaport"), "{bad}");
+    bad.says(1, &["notaport"]);
 }
 
 #[tokio::test]
@@ -322,8 +321,7 @@ async fn cli_export_needs_no_server() {
 
     // A usage error is clap's, with status 2.
     let out = run(&["export", "--yaml-only", both.to_str().unwrap()], &[]).await;
-    assert_eq!(out.code, Some(2), "{out}");
-    assert!(out.stderr.contains("--yaml-only"), "{out}");
+    out.says(2, &["--yaml-only"]);
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
@@ -333,12 +331,10 @@ async fn cli_without_a_subcommand_falls_through_to_the_application() {
     let url = server.url();
     // No arguments: the quickstart itself runs (against NATS_URL) and exits 0.
     let app = run(&[], &[("NATS_URL", &url)]).await;
-    assert_eq!(app.code, Some(0), "{app}");
-    assert!(app.stdout.contains("all 5 events handled"), "{app}");
+    app.shows(0, &["all 5 events handled"]);
     // An argument that is not a subcommand is the application's to judge.
     let app = run(&["--port", "8080"], &[("NATS_URL", &url)]).await;
-    assert_eq!(app.code, Some(1), "{app}");
-    assert!(app.stderr.contains("unknown argument `--port`"), "{app}");
+    app.says(1, &["unknown argument `--port`"]);
 }
 
 /// `--domain` sends every request to that JetStream: from the hub, `provision --domain edge`
@@ -370,37 +366,21 @@ async fn cli_commands_reach_a_jetstream_domain() {
     );
 
     let plan = run(&[&["plan"], &at_edge[..]].concat(), &[]).await;
-    assert_eq!(plan.code, Some(0), "{plan}");
-    assert!(
-        plan.stdout
-            .contains("stream `QUICKSTART_SIGNUPS`: nothing to do"),
-        "{plan}"
-    );
+    plan.shows(0, &["stream `QUICKSTART_SIGNUPS`: nothing to do"]);
     // The stream exists there; nobody consumes yet.
     let health = run(&[&["health"], &at_edge[..]].concat(), &[]).await;
-    assert_eq!(health.code, Some(1), "{health}");
-    assert!(
-        health
-            .stdout
-            .contains("stream `QUICKSTART_SIGNUPS`: exists"),
-        "{health}"
+    health.shows(
+        1,
+        &["stream `QUICKSTART_SIGNUPS`: exists", "BOUND BY NOBODY"],
     );
-    assert!(health.stdout.contains("BOUND BY NOBODY"), "{health}");
     // Without the domain, the hub's own JetStream: nothing there.
     let health = run(&["health", "--server", hub.as_str()], &[]).await;
-    assert_eq!(health.code, Some(1), "{health}");
-    assert!(
-        health
-            .stdout
-            .contains("stream `QUICKSTART_SIGNUPS`: DOES NOT EXIST"),
-        "{health}"
-    );
+    health.shows(1, &["stream `QUICKSTART_SIGNUPS`: DOES NOT EXIST"]);
 
     let both = run(
         &[&["plan"], &at_edge[..], &["--api-prefix", "JS.edge.API"]].concat(),
         &[],
     )
     .await;
-    assert_eq!(both.code, Some(2), "{both}");
-    assert!(both.stderr.contains("--api-prefix"), "{both}");
+    both.says(2, &["--api-prefix"]);
 }
