@@ -42,20 +42,16 @@ pub(super) async fn read(runtime: &Runtime) -> Result<Report, String> {
     let js = runtime.jetstream();
     let mut streams = Vec::new();
     for decl in topology.streams() {
-        let consumed: Vec<&str> = topology
-            .consumers()
-            .iter()
-            .filter(|c| c.decl.stream.name() == decl.name)
-            .flat_map(|c| c.decl.subjects.iter().copied())
-            .collect();
+        let consumed = topology.consumed_subjects(decl.name);
         let answer: Result<Response<jetstream::stream::Info>, _> =
             js.request(format!("STREAM.INFO.{}", decl.name), &()).await;
         let state = match answer {
             Ok(Response::Ok(info)) => {
+                let carried: Vec<&str> = info.config.subjects.iter().map(String::as_str).collect();
                 let uncovered: Vec<&str> = consumed
                     .iter()
                     .copied()
-                    .filter(|s| !covered_by(s, &subjects(&info.config.subjects)))
+                    .filter(|s| !covered_by(s, &carried))
                     .collect();
                 if uncovered.is_empty() {
                     Ok(format!(
@@ -101,10 +97,6 @@ pub(super) async fn read(runtime: &Runtime) -> Result<Report, String> {
         consumers,
         relays,
     })
-}
-
-fn subjects(subjects: &[String]) -> Vec<&str> {
-    subjects.iter().map(String::as_str).collect()
 }
 
 impl fmt::Display for Report {

@@ -133,6 +133,16 @@ impl Topology {
         &self.consumers
     }
 
+    /// The subjects this topology's consumers consume from the stream named `stream`: what
+    /// that stream must carry.
+    pub fn consumed_subjects(&self, stream: &str) -> Vec<&'static str> {
+        self.consumers
+            .iter()
+            .filter(|c| c.decl.stream.name() == stream)
+            .flat_map(|c| c.decl.subjects.iter().copied())
+            .collect()
+    }
+
     /// The stream declared under `name`, if any.
     pub fn find_stream(&self, name: &str) -> Option<&StreamDecl> {
         let first = self.streams.partition_point(|s| s.name < name);

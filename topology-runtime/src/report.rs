@@ -176,12 +176,7 @@ pub(crate) async fn plan_with(
     let mut items = Vec::new();
     for decl in topology.streams() {
         let server = provisioner.read_stream(decl.name).await?;
-        let consumed: Vec<&str> = topology
-            .consumers()
-            .iter()
-            .filter(|c| c.decl.stream.name() == decl.name)
-            .flat_map(|c| c.decl.subjects.iter().copied())
-            .collect();
+        let consumed = topology.consumed_subjects(decl.name);
         let action = match (&server, decl.external) {
             (None, true) => Action::Verify(Err("the stream does not exist".to_owned())),
             (Some(info), true) => Action::Verify(uncovered(&info.config, &consumed)),

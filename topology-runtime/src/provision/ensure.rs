@@ -124,7 +124,7 @@ impl Ensurer {
         if let Some(info) = &*ensured {
             return Ok(info.clone());
         }
-        let consumed = self.consumed(stream);
+        let consumed = self.topology.consumed_subjects(stream.name);
         let info = self.provisioner.ensure_stream(stream, &consumed).await?;
         *ensured = Some(info.clone());
         Ok(info)
@@ -145,21 +145,12 @@ impl Ensurer {
             // Gone (or external: verified again, coverage included).
             None => {
                 *ensured = None;
-                let consumed = self.consumed(stream);
+                let consumed = self.topology.consumed_subjects(stream.name);
                 self.provisioner.ensure_stream(stream, &consumed).await?
             }
         };
         *ensured = Some(info.clone());
         Ok(info)
-    }
-
-    fn consumed(&self, stream: &StreamDecl) -> Vec<&str> {
-        self.topology
-            .consumers()
-            .iter()
-            .filter(|c| c.decl.stream.name() == stream.name)
-            .flat_map(|c| c.decl.subjects.iter().copied())
-            .collect()
     }
 
     /// Ensures the consumer's stream, then the consumer; a stream found missing is ensured
