@@ -129,6 +129,18 @@ impl<B: Broker> Deploy<B> {
             .await;
         self.fx.ledger.assert_handled_once(published as usize);
     }
+
+    /// The ending of a migration under load: every published id handled once, the old
+    /// consumer retired (nobody pulls from it any more: a new instance deletes it), the new
+    /// instances drained, and still every id handled once.
+    async fn migrated(&self, published: u64, new: Vec<Running>) {
+        self.all_handled_once(published).await;
+        self.consumer_gone("v1").await;
+        for outcome in Running::stop_all(new).await {
+            outcome.expect("the new instances drain");
+        }
+        self.fx.ledger.assert_handled_once(published as usize);
+    }
 }
 
 /// What `inspect` shows, read with the new declaration.
@@ -202,13 +214,7 @@ async fn rolling<B: Broker>(deploy: Deploy<B>, retention: Retention) {
 
     stop.store(true, Ordering::Relaxed);
     let published = publisher.await.expect("the publisher runs");
-    deploy.all_handled_once(published).await;
-    // Nobody pulls from the old consumer any more: a new instance deletes it.
-    deploy.consumer_gone("v1").await;
-    for outcome in Running::stop_all(vec![new_a, new_b]).await {
-        outcome.expect("the new instances drain");
-    }
-    deploy.fx.ledger.assert_handled_once(published as usize);
+    deploy.migrated(published, vec![new_a, new_b]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -311,10 +317,7 @@ async fn killed_mid_migration(name: &str, retention: Retention) {
     }
     stop.store(true, Ordering::Relaxed);
     let published = publisher.await.expect("the publisher runs");
-    deploy.all_handled_once(published).await;
-    deploy.consumer_gone("v1").await;
-    next.stop().await.expect("the new instance drains");
-    deploy.fx.ledger.assert_handled_once(published as usize);
+    deploy.migrated(published, vec![next]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
