@@ -1274,14 +1274,8 @@ async fn watch_election(
     let mut old_term: Option<u64> = None;
     let mut named: Option<(usize, f64)> = None;
     while Instant::now() < deadline {
-        let groups = futures::future::join_all((0..monitor.nodes()).map(|i| async move {
-            let raft = monitor.node_json(i, "/raftz?group=_meta_").await?;
-            raft.as_object()?
-                .values()
-                .find_map(|groups| groups.get("_meta_"))
-                .cloned()
-        }))
-        .await;
+        let groups =
+            futures::future::join_all((0..monitor.nodes()).map(|i| meta_raft(monitor, i))).await;
         let at = epoch_ms() - start;
         let term = |g: &Value| g["term"].as_u64().unwrap_or(0);
         let Some(old) = old_term else {
@@ -1331,6 +1325,16 @@ fn parse_rfc3339_ms(text: &str) -> Option<f64> {
     Some(time.unix_timestamp_nanos() as f64 / 1e6)
 }
 
+/// Node `node`'s view of the meta group's Raft state (`/raftz`, under the system account),
+/// `None` when it does not answer.
+async fn meta_raft(monitor: &ClusterMonitor, node: usize) -> Option<Value> {
+    let raft = monitor.node_json(node, "/raftz?group=_meta_").await?;
+    raft.as_object()?
+        .values()
+        .find_map(|groups| groups.get("_meta_"))
+        .cloned()
+}
+
 /// One node's view, as its `/jsz` reports it: the meta leader, and the leaders of the
 /// stream and of its consumers (`-` where it names none; `down` when it does not answer).
 async fn node_view(monitor: &ClusterMonitor, node: usize, stream: &str) -> String {
@@ -1350,11 +1354,7 @@ async fn node_view(monitor: &ClusterMonitor, node: usize, stream: &str) -> Strin
     let mut view = format!("meta {meta}");
     // The meta group's raft state (nats-server 2.12 and later): `leader_since` is set on the
     // leader once its first entry of the term is applied, when it starts answering.
-    if let Some(raft) = monitor.node_json(node, "/raftz?group=_meta_").await
-        && let Some(group) = raft
-            .as_object()
-            .and_then(|accounts| accounts.values().find_map(|groups| groups.get("_meta_")))
-    {
+    if let Some(group) = meta_raft(monitor, node).await {
         view.push_str(&format!(
             " [{} term {} pindex {} commit {} applied {}{}]",
             group["state"].as_str().unwrap_or("?"),
