@@ -72,13 +72,16 @@ pub struct ConsumerStatus {
     /// The queue consumer's ack floor (every stream sequence up to it is acknowledged) when
     /// last read from the server; 0 for relays and before the first read.
     pub ack_floor: u64,
+    /// How many times it stopped running unasked (its consumer, stream or connection lost)
+    /// and was ensured again; 0 for a consumer that has run without a break since it started.
+    pub restarts: u64,
 }
 
 impl fmt::Display for ConsumerStatus {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "{}/{} ({}): {}; handled {}, failed {}, retried {}, dead-lettered {}",
+            "{}/{} ({}): {}; handled {}, failed {}, retried {}, dead-lettered {}, restarts {}",
             self.stream,
             self.consumer,
             self.handler,
@@ -86,7 +89,8 @@ impl fmt::Display for ConsumerStatus {
             self.handled,
             self.failed,
             self.retried,
-            self.dead_lettered
+            self.dead_lettered,
+            self.restarts
         )
     }
 }
@@ -115,6 +119,7 @@ pub(crate) struct Slot {
     pub(crate) retried: AtomicU64,
     pub(crate) dead_lettered: AtomicU64,
     pub(crate) ack_floor: AtomicU64,
+    pub(crate) restarts: AtomicU64,
 }
 
 impl Slot {
@@ -142,6 +147,7 @@ impl Slot {
             retried: AtomicU64::new(0),
             dead_lettered: AtomicU64::new(0),
             ack_floor: AtomicU64::new(0),
+            restarts: AtomicU64::new(0),
         }
     }
 
@@ -233,6 +239,7 @@ impl Slot {
             retried: self.retried.load(Ordering::Relaxed),
             dead_lettered: self.dead_lettered.load(Ordering::Relaxed),
             ack_floor: self.ack_floor.load(Ordering::Relaxed),
+            restarts: self.restarts.load(Ordering::Relaxed),
         }
     }
 }
@@ -340,6 +347,12 @@ pub struct Health {
 impl Health {
     /// True only while every consumer runs (queue consumers and broadcast relays) and every
     /// stream no consumer reads is there; a service with neither is ready once started.
+    ///
+    /// A consumer runs once the server delivers to this instance: a pull consumer's first
+    /// pull request reached the consumer (a consumer just created on a cluster may refuse it
+    /// for a few milliseconds, until its leader is known to the server this instance is
+    /// connected to), a push consumer's subscription is in place. From then on the server
+    /// hands this instance its share of the consumer's messages.
     pub fn ready(&self) -> bool {
         self.shared.started()
             && self

@@ -41,11 +41,26 @@ pub(super) struct Puller {
     reconnect_check: tokio::time::Interval,
     /// How long [`Puller::close`] waits for messages already on their way.
     close_wait: Duration,
+    /// Messages that arrived while [`Puller::start`] confirmed its first request, not yet
+    /// handed out.
+    arrived: VecDeque<jetstream::Message>,
 }
 
 fn connection_of(client: &async_nats::Client) -> (String, u64) {
     let info = client.server_info();
     (info.server_id, info.client_id)
+}
+
+/// The number a marker of [`Puller::reach`] carries, if `message` is one.
+fn probe_of(message: &async_nats::Message) -> Option<u64> {
+    let value = message.headers.as_ref()?.get(PROBE_HEADER)?;
+    value.as_str().parse().ok()
+}
+
+fn no_responder(window: Duration) -> String {
+    format!(
+        "no responders to the pull requests for {window:?}: the consumer, its stream or JetStream is unavailable"
+    )
 }
 
 struct PullRequest {
@@ -55,13 +70,26 @@ struct PullRequest {
     expires_at: tokio::time::Instant,
 }
 
+/// The header of the marker [`Puller::start`] sends to its own inbox behind its first pull
+/// request: the server answers a request nobody can take (503) before it delivers the marker,
+/// so a marker that comes back alone means the request reached the consumer.
+const PROBE_HEADER: &str = "Nats-Topology-Pull-Probe";
+
+/// How long [`Puller::start`] keeps asking while its requests find no responder. A consumer
+/// just created on a cluster is briefly unknown to the server the client is connected to
+/// (its leader's interest has not reached it yet): the first pull request gets a 503 a
+/// millisecond after the create was answered.
+const REACH_WINDOW: Duration = Duration::from_secs(2);
+
 /// Missed idle heartbeats (of two heartbeat intervals each, as async-nats counts them) after
 /// which the consumer, its stream or the server is presumed lost and ensured again.
 const MISSED_HEARTBEATS: u32 = 3;
 
 impl Puller {
     /// Starts pulling from the consumer `info` describes, sending pull requests under
-    /// `api_prefix` (the runtime's JetStream domain or API prefix, e.g. `$JS.API`).
+    /// `api_prefix` (the runtime's JetStream domain or API prefix, e.g. `$JS.API`). Returns
+    /// once the consumer holds a first request (see [`Puller::reach`]), so that a consumer
+    /// reported running is one the server delivers to.
     pub(super) async fn start(
         client: &async_nats::Client,
         context: jetstream::Context,
@@ -69,11 +97,14 @@ impl Puller {
         info: &consumer::Info,
         batch: usize,
         settings: &Settings,
-    ) -> Result<Puller, async_nats::SubscribeError> {
+    ) -> Result<Puller, String> {
         let inbox = async_nats::Subject::from(client.new_inbox());
-        let subscriber = client.subscribe(inbox.clone()).await?;
+        let subscriber = client
+            .subscribe(inbox.clone())
+            .await
+            .map_err(|e| format!("could not subscribe to the pull inbox: {e}"))?;
         let expires = settings.expires.max(Duration::from_millis(100));
-        Ok(Puller {
+        let mut puller = Puller {
             client: client.clone(),
             context,
             subject: format!(
@@ -98,7 +129,67 @@ impl Puller {
                 every
             },
             close_wait: settings.pull_close_wait,
-        })
+            arrived: VecDeque::new(),
+        };
+        puller.reach(REACH_WINDOW).await?;
+        Ok(puller)
+    }
+
+    /// Sends the first pull request and confirms that the consumer holds it: a marker sent to
+    /// our own inbox right behind it comes back after the server's answer to the request, so
+    /// when the marker arrives with no 503 before it, a responder took the request. Refused
+    /// requests are sent again after a short pause (5 ms, doubling up to 250 ms) for at most
+    /// `window`; messages delivered meanwhile wait in `arrived`.
+    async fn reach(&mut self, window: Duration) -> Result<(), String> {
+        let until = tokio::time::Instant::now() + window;
+        let mut pause = Duration::from_millis(5);
+        let mut probe = 0u64;
+        loop {
+            probe += 1;
+            self.request(self.batch).await?;
+            let mut headers = async_nats::HeaderMap::new();
+            headers.insert(PROBE_HEADER, probe.to_string().as_str());
+            self.client
+                .publish_with_headers(self.inbox.clone(), headers, bytes::Bytes::new())
+                .await
+                .map_err(|e| format!("could not send a pull request: {e}"))?;
+            let mut refused = false;
+            loop {
+                let message = match tokio::time::timeout_at(until, self.subscriber.next()).await {
+                    Ok(Some(message)) => message,
+                    Ok(None) => return Err("the pull subscription ended".to_owned()),
+                    // The marker is late, not lost: a slow connection is watched by the
+                    // heartbeats like any other.
+                    Err(_) if !refused => return Ok(()),
+                    Err(_) => return Err(no_responder(window)),
+                };
+                self.heard = tokio::time::Instant::now();
+                if let Some(marker) = probe_of(&message) {
+                    if marker == probe {
+                        break;
+                    }
+                    // An earlier attempt's marker: its request was answered before it.
+                    continue;
+                }
+                if message.status == Some(async_nats::StatusCode::NO_RESPONDERS) {
+                    self.requests.pop_front();
+                    refused = true;
+                    continue;
+                }
+                if let Some(message) = self.receive(message)? {
+                    self.arrived.push_back(message);
+                }
+            }
+            if !refused {
+                return Ok(());
+            }
+            if tokio::time::Instant::now() + pause >= until {
+                return Err(no_responder(window));
+            }
+            tracing::debug!(subject = %self.subject, ?pause, "no responder to the first pull request yet; asking again");
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(Duration::from_millis(250));
+        }
     }
 
     /// The most one request asks for.
@@ -147,6 +238,9 @@ impl Puller {
     }
 
     pub(super) async fn next(&mut self, room: usize) -> Result<jetstream::Message, String> {
+        if let Some(message) = self.arrived.pop_front() {
+            return Ok(message);
+        }
         loop {
             self.top_up(room).await?;
             // What has arrived already needs no timer.
@@ -211,6 +305,10 @@ impl Puller {
     ) -> Result<Option<jetstream::Message>, String> {
         use async_nats::StatusCode;
         let status = message.status.unwrap_or(StatusCode::OK);
+        if probe_of(&message).is_some() {
+            // A marker of `reach` that came back after it stopped waiting.
+            return Ok(None);
+        }
         if status == StatusCode::OK {
             if let Some(front) = self.requests.front_mut() {
                 front.remaining -= 1;
@@ -261,7 +359,7 @@ impl Puller {
     /// nobody listens to), and returns what arrived but was not handed out, including what
     /// arrives before the unsubscription takes effect.
     pub(super) async fn close(mut self) -> Vec<jetstream::Message> {
-        let mut unstarted = Vec::new();
+        let mut unstarted: Vec<_> = self.arrived.drain(..).collect();
         while let Some(Some(message)) = self.subscriber.next().now_or_never() {
             if let Ok(Some(message)) = self.receive(message) {
                 unstarted.push(message);

@@ -80,7 +80,6 @@ pub(super) async fn supervise(
                 }
                 let (stream_name, name) = (info.stream_name.clone(), info.name.clone());
                 let session_consumer = info.created.to_string();
-                slot.transition(ConsumerState::Running);
                 let session = std::time::Instant::now();
                 let exit = tokio::select! {
                     exit = consume(
@@ -109,6 +108,7 @@ pub(super) async fn supervise(
                 match exit {
                     Exit::Drained => break,
                     Exit::Lost(reason) => {
+                        Slot::count(&slot.restarts);
                         // A session that ran for a while starts the backoff afresh; one lost
                         // at once keeps backing off.
                         if session.elapsed() >= policy.cap {
@@ -304,5 +304,8 @@ async fn consume(
             Err(e) => return Exit::Lost(format!("could not start pulling: {e}")),
         }
     };
+    // Running once the server delivers to this instance: a pull feed's first request reached
+    // the consumer, a push feed's subscription is in place.
+    slot.transition(ConsumerState::Running);
     pump(feed, settle, concurrency, cancel, in_flight).await
 }
