@@ -138,3 +138,50 @@ async fn every_instance_receives_every_broadcast_and_a_deleted_relay_comes_back(
         );
     }
 }
+
+/// On an R3 stream of a 3-node cluster, three instances, each connected to a different node,
+/// are ready only once their relays take pull requests: every broadcast published right after
+/// they are ready reaches each of them, and no relay had to be created again (the neighbour of
+/// `queue_cluster`'s checks: there, a consumer just created refused its first pull requests).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn relays_on_a_cluster_are_ready_only_once_they_receive() {
+    let fx = Fixture::cluster().await;
+    let stream = fixture::stream("STATUS_R3", &["status3.>"]).replicas(3);
+    let relay = fixture::relay("tests::relay_status3", &stream, "status3.>");
+    let mut ledgers = Vec::new();
+    let mut instances = Vec::new();
+    for node in 0..fx.server.len() {
+        let ledger = Ledger::default();
+        let client = async_nats::connect(fx.server.url(node))
+            .await
+            .expect("connect to one node");
+        let topology = Topology::new()
+            .stream(stream)
+            .consumer(relay, fixture::job_handler(ledger.clone(), Duration::ZERO));
+        instances.push(Running::spawn(
+            fixture::fast(nats_topology::Runtime::builder(client))
+                .topology(topology)
+                .build()
+                .expect("valid topology"),
+        ));
+        ledgers.push(ledger);
+    }
+    for running in &instances {
+        running.ready(Duration::from_secs(30)).await;
+    }
+
+    let js = fx.jetstream().await;
+    fixture::publish_jobs(&js, "status3.member", 0..50).await;
+    every_instance_receives(&ledgers, 0..50, "every instance receives every message").await;
+    for (i, running) in instances.iter().enumerate() {
+        for status in running.health.consumers() {
+            assert_eq!(
+                status.restarts, 0,
+                "instance {i} ran without a break: {status}"
+            );
+        }
+    }
+    for running in instances {
+        running.stop().await.expect("clean drain");
+    }
+}

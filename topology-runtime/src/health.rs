@@ -349,9 +349,9 @@ impl Health {
     /// stream no consumer reads is there; a service with neither is ready once started.
     ///
     /// A consumer runs once the server delivers to this instance: a pull consumer's first
-    /// pull request reached the consumer (a consumer just created on a cluster may refuse it
-    /// for a few milliseconds, until its leader is known to the server this instance is
-    /// connected to), a push consumer's subscription is in place. From then on the server
+    /// pull request reached the consumer (on a cluster, a consumer another instance has just
+    /// created may refuse it for a few milliseconds, until its leader is known), a push
+    /// consumer's subscription is in place. From then on the server
     /// hands this instance its share of the consumer's messages.
     pub fn ready(&self) -> bool {
         self.shared.started()

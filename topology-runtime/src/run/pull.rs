@@ -51,18 +51,6 @@ fn connection_of(client: &async_nats::Client) -> (String, u64) {
     (info.server_id, info.client_id)
 }
 
-/// The number a marker of [`Puller::reach`] carries, if `message` is one.
-fn probe_of(message: &async_nats::Message) -> Option<u64> {
-    let value = message.headers.as_ref()?.get(PROBE_HEADER)?;
-    value.as_str().parse().ok()
-}
-
-fn no_responder(window: Duration) -> String {
-    format!(
-        "no responders to the pull requests for {window:?}: the consumer, its stream or JetStream is unavailable"
-    )
-}
-
 struct PullRequest {
     /// Messages it may still deliver.
     remaining: usize,
@@ -70,16 +58,12 @@ struct PullRequest {
     expires_at: tokio::time::Instant,
 }
 
-/// The header of the marker [`Puller::start`] sends to its own inbox behind its first pull
-/// request: the server answers a request nobody can take (503) before it delivers the marker,
-/// so a marker that comes back alone means the request reached the consumer.
-const PROBE_HEADER: &str = "Nats-Topology-Pull-Probe";
-
 /// How long [`Puller::start`] keeps asking while its requests find no responder. A consumer
-/// just created on a cluster is briefly unknown to the server the client is connected to
-/// (its leader's interest has not reached it yet): the first pull request gets a 503 a
-/// millisecond after the create was answered.
-const REACH_WINDOW: Duration = Duration::from_secs(2);
+/// that was just created, when another instance's create found it, is answered before its
+/// leader is known to every node: on a 3-node cluster its first pull requests get a 503 for
+/// 10 to 40 ms. It was found a moment ago, so a refusal here means a leader to wait for, not
+/// a missing consumer; the window leaves room for a slow election on a loaded cluster.
+const REACH_WINDOW: Duration = Duration::from_secs(5);
 
 /// Missed idle heartbeats (of two heartbeat intervals each, as async-nats counts them) after
 /// which the consumer, its stream or the server is presumed lost and ensured again.
@@ -135,56 +119,42 @@ impl Puller {
         Ok(puller)
     }
 
-    /// Sends the first pull request and confirms that the consumer holds it: a marker sent to
-    /// our own inbox right behind it comes back after the server's answer to the request, so
-    /// when the marker arrives with no 503 before it, a responder took the request. Refused
-    /// requests are sent again after a short pause (5 ms, doubling up to 250 ms) for at most
-    /// `window`; messages delivered meanwhile wait in `arrived`.
+    /// Confirms that the consumer takes this instance's pull requests: sends a first request
+    /// with `no_wait`, which the consumer answers at once (with messages, or a 404/408 status
+    /// when it has none to give) and the server refuses with a 503 while no responder is
+    /// known. Refused requests are sent again after a short pause (5 ms, doubling up to
+    /// 250 ms) for at most `window`; messages delivered meanwhile wait in `arrived`.
+    ///
+    /// The answer travels the path every later request takes and needs no permission beyond
+    /// pulling (a marker published to our own inbox would need echo on and a publish
+    /// permission on the inbox).
     async fn reach(&mut self, window: Duration) -> Result<(), String> {
         let until = tokio::time::Instant::now() + window;
         let mut pause = Duration::from_millis(5);
-        let mut probe = 0u64;
         loop {
-            probe += 1;
-            self.request(self.batch).await?;
-            let mut headers = async_nats::HeaderMap::new();
-            headers.insert(PROBE_HEADER, probe.to_string().as_str());
-            self.client
-                .publish_with_headers(self.inbox.clone(), headers, bytes::Bytes::new())
-                .await
-                .map_err(|e| format!("could not send a pull request: {e}"))?;
-            let mut refused = false;
-            loop {
-                let message = match tokio::time::timeout_at(until, self.subscriber.next()).await {
-                    Ok(Some(message)) => message,
-                    Ok(None) => return Err("the pull subscription ended".to_owned()),
-                    // The marker is late, not lost: a slow connection is watched by the
-                    // heartbeats like any other.
-                    Err(_) if !refused => return Ok(()),
-                    Err(_) => return Err(no_responder(window)),
-                };
-                self.heard = tokio::time::Instant::now();
-                if let Some(marker) = probe_of(&message) {
-                    if marker == probe {
-                        break;
-                    }
-                    // An earlier attempt's marker: its request was answered before it.
-                    continue;
+            self.send(self.batch, true).await?;
+            let first = match tokio::time::timeout_at(until, self.subscriber.next()).await {
+                Ok(Some(message)) => message,
+                Ok(None) => return Err("the pull subscription ended".to_owned()),
+                // Unanswered, not refused: the request or its answer is slow or lost, which
+                // the heartbeats of the requests that follow watch like any other silence.
+                Err(_) => {
+                    self.requests.clear();
+                    return Ok(());
                 }
-                if message.status == Some(async_nats::StatusCode::NO_RESPONDERS) {
-                    self.requests.pop_front();
-                    refused = true;
-                    continue;
-                }
-                if let Some(message) = self.receive(message)? {
+            };
+            self.heard = tokio::time::Instant::now();
+            if first.status != Some(async_nats::StatusCode::NO_RESPONDERS) {
+                if let Some(message) = self.receive(first)? {
                     self.arrived.push_back(message);
                 }
-            }
-            if !refused {
                 return Ok(());
             }
+            self.requests.pop_front();
             if tokio::time::Instant::now() + pause >= until {
-                return Err(no_responder(window));
+                return Err(format!(
+                    "no responders to the pull requests for {window:?}: the consumer, its stream or JetStream is unavailable"
+                ));
             }
             tracing::debug!(subject = %self.subject, ?pause, "no responder to the first pull request yet; asking again");
             tokio::time::sleep(pause).await;
@@ -216,11 +186,21 @@ impl Puller {
     }
 
     async fn request(&mut self, want: usize) -> Result<(), String> {
-        let request = serde_json::json!({
-            "batch": want,
-            "expires": u64::try_from(self.expires.as_nanos()).unwrap_or(u64::MAX),
-            "idle_heartbeat": u64::try_from(self.heartbeat.as_nanos()).unwrap_or(u64::MAX),
-        });
+        self.send(want, false).await
+    }
+
+    /// Sends a pull request for `want` messages: one that waits up to the expiry (with idle
+    /// heartbeats), or with `no_wait` one the consumer answers at once.
+    async fn send(&mut self, want: usize, no_wait: bool) -> Result<(), String> {
+        let request = if no_wait {
+            serde_json::json!({ "batch": want, "no_wait": true })
+        } else {
+            serde_json::json!({
+                "batch": want,
+                "expires": u64::try_from(self.expires.as_nanos()).unwrap_or(u64::MAX),
+                "idle_heartbeat": u64::try_from(self.heartbeat.as_nanos()).unwrap_or(u64::MAX),
+            })
+        };
         let payload = bytes::Bytes::from(request.to_string());
         self.client
             .publish_with_reply(self.subject.clone(), self.inbox.clone(), payload)
@@ -305,10 +285,6 @@ impl Puller {
     ) -> Result<Option<jetstream::Message>, String> {
         use async_nats::StatusCode;
         let status = message.status.unwrap_or(StatusCode::OK);
-        if probe_of(&message).is_some() {
-            // A marker of `reach` that came back after it stopped waiting.
-            return Ok(None);
-        }
         if status == StatusCode::OK {
             if let Some(front) = self.requests.front_mut() {
                 front.remaining -= 1;
