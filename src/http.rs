@@ -212,7 +212,8 @@ pub fn live(health: &Health) -> bool {
 /// {"ready": false, "live": true,
 ///  "consumers": [{"stream": "ORDERS", "consumer": "billing", "handler": "billing::on_order",
 ///                 "kind": "queue", "state": "retrying", "error": "...", "attempt": 3,
-///                 "handled": 10, "failed": 0, "retried": 0, "dead_lettered": 0, "ack_floor": 10}],
+///                 "handled": 10, "failed": 0, "retried": 0, "dead_lettered": 0, "ack_floor": 10,
+///                 "restarts": 0}],
 ///  "streams": [{"stream": "AUDIT", "ensured": true}]}
 /// ```
 ///
@@ -244,6 +245,7 @@ pub fn readiness(health: &Health) -> Value {
                 "retried": c.retried,
                 "dead_lettered": c.dead_lettered,
                 "ack_floor": c.ack_floor,
+                "restarts": c.restarts,
             });
             if let Some(error) = error {
                 value["error"] = json!(error);

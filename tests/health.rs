@@ -128,6 +128,7 @@ async fn health_endpoints_follow_the_runtime_and_the_server() {
     assert_eq!(work["stream"], "HEALTH_EVENTS");
     assert_eq!(work["consumer"], "health-workers");
     assert_eq!(work["handled"], 0);
+    assert_eq!(work["restarts"], 0, "{body}");
     let relay = state_of(&body, "health::relay");
     assert_eq!(relay["state"], "running");
     assert_eq!(relay["kind"], "broadcast");
@@ -155,14 +156,24 @@ async fn health_endpoints_follow_the_runtime_and_the_server() {
         "a broker that is down is not a reason to restart: {body}"
     );
 
-    // Back: ready again.
+    // Back: ready again, and the sessions the outage ended are counted.
     server.restart().await.expect("nats-server restarts");
-    eventually(
+    let body = eventually(
         Duration::from_secs(60),
         "/readyz to answer 200 again",
-        || async { (get(addr, "/readyz").await.0 == 200).then_some(()) },
+        || async {
+            let (status, body) = get_json(addr, "/readyz").await;
+            (status == 200).then_some(body)
+        },
     )
     .await;
+    let restarts: Vec<u64> = body["consumers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["restarts"].as_u64().expect("a count of restarts"))
+        .collect();
+    assert!(restarts.iter().any(|n| *n >= 1), "{body}");
 
     // Drained: its supervisors have ended, so it is not alive any more.
     let _ = stop.send(());
