@@ -49,12 +49,8 @@ async fn r3_consumer_deleted_out_of_band_comes_back_in_one_session() {
     }
     let js = fx.jetstream().await;
     let handled = |ids: std::ops::Range<u64>| {
-        let done = ledgers
-            .iter()
-            .flat_map(Ledger::ids)
-            .filter(|id| ids.contains(id))
-            .count();
-        done >= (ids.end - ids.start) as usize
+        let all = fixture::union(&ledgers);
+        ids.into_iter().all(|id| all.contains(&id))
     };
     fixture::publish_jobs(&js, "r3redo.jobs", 0..20).await;
     eventually(Duration::from_secs(20), "the first jobs handled", || {
@@ -81,18 +77,10 @@ async fn r3_consumer_deleted_out_of_band_comes_back_in_one_session() {
         async move { done.then_some(()) }
     })
     .await;
-    for (i, running) in runs.iter().enumerate() {
-        let status = running.health.consumers().remove(0);
-        assert_eq!(
-            status.restarts, 1,
-            "runtime {i}: one loss, one new session: {status}"
-        );
-    }
+    // One loss each, one new session each.
+    fixture::assert_restarts(&runs, 1);
     for outcome in Running::stop_all(runs).await {
         outcome.expect("a clean drain");
     }
-    let all: Vec<u64> = ledgers.iter().flat_map(Ledger::ids).collect();
-    let unique = fixture::union(&ledgers);
-    assert_eq!(unique, (0..60).collect(), "every id sent is handled");
-    assert_eq!(all.len(), unique.len(), "no id is handled twice");
+    fixture::assert_each_handled_once(&ledgers, 60);
 }

@@ -173,14 +173,7 @@ async fn relays_on_a_cluster_are_ready_only_once_they_receive() {
     let js = fx.jetstream().await;
     fixture::publish_jobs(&js, "status3.member", 0..50).await;
     every_instance_receives(&ledgers, 0..50, "every instance receives every message").await;
-    for (i, running) in instances.iter().enumerate() {
-        for status in running.health.consumers() {
-            assert_eq!(
-                status.restarts, 0,
-                "instance {i} ran without a break: {status}"
-            );
-        }
-    }
+    fixture::assert_restarts(&instances, 0);
     for running in instances {
         running.stop().await.expect("clean drain");
     }
