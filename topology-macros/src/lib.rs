@@ -3,7 +3,7 @@
 //!
 //! Use them through the facade crate, `nats_topology`, which re-exports them. (The examples
 //! here cannot be compiled in this crate, which cannot depend on the facade; each one is
-//! compiled and run by a case of the facade's UI suite, `tests/ui/pass`.)
+//! compiled and run by a case of this crate's UI suite, `tests/ui/pass`.)
 //!
 //! # What the macros guarantee
 //!
