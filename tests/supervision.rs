@@ -301,3 +301,119 @@ async fn push_consumer_shares_work_and_survives_deletion() {
     assert_eq!(total, 300, "each job handled once across the two instances");
     fixture::settled(&js, "PUSHED", "pushers", Duration::from_secs(5)).await;
 }
+
+/// A consumer paused on the server (as a migration pauses the old one), with messages waiting:
+/// an instance starting on it is ready at once, although the consumer delivers nothing until
+/// the pause ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_instance_starting_on_a_paused_consumer_is_ready_at_once() {
+    let fx = Fixture::start().await;
+    let stream = fixture::stream("PAUSED", &["paused.>"]);
+    let consumer = fixture::queue(
+        "tests::paused",
+        &stream,
+        "paused.jobs",
+        QueueDecl::new("held"),
+    );
+    let first = fx.run_jobs(stream, consumer, Duration::ZERO).await;
+    first.stop().await.expect("clean drain");
+
+    let client = fx.connect().await;
+    let paused = client
+        .request(
+            "$JS.API.CONSUMER.PAUSE.PAUSED.held",
+            r#"{"pause_until":"2099-12-31T00:00:00Z"}"#.into(),
+        )
+        .await
+        .expect("the pause is answered");
+    let answer: serde_json::Value = serde_json::from_slice(&paused.payload).unwrap();
+    assert_eq!(answer["paused"], true, "{answer}");
+    let js = fx.jetstream().await;
+    fixture::publish_jobs(&js, "paused.jobs", 0..5).await;
+
+    let second = Running::spawn(
+        fixture::fast(fx.builder().await)
+            .topology(fixture::job_topology(
+                stream,
+                consumer,
+                fx.ledger.clone(),
+                Duration::ZERO,
+            ))
+            .build()
+            .expect("valid topology"),
+    );
+    // Well within the 5 s a first request may wait for an answer.
+    second
+        .health
+        .wait_ready(Duration::from_secs(2))
+        .await
+        .expect("ready while its consumer is paused");
+    let info = fixture::consumer_info(&js, "PAUSED", "held").await.unwrap();
+    assert!(info.paused, "the consumer is still paused");
+    assert_eq!(fx.ledger.len(), 0, "a paused consumer delivers nothing");
+    second.stop().await.expect("clean drain");
+}
+
+/// A consumer at its `max_ack_pending` (another instance holds every message it may), with
+/// more messages waiting: a second instance starting on it is ready at once, although the
+/// server delivers it nothing until acks free room. (Its first pull request is answered by an
+/// idle heartbeat; a `no_wait` request would be held until an ack, past the 5 s a first
+/// request may wait.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_instance_starting_on_a_saturated_consumer_is_ready_at_once() {
+    let fx = Fixture::start().await;
+    let stream = fixture::stream("FULL", &["full.>"]);
+    let consumer = fixture::queue(
+        "tests::full",
+        &stream,
+        "full.jobs",
+        QueueDecl::new("full")
+            .max_ack_pending(2)
+            .ack_wait(Duration::from_secs(30)),
+    )
+    .concurrency(2);
+    let holder = fx
+        .run(fixture::job_topology(
+            stream,
+            consumer,
+            Ledger::default(),
+            Duration::from_secs(4),
+        ))
+        .await;
+    let js = fx.jetstream().await;
+    fixture::publish_jobs(&js, "full.jobs", 0..10).await;
+    eventually(
+        Duration::from_secs(10),
+        "the first instance holding 2",
+        || async {
+            let info = fixture::consumer_info(&js, "FULL", "full").await?;
+            (info.num_ack_pending == 2).then_some(())
+        },
+    )
+    .await;
+
+    let second = Running::spawn(
+        fixture::fast(fx.builder().await)
+            .topology(fixture::job_topology(
+                stream,
+                consumer,
+                fx.ledger.clone(),
+                Duration::ZERO,
+            ))
+            .build()
+            .expect("valid topology"),
+    );
+    second
+        .health
+        .wait_ready(Duration::from_secs(3))
+        .await
+        .expect("ready while its consumer is saturated");
+    assert_eq!(
+        fx.ledger.len(),
+        0,
+        "nothing delivered while the first holds every message"
+    );
+    for running in [holder, second] {
+        running.stop().await.expect("clean drain");
+    }
+}

@@ -65,6 +65,14 @@ struct PullRequest {
 /// a missing consumer; the window leaves room for a slow election on a loaded cluster.
 const REACH_WINDOW: Duration = Duration::from_secs(5);
 
+/// The idle heartbeat of a session's first pull request: the longest the consumer takes to
+/// answer it when it has nothing to deliver.
+const FIRST_HEARTBEAT: Duration = Duration::from_millis(50);
+
+/// The expiry of a session's first pull request (the server wants at least two heartbeats):
+/// the requests that follow it are the usual ones.
+const FIRST_EXPIRES: Duration = Duration::from_millis(100);
+
 /// Missed idle heartbeats (of two heartbeat intervals each, as async-nats counts them) after
 /// which the consumer, its stream or the server is presumed lost and ensured again.
 const MISSED_HEARTBEATS: u32 = 3;
@@ -120,19 +128,23 @@ impl Puller {
     }
 
     /// Confirms that the consumer takes this instance's pull requests: sends a first request
-    /// with `no_wait`, which the consumer answers at once (with messages, or a 404/408 status
-    /// when it has none to give) and the server refuses with a 503 while no responder is
-    /// known. Refused requests are sent again after a short pause (5 ms, doubling up to
-    /// 250 ms) for at most `window`; messages delivered meanwhile wait in `arrived`.
+    /// that expires after [`FIRST_EXPIRES`] with idle heartbeats every [`FIRST_HEARTBEAT`],
+    /// which the consumer answers within a heartbeat whatever its state (with messages, or a
+    /// heartbeat when it has none to give: idle, paused, or at its `max_ack_pending`) and the
+    /// server refuses with a 503 while no responder is known. Refused requests are sent again
+    /// after a short pause (5 ms, doubling up to 250 ms) for at most `window`; messages
+    /// delivered meanwhile wait in `arrived`.
     ///
     /// The answer travels the path every later request takes and needs no permission beyond
     /// pulling (a marker published to our own inbox would need echo on and a publish
-    /// permission on the inbox).
+    /// permission on the inbox). A `no_wait` request would be answered at once only while
+    /// the consumer can deliver: at its `max_ack_pending` it is held until an ack frees room.
     async fn reach(&mut self, window: Duration) -> Result<(), String> {
         let until = tokio::time::Instant::now() + window;
         let mut pause = Duration::from_millis(5);
         loop {
-            self.send(self.batch, true).await?;
+            self.send(self.batch, FIRST_EXPIRES, FIRST_HEARTBEAT)
+                .await?;
             let first = match tokio::time::timeout_at(until, self.subscriber.next()).await {
                 Ok(Some(message)) => message,
                 Ok(None) => return Err("the pull subscription ended".to_owned()),
@@ -186,21 +198,23 @@ impl Puller {
     }
 
     async fn request(&mut self, want: usize) -> Result<(), String> {
-        self.send(want, false).await
+        self.send(want, self.expires, self.heartbeat).await
     }
 
-    /// Sends a pull request for `want` messages: one that waits up to the expiry (with idle
-    /// heartbeats), or with `no_wait` one the consumer answers at once.
-    async fn send(&mut self, want: usize, no_wait: bool) -> Result<(), String> {
-        let request = if no_wait {
-            serde_json::json!({ "batch": want, "no_wait": true })
-        } else {
-            serde_json::json!({
-                "batch": want,
-                "expires": u64::try_from(self.expires.as_nanos()).unwrap_or(u64::MAX),
-                "idle_heartbeat": u64::try_from(self.heartbeat.as_nanos()).unwrap_or(u64::MAX),
-            })
-        };
+    /// Sends a pull request for `want` messages that the server ends after `expires`, with
+    /// idle heartbeats every `heartbeat` meanwhile.
+    async fn send(
+        &mut self,
+        want: usize,
+        expires: Duration,
+        heartbeat: Duration,
+    ) -> Result<(), String> {
+        let nanos = |d: Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+        let request = serde_json::json!({
+            "batch": want,
+            "expires": nanos(expires),
+            "idle_heartbeat": nanos(heartbeat),
+        });
         let payload = bytes::Bytes::from(request.to_string());
         self.client
             .publish_with_reply(self.subject.clone(), self.inbox.clone(), payload)
@@ -212,7 +226,7 @@ impl Puller {
         }
         self.requests.push_back(PullRequest {
             remaining: want,
-            expires_at: now + self.expires,
+            expires_at: now + expires,
         });
         Ok(())
     }
