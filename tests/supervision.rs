@@ -9,7 +9,7 @@ mod fixture;
 use std::time::Duration;
 
 use fixture::{Fixture, Ledger, Running};
-use nats_topology::model::{Delivery, QueueDecl, Retention, Storage};
+use nats_topology::model::{ConsumerDecl, Delivery, QueueDecl, Retention, Storage, StreamDecl};
 use nats_topology::{ConsumerState, Runtime};
 use nats_topology_testkit::{NatsServer, eventually};
 
@@ -302,6 +302,29 @@ async fn push_consumer_shares_work_and_survives_deletion() {
     fixture::settled(&js, "PUSHED", "pushers", Duration::from_secs(5)).await;
 }
 
+/// Starts an instance of `consumer` recording into the fixture's ledger, and waits until it is
+/// ready: within 3 s, well within the 5 s a session's first pull request may wait for an
+/// answer, so that an instance that waited out that window fails.
+async fn ready_at_once(fx: &Fixture, stream: StreamDecl, consumer: ConsumerDecl) -> Running {
+    let running = Running::spawn(
+        fixture::fast(fx.builder().await)
+            .topology(fixture::job_topology(
+                stream,
+                consumer,
+                fx.ledger.clone(),
+                Duration::ZERO,
+            ))
+            .build()
+            .expect("valid topology"),
+    );
+    running
+        .health
+        .wait_ready(Duration::from_secs(3))
+        .await
+        .expect("ready although its consumer delivers nothing now");
+    running
+}
+
 /// A consumer paused on the server (as a migration pauses the old one), with messages waiting:
 /// an instance starting on it is ready at once, although the consumer delivers nothing until
 /// the pause ends.
@@ -331,23 +354,7 @@ async fn an_instance_starting_on_a_paused_consumer_is_ready_at_once() {
     let js = fx.jetstream().await;
     fixture::publish_jobs(&js, "paused.jobs", 0..5).await;
 
-    let second = Running::spawn(
-        fixture::fast(fx.builder().await)
-            .topology(fixture::job_topology(
-                stream,
-                consumer,
-                fx.ledger.clone(),
-                Duration::ZERO,
-            ))
-            .build()
-            .expect("valid topology"),
-    );
-    // Well within the 5 s a first request may wait for an answer.
-    second
-        .health
-        .wait_ready(Duration::from_secs(2))
-        .await
-        .expect("ready while its consumer is paused");
+    let second = ready_at_once(&fx, stream, consumer).await;
     let info = fixture::consumer_info(&js, "PAUSED", "held").await.unwrap();
     assert!(info.paused, "the consumer is still paused");
     assert_eq!(fx.ledger.len(), 0, "a paused consumer delivers nothing");
@@ -392,22 +399,7 @@ async fn an_instance_starting_on_a_saturated_consumer_is_ready_at_once() {
     )
     .await;
 
-    let second = Running::spawn(
-        fixture::fast(fx.builder().await)
-            .topology(fixture::job_topology(
-                stream,
-                consumer,
-                fx.ledger.clone(),
-                Duration::ZERO,
-            ))
-            .build()
-            .expect("valid topology"),
-    );
-    second
-        .health
-        .wait_ready(Duration::from_secs(3))
-        .await
-        .expect("ready while its consumer is saturated");
+    let second = ready_at_once(&fx, stream, consumer).await;
     assert_eq!(
         fx.ledger.len(),
         0,
