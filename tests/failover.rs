@@ -15,6 +15,7 @@ use std::time::Duration;
 use fixture::{Fixture, Running};
 use nats_topology::model::{QueueDecl, Storage};
 use nats_topology::{HandlerError, Runtime, Topology};
+use nats_topology_testkit::NatsCluster;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::sync::mpsc;
 
@@ -355,10 +356,7 @@ async fn cluster_node_killed_during_consumption_loses_nothing() {
         .and_then(|info| info.cluster)
         .and_then(|cluster| cluster.leader)
         .expect("the consumer has a leader");
-    let node: usize = leader
-        .strip_prefix("node")
-        .and_then(|i| i.parse().ok())
-        .expect("nodes are named node<i>");
+    let node = NatsCluster::node_index(&leader).expect("nodes are named node<i>");
     fx.server.kill(node);
 
     for id in 200..300 {

@@ -97,8 +97,7 @@ async fn replicas_provisioning_while_the_meta_leader_is_killed_all_get_ready() {
 async fn stream_leader(js: &async_nats::jetstream::Context, stream: &str) -> Option<usize> {
     let mut handle = js.get_stream(stream).await.ok()?;
     let info = handle.info().await.ok()?;
-    let leader = info.cluster.as_ref()?.leader.as_deref()?;
-    leader.strip_prefix("node")?.parse().ok()
+    NatsCluster::node_index(info.cluster.as_ref()?.leader.as_deref()?)
 }
 
 /// Beside the meta leader: the stream exists and its leader, on a node that does not lead

@@ -51,6 +51,18 @@ impl NatsCluster {
         }
     }
 
+    /// The index of the node a server name names (`node1` is 1), as the server reports it as
+    /// a stream's, consumer's or meta group's leader; `None` for any other name.
+    ///
+    /// ```
+    /// use nats_topology_testkit::NatsCluster;
+    /// assert_eq!(NatsCluster::node_index("node2"), Some(2));
+    /// assert_eq!(NatsCluster::node_index("hub"), None);
+    /// ```
+    pub fn node_index(server_name: &str) -> Option<usize> {
+        server_name.strip_prefix("node")?.parse().ok()
+    }
+
     fn configure(binary: &Path) -> Result<Vec<Node>, TestkitError> {
         let ports = free_ports(3 * CLUSTER_SIZE)?;
         let (client_ports, rest) = ports.split_at(CLUSTER_SIZE);
@@ -203,7 +215,7 @@ impl ClusterMonitor {
                 .filter_map(|body| {
                     let jsz: serde_json::Value = serde_json::from_str(&body).ok()?;
                     let leader = jsz["meta_cluster"]["leader"].as_str()?;
-                    leader.strip_prefix("node")?.parse::<usize>().ok()
+                    NatsCluster::node_index(leader)
                 })
                 .collect::<Vec<_>>()
         })
