@@ -193,12 +193,8 @@ impl Puller {
             if want == 0 || (asked > 0 && want < self.batch.div_ceil(2)) {
                 return Ok(());
             }
-            self.request(want).await?;
+            self.send(want, self.expires, self.heartbeat).await?;
         }
-    }
-
-    async fn request(&mut self, want: usize) -> Result<(), String> {
-        self.send(want, self.expires, self.heartbeat).await
     }
 
     /// Sends a pull request for `want` messages that the server ends after `expires`, with
