@@ -802,6 +802,8 @@ async fn parent_main(args: Args) -> Result<(), BoxError> {
     let urls = cluster.urls();
     let client = async_nats::connect(cluster.server_addrs()).await?;
     let server = client.server_info().version.clone();
+    // The meta leader's `leader_since` in `/raftz`: nats-server 2.12 and later.
+    let reports_leader_since = client.is_server_compatible(2, 12, 0);
     let timeout = RetryPolicy::default().request_timeout;
     let js = jetstream::ContextBuilder::new()
         .timeout(timeout)
@@ -877,7 +879,7 @@ async fn parent_main(args: Args) -> Result<(), BoxError> {
                                     leader,
                                     start_rx.clone(),
                                     restart,
-                                    reports_leader_since(&server),
+                                    reports_leader_since,
                                 ),
                                 async {
                                     match &trace {
@@ -1306,16 +1308,6 @@ async fn watch_election(
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     None
-}
-
-/// Whether a server of this version reports the meta leader's `leader_since` in `/raftz`
-/// (2.12 and later).
-fn reports_leader_since(version: &str) -> bool {
-    let mut parts = version
-        .split(['.', '-'])
-        .map(|p| p.parse::<u64>().unwrap_or(0));
-    let (major, minor) = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
-    (major, minor) >= (2, 12)
 }
 
 /// An RFC 3339 time (as the server writes `leader_since`) in ms since the epoch.
