@@ -49,23 +49,18 @@ struct Run {
 impl Run {
     /// Asserts the exit status, and that standard output shows each of `texts`.
     fn shows(&self, code: i32, texts: &[&str]) {
-        assert_eq!(self.code, Some(code), "{self}");
-        for text in texts {
-            assert!(
-                self.stdout.contains(text),
-                "expected {text:?} on stdout\n{self}"
-            );
-        }
+        self.printed(code, ("stdout", &self.stdout), texts);
     }
 
     /// Asserts the exit status, and that standard error says each of `texts`.
     fn says(&self, code: i32, texts: &[&str]) {
+        self.printed(code, ("stderr", &self.stderr), texts);
+    }
+
+    fn printed(&self, code: i32, (name, output): (&str, &str), texts: &[&str]) {
         assert_eq!(self.code, Some(code), "{self}");
         for text in texts {
-            assert!(
-                self.stderr.contains(text),
-                "expected {text:?} on stderr\n{self}"
-            );
+            assert!(output.contains(text), "expected {text:?} on {name}\n{self}");
         }
     }
 }
