@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use crate::binary::server_binary_async;
 use crate::error::TestkitError;
-use crate::ports::{free_ports, make_store_dir, unique_suffix};
+use crate::link::Link;
+use crate::ports::{RefusingPort, free_ports, make_store_dir, unique_suffix};
 use crate::probe::wait_ready;
 use crate::process::{ClusterArgs, Node, START_ATTEMPTS};
 
@@ -24,6 +25,21 @@ const CLUSTER_SIZE: usize = 3;
 /// removes their store directories.
 pub struct NatsCluster {
     nodes: Vec<Node>,
+    /// The links every route and client connection goes through, for a cluster started with
+    /// [`start_linked`](NatsCluster::start_linked).
+    net: Option<Network>,
+}
+
+/// The links of a cluster started with [`NatsCluster::start_linked`].
+struct Network {
+    /// `routes[i][j]`: the link node `i` dials to reach node `j` (`None` for `i == j`).
+    routes: Vec<Vec<Option<Link>>>,
+    /// One link per node behind [`NatsCluster::urls`].
+    clients: Vec<Link>,
+    /// The links [`NatsCluster::client_link`] handed out, healed with the rest.
+    handed_out: std::sync::Mutex<Vec<Link>>,
+    /// The refusing ports the nodes advertise as their route URLs, held while they run.
+    _advertised: Vec<RefusingPort>,
 }
 
 impl NatsCluster {
@@ -34,12 +50,32 @@ impl NatsCluster {
     /// A fresh cluster may still time out the first replicated stream create: retry it with
     /// [`eventually`](crate::eventually).
     pub async fn start() -> Result<NatsCluster, TestkitError> {
+        Self::start_with(false).await
+    }
+
+    /// Starts three nodes as [`start`](NatsCluster::start) does, but with every connection
+    /// through a [`Link`] a test can stall, slow down or cut: each route (one link per ordered
+    /// pair of nodes, the one the first node dials) and each client connection
+    /// ([`urls`](Self::urls) and [`server_addrs`](Self::server_addrs) give one shared link per
+    /// node; [`client_link`](Self::client_link) gives a client a link of its own). No traffic
+    /// bypasses the links: the nodes advertise a route URL nothing listens on, so a route
+    /// gossiped from one server to another is refused and only the configured routes (through
+    /// the links) exist, and they advertise no client URLs to clients (`no_advertise`), so a
+    /// client reconnects only to the URLs it was given.
+    ///
+    /// [`isolate`](Self::isolate) cuts a node off from the two others (a partition: its
+    /// clients still reach it), [`heal`](Self::heal) ends every fault.
+    pub async fn start_linked() -> Result<NatsCluster, TestkitError> {
+        Self::start_with(true).await
+    }
+
+    async fn start_with(linked: bool) -> Result<NatsCluster, TestkitError> {
         let binary = server_binary_async().await?;
         let mut attempt = 1;
         loop {
-            let mut nodes = Self::configure(&binary)?;
+            let (mut nodes, net) = Self::configure(&binary, linked).await?;
             match Self::launch(&mut nodes).await {
-                Ok(()) => return Ok(NatsCluster { nodes }),
+                Ok(()) => return Ok(NatsCluster { nodes, net }),
                 Err(_)
                     if attempt < START_ATTEMPTS && nodes.iter_mut().any(Node::lost_port_race) =>
                 {
@@ -63,28 +99,65 @@ impl NatsCluster {
         server_name.strip_prefix("node")?.parse().ok()
     }
 
-    fn configure(binary: &Path) -> Result<Vec<Node>, TestkitError> {
+    async fn configure(
+        binary: &Path,
+        linked: bool,
+    ) -> Result<(Vec<Node>, Option<Network>), TestkitError> {
         let ports = free_ports(3 * CLUSTER_SIZE)?;
         let (client_ports, rest) = ports.split_at(CLUSTER_SIZE);
         let (cluster_ports, monitor_ports) = rest.split_at(CLUSTER_SIZE);
+        let net = if linked {
+            let mut routes = Vec::with_capacity(CLUSTER_SIZE);
+            for i in 0..CLUSTER_SIZE {
+                let mut row = Vec::with_capacity(CLUSTER_SIZE);
+                for (j, &port) in cluster_ports.iter().enumerate() {
+                    row.push(if i == j {
+                        None
+                    } else {
+                        Some(Link::start(port).await?)
+                    });
+                }
+                routes.push(row);
+            }
+            let mut clients = Vec::with_capacity(CLUSTER_SIZE);
+            for &port in client_ports {
+                clients.push(Link::start(port).await?);
+            }
+            let advertised = (0..CLUSTER_SIZE)
+                .map(|_| RefusingPort::bind())
+                .collect::<Result<Vec<_>, _>>()?;
+            Some(Network {
+                routes,
+                clients,
+                handed_out: Default::default(),
+                _advertised: advertised,
+            })
+        } else {
+            None
+        };
         let cluster_name = format!("testkit-{}", unique_suffix());
         let mut nodes = Vec::with_capacity(CLUSTER_SIZE);
         for i in 0..CLUSTER_SIZE {
             let dir = make_store_dir(&format!("node{i}"))?;
             let mut node = Node::new(binary.to_path_buf(), format!("node{i}"), dir);
             node.port = client_ports[i];
+            let route_ports = (0..CLUSTER_SIZE)
+                .filter(|&j| j != i)
+                .map(|j| match &net {
+                    Some(net) => net.route(i, j).port(),
+                    None => cluster_ports[j],
+                })
+                .collect();
             node.cluster = Some(ClusterArgs {
                 cluster_port: cluster_ports[i],
                 monitor_port: monitor_ports[i],
-                route_ports: (0..CLUSTER_SIZE)
-                    .filter(|&j| j != i)
-                    .map(|j| cluster_ports[j])
-                    .collect(),
+                route_ports,
                 cluster_name: cluster_name.clone(),
+                advertise: net.as_ref().map(|net| net._advertised[i].port),
             });
             nodes.push(node);
         }
-        Ok(nodes)
+        Ok((nodes, net))
     }
 
     async fn launch(nodes: &mut [Node]) -> Result<(), TestkitError> {
@@ -94,14 +167,19 @@ impl NatsCluster {
         wait_ready(nodes, CLUSTER_READY_TIMEOUT).await
     }
 
-    /// The client URLs of all nodes, `nats://127.0.0.1:<port>`, in node order.
+    /// The client URLs of all nodes, `nats://127.0.0.1:<port>`, in node order (behind links,
+    /// each node's shared client link).
     pub fn urls(&self) -> Vec<String> {
-        self.nodes.iter().map(Node::url).collect()
+        (0..self.len()).map(|i| self.url(i)).collect()
     }
 
-    /// The client URL of node `i`. Panics if `i >= self.len()`.
+    /// The client URL of node `i` (behind links, its shared client link). Panics if
+    /// `i >= self.len()`.
     pub fn url(&self, i: usize) -> String {
-        self.nodes[i].url()
+        match &self.net {
+            Some(net) => net.clients[i].url(),
+            None => self.nodes[i].url(),
+        }
     }
 
     /// The client port of node `i`. Panics if `i >= self.len()`.
@@ -159,11 +237,10 @@ impl NatsCluster {
 
     /// The client addresses of all nodes, ready for `async_nats::connect(cluster.server_addrs())`.
     pub fn server_addrs(&self) -> Vec<async_nats::ServerAddr> {
-        self.nodes
+        self.urls()
             .iter()
-            .map(|n| {
-                n.url()
-                    .parse()
+            .map(|url| {
+                url.parse()
                     .expect("a nats://127.0.0.1:<port> URL is a valid ServerAddr")
             })
             .collect()
@@ -179,6 +256,87 @@ impl NatsCluster {
     /// again. Panics if `i >= self.len()`.
     pub async fn restart(&mut self, i: usize) -> Result<(), TestkitError> {
         self.nodes[i].restart(CLUSTER_READY_TIMEOUT).await
+    }
+}
+
+/// Network faults, for a cluster started with [`NatsCluster::start_linked`]. Each method panics
+/// on a cluster started with [`NatsCluster::start`], whose connections go through no link.
+impl NatsCluster {
+    fn net(&self) -> &Network {
+        self.net
+            .as_ref()
+            .expect("network faults need a cluster started with `NatsCluster::start_linked`")
+    }
+
+    /// A new link to node `i`'s client port, for one client of the test's (stall it, cut it,
+    /// slow it down without touching the other clients); [`heal`](Self::heal) heals it too.
+    /// Panics if `i >= self.len()`.
+    pub async fn client_link(&self, i: usize) -> Result<Link, TestkitError> {
+        let link = Link::start(self.nodes[i].port).await?;
+        self.net()
+            .handed_out
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(link.clone());
+        Ok(link)
+    }
+
+    /// The shared client link of node `i`, behind [`url`](Self::url).
+    pub fn shared_client_link(&self, i: usize) -> &Link {
+        &self.net().clients[i]
+    }
+
+    /// The route link node `from` dials to reach node `to` (the route between the two goes
+    /// through it, or through the one `to` dials: stall both to cut them apart). Panics if
+    /// `from == to`.
+    pub fn route_link(&self, from: usize, to: usize) -> &Link {
+        self.net().route(from, to)
+    }
+
+    /// Cuts node `i` off from the two other nodes, both ways (every route link between them
+    /// stalls; connections stay open): a partition with node `i` alone on the minority side.
+    /// Its clients still reach it; to cut a client off too, stall its link.
+    pub fn isolate(&self, i: usize) {
+        for j in (0..self.len()).filter(|&j| j != i) {
+            self.net().route(i, j).stall();
+            self.net().route(j, i).stall();
+        }
+    }
+
+    /// Adds `latency` in each direction to every link: routes, the shared client links and
+    /// those handed out so far.
+    pub fn latency(&self, latency: std::time::Duration) {
+        for link in self.net().all() {
+            link.latency(latency);
+        }
+    }
+
+    /// Ends every fault on every link (routes, shared client links, links handed out).
+    pub fn heal(&self) {
+        for link in self.net().all() {
+            link.heal();
+        }
+    }
+}
+
+impl Network {
+    fn route(&self, from: usize, to: usize) -> &Link {
+        self.routes[from][to]
+            .as_ref()
+            .expect("no route link from a node to itself")
+    }
+
+    fn all(&self) -> Vec<Link> {
+        let mut all: Vec<Link> = self.routes.iter().flatten().flatten().cloned().collect();
+        all.extend(self.clients.iter().cloned());
+        all.extend(
+            self.handed_out
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .iter()
+                .cloned(),
+        );
+        all
     }
 }
 

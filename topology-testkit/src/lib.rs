@@ -10,6 +10,10 @@
 //! - [`NatsLeafTopology`]: a hub server (JetStream domain `hub`) and a leaf node server
 //!   (JetStream domain `edge`) connected over a leaf node port, as an edge site connects to a
 //!   cloud;
+//! - [`Link`]: a loopback TCP proxy that stalls (both ways or one way), delays or cuts the
+//!   connections through it, and [`NatsCluster::start_linked`]: a cluster whose every route and
+//!   client connection goes through one, with [`NatsCluster::isolate`] for a partition; network
+//!   faults staged on loopback, never on the machine's network settings;
 //! - [`eventually`]: poll a condition with a deadline instead of sleeping;
 //! - [`server_binary`]: where the `nats-server` binary comes from (`NATS_SERVER_BIN`, else the
 //!   version `NATS_SERVER_VERSION` names, else `PATH`, else the pinned version
@@ -91,6 +95,8 @@ mod error;
 #[cfg(unix)]
 mod leaf;
 #[cfg(unix)]
+mod link;
+#[cfg(unix)]
 mod ports;
 #[cfg(unix)]
 mod probe;
@@ -107,6 +113,8 @@ pub use cluster::{ClusterMonitor, NatsCluster};
 pub use error::TestkitError;
 #[cfg(unix)]
 pub use leaf::{HUB_DOMAIN, LEAF_DOMAIN, NatsLeafTopology};
+#[cfg(unix)]
+pub use link::{Cut, Direction, Link};
 #[cfg(unix)]
 pub use server::NatsServer;
 

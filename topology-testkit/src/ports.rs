@@ -49,3 +49,52 @@ pub(crate) fn free_ports(n: usize) -> Result<Vec<u16>, TestkitError> {
         .collect::<io::Result<Vec<_>>>()
         .map_err(|e| TestkitError::io("reading a free port", e))
 }
+
+/// A loopback port bound but never listened on: connections to it are refused for as long as
+/// it is held, and no other socket can take it. A cluster behind links advertises such a port
+/// as its route URL, so that a route gossiped between servers cannot bypass the links.
+pub(crate) struct RefusingPort {
+    _socket: std::os::fd::OwnedFd,
+    pub(crate) port: u16,
+}
+
+impl RefusingPort {
+    pub(crate) fn bind() -> Result<RefusingPort, TestkitError> {
+        use std::os::fd::{FromRawFd, OwnedFd};
+        let failed = |what: &str| TestkitError::io(what.to_owned(), io::Error::last_os_error());
+        // SAFETY: socket(2) has no memory preconditions; a non-negative result is a new
+        // descriptor that nothing else owns, so `OwnedFd` may take it.
+        let socket = unsafe {
+            let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
+            if fd < 0 {
+                return Err(failed("creating a socket to reserve a refusing port"));
+            }
+            OwnedFd::from_raw_fd(fd)
+        };
+        let fd = std::os::fd::AsRawFd::as_raw_fd(&socket);
+        let mut addr = libc::sockaddr_in {
+            sin_family: libc::AF_INET as libc::sa_family_t,
+            sin_port: 0,
+            sin_addr: libc::in_addr {
+                s_addr: u32::from(std::net::Ipv4Addr::LOCALHOST).to_be(),
+            },
+            sin_zero: [0; 8],
+        };
+        let mut len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+        // SAFETY: `addr` is a valid `sockaddr_in` of the length passed, for both calls, and
+        // `fd` is the open socket owned above.
+        unsafe {
+            let addr_ptr = (&mut addr as *mut libc::sockaddr_in).cast::<libc::sockaddr>();
+            if libc::bind(fd, addr_ptr, len) != 0 {
+                return Err(failed("binding 127.0.0.1:0 to reserve a refusing port"));
+            }
+            if libc::getsockname(fd, addr_ptr, &mut len) != 0 {
+                return Err(failed("reading a reserved port"));
+            }
+        }
+        Ok(RefusingPort {
+            _socket: socket,
+            port: u16::from_be(addr.sin_port),
+        })
+    }
+}

@@ -56,6 +56,11 @@ pub(crate) struct ClusterArgs {
     pub(crate) monitor_port: u16,
     pub(crate) route_ports: Vec<u16>,
     pub(crate) cluster_name: String,
+    /// Behind links (see `NatsCluster::start_linked`): the route URL this node advertises to
+    /// the others (one nothing listens on, so that no route bypasses the links), and no client
+    /// URLs advertised to clients (`--no_advertise`), so that clients reconnect only through
+    /// the URLs they were given.
+    pub(crate) advertise: Option<u16>,
 }
 
 /// A JetStream domain and leaf node connections (written to a configuration file, `-c`: the
@@ -169,6 +174,13 @@ impl Node {
                 "--cluster_name".into(),
                 cluster.cluster_name.clone().into(),
             ]);
+            if let Some(port) = cluster.advertise {
+                args.extend([
+                    "--cluster_advertise".into(),
+                    format!("127.0.0.1:{port}").into(),
+                    "--no_advertise".into(),
+                ]);
+            }
         }
         args
     }
