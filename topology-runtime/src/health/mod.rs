@@ -1,0 +1,227 @@
+//! Per-consumer state and counters, readable at any time through a cheap [`Health`] handle.
+//!
+//! - `state`: [`ConsumerState`] and the [`ConsumerStatus`] snapshot;
+//! - `slot`: one consumer's live state, as its supervisor and handlers change it.
+
+mod slot;
+mod state;
+
+use std::fmt;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use tokio::sync::watch;
+
+pub(crate) use slot::Slot;
+pub use state::{ConsumerState, ConsumerStatus};
+
+/// What every [`Slot`] and [`Health`] handle of one runtime share.
+pub(crate) struct Shared {
+    /// Counts changes (of any consumer's state, or a stream's); waiters subscribe to it.
+    changes: watch::Sender<u64>,
+    /// Whether `run_until` was called: until then nothing will ever run.
+    started: AtomicBool,
+    /// The streams no consumer reads, and whether each is ensured now.
+    streams: Vec<(String, AtomicBool)>,
+    /// Woken when a handler's publish finds no stream.
+    pub(crate) stream_missing: Arc<tokio::sync::Notify>,
+    /// Declarations older than the version stamped on the server (not applied).
+    older: crate::provision::OlderDeclarations,
+}
+
+impl Shared {
+    pub(crate) fn new(unread_streams: impl IntoIterator<Item = String>) -> Self {
+        Shared {
+            changes: watch::Sender::new(0),
+            started: AtomicBool::new(false),
+            streams: unread_streams
+                .into_iter()
+                .map(|name| (name, AtomicBool::new(false)))
+                .collect(),
+            stream_missing: Arc::default(),
+            older: Default::default(),
+        }
+    }
+
+    /// Shows in health the older declarations `older` records.
+    pub(crate) fn with_older(mut self, older: crate::provision::OlderDeclarations) -> Self {
+        self.older = older;
+        self
+    }
+
+    fn changed(&self) {
+        self.changes.send_modify(|n| *n = n.wrapping_add(1));
+    }
+
+    /// Records that `run_until` was called.
+    pub(crate) fn start(&self) {
+        self.started.store(true, Ordering::Relaxed);
+        self.changed();
+    }
+
+    pub(crate) fn started(&self) -> bool {
+        self.started.load(Ordering::Relaxed)
+    }
+
+    /// Records whether the stream `name` (one no consumer reads) is there now.
+    pub(crate) fn set_stream_ensured(&self, name: &str, ensured: bool) {
+        if let Some((_, flag)) = self.streams.iter().find(|(n, _)| n == name)
+            && flag.swap(ensured, Ordering::Relaxed) != ensured
+        {
+            self.changed();
+        }
+    }
+}
+
+/// A stream no consumer of this service reads (it only publishes to it): whether it is there.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StreamStatus {
+    /// The stream.
+    pub stream: String,
+    /// Whether it was ensured and has not been found missing since.
+    pub ensured: bool,
+}
+
+/// Why [`Health::wait_ready`] returned without readiness: the state at its deadline.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("not ready after {waited:?}; {state}")]
+pub struct NotReady {
+    waited: Duration,
+    state: String,
+}
+
+/// A cheap, cloneable view of every consumer's state, for readiness probes and dashboards.
+///
+/// ```no_run
+/// # async fn f(runtime: nats_topology::Runtime) -> Result<(), Box<dyn std::error::Error>> {
+/// use std::time::Duration;
+///
+/// let health = runtime.health();
+/// tokio::spawn(runtime.run_until(tokio::signal::ctrl_c()));
+/// health.wait_ready(Duration::from_secs(30)).await?; // every consumer runs
+/// tokio::spawn(async move {
+///     loop {
+///         health.changed().await;
+///         if !health.ready() {
+///             eprintln!("{health}");
+///         }
+///     }
+/// });
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Health {
+    pub(crate) slots: Arc<[Arc<Slot>]>,
+    pub(crate) shared: Arc<Shared>,
+}
+
+impl Health {
+    /// True only while every consumer runs (queue consumers and broadcast relays) and every
+    /// stream no consumer reads is there; a service with neither is ready once started.
+    ///
+    /// A consumer runs once the server delivers to this instance: a pull consumer's first
+    /// pull request reached the consumer (on a cluster, a consumer another instance has just
+    /// created may refuse it for a few milliseconds, until its leader is known), a push
+    /// consumer's subscription is in place. From then on the server
+    /// hands this instance its share of the consumer's messages.
+    pub fn ready(&self) -> bool {
+        self.shared.started()
+            && self
+                .slots
+                .iter()
+                .all(|s| s.state() == ConsumerState::Running)
+            && self
+                .shared
+                .streams
+                .iter()
+                .all(|(_, ensured)| ensured.load(Ordering::Relaxed))
+    }
+
+    /// Waits for the next change of any consumer's state or stream's presence.
+    pub async fn changed(&self) {
+        let mut changes = self.shared.changes.subscribe();
+        // The sender lives as long as this handle: `changed` fails only if it is dropped.
+        let _ = changes.changed().await;
+    }
+
+    /// Waits until [`Health::ready`], at most `timeout`; the error shows the state then.
+    pub async fn wait_ready(&self, timeout: Duration) -> Result<(), NotReady> {
+        let waited = tokio::time::timeout(timeout, async {
+            let mut changes = self.shared.changes.subscribe();
+            // Subscribed before checking: a change between the check and the wait wakes it.
+            while !self.ready() {
+                let _ = changes.changed().await;
+            }
+        })
+        .await;
+        waited.map_err(|_| NotReady {
+            waited: timeout,
+            state: self.to_string(),
+        })
+    }
+
+    /// A snapshot of every consumer.
+    pub fn consumers(&self) -> Vec<ConsumerStatus> {
+        self.slots.iter().map(|s| s.status()).collect()
+    }
+
+    /// The streams and queue consumers whose declaration here is older than the version
+    /// stamped on the server ("declared by an older version"): their editable settings were
+    /// left as the newer version set them. Expected while a rolling deploy runs old and new
+    /// versions side by side; an instance still listing them afterwards runs old code.
+    pub fn older_declarations(&self) -> Vec<crate::provision::OlderDeclaration> {
+        self.shared.older.all()
+    }
+
+    /// The streams no consumer reads, and whether each is there.
+    pub fn streams(&self) -> Vec<StreamStatus> {
+        self.shared
+            .streams
+            .iter()
+            .map(|(stream, ensured)| StreamStatus {
+                stream: stream.clone(),
+                ensured: ensured.load(Ordering::Relaxed),
+            })
+            .collect()
+    }
+}
+
+impl fmt::Display for Health {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "ready: {}", self.ready())?;
+        if !self.shared.started() {
+            write!(f, " (not started: call `run_until`)")?;
+        }
+        writeln!(f)?;
+        for status in self.consumers() {
+            writeln!(f, "  {status}")?;
+        }
+        for status in self.streams() {
+            let state = if status.ensured {
+                "ensured"
+            } else {
+                "NOT THERE"
+            };
+            writeln!(
+                f,
+                "  stream {} (published to, not consumed): {state}",
+                status.stream
+            )?;
+        }
+        for older in self.older_declarations() {
+            writeln!(f, "  {older}")?;
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Debug for Health {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Health")
+            .field("ready", &self.ready())
+            .field("consumers", &self.consumers())
+            .field("streams", &self.streams())
+            .finish()
+    }
+}

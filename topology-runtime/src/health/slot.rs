@@ -1,0 +1,157 @@
+//! [`Slot`]: one consumer's live state, changed only through its methods (each change logged
+//! once, at a fitting level).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use super::{ConsumerState, ConsumerStatus, Shared};
+
+/// One consumer's live state, shared by its supervisor, its handlers and [`Health`]. Only the
+/// methods here change its state, so that every change is logged once, at a fitting level.
+pub(crate) struct Slot {
+    /// Wakes the supervisor out of its backoff (a relay's `ensure()`).
+    pub(crate) wake: tokio::sync::Notify,
+    /// Whether the consumer is running, for waiters.
+    pub(crate) running: tokio::sync::watch::Sender<bool>,
+    pub(crate) stream: String,
+    /// The consumer's name on the server (the group, or the relay's per-instance name).
+    pub(crate) consumer: String,
+    handler: String,
+    queue: bool,
+    /// How long the consumer may be down before that is logged as an error, and how often.
+    down_alarm: Duration,
+    /// Wakes [`Health`] waiters on every change.
+    shared: Arc<Shared>,
+    state: Mutex<(ConsumerState, Instant)>,
+    /// Since when it has not been running, and when that was last reported as an error.
+    down: Mutex<(Option<Instant>, Option<Instant>)>,
+    pub(crate) handled: AtomicU64,
+    pub(crate) failed: AtomicU64,
+    pub(crate) retried: AtomicU64,
+    pub(crate) dead_lettered: AtomicU64,
+    pub(crate) ack_floor: AtomicU64,
+    pub(crate) restarts: AtomicU64,
+}
+
+impl Slot {
+    pub(crate) fn new(
+        stream: &str,
+        consumer: &str,
+        handler: &str,
+        queue: bool,
+        down_alarm: Duration,
+        shared: Arc<Shared>,
+    ) -> Self {
+        Slot {
+            wake: tokio::sync::Notify::new(),
+            running: tokio::sync::watch::Sender::new(false),
+            stream: stream.to_owned(),
+            consumer: consumer.to_owned(),
+            handler: handler.to_owned(),
+            queue,
+            down_alarm,
+            shared,
+            state: Mutex::new((ConsumerState::Starting, Instant::now())),
+            down: Mutex::new((Some(Instant::now()), None)),
+            handled: AtomicU64::new(0),
+            failed: AtomicU64::new(0),
+            retried: AtomicU64::new(0),
+            dead_lettered: AtomicU64::new(0),
+            ack_floor: AtomicU64::new(0),
+            restarts: AtomicU64::new(0),
+        }
+    }
+
+    /// Sets the consumer's state and logs the change once, at a level that fits it: a
+    /// consumer that has not been running for the down-alarm delay (a minute by default) is
+    /// an error, repeated at most once per that delay.
+    pub(crate) fn transition(&self, state: ConsumerState) {
+        let previous = self.set(state.clone());
+        let consumer = self.consumer.as_str();
+        let mut down = self.down.lock().unwrap_or_else(|e| e.into_inner());
+        match &state {
+            ConsumerState::Running => *down = (None, None),
+            ConsumerState::Draining | ConsumerState::Stopped { error: None } => {}
+            _ => {
+                let since = *down.0.get_or_insert_with(Instant::now);
+                let alarm_due = since.elapsed() >= self.down_alarm
+                    && down.1.is_none_or(|last| last.elapsed() >= self.down_alarm);
+                if alarm_due {
+                    down.1 = Some(Instant::now());
+                    tracing::error!(
+                        stream = %self.stream,
+                        consumer,
+                        down_for = ?since.elapsed(),
+                        state = %state,
+                        "consumer has not been running for over {:?}: nothing consumes its messages",
+                        self.down_alarm
+                    );
+                    return;
+                }
+            }
+        }
+        drop(down);
+        if std::mem::discriminant(&previous) == std::mem::discriminant(&state) {
+            if let ConsumerState::Retrying { attempt, error } = &state {
+                tracing::debug!(stream = %self.stream, consumer, attempt, error, "consumer still not running; retrying");
+            }
+            return;
+        }
+        match &state {
+            ConsumerState::Retrying { attempt, error } => {
+                tracing::warn!(stream = %self.stream, consumer, attempt, error, "consumer not running; retrying")
+            }
+            ConsumerState::Stopped { error: Some(error) } => {
+                tracing::error!(stream = %self.stream, consumer, error, "consumer stopped")
+            }
+            other => {
+                tracing::info!(stream = %self.stream, consumer, state = %other, "consumer state")
+            }
+        }
+    }
+
+    /// Sets the state; returns the previous one.
+    fn set(&self, state: ConsumerState) -> ConsumerState {
+        let mut guard = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        self.running
+            .send_replace(matches!(state, ConsumerState::Running));
+        let previous = std::mem::replace(&mut *guard, (state, Instant::now())).0;
+        drop(guard);
+        self.shared.changed();
+        previous
+    }
+
+    pub(crate) fn state(&self) -> ConsumerState {
+        self.state
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .0
+            .clone()
+    }
+
+    /// Whether the runtime this consumer belongs to was started (`run_until` called).
+    pub(crate) fn runtime_started(&self) -> bool {
+        self.shared.started()
+    }
+
+    pub(crate) fn count(counter: &AtomicU64) {
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(super) fn status(&self) -> ConsumerStatus {
+        ConsumerStatus {
+            stream: self.stream.clone(),
+            consumer: self.consumer.clone(),
+            handler: self.handler.clone(),
+            queue: self.queue,
+            state: self.state(),
+            handled: self.handled.load(Ordering::Relaxed),
+            failed: self.failed.load(Ordering::Relaxed),
+            retried: self.retried.load(Ordering::Relaxed),
+            dead_lettered: self.dead_lettered.load(Ordering::Relaxed),
+            ack_floor: self.ack_floor.load(Ordering::Relaxed),
+            restarts: self.restarts.load(Ordering::Relaxed),
+        }
+    }
+}

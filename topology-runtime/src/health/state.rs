@@ -1,0 +1,92 @@
+//! What a consumer is doing ([`ConsumerState`]) and a snapshot of its counters
+//! ([`ConsumerStatus`]).
+
+use std::fmt;
+
+/// What a consumer is doing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ConsumerState {
+    /// Not started yet.
+    Starting,
+    /// Ensuring its stream and consumer on the server.
+    Provisioning,
+    /// Consuming.
+    Running,
+    /// Not running; retrying after a failure.
+    Retrying {
+        /// Consecutive failed attempts.
+        attempt: u32,
+        /// The last failure.
+        error: String,
+    },
+    /// Shutting down: no new messages, in-flight ones finishing.
+    Draining,
+    /// Stopped (after a drain, or a failure that retrying cannot fix).
+    Stopped {
+        /// Why it stopped, if not by a drain.
+        error: Option<String>,
+    },
+}
+
+impl fmt::Display for ConsumerState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ConsumerState::Starting => f.write_str("starting"),
+            ConsumerState::Provisioning => f.write_str("provisioning"),
+            ConsumerState::Running => f.write_str("running"),
+            ConsumerState::Retrying { attempt, error } => {
+                write!(f, "retrying (attempt {attempt}): {error}")
+            }
+            ConsumerState::Draining => f.write_str("draining"),
+            ConsumerState::Stopped { error: None } => f.write_str("stopped"),
+            ConsumerState::Stopped { error: Some(e) } => write!(f, "stopped: {e}"),
+        }
+    }
+}
+
+/// One consumer's health, as a snapshot.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConsumerStatus {
+    /// The stream.
+    pub stream: String,
+    /// The consumer (the group of a queue consumer, the relay name of a broadcast).
+    pub consumer: String,
+    /// The handler's path.
+    pub handler: String,
+    /// Whether this is a queue consumer (readiness depends on queue consumers only).
+    pub queue: bool,
+    /// Its state.
+    pub state: ConsumerState,
+    /// Messages handled successfully (acked).
+    pub handled: u64,
+    /// Handler failures (each naked or dead-lettered).
+    pub failed: u64,
+    /// Failures redelivered later (naked with a delay).
+    pub retried: u64,
+    /// Messages dead-lettered and terminated.
+    pub dead_lettered: u64,
+    /// The queue consumer's ack floor (every stream sequence up to it is acknowledged) when
+    /// last read from the server; 0 for relays and before the first read.
+    pub ack_floor: u64,
+    /// How many times it stopped running unasked (its consumer, stream or connection lost)
+    /// and was ensured again; 0 for a consumer that has run without a break since it started.
+    pub restarts: u64,
+}
+
+impl fmt::Display for ConsumerStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}/{} ({}): {}; handled {}, failed {}, retried {}, dead-lettered {}, restarts {}",
+            self.stream,
+            self.consumer,
+            self.handler,
+            self.state,
+            self.handled,
+            self.failed,
+            self.retried,
+            self.dead_lettered,
+            self.restarts
+        )
+    }
+}
