@@ -217,8 +217,9 @@ pub fn live(health: &Health) -> bool {
 ///  "streams": [{"stream": "AUDIT", "ensured": true}]}
 /// ```
 ///
-/// `state` is one of `starting`, `provisioning`, `running`, `retrying`, `draining`, `stopped`;
-/// `error` (and `attempt` when retrying) say why a consumer is not running.
+/// `state` is one of `starting`, `provisioning`, `running`, `stalled`, `retrying`, `draining`,
+/// `stopped`; `error` (and `attempt` when retrying, `silent_for_ms` when stalled: how long
+/// nothing has come from the server) say why a consumer is not running.
 pub fn readiness(health: &Health) -> Value {
     let consumers: Vec<Value> = health
         .consumers()
@@ -228,6 +229,7 @@ pub fn readiness(health: &Health) -> Value {
                 ConsumerState::Starting => ("starting", None, None),
                 ConsumerState::Provisioning => ("provisioning", None, None),
                 ConsumerState::Running => ("running", None, None),
+                ConsumerState::Stalled { cause, .. } => ("stalled", Some(cause.clone()), None),
                 ConsumerState::Retrying { attempt, error } => {
                     ("retrying", Some(error.clone()), Some(*attempt))
                 }
@@ -252,6 +254,9 @@ pub fn readiness(health: &Health) -> Value {
             }
             if let Some(attempt) = attempt {
                 value["attempt"] = json!(attempt);
+            }
+            if let ConsumerState::Stalled { silent_for, .. } = &c.state {
+                value["silent_for_ms"] = json!(silent_for.as_millis() as u64);
             }
             value
         })

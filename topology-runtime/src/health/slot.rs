@@ -93,8 +93,14 @@ impl Slot {
         }
         drop(down);
         if std::mem::discriminant(&previous) == std::mem::discriminant(&state) {
-            if let ConsumerState::Retrying { attempt, error } = &state {
-                tracing::debug!(stream = %self.stream, consumer, attempt, error, "consumer still not running; retrying");
+            match &state {
+                ConsumerState::Retrying { attempt, error } => {
+                    tracing::debug!(stream = %self.stream, consumer, attempt, error, "consumer still not running; retrying");
+                }
+                ConsumerState::Stalled { silent_for, cause } if previous != state => {
+                    tracing::debug!(stream = %self.stream, consumer, ?silent_for, cause, "consumer still stalled");
+                }
+                _ => {}
             }
             return;
         }
@@ -104,6 +110,9 @@ impl Slot {
             }
             ConsumerState::Stopped { error: Some(error) } => {
                 tracing::error!(stream = %self.stream, consumer, error, "consumer stopped")
+            }
+            ConsumerState::Stalled { silent_for, cause } => {
+                tracing::warn!(stream = %self.stream, consumer, ?silent_for, cause, "consumer stalled: nothing from the server")
             }
             other => {
                 tracing::info!(stream = %self.stream, consumer, state = %other, "consumer state")

@@ -2,6 +2,7 @@
 //! ([`ConsumerStatus`]).
 
 use std::fmt;
+use std::time::Duration;
 
 /// What a consumer is doing.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -10,8 +11,22 @@ pub enum ConsumerState {
     Starting,
     /// Ensuring its stream and consumer on the server.
     Provisioning,
-    /// Consuming.
+    /// Consuming: the server delivers to this instance (see [`Health::ready`]).
+    ///
+    /// [`Health::ready`]: super::Health::ready
     Running,
+    /// Its session is open, but nothing has come from the server for more than two idle
+    /// heartbeats: a stalled link, a partition, or a consumer whose leader is lost. Not
+    /// running: nothing says that this instance consumes now. It runs again as soon as the
+    /// server is heard (the runtime pulls again when the consumer answers, and moves to
+    /// another listed server when this one cannot reach JetStream; see docs/FAULTS.md).
+    Stalled {
+        /// How long nothing had come from the server when this was last updated (at least
+        /// every heartbeat while it lasts).
+        silent_for: Duration,
+        /// What the runtime found, and what it does about it.
+        cause: String,
+    },
     /// Not running; retrying after a failure.
     Retrying {
         /// Consecutive failed attempts.
@@ -34,6 +49,12 @@ impl fmt::Display for ConsumerState {
             ConsumerState::Starting => f.write_str("starting"),
             ConsumerState::Provisioning => f.write_str("provisioning"),
             ConsumerState::Running => f.write_str("running"),
+            ConsumerState::Stalled { silent_for, cause } => {
+                write!(
+                    f,
+                    "stalled (nothing from the server for {silent_for:.1?}): {cause}"
+                )
+            }
             ConsumerState::Retrying { attempt, error } => {
                 write!(f, "retrying (attempt {attempt}): {error}")
             }

@@ -35,6 +35,8 @@ pub(super) struct Settle {
     pub(super) dead_letter_attempts: u32,
     /// Progress acks are sent at this interval while a handler runs.
     pub(super) progress_every: Duration,
+    /// The consumer's `ack_wait` on the server.
+    pub(super) ack_wait: Duration,
     /// Where handlers stopped before they finished record their message (see [`Unsettled`]).
     pub(super) abandoned: Abandoned,
     /// Telemetry: counters, duration, in flight (the `metrics` facade).
@@ -53,13 +55,19 @@ pub(super) struct Confirm {
     pub(super) client: async_nats::Client,
     /// The bound on one attempt (the runtime's request timeout).
     pub(super) attempt: Duration,
-    /// Attempts stop once this much time has passed (the consumer's `ack_wait`): by then the
-    /// server redelivers the message, and that delivery is settled on its own. (An ack sent
-    /// later would still be applied, since the server finds the message by its stream
-    /// sequence, whatever the delivery; harmless, as this handler succeeded, but no longer
-    /// needed.)
-    pub(super) window: Duration,
 }
+
+/// Until when a delivery surely has not been given to anyone else: its `ack_wait` counted
+/// from no later than the server delivered it (see [`Fetched::delivered_after`]), pushed
+/// further by each progress ack the server confirmed before it. A confirmation received
+/// before it was applied while the server still held the message for this delivery, so
+/// the message is never delivered again; one later could come after a redelivery (the
+/// server applies an ack by stream sequence, whatever the delivery, and confirms it again
+/// for the other instance), so it is not taken as confirmed.
+///
+/// [`Fetched::delivered_after`]: super::feed::Fetched::delivered_after
+#[derive(Debug, Clone, Copy)]
+pub(super) struct AckDeadline(pub(super) tokio::time::Instant);
 
 /// The reply subjects of messages whose handler was stopped before it finished (a drain's
 /// grace period ran out): nothing settled them, so the drain naks them.
@@ -91,7 +99,11 @@ impl Delivery {
 
 /// Runs the handler on one message and settles it: ack, nak with a delay, or dead-letter
 /// and terminate. Every message ends in exactly one of the three.
-pub(super) async fn dispatch(message: jetstream::Message, settle: Arc<Settle>) {
+pub(super) async fn dispatch(
+    message: jetstream::Message,
+    mut deadline: AckDeadline,
+    settle: Arc<Settle>,
+) {
     let delivery = Delivery::of(&message);
     let span = tracing::info_span!(
         "message",
@@ -108,12 +120,12 @@ pub(super) async fn dispatch(message: jetstream::Message, settle: Arc<Settle>) {
             abandoned: settle.abandoned.clone(),
         };
         let running = settle.metrics.start(delivery.delivered); // telemetry hook
-        let outcome = run_handler(&message, &settle, delivery).await;
+        let outcome = run_handler(&message, &settle, delivery, &mut deadline).await;
         drop(running); // telemetry hook
         unsettled.handled();
         match outcome {
-            Ok(()) => acknowledge(&message, &settle).await,
-            Err(error) => fail(&message, &settle, delivery, &error).await,
+            Ok(()) => acknowledge(&message, &settle, deadline).await,
+            Err(error) => fail(&message, &settle, delivery, &error, deadline).await,
         }
     }
     .instrument(span)
@@ -126,6 +138,7 @@ async fn run_handler(
     message: &jetstream::Message,
     settle: &Settle,
     delivery: Delivery,
+    deadline: &mut AckDeadline,
 ) -> Result<(), HandlerError> {
     let incoming = Incoming {
         payload: message.payload.clone(),
@@ -148,8 +161,8 @@ async fn run_handler(
                 None => loop {
                     tokio::select! {
                         r = &mut future => break r,
-                        _ = tokio::time::sleep(settle.progress_every) => {
-                            let _ = message.ack_with(AckKind::Progress).await;
+                        _ = tokio::time::sleep_until(settle.next_progress(*deadline)) => {
+                            keep_alive(message, settle, deadline).await;
                         }
                     }
                 },
@@ -167,8 +180,8 @@ async fn run_handler(
 
 /// Acknowledges a handled message; it counts as handled once the ack is sent, or, with
 /// confirmed acks, once the server has confirmed it.
-async fn acknowledge(message: &jetstream::Message, settle: &Settle) {
-    match settle_with(message, settle, AckKind::Ack).await {
+async fn acknowledge(message: &jetstream::Message, settle: &Settle, deadline: AckDeadline) {
+    match settle_with(message, settle, AckKind::Ack, deadline).await {
         Ok(()) => {
             Slot::count(&settle.slot.handled);
             settle.metrics.handled(); // telemetry hook
@@ -186,13 +199,55 @@ async fn acknowledge(message: &jetstream::Message, settle: &Settle) {
     }
 }
 
+impl Settle {
+    /// When the next progress ack is due for a handler that runs on: every `progress_every`,
+    /// and with confirmed acks soon enough that it can be confirmed before `deadline`.
+    fn next_progress(&self, deadline: AckDeadline) -> tokio::time::Instant {
+        let every = tokio::time::Instant::now() + self.progress_every;
+        match self.confirm {
+            Some(_) => every.min(deadline.0 - self.progress_every.min(self.ack_wait / 2)),
+            None => every,
+        }
+    }
+}
+
+/// Sends a progress ack, so that the server does not redeliver the message while it is held
+/// here: fire-and-forget, or with confirmed acks as a request whose reply, received before
+/// `deadline`, pushes the deadline to a whole `ack_wait` after it was sent (the server
+/// restarted the message's `ack_wait` when it received it, no earlier than that).
+pub(super) async fn keep_alive(
+    message: &jetstream::Message,
+    settle: &Settle,
+    deadline: &mut AckDeadline,
+) {
+    let (Some(confirm), Some(reply)) = (&settle.confirm, message.reply.clone()) else {
+        if let Err(e) = message.ack_with(AckKind::Progress).await {
+            tracing::debug!(error = %e, "could not send a progress ack");
+        }
+        return;
+    };
+    let sent = tokio::time::Instant::now();
+    let Some(left) = deadline.0.checked_duration_since(sent) else {
+        // Too late to be confirmed in time: still ask the server to hold it.
+        let _ = message.ack_with(AckKind::Progress).await;
+        return;
+    };
+    let request = async_nats::Request::new()
+        .payload(AckKind::Progress.into())
+        .timeout(Some(confirm.attempt.min(left)));
+    if confirm.client.send_request(reply, request).await.is_ok() {
+        deadline.0 = deadline.0.max(sent + settle.ack_wait);
+    }
+}
+
 /// Sends `kind` (an ack or a term: the settlements that end a message) fire-and-forget, or
-/// with confirmed acks, as a request retried until the server confirms it or the consumer's
-/// `ack_wait` has passed.
+/// with confirmed acks, as a request sent again until the server confirms it before
+/// `deadline` (see [`AckDeadline`]).
 async fn settle_with(
     message: &jetstream::Message,
     settle: &Settle,
     kind: AckKind,
+    deadline: AckDeadline,
 ) -> Result<(), async_nats::Error> {
     let Some(confirm) = &settle.confirm else {
         return message.ack_with(kind).await;
@@ -200,33 +255,34 @@ async fn settle_with(
     let Some(reply) = message.reply.clone() else {
         return Err("the message has no reply subject: not a JetStream delivery".into());
     };
-    let started = tokio::time::Instant::now();
     let mut attempt = 0u32;
     loop {
+        let Some(left) = deadline
+            .0
+            .checked_duration_since(tokio::time::Instant::now())
+            .filter(|left| !left.is_zero())
+        else {
+            return Err(format!(
+                "not confirmed after {attempt} attempts, before the consumer's ack_wait ({:?}) \
+                 could have run out: the server may deliver it again",
+                settle.ack_wait
+            )
+            .into());
+        };
         attempt += 1;
         let request = async_nats::Request::new()
             .payload(kind.into())
-            .timeout(Some(confirm.attempt));
+            .timeout(Some(confirm.attempt.min(left)));
         let error = match confirm.client.send_request(reply.clone(), request).await {
             Ok(_) => return Ok(()),
-            // The consumer is gone (deleted, or its server lost it): nothing can confirm it.
-            Err(e) if e.kind() == async_nats::RequestErrorKind::NoResponders => {
-                return Err(format!("the consumer no longer answers acks: {e}").into());
-            }
             Err(e) => e,
         };
-        if started.elapsed() >= confirm.window {
-            return Err(format!(
-                "not confirmed after {attempt} attempts over {:?} (the consumer's ack_wait): {error}",
-                started.elapsed()
-            )
-            .into());
-        }
         tracing::debug!(attempt, error = %error, "an ack was not confirmed; sending it again");
         if error.kind() != async_nats::RequestErrorKind::TimedOut {
-            // Failed at once (a connection being re-established): pause before trying again.
+            // Refused at once: no consumer leader takes acks now (an election, or the consumer
+            // is gone), or the connection is being re-established. Pause before trying again.
             let pause = Duration::from_millis(50 * u64::from(attempt.min(20)));
-            tokio::time::sleep(pause.min(confirm.window.saturating_sub(started.elapsed()))).await;
+            tokio::time::sleep(pause.min(left)).await;
         }
     }
 }
@@ -238,6 +294,7 @@ async fn fail(
     settle: &Settle,
     delivery: Delivery,
     error: &HandlerError,
+    deadline: AckDeadline,
 ) {
     Slot::count(&settle.slot.failed);
     settle.metrics.failed(); // telemetry hook
@@ -245,7 +302,7 @@ async fn fail(
         .max_deliver
         .is_some_and(|max| delivery.delivered >= max);
     if error.is_permanent() || last {
-        terminate(message, settle, delivery, last, error).await;
+        terminate(message, settle, (delivery, deadline), last, error).await;
         return;
     }
     let delay = redelivery_delay(&settle.backoff, &settle.redelivery, delivery.delivered);
@@ -266,7 +323,7 @@ async fn fail(
 async fn terminate(
     message: &jetstream::Message,
     settle: &Settle,
-    delivery: Delivery,
+    (delivery, deadline): (Delivery, AckDeadline),
     last: bool,
     error: &HandlerError,
 ) {
@@ -292,7 +349,7 @@ async fn terminate(
         return;
     }
     tracing::warn!(subject = %message.subject, stream = %settle.scope.stream, consumer = %settle.scope.consumer, delivered = delivery.delivered, %error, "message terminated");
-    match settle_with(message, settle, AckKind::Term).await {
+    match settle_with(message, settle, AckKind::Term, deadline).await {
         Ok(()) => {
             Slot::count(&settle.slot.dead_lettered);
             settle.metrics.dead_lettered(); // telemetry hook

@@ -13,10 +13,20 @@ use tokio_util::sync::CancellationToken;
 use super::pull::Puller;
 use crate::handler::Scope;
 
+/// A message as its feed received it.
+pub(super) struct Fetched {
+    pub(super) message: jetstream::Message,
+    /// No later than the server delivered it, so no later than its `ack_wait` started: when
+    /// the pull request it answers was sent; for a push delivery, when it arrived (a push
+    /// consumer asks for nothing, so nothing earlier is known: a delivery held in a stalled
+    /// link for longer than its `ack_wait` may be confirmed after its redelivery).
+    pub(super) delivered_after: tokio::time::Instant,
+}
+
 /// Where a consumer's messages come from.
 pub(super) enum Feed {
-    Pull(Puller),
-    Push(Pusher),
+    Pull(Box<Puller>),
+    Push(Box<Pusher>),
 }
 
 impl Feed {
@@ -36,10 +46,13 @@ impl Feed {
 
     /// The next message, or why the consumer is lost. `room` is how many more messages this
     /// instance can take now: a pull feed asks the server for no more than that. Cancel-safe.
-    pub(super) async fn next(&mut self, room: usize) -> Result<jetstream::Message, String> {
+    pub(super) async fn next(&mut self, room: usize) -> Result<Fetched, String> {
         match self {
             Feed::Pull(puller) => puller.next(room).await,
-            Feed::Push(pusher) => pusher.next().await,
+            Feed::Push(pusher) => pusher.next().await.map(|message| Fetched {
+                message,
+                delivered_after: tokio::time::Instant::now(),
+            }),
         }
     }
 
@@ -47,7 +60,12 @@ impl Feed {
     /// server).
     pub(super) async fn close(self) -> Vec<jetstream::Message> {
         match self {
-            Feed::Pull(puller) => puller.close().await,
+            Feed::Pull(puller) => puller
+                .close()
+                .await
+                .into_iter()
+                .map(|f| f.message)
+                .collect(),
             Feed::Push(pusher) => pusher.close(),
         }
     }

@@ -24,7 +24,7 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::dispatch::{Settle, dispatch};
+use super::dispatch::{AckDeadline, Settle, dispatch, keep_alive};
 use super::feed::Feed;
 use crate::health::{ConsumerState, Slot};
 
@@ -42,6 +42,7 @@ type Running = Pin<Box<dyn Future<Output = ()> + Send>>;
 /// A message received and not started yet.
 struct Waiting {
     message: jetstream::Message,
+    deadline: AckDeadline,
     /// When it arrived, or when its last progress ack was sent.
     kept: Instant,
 }
@@ -65,14 +66,15 @@ pub(super) async fn pump(
     // Every half progress interval, messages that waited at least that long are kept alive:
     // a progress ack at most every `progress_every`, as for a running handler.
     let keep_every = (settle.progress_every / 2).max(Duration::from_millis(10));
-    let mut keep_alive = tokio::time::interval_at(Instant::now() + keep_every, keep_every);
-    keep_alive.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut keep_alive_tick = tokio::time::interval_at(Instant::now() + keep_every, keep_every);
+    keep_alive_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let exit = loop {
         while in_flight.try_join_next().is_some() {}
         while running.len() + in_flight.len() < concurrency
             && let Some(next) = waiting.pop_front()
         {
-            let mut handler: Running = Box::pin(dispatch(next.message, settle.clone()));
+            let mut handler: Running =
+                Box::pin(dispatch(next.message, next.deadline, settle.clone()));
             // Most handlers finish without waiting: run them here, with no task.
             if handler.as_mut().now_or_never().is_none() {
                 running.push(handler);
@@ -87,16 +89,17 @@ pub(super) async fn pump(
             // A handler finished: there is room for more.
             Some(()) = running.next(), if !running.is_empty() => continue,
             Some(_) = in_flight.join_next(), if !in_flight.is_empty() => continue,
-            _ = keep_alive.tick(), if !waiting.is_empty() => {
-                keep_waiting(&mut waiting, keep_every).await;
+            _ = keep_alive_tick.tick(), if !waiting.is_empty() => {
+                keep_waiting(&mut waiting, &settle, keep_every).await;
                 continue;
             }
             next = feed.next(room), if readable => next,
         };
         match next {
             // Started at the top of the loop, as soon as there is room.
-            Ok(message) => waiting.push_back(Waiting {
-                message,
+            Ok(fetched) => waiting.push_back(Waiting {
+                message: fetched.message,
+                deadline: AckDeadline(fetched.delivered_after + settle.ack_wait),
                 kept: Instant::now(),
             }),
             Err(reason) => break Exit::Lost(reason),
@@ -123,13 +126,11 @@ pub(super) async fn pump(
 
 /// Sends a progress ack for each waiting message not kept alive for `every`, so that its
 /// `ack_wait` does not run out while it waits here for a free handler.
-async fn keep_waiting(waiting: &mut VecDeque<Waiting>, every: Duration) {
+async fn keep_waiting(waiting: &mut VecDeque<Waiting>, settle: &Settle, every: Duration) {
     let now = Instant::now();
     for w in waiting.iter_mut().filter(|w| now >= w.kept + every) {
         w.kept = now;
-        if let Err(e) = w.message.ack_with(AckKind::Progress).await {
-            tracing::debug!(error = %e, "could not keep a waiting message");
-        }
+        keep_alive(&w.message, settle, &mut w.deadline).await;
     }
 }
 

@@ -14,13 +14,13 @@ use tokio_util::sync::CancellationToken;
 use super::Inner;
 use super::dispatch::{Abandoned, Confirm, Settle};
 use super::feed::{Feed, Pusher, consumer_gone};
-use super::pull::Puller;
+use super::pull::{Puller, Watch};
 use super::pump::{Exit, finish_in_flight, pump};
 use super::relay::relay_name;
 use super::resume::{Progress, Resume, tracked};
 use crate::handler::Scope;
 use crate::health::{ConsumerState, Slot};
-use crate::provision::{Ensured, ProvisionError, StreamInstance, UpdateMode};
+use crate::provision::{Advisories, Ensured, ProvisionError, StreamInstance, UpdateMode};
 use crate::registry::Consumer;
 use crate::telemetry::{ConsumerMetrics, LagGauges, consumer_label};
 use topology_core::model::{AckMode, ConsumerKind, Delivery};
@@ -267,6 +267,7 @@ async fn consume(
         dead_letter_retry: settings.dead_letter,
         dead_letter_attempts: settings.dead_letter_attempts,
         progress_every: (info.config.ack_wait / 2).max(Duration::from_millis(100)),
+        ack_wait: info.config.ack_wait,
         abandoned: abandoned.clone(),
         metrics: ConsumerMetrics::new(&info.stream_name, consumer_label(&consumer.decl)),
         // Relays have no setting: their consumer dies with the instance (see `AckMode`).
@@ -274,10 +275,6 @@ async fn consume(
             || Confirm {
                 client: inner.client.clone(),
                 attempt: inner.ensurer.policy().request_timeout,
-                window: info
-                    .config
-                    .ack_wait
-                    .max(inner.ensurer.policy().request_timeout),
             },
         ),
     });
@@ -295,12 +292,33 @@ async fn consume(
         };
         let every = settings.expires.max(Duration::from_secs(1));
         let gone = consumer_gone(js, settle.scope.clone(), every, cancel.clone());
-        Feed::Push(Pusher::new(messages, gone))
+        Feed::Push(Box::new(Pusher::new(messages, gone)))
     } else {
         let batch = settings.pull_batch.unwrap_or(concurrency);
-        let prefix = inner.ensurer.provisioner().jetstream_api().prefix();
-        match Puller::start(&inner.client, js, &prefix, &info, batch, settings).await {
-            Ok(puller) => Feed::Pull(puller),
+        // With confirmed acks, a message is confirmed only before its ack_wait could have run
+        // out counted from when its pull request was sent: a request that expires within half
+        // of it leaves a message at least that half.
+        let expires = match settle.confirm {
+            Some(_) => settings.expires.min(settle.ack_wait / 2),
+            None => settings.expires,
+        };
+        let api = inner.ensurer.provisioner().jetstream_api();
+        let watch = Watch {
+            slot: slot.clone(),
+            stalls: settle.metrics.stalls.clone(),
+            advisories: Advisories::of(api),
+        };
+        match Puller::start(
+            &inner.client,
+            js,
+            (&api.prefix(), &info),
+            (batch, expires),
+            settings,
+            watch,
+        )
+        .await
+        {
+            Ok(puller) => Feed::Pull(Box::new(puller)),
             Err(e) => return Exit::Lost(format!("could not start pulling: {e}")),
         }
     };

@@ -30,6 +30,10 @@ pub mod names {
     /// consumer exists, the server redelivers those messages after `ack_wait`: a handled
     /// message counted here may be handled again.
     pub const ACKS_FAILED: &str = "nats_topology_acks_failed_total";
+    /// Counter: times a consumer's feed heard nothing from the server for two idle
+    /// heartbeats while it should have (a stalled link, a partition, a consumer leader lost),
+    /// and its state turned `stalled`.
+    pub const STALLS: &str = "nats_topology_consumer_stalls_total";
     /// Histogram: how long a handler ran (decoding included), in seconds.
     pub const HANDLER_DURATION: &str = "nats_topology_handler_duration_seconds";
     /// Gauge: handlers running now in this instance.
@@ -76,6 +80,11 @@ pub fn describe() {
         Unit::Count,
         "Acks and terms not sent, or not confirmed: those messages are redelivered."
     );
+    metrics::describe_counter!(
+        STALLS,
+        Unit::Count,
+        "Times a consumer heard nothing from the server for two heartbeats (stalled)."
+    );
     metrics::describe_histogram!(
         HANDLER_DURATION,
         Unit::Seconds,
@@ -119,6 +128,8 @@ pub(crate) struct ConsumerMetrics {
     dead_lettered: Counter,
     redelivered: Counter,
     acks_failed: Counter,
+    /// Shared with the consumer's feed, which counts its stalls.
+    pub(crate) stalls: Counter,
     duration: Histogram,
     in_flight: Gauge,
 }
@@ -134,6 +145,7 @@ impl ConsumerMetrics {
             dead_lettered: metrics::counter!(names::DEAD_LETTERED, &labels),
             redelivered: metrics::counter!(names::REDELIVERED, &labels),
             acks_failed: metrics::counter!(names::ACKS_FAILED, &labels),
+            stalls: metrics::counter!(names::STALLS, &labels),
             duration: metrics::histogram!(names::HANDLER_DURATION, &labels),
             in_flight: metrics::gauge!(names::IN_FLIGHT, &labels),
         }

@@ -1,0 +1,69 @@
+//! What the server sends to a pull session's inbox, classified once.
+//!
+//! Statuses: 100 idle heartbeat (liveness), 408 a request expired, 409 a request ended (the
+//! consumer was deleted, its leader changed, a limit was exceeded), 503 no responders (no
+//! consumer leader subscribes to the pull subject now: the consumer, its stream or JetStream
+//! is unavailable, or a leader is being elected). The 408/409 of a request that delivered
+//! part of its batch carry how many it did not (`Nats-Pending-Messages`).
+
+use async_nats::StatusCode;
+
+/// One thing the server sent to the inbox.
+pub(super) enum Inbox {
+    /// A message of the consumer.
+    Message(async_nats::Message),
+    /// An idle heartbeat: the consumer holds a request and has nothing to deliver.
+    Heartbeat,
+    /// The oldest open request ended without delivering the rest of its batch (it expired,
+    /// or the server ended it).
+    OldestEnded,
+    /// The consumer's new leader ended a request the old one held (409 Leadership Change,
+    /// nats-server 2.7.1 and later): that request is gone; nothing else is wrong.
+    LeaderChanged,
+    /// The newest request was refused (the consumer's `max_waiting` is reached).
+    NewestRefused,
+    /// No responder: no consumer leader takes pull requests now.
+    NoResponders,
+    /// The consumer cannot be pulled from any more (deleted, push based, a request limit
+    /// exceeded), or an answer that asking again at once could repeat in a hot loop: the
+    /// session ends and the supervisor ensures the consumer again, with its backoff.
+    Lost(String),
+}
+
+impl Inbox {
+    pub(super) fn of(message: async_nats::Message) -> Inbox {
+        let status = message.status.unwrap_or(StatusCode::OK);
+        if status == StatusCode::OK {
+            return Inbox::Message(message);
+        }
+        if status == StatusCode::IDLE_HEARTBEAT {
+            return Inbox::Heartbeat;
+        }
+        if status == StatusCode::NO_RESPONDERS {
+            return Inbox::NoResponders;
+        }
+        let description = message.description.as_deref().unwrap_or_default();
+        if description == "Consumer Deleted"
+            || description == "Consumer is push based"
+            || description.starts_with("Exceeded MaxRequest")
+        {
+            return Inbox::Lost(format!("pull request ended: {status} {description}"));
+        }
+        if description == "Leadership Change" {
+            return Inbox::LeaderChanged;
+        }
+        let ended_one = message
+            .headers
+            .as_ref()
+            .is_some_and(|h| h.get("Nats-Pending-Messages").is_some());
+        if ended_one || status == StatusCode::TIMEOUT || status == StatusCode::NOT_FOUND {
+            Inbox::OldestEnded
+        } else if description.starts_with("Exceeded MaxWaiting") {
+            Inbox::NewestRefused
+        } else {
+            Inbox::Lost(format!(
+                "unexpected answer to a pull request: {status} {description}"
+            ))
+        }
+    }
+}

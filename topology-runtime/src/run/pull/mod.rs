@@ -1,0 +1,473 @@
+//! A pull consumer read through our own pull requests, so that the server is never asked for
+//! more messages than this instance can start.
+//!
+//! - [`Puller`] (here): the requests, what they may still deliver, and a session's first
+//!   request, confirmed before the consumer is reported running;
+//! - `inbox`: what the server sends to the requests' inbox;
+//! - `liveness`: noticing silence (`stalled`), asking the consumer whether it answers,
+//!   following its leader.
+
+mod inbox;
+mod liveness;
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use async_nats::jetstream::{self, consumer};
+use futures::{FutureExt, StreamExt};
+use tokio::time::Instant;
+
+use super::Settings;
+use super::feed::Fetched;
+use inbox::Inbox;
+pub(in crate::run) use liveness::Watch;
+use liveness::{Event, Liveness};
+
+/// A pull consumer read through our own pull requests on one inbox, so that the server is
+/// never asked for more messages than this instance can start: async-nats's `messages()`
+/// pulls a new batch when half of the last one arrived, which fetches up to a batch more than
+/// can be handled; those messages wait in the client while their `ack_wait` runs out, then
+/// are delivered again (and handled twice), or are stranded by a drain until `ack_wait`.
+pub(super) struct Puller {
+    client: async_nats::Client,
+    context: jetstream::Context,
+    subject: String,
+    inbox: async_nats::Subject,
+    subscriber: async_nats::Subscriber,
+    /// The most one request asks for.
+    batch: usize,
+    expires: Duration,
+    heartbeat: Duration,
+    /// Open pull requests, oldest first (the server serves and expires them in that order).
+    requests: VecDeque<PullRequest>,
+    /// When the server last sent anything to the inbox, or when a request was sent while none
+    /// was open: the start of the silence that missed heartbeats measure.
+    heard: Instant,
+    /// When the session sent its first request.
+    started: Instant,
+    /// Requests refused for want of a responder (a consumer leader being elected): since
+    /// when, and when to ask again.
+    refused: Option<Refused>,
+    /// The connection the open requests were sent on (server id, client id), checked at
+    /// every tick of `reconnect_check`: a restarted server lost the open requests, so the
+    /// feed asks again at once instead of waiting for missed heartbeats.
+    connection: (String, u64),
+    reconnect_check: tokio::time::Interval,
+    /// How long [`Puller::close`] waits for messages already on their way.
+    close_wait: Duration,
+    /// Messages that arrived while [`Puller::start`] confirmed its first request, not yet
+    /// handed out.
+    arrived: VecDeque<Fetched>,
+    /// Requests forgotten while the server may still serve them (see [`Puller::forget`]):
+    /// the oldest one's send time, and until when one of them may still deliver.
+    stray: Option<(Instant, Instant)>,
+    liveness: Liveness,
+}
+
+fn connection_of(client: &async_nats::Client) -> (String, u64) {
+    let info = client.server_info();
+    (info.server_id, info.client_id)
+}
+
+struct PullRequest {
+    /// Messages it may still deliver.
+    remaining: usize,
+    /// When the server ends it.
+    expires_at: Instant,
+    /// When it was sent: what it delivers was delivered after this.
+    sent_at: Instant,
+}
+
+struct Refused {
+    since: Instant,
+    pause: Duration,
+    again_at: Instant,
+}
+
+/// How long a session keeps asking while its requests find no responder. A consumer that was
+/// just created, when another instance's create found it, is answered before its leader is
+/// known to every node: on a 3-node cluster its first pull requests get a 503 for 10 to
+/// 40 ms; a consumer whose leader changes refuses them until the new leader subscribes. A
+/// refusal here means a leader to wait for, not a missing consumer (a deleted one ends the
+/// open requests with a 409, and answers probes with "not found"); the window leaves room for
+/// a slow election on a loaded cluster.
+const REACH_WINDOW: Duration = Duration::from_secs(5);
+
+/// The first and the longest pause before a refused request is sent again.
+const REFUSED_PAUSE: (Duration, Duration) = (Duration::from_millis(5), Duration::from_millis(250));
+
+/// The idle heartbeat of a session's first pull request: the longest the consumer takes to
+/// answer it when it has nothing to deliver.
+const FIRST_HEARTBEAT: Duration = Duration::from_millis(50);
+
+/// The expiry of a session's first pull request (the server wants at least two heartbeats):
+/// the requests that follow it are the usual ones.
+const FIRST_EXPIRES: Duration = Duration::from_millis(100);
+
+impl Puller {
+    /// Starts pulling from the consumer `info` describes, sending pull requests under
+    /// `api_prefix` (the runtime's JetStream domain or API prefix, e.g. `$JS.API`). Returns
+    /// once the consumer holds a first request (see [`Puller::reach`]), so that a consumer
+    /// reported running is one the server delivers to. Requests ask for at most `batch`
+    /// messages and expire after `expires`.
+    pub(super) async fn start(
+        client: &async_nats::Client,
+        context: jetstream::Context,
+        (api_prefix, info): (&str, &consumer::Info),
+        (batch, expires): (usize, Duration),
+        settings: &Settings,
+        watch: Watch,
+    ) -> Result<Puller, String> {
+        let inbox = async_nats::Subject::from(client.new_inbox());
+        let subscriber = client
+            .subscribe(inbox.clone())
+            .await
+            .map_err(|e| format!("could not subscribe to the pull inbox: {e}"))?;
+        let expires = expires.max(Duration::from_millis(100));
+        // The server refuses a heartbeat longer than half the expiry.
+        let heartbeat = settings
+            .heartbeat
+            .min(expires / 2)
+            .max(Duration::from_millis(10));
+        let names = (api_prefix, info.stream_name.as_str(), info.name.as_str());
+        let liveness = Liveness::new(client, names, heartbeat, watch).await;
+        let mut puller = Puller {
+            client: client.clone(),
+            context,
+            subject: format!(
+                "{api_prefix}.CONSUMER.MSG.NEXT.{}.{}",
+                info.stream_name, info.name
+            ),
+            inbox,
+            subscriber,
+            batch: batch.max(1),
+            expires,
+            heartbeat,
+            requests: VecDeque::new(),
+            heard: Instant::now(),
+            started: Instant::now(),
+            refused: None,
+            connection: connection_of(client),
+            reconnect_check: {
+                let mut every = tokio::time::interval(settings.reconnect_check);
+                every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                every
+            },
+            close_wait: settings.pull_close_wait,
+            arrived: VecDeque::new(),
+            stray: None,
+            liveness,
+        };
+        puller.reach(REACH_WINDOW).await?;
+        Ok(puller)
+    }
+
+    /// Confirms that the consumer takes this instance's pull requests: sends a first request
+    /// that expires after [`FIRST_EXPIRES`] with idle heartbeats every [`FIRST_HEARTBEAT`],
+    /// which the consumer answers within a heartbeat whatever its state (with messages, or a
+    /// heartbeat when it has none to give: idle, paused, or at its `max_ack_pending`) and the
+    /// server refuses with a 503 while no responder is known. Refused requests are sent again
+    /// after a short pause (5 ms, doubling up to 250 ms) for at most `window`; messages
+    /// delivered meanwhile wait in `arrived`. The answer's delay is the round trip that
+    /// silence is measured beyond.
+    ///
+    /// The answer travels the path every later request takes and needs no permission beyond
+    /// pulling (a marker published to our own inbox would need echo on and a publish
+    /// permission on the inbox). A `no_wait` request would be answered at once only while
+    /// the consumer can deliver: at its `max_ack_pending` it is held until an ack frees room.
+    async fn reach(&mut self, window: Duration) -> Result<(), String> {
+        let until = Instant::now() + window;
+        let mut pause = REFUSED_PAUSE.0;
+        loop {
+            let sent = Instant::now();
+            self.send(self.batch, FIRST_EXPIRES, FIRST_HEARTBEAT)
+                .await?;
+            let first = match tokio::time::timeout_at(until, self.subscriber.next()).await {
+                Ok(Some(message)) => message,
+                Ok(None) => return Err("the pull subscription ended".to_owned()),
+                // Unanswered, not refused: the request or its answer is slow or lost, which
+                // the heartbeats of the requests that follow watch like any other silence.
+                Err(_) => {
+                    self.forget(|_| true);
+                    return Ok(());
+                }
+            };
+            self.heard = Instant::now();
+            if first.status != Some(async_nats::StatusCode::NO_RESPONDERS) {
+                self.liveness
+                    .measured(sent.elapsed().saturating_sub(FIRST_HEARTBEAT));
+                if let Some(fetched) = self.take(first)? {
+                    self.arrived.push_back(fetched);
+                }
+                return Ok(());
+            }
+            self.requests.pop_front();
+            if Instant::now() + pause >= until {
+                return Err(format!(
+                    "no responders to the pull requests for {window:?}: the consumer, its stream or JetStream is unavailable"
+                ));
+            }
+            tracing::debug!(subject = %self.subject, ?pause, "no responder to the first pull request yet; asking again");
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(REFUSED_PAUSE.1);
+        }
+    }
+
+    /// The most one request asks for.
+    pub(super) fn batch(&self) -> usize {
+        self.batch
+    }
+
+    fn requested(&self) -> usize {
+        self.requests.iter().map(|r| r.remaining).sum()
+    }
+
+    /// Asks for what `room` allows beyond what is already asked for, in requests of at most a
+    /// batch: at once when nothing is asked for, else once half a batch can be asked for (not a
+    /// request per finished handler). Nothing while refused requests wait to be sent again.
+    async fn top_up(&mut self, room: usize) -> Result<(), String> {
+        if self
+            .refused
+            .as_ref()
+            .is_some_and(|r| Instant::now() < r.again_at)
+        {
+            return Ok(());
+        }
+        loop {
+            let asked = self.requested();
+            let want = room.saturating_sub(asked).min(self.batch);
+            if want == 0 || (asked > 0 && want < self.batch.div_ceil(2)) {
+                return Ok(());
+            }
+            self.send(want, self.expires, self.heartbeat).await?;
+        }
+    }
+
+    /// Sends a pull request for `want` messages that the server ends after `expires`, with
+    /// idle heartbeats every `heartbeat` meanwhile.
+    async fn send(
+        &mut self,
+        want: usize,
+        expires: Duration,
+        heartbeat: Duration,
+    ) -> Result<(), String> {
+        let nanos = |d: Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+        let request = serde_json::json!({
+            "batch": want,
+            "expires": nanos(expires),
+            "idle_heartbeat": nanos(heartbeat),
+        });
+        let payload = bytes::Bytes::from(request.to_string());
+        self.client
+            .publish_with_reply(self.subject.clone(), self.inbox.clone(), payload)
+            .await
+            .map_err(|e| format!("could not send a pull request: {e}"))?;
+        let now = Instant::now();
+        if self.requests.is_empty() {
+            self.heard = now;
+        }
+        self.requests.push_back(PullRequest {
+            remaining: want,
+            expires_at: now + expires,
+            sent_at: now,
+        });
+        Ok(())
+    }
+
+    /// The next message, or why the consumer is lost. `room` is how many more messages this
+    /// instance can take now: no more than that is asked for. Cancel-safe.
+    pub(super) async fn next(&mut self, room: usize) -> Result<Fetched, String> {
+        if let Some(fetched) = self.arrived.pop_front() {
+            return Ok(fetched);
+        }
+        loop {
+            self.top_up(room).await?;
+            // What has arrived already needs no timer.
+            if let Some(arrived) = self.subscriber.next().now_or_never() {
+                match arrived {
+                    Some(message) => match self.take(message)? {
+                        Some(fetched) => return Ok(fetched),
+                        None => continue,
+                    },
+                    None => return Err("the pull subscription ended".to_owned()),
+                }
+            }
+            // A request the server should have ended by now (with a 408) was lost with a
+            // server restart or a connection loss: forget it, and ask again.
+            let margin = (self.heartbeat * 2).max(Duration::from_secs(1));
+            let overdue = self.requests.front().map(|r| r.expires_at + margin);
+            let refused_until = self.refused.as_ref().map(|r| r.again_at);
+            let open = !self.requests.is_empty();
+            tokio::select! {
+                biased;
+                message = self.subscriber.next() => match message {
+                    Some(message) => {
+                        if let Some(fetched) = self.take(message)? {
+                            return Ok(fetched);
+                        }
+                    }
+                    None => return Err("the pull subscription ended".to_owned()),
+                },
+                event = self.liveness.next_event(self.heard, open) => match event {
+                    Event::LeaderElected => {
+                        tracing::debug!(subject = %self.subject, "the consumer has a new leader; pulling again");
+                        self.forget(|_| true);
+                    }
+                    Event::Answered if open && self.liveness.is_stalled() => {
+                        self.liveness.pulling_again(self.heard);
+                        self.forget(|_| true);
+                    }
+                    Event::Answered => {
+                        self.heard = Instant::now();
+                        self.liveness.heard();
+                    }
+                    Event::Gone(why) => return Err(why),
+                },
+                _ = tokio::time::sleep_until(overdue.unwrap_or_else(Instant::now)), if overdue.is_some() => {
+                    let now = Instant::now();
+                    self.forget(|r| r.expires_at + margin <= now);
+                }
+                _ = tokio::time::sleep_until(refused_until.unwrap_or_else(Instant::now)), if refused_until.is_some() => {}
+                _ = self.reconnect_check.tick() => {
+                    let connection = connection_of(&self.client);
+                    if connection != self.connection {
+                        // Reconnected: a restarted server lost the open requests (a server
+                        // that kept them delivers a little ahead; those messages wait here).
+                        tracing::debug!(subject = %self.subject, "reconnected; pulling again");
+                        self.connection = connection;
+                        self.forget(|_| true);
+                        self.heard = Instant::now();
+                    }
+                }
+            }
+        }
+    }
+
+    /// Stops counting the open requests that `lost` picks (taken with an old leader, lost
+    /// with a connection, overdue), so that new ones are sent. The server may still serve one
+    /// (a request on its way to a new leader, or held in a stalled link): until its expiry
+    /// could have passed, what arrives is taken as delivered no earlier than the oldest of
+    /// them was sent.
+    fn forget(&mut self, lost: impl Fn(&PullRequest) -> bool) {
+        let now = Instant::now();
+        let mut kept = VecDeque::with_capacity(self.requests.len());
+        for request in self.requests.drain(..) {
+            if !lost(&request) {
+                kept.push_back(request);
+                continue;
+            }
+            let until = now + self.expires + self.heartbeat * 2;
+            self.stray = Some(match self.stray {
+                Some((oldest, was)) if was > now => (oldest.min(request.sent_at), was.max(until)),
+                _ => (request.sent_at, until),
+            });
+        }
+        self.requests = kept;
+    }
+
+    /// No later than the server delivered what arrives now: when the request it answers was
+    /// sent (the oldest open one: the server serves them in order), or a stray one.
+    fn delivered_after(&self) -> Instant {
+        let now = Instant::now();
+        let stray = self
+            .stray
+            .filter(|(_, until)| *until > now)
+            .map(|(oldest, _)| oldest);
+        let open = self.requests.front().map(|r| r.sent_at);
+        match (open, stray) {
+            (Some(open), Some(stray)) => open.min(stray),
+            (Some(sent), None) | (None, Some(sent)) => sent,
+            // Nothing open nor stray: only a request of this session can have delivered it.
+            (None, None) => self.started,
+        }
+    }
+
+    /// Accounts for one thing the server sent to the inbox: a message is returned; a status
+    /// updates the open requests, or reports the consumer lost.
+    fn take(&mut self, message: async_nats::Message) -> Result<Option<Fetched>, String> {
+        self.heard = Instant::now();
+        let inbox = Inbox::of(message);
+        if !matches!(inbox, Inbox::NoResponders) {
+            self.refused = None;
+            self.liveness.heard();
+        }
+        match inbox {
+            Inbox::Message(message) => {
+                let delivered_after = self.delivered_after();
+                if let Some(front) = self.requests.front_mut() {
+                    front.remaining -= 1;
+                    if front.remaining == 0 {
+                        self.requests.pop_front();
+                    }
+                }
+                Ok(Some(Fetched {
+                    message: jetstream::Message {
+                        message,
+                        context: self.context.clone(),
+                    },
+                    delivered_after,
+                }))
+            }
+            Inbox::Heartbeat => Ok(None),
+            Inbox::OldestEnded | Inbox::LeaderChanged => {
+                self.requests.pop_front();
+                Ok(None)
+            }
+            Inbox::NewestRefused => {
+                self.requests.pop_back();
+                Ok(None)
+            }
+            Inbox::NoResponders => {
+                // No consumer leader subscribes now (an election, a consumer being deleted):
+                // the newest request was refused; ask again after a pause; a refusal that
+                // lasts is a lost consumer.
+                self.requests.pop_back();
+                let now = Instant::now();
+                let refused = self.refused.get_or_insert(Refused {
+                    since: now,
+                    pause: REFUSED_PAUSE.0,
+                    again_at: now,
+                });
+                if refused.since.elapsed() >= REACH_WINDOW {
+                    return Err(format!(
+                        "no responders to the pull requests for {REACH_WINDOW:?}: the consumer, its stream or JetStream is unavailable"
+                    ));
+                }
+                refused.again_at = now + refused.pause;
+                refused.pause = (refused.pause * 2).min(REFUSED_PAUSE.1);
+                Ok(None)
+            }
+            Inbox::Lost(why) => Err(why),
+        }
+    }
+
+    /// Unsubscribes, so the server stops delivering to the open requests (it drops requests
+    /// nobody listens to), and returns what arrived but was not handed out, including what
+    /// arrives before the unsubscription takes effect.
+    pub(super) async fn close(mut self) -> Vec<Fetched> {
+        // The session ends: its state is its supervisor's to say (draining, retrying).
+        self.liveness.forget();
+        let mut unstarted: Vec<_> = self.arrived.drain(..).collect();
+        while let Some(Some(message)) = self.subscriber.next().now_or_never() {
+            if let Ok(Some(fetched)) = self.take(message) {
+                unstarted.push(fetched);
+            }
+        }
+        if self.requests.is_empty() {
+            // Nothing is asked for: nothing more can arrive.
+            return unstarted;
+        }
+        if self.subscriber.drain().await.is_err() {
+            return unstarted;
+        }
+        let deadline = Instant::now() + self.close_wait;
+        while let Ok(Some(message)) =
+            tokio::time::timeout_at(deadline, self.subscriber.next()).await
+        {
+            if let Ok(Some(fetched)) = self.take(message) {
+                unstarted.push(fetched);
+            }
+        }
+        unstarted
+    }
+}
