@@ -214,7 +214,9 @@ pub fn live(health: &Health) -> bool {
 ///                 "kind": "queue", "state": "retrying", "error": "...", "attempt": 3,
 ///                 "handled": 10, "failed": 0, "retried": 0, "dead_lettered": 0, "ack_floor": 10,
 ///                 "restarts": 0}],
-///  "streams": [{"stream": "AUDIT", "ensured": true}]}
+///  "streams": [{"stream": "AUDIT", "ensured": true}],
+///  "jetstream": {"server": "n1 (10.0.0.1:4222)", "reachable": true, "unreachable_for_ms": 0,
+///                "error": null, "action": null, "moves": 0}}
 /// ```
 ///
 /// `state` is one of `starting`, `provisioning`, `running`, `stalled`, `retrying`, `draining`,
@@ -266,11 +268,20 @@ pub fn readiness(health: &Health) -> Value {
         .into_iter()
         .map(|s| json!({ "stream": s.stream, "ensured": s.ensured }))
         .collect();
+    let jetstream = health.jetstream();
     json!({
         "ready": health.ready(),
         "live": live(health),
         "consumers": consumers,
         "streams": streams,
+        "jetstream": {
+            "server": jetstream.server,
+            "reachable": jetstream.reachable,
+            "unreachable_for_ms": jetstream.unreachable_for.as_millis() as u64,
+            "error": jetstream.error,
+            "action": jetstream.action,
+            "moves": jetstream.moves,
+        },
     })
 }
 

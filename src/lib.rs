@@ -93,10 +93,10 @@
 
 pub use topology_runtime::handler::HandlerFuture;
 pub use topology_runtime::{
-    ConsumerState, ConsumerStatus, Context, HandlerError, Health, Incoming, Inspection, NotReady,
-    OlderDeclaration, Plan, Problem, ProvisionError, ProvisionErrorKind, ProvisionReport, Publish,
-    Relay, RelayError, RetryPolicy, RunError, Runtime, RuntimeBuilder, State, StreamStatus,
-    Topology, ValidationError, export, inspect, model, plan, report, retry,
+    ConsumerState, ConsumerStatus, Context, HandlerError, Health, Incoming, Inspection,
+    JetStreamStatus, NotReady, OlderDeclaration, Plan, Problem, ProvisionError, ProvisionErrorKind,
+    ProvisionReport, Publish, Relay, RelayError, RetryPolicy, RunError, Runtime, RuntimeBuilder,
+    State, StreamStatus, Topology, ValidationError, export, inspect, model, plan, report, retry,
 };
 
 #[cfg(feature = "cli")]

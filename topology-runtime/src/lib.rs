@@ -22,7 +22,7 @@ pub mod validate;
 
 pub use connect::{connect, connect_from_env, connect_options};
 pub use handler::{Context, HandlerError, Incoming, Publish};
-pub use health::{ConsumerState, ConsumerStatus, Health, NotReady, StreamStatus};
+pub use health::{ConsumerState, ConsumerStatus, Health, JetStreamStatus, NotReady, StreamStatus};
 pub use provision::{OlderDeclaration, ProvisionError, ProvisionErrorKind};
 pub use registry::Topology;
 pub use report::{Inspection, Plan, ProvisionReport, inspect, plan};

@@ -1,8 +1,10 @@
 //! Per-consumer state and counters, readable at any time through a cheap [`Health`] handle.
 //!
 //! - `state`: [`ConsumerState`] and the [`ConsumerStatus`] snapshot;
-//! - `slot`: one consumer's live state, as its supervisor and handlers change it.
+//! - `slot`: one consumer's live state, as its supervisor and handlers change it;
+//! - `reach`: whether JetStream answers through the connection's server.
 
+mod reach;
 mod slot;
 mod state;
 
@@ -13,6 +15,7 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
+pub use reach::JetStreamStatus;
 pub(crate) use slot::Slot;
 pub use state::{ConsumerState, ConsumerStatus};
 
@@ -28,6 +31,8 @@ pub(crate) struct Shared {
     pub(crate) stream_missing: Arc<tokio::sync::Notify>,
     /// Declarations older than the version stamped on the server (not applied).
     older: crate::provision::OlderDeclarations,
+    /// Whether JetStream answers through the connection's server.
+    pub(crate) reach: reach::Reach,
 }
 
 impl Shared {
@@ -41,6 +46,7 @@ impl Shared {
                 .collect(),
             stream_missing: Arc::default(),
             older: Default::default(),
+            reach: Default::default(),
         }
     }
 
@@ -50,7 +56,7 @@ impl Shared {
         self
     }
 
-    fn changed(&self) {
+    pub(crate) fn changed(&self) {
         self.changes.send_modify(|n| *n = n.wrapping_add(1));
     }
 
@@ -174,6 +180,12 @@ impl Health {
         self.shared.older.all()
     }
 
+    /// Whether JetStream answers through the server the runtime's connection is on, and
+    /// what the runtime did about it when it did not.
+    pub fn jetstream(&self) -> JetStreamStatus {
+        self.shared.reach.status()
+    }
+
     /// The streams no consumer reads, and whether each is there.
     pub fn streams(&self) -> Vec<StreamStatus> {
         self.shared
@@ -212,6 +224,10 @@ impl fmt::Display for Health {
         for older in self.older_declarations() {
             writeln!(f, "  {older}")?;
         }
+        let jetstream = self.jetstream();
+        if !jetstream.reachable || jetstream.moves > 0 {
+            writeln!(f, "  {jetstream}")?;
+        }
         Ok(())
     }
 }
@@ -222,6 +238,7 @@ impl fmt::Debug for Health {
             .field("ready", &self.ready())
             .field("consumers", &self.consumers())
             .field("streams", &self.streams())
+            .field("jetstream", &self.jetstream())
             .finish()
     }
 }

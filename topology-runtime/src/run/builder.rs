@@ -54,6 +54,7 @@ pub(crate) struct Settings {
     pub(crate) pull_close_wait: Duration,
     pub(crate) reconnect_check: Duration,
     pub(crate) down_alarm: Duration,
+    pub(crate) move_after: Duration,
     pub(crate) redelivery: RetryPolicy,
     pub(crate) dead_letter: RetryPolicy,
     pub(crate) dead_letter_attempts: u32,
@@ -70,6 +71,7 @@ impl Default for Settings {
             pull_close_wait: Duration::from_secs(1),
             reconnect_check: Duration::from_secs(1),
             down_alarm: Duration::from_secs(60),
+            move_after: Duration::from_secs(15),
             redelivery: RetryPolicy {
                 base: Duration::from_millis(100),
                 cap: Duration::from_secs(30),
@@ -157,9 +159,19 @@ impl RuntimeBuilder {
         self
     }
 
-    /// The idle heartbeat of pull requests (default 5 s): three missed heartbeats make a
-    /// consumer re-ensure itself (the consumer or its stream may be gone). A queue consumer
-    /// also reads its ack floor every two heartbeats.
+    /// The idle heartbeat of pull requests (default 5 s), and the pace of what watches the
+    /// server:
+    ///
+    /// - nothing from the server for two heartbeats (plus the round trip measured when the
+    ///   session started) turns a pull consumer [`Stalled`](crate::ConsumerState::Stalled):
+    ///   not ready. It then asks the consumer (`CONSUMER.INFO`) every heartbeat: answered, it
+    ///   pulls again (its requests were lost with an old leader); not found, it ensures the
+    ///   consumer again; unanswered, it stays stalled and says why, until the server is heard;
+    /// - a new leader of the consumer (its `LEADER_ELECTED` advisory) makes it pull again at
+    ///   once;
+    /// - JetStream is asked through the connection every heartbeat (see
+    ///   [`move_server_after`](Self::move_server_after));
+    /// - a queue consumer reads its ack floor every two heartbeats.
     pub fn heartbeat(mut self, heartbeat: Duration) -> Self {
         self.settings.heartbeat = heartbeat;
         self
@@ -195,6 +207,30 @@ impl RuntimeBuilder {
     /// for missed heartbeats.
     pub fn reconnect_check(mut self, every: Duration) -> Self {
         self.settings.reconnect_check = every;
+        self
+    }
+
+    /// How long JetStream may go unanswered through the connection's server, while some
+    /// consumer does not run, before the runtime moves the connection to another server of
+    /// the client's list (default 15 s). A server cut off from its cluster by a partition keeps
+    /// its clients but cannot reach the JetStream leaders on the other side; another server
+    /// may. The default outlasts a leader election (4 to 9 s, during which no server answers),
+    /// so that an election moves nobody. With a single server listed the runtime stays on it,
+    /// unready, and [`Health::jetstream`](crate::Health::jetstream) says why.
+    ///
+    /// ```no_run
+    /// # async fn f() -> Result<(), Box<dyn std::error::Error>> {
+    /// use std::time::Duration;
+    ///
+    /// let servers = ["nats://a:4222", "nats://b:4222", "nats://c:4222"];
+    /// let client = nats_topology::connect(&servers.join(",")).await?;
+    /// let runtime = nats_topology::Runtime::builder(client)
+    ///     .move_server_after(Duration::from_secs(20))
+    ///     .build()?;
+    /// # drop(runtime); Ok(()) }
+    /// ```
+    pub fn move_server_after(mut self, after: Duration) -> Self {
+        self.settings.move_after = after;
         self
     }
 
@@ -420,6 +456,11 @@ impl RuntimeBuilder {
                 "down_alarm",
                 s.down_alarm,
                 "a zero delay logs every state change as an error",
+            ),
+            (
+                "move_server_after",
+                s.move_after,
+                "a zero delay moves the connection at the first unanswered request, even during a leader election",
             ),
         ];
         for (setting, value, why) in positive {

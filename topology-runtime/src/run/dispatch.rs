@@ -12,6 +12,7 @@ use async_nats::jetstream::{self, AckKind};
 use futures::FutureExt;
 use tracing::Instrument;
 
+use super::resume::Settled;
 use crate::handler::{Context, HandlerError, Incoming, Scope};
 use crate::health::Slot;
 use crate::registry::SharedHandler;
@@ -43,6 +44,9 @@ pub(super) struct Settle {
     pub(super) metrics: ConsumerMetrics,
     /// Confirmed acks (`ack = "confirmed"`): how; `None` for fire-and-forget.
     pub(super) confirm: Option<Confirm>,
+    /// A queue consumer's record of what it settled, for a re-created consumer's start
+    /// (`None` for a relay, whose handlers record their progress themselves).
+    pub(super) settled: Option<Arc<Settled>>,
 }
 
 /// How a confirmed ack (or term) is sent: as a request whose reply is the server's
@@ -124,7 +128,7 @@ pub(super) async fn dispatch(
         drop(running); // telemetry hook
         unsettled.handled();
         match outcome {
-            Ok(()) => acknowledge(&message, &settle, deadline).await,
+            Ok(()) => acknowledge(&message, &settle, delivery, deadline).await,
             Err(error) => fail(&message, &settle, delivery, &error, deadline).await,
         }
     }
@@ -180,9 +184,15 @@ async fn run_handler(
 
 /// Acknowledges a handled message; it counts as handled once the ack is sent, or, with
 /// confirmed acks, once the server has confirmed it.
-async fn acknowledge(message: &jetstream::Message, settle: &Settle, deadline: AckDeadline) {
+async fn acknowledge(
+    message: &jetstream::Message,
+    settle: &Settle,
+    delivery: Delivery,
+    deadline: AckDeadline,
+) {
     match settle_with(message, settle, AckKind::Ack, deadline).await {
         Ok(()) => {
+            settle.record_settled(delivery);
             Slot::count(&settle.slot.handled);
             settle.metrics.handled(); // telemetry hook
         }
@@ -200,6 +210,12 @@ async fn acknowledge(message: &jetstream::Message, settle: &Settle, deadline: Ac
 }
 
 impl Settle {
+    fn record_settled(&self, delivery: Delivery) {
+        if let (Some(settled), Some(sequence)) = (&self.settled, delivery.stream_sequence) {
+            settled.record(sequence);
+        }
+    }
+
     /// When the next progress ack is due for a handler that runs on: every `progress_every`,
     /// and with confirmed acks soon enough that it can be confirmed before `deadline`.
     fn next_progress(&self, deadline: AckDeadline) -> tokio::time::Instant {
@@ -351,6 +367,7 @@ async fn terminate(
     tracing::warn!(subject = %message.subject, stream = %settle.scope.stream, consumer = %settle.scope.consumer, delivered = delivery.delivered, %error, "message terminated");
     match settle_with(message, settle, AckKind::Term, deadline).await {
         Ok(()) => {
+            settle.record_settled(delivery);
             Slot::count(&settle.slot.dead_lettered);
             settle.metrics.dead_lettered(); // telemetry hook
         }

@@ -11,6 +11,7 @@
 //! - `supervise`: one task per consumer: ensure, consume, re-ensure after a loss, drain.
 //! - `feed`: where a consumer's messages come from (`pull`: our own pull requests; push).
 //! - `pump`: flow control: how many messages are held and started at once.
+//! - `reach`: whether JetStream answers through the connection; moving to another server.
 //! - `dispatch`: one message from fetched to settled.
 
 mod builder;
@@ -18,6 +19,7 @@ mod dispatch;
 mod feed;
 mod pull;
 mod pump;
+mod reach;
 mod relay;
 mod resume;
 mod signals;

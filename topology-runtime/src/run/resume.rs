@@ -15,12 +15,28 @@ use crate::registry::SharedHandler;
 /// Where one supervised consumer would resume, across its sessions.
 pub(super) struct Resume {
     /// A relay's (`true`) resume point is what its handlers handled; a queue consumer's is
-    /// its ack floor on the server.
+    /// its ack floor on the server, and what this instance settled above it since.
     relay: bool,
     /// The ack floor as last read, in the stream instance it was read in.
     floor: Mutex<Option<ResumePoint>>,
+    /// A queue consumer's messages this instance settled above that floor.
+    settled: Arc<Settled>,
     /// A relay's current (or last) session.
     session: Mutex<Option<Arc<Progress>>>,
+}
+
+/// The stream sequences of the messages a queue consumer's instance settled (acknowledged
+/// once handled, or terminated; with confirmed acks, once the server confirmed it) and the
+/// ack floor last read does not cover yet: a consumer deleted between two reads is re-created
+/// after them too, where they are contiguous above the floor (a gap is a message this
+/// instance does not know settled: another instance's, or one the filter skips).
+#[derive(Default)]
+pub(super) struct Settled(Mutex<BTreeSet<u64>>);
+
+impl Settled {
+    pub(super) fn record(&self, sequence: u64) {
+        lock(&self.0).insert(sequence);
+    }
 }
 
 impl Resume {
@@ -28,17 +44,27 @@ impl Resume {
         Resume {
             relay,
             floor: Mutex::new(None),
+            settled: Arc::default(),
             session: Mutex::new(None),
         }
+    }
+
+    /// Where a queue consumer's handlers record what they settled.
+    pub(super) fn settled(&self) -> Arc<Settled> {
+        self.settled.clone()
     }
 
     /// Where a consumer re-created now should start after (`None`: as declared).
     pub(super) fn point(&self) -> Option<ResumePoint> {
         if self.relay {
-            lock(&self.session).as_ref().map(|p| p.resume_point())
-        } else {
-            lock(&self.floor).clone()
+            return lock(&self.session).as_ref().map(|p| p.resume_point());
         }
+        let mut point = lock(&self.floor).clone()?;
+        let settled = lock(&self.settled.0);
+        while settled.contains(&(point.after + 1)) {
+            point.after += 1;
+        }
+        Some(point)
     }
 
     /// A session begins on `info`, ensured in `stream`: its ack floor is where it stands (a
@@ -70,16 +96,21 @@ impl Resume {
     /// instance, and starts again in another. Returns the floor now held.
     pub(super) fn follow(&self, stream: &StreamInstance, floor: u64) -> u64 {
         let mut held = lock(&self.floor);
+        let mut settled = lock(&self.settled.0);
         match &mut *held {
             Some(point) if point.stream.same_as(stream) => {
                 point.after = point.after.max(floor);
-                point.after
+                let after = point.after;
+                settled.retain(|&sequence| sequence > after);
+                after
             }
             other => {
                 *other = Some(ResumePoint {
                     stream: stream.clone(),
                     after: floor,
                 });
+                // Sequences of another stream instance say nothing about this one.
+                settled.clear();
                 floor
             }
         }
@@ -214,6 +245,33 @@ mod tests {
         p.started(16);
         p.settled(16);
         assert_eq!(p.resume_point().after, 14);
+    }
+
+    #[test]
+    fn a_queue_consumer_resumes_after_what_it_settled_above_the_floor_read() {
+        let resume = Resume::new(false);
+        resume.follow(&instance("t1"), 100);
+        let settled = resume.settled();
+        for sequence in [101, 102, 103, 105] {
+            settled.record(sequence);
+        }
+        assert_eq!(
+            resume.point().unwrap().after,
+            103,
+            "contiguous above the floor; 104 is not known settled"
+        );
+        assert_eq!(resume.follow(&instance("t1"), 104), 104);
+        assert_eq!(
+            resume.point().unwrap().after,
+            105,
+            "the floor read closed the gap"
+        );
+        assert_eq!(resume.follow(&instance("t2"), 3), 3);
+        assert_eq!(
+            resume.point().unwrap().after,
+            3,
+            "another stream instance forgets what was settled in the first"
+        );
     }
 
     #[test]

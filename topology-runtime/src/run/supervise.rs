@@ -17,7 +17,7 @@ use super::feed::{Feed, Pusher, consumer_gone};
 use super::pull::{Puller, Watch};
 use super::pump::{Exit, finish_in_flight, pump};
 use super::relay::relay_name;
-use super::resume::{Progress, Resume, tracked};
+use super::resume::{Progress, Resume, Settled, tracked};
 use crate::handler::Scope;
 use crate::health::{ConsumerState, Slot};
 use crate::provision::{Advisories, Ensured, ProvisionError, StreamInstance, UpdateMode};
@@ -89,7 +89,7 @@ pub(super) async fn supervise(
                         (info, progress, &instance),
                         &cancel,
                         &mut in_flight,
-                        &abandoned,
+                        (&abandoned, (relay.is_none()).then(|| resume.settled())),
                     ) => exit,
                     never = follow_ack_floor(
                         &inner,
@@ -235,7 +235,9 @@ async fn consume(
     (info, progress, instance): (consumer::Info, Option<Arc<Progress>>, &StreamInstance),
     cancel: &CancellationToken,
     in_flight: &mut JoinSet<()>,
-    abandoned: &Abandoned,
+    // Where stopped handlers leave their messages, and (a queue consumer) where handlers
+    // record what they settled.
+    (abandoned, settled): (&Abandoned, Option<Arc<Settled>>),
 ) -> Exit {
     let settings = &inner.settings;
     let js = inner.ensurer.provisioner().jetstream().clone();
@@ -277,6 +279,7 @@ async fn consume(
                 attempt: inner.ensurer.policy().request_timeout,
             },
         ),
+        settled,
     });
     let concurrency = consumer.decl.effective_concurrency().max(1) as usize;
     let push = queue.is_some_and(|q| q.delivery == Delivery::Push);

@@ -12,6 +12,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::Inner;
 use super::dispatch::panic_message;
+use super::reach::watch_reach;
 use super::streams::supervise_stream;
 use super::supervise::supervise;
 use crate::health::ConsumerState;
@@ -25,6 +26,8 @@ enum Kind {
     Consumer(usize),
     /// The stream no consumer reads at this index of `Ensurer::unread_streams`.
     Stream(usize),
+    /// The reach watch (whether JetStream answers through the connection).
+    Reach,
 }
 
 /// The tasks of one run.
@@ -59,6 +62,7 @@ impl Tasks {
         for index in 0..tasks.inner.ensurer.unread_streams().len() {
             tasks.spawn(Kind::Stream(index), None);
         }
+        tasks.spawn(Kind::Reach, None);
         tasks
     }
 
@@ -87,6 +91,7 @@ impl Tasks {
                     let stream = inner.ensurer.unread_streams()[index];
                     supervise_stream(inner, stream, cancel, fatal).await
                 }
+                Kind::Reach => watch_reach(inner, cancel).await,
             }
         };
         let handle = self.set.spawn(task);
@@ -151,6 +156,7 @@ impl Tasks {
                     .set_stream_ensured(stream.name, false);
                 tracing::error!(stream = stream.name, "{why}; restarting it in {delay:?}");
             }
+            Kind::Reach => tracing::error!("the reach watch: {why}; restarting it in {delay:?}"),
         }
         self.spawn(kind, Some(delay));
     }
