@@ -156,6 +156,62 @@ async fn consumer_deleted_from_a_limits_stream_resumes_after_its_ack_floor() {
     );
 }
 
+/// A queue consumer deleted right after its acks, before the runtime read its ack floor
+/// again (every two heartbeats: here 20 s), is re-created after what this instance had
+/// acknowledged since, not at the floor it last read: none of the 100 is handed out again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn consumer_deleted_right_after_its_acks_resumes_after_them() {
+    let fx = Fixture::start().await;
+    let ledger = &fx.ledger;
+    let stream = fixture::stream("DELETED_ACKED", &["deleted_acked.>"]);
+    let consumer = fixture::queue(
+        "tests::deleted_acked",
+        &stream,
+        "deleted_acked.jobs",
+        QueueDecl::new("worker"),
+    )
+    .concurrency(4);
+    let topology = fixture::job_topology(stream, consumer, ledger.clone(), Duration::ZERO);
+    let builder = fixture::fast(fx.builder().await)
+        .heartbeat(Duration::from_secs(10))
+        .pull_expires(Duration::from_secs(30))
+        .topology(topology);
+    let running = Running::start(builder).await;
+    let health = running.health.clone();
+
+    let js = fx.jetstream().await;
+    fixture::publish_jobs(&js, "deleted_acked.jobs", 0..100).await;
+    eventually(Duration::from_secs(20), "100 jobs acknowledged", || {
+        let handled = health.consumers()[0].handled;
+        async move { (handled == 100).then_some(()) }
+    })
+    .await;
+    assert_eq!(
+        health.consumers()[0].ack_floor,
+        0,
+        "no floor read since the start"
+    );
+    fixture::delete_consumer(&js, "DELETED_ACKED", "worker").await;
+    fixture::publish_jobs(&js, "deleted_acked.jobs", 100..150).await;
+    ledger.wait_covers(0..150, Duration::from_secs(20)).await;
+    running.stop().await.expect("clean drain");
+    assert_eq!(
+        ledger.len(),
+        150,
+        "each job once: {:?}",
+        ledger.duplicates()
+    );
+    let info = fixture::consumer_info(&js, "DELETED_ACKED", "worker")
+        .await
+        .expect("re-created");
+    assert_eq!(
+        info.config.deliver_policy,
+        async_nats::jetstream::consumer::DeliverPolicy::ByStartSequence {
+            start_sequence: 101
+        }
+    );
+}
+
 /// The only server is killed and restarted on its file store, first while jobs are being
 /// handled, then while the runtime idles with a pull request open: the runtime resumes each
 /// time; nothing published before or after is lost. The runtime keeps the default heartbeat

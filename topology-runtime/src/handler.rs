@@ -203,6 +203,8 @@ pub(crate) struct Scope {
     pub(crate) stream_epoch: String,
     /// Woken when a publish finds no stream: the runtime then checks the streams it owns.
     pub(crate) stream_missing: Arc<tokio::sync::Notify>,
+    /// How a publish whose acknowledgement did not come is sent again.
+    pub(crate) publish_retry: crate::retry::RetryPolicy,
 }
 
 impl Context {
@@ -341,26 +343,57 @@ impl Context {
         headers
     }
 
+    /// Publishes and waits for the stream's acknowledgement, sending the publish again under
+    /// the runtime's publish retry policy while the stream does not answer: no responder (a
+    /// stream leader being elected, the stream being created again) or, for a publish with a
+    /// message id (which the stream's duplicate window drops if it was stored after all), no
+    /// acknowledgement in time. A publish without an id is not sent again after a lost
+    /// acknowledgement: it may have been stored.
     async fn send(
         &self,
         subject: async_nats::Subject,
         headers: HeaderMap,
         payload: Bytes,
     ) -> Result<jetstream::publish::PublishAck, HandlerError> {
+        use jetstream::context::PublishErrorKind;
         let js = &self.scope.jetstream;
-        let ack = if headers.is_empty() {
-            js.publish(subject, payload).await?
-        } else {
-            js.publish_with_headers(subject, headers, payload).await?
+        let deduplicated = headers.get(async_nats::header::NATS_MESSAGE_ID).is_some();
+        let publish = || async {
+            let ack = if headers.is_empty() {
+                js.publish(subject.clone(), payload.clone()).await?
+            } else {
+                js.publish_with_headers(subject.clone(), headers.clone(), payload.clone())
+                    .await?
+            };
+            ack.await
         };
-        match ack.await {
-            Ok(ack) => Ok(ack),
-            Err(e) => {
-                if e.kind() == jetstream::context::PublishErrorKind::StreamNotFound {
-                    self.scope.stream_missing.notify_waiters();
-                }
-                Err(e.into())
+        let transient = |e: &jetstream::context::PublishError| match e.kind() {
+            PublishErrorKind::StreamNotFound => {
+                self.scope.stream_missing.notify_waiters();
+                true
             }
+            PublishErrorKind::BrokenPipe => true,
+            PublishErrorKind::TimedOut => deduplicated,
+            _ => false,
+        };
+        match self
+            .scope
+            .publish_retry
+            .backoff()
+            .run(publish, transient)
+            .await
+        {
+            Ok((ack, _)) => Ok(ack),
+            Err(failed) => Err(HandlerError::new(format!(
+                "publishing to `{subject}` failed after {} attempts: {}{}",
+                failed.attempts,
+                failed.error,
+                if failed.error.kind() == PublishErrorKind::StreamNotFound {
+                    " (no stream answers for this subject: check that a stream captures it)"
+                } else {
+                    ""
+                }
+            ))),
         }
     }
 }

@@ -58,6 +58,7 @@ pub(crate) struct Settings {
     pub(crate) redelivery: RetryPolicy,
     pub(crate) dead_letter: RetryPolicy,
     pub(crate) dead_letter_attempts: u32,
+    pub(crate) publish_retry: RetryPolicy,
     pub(crate) ack: AckMode,
 }
 
@@ -83,6 +84,12 @@ impl Default for Settings {
                 ..RetryPolicy::default()
             },
             dead_letter_attempts: 5,
+            publish_retry: RetryPolicy {
+                base: Duration::from_millis(100),
+                cap: Duration::from_secs(1),
+                deadline: Duration::from_secs(15),
+                ..RetryPolicy::default()
+            },
             ack: AckMode::FireAndForget,
         }
     }
@@ -257,6 +264,21 @@ impl RuntimeBuilder {
     pub fn dead_letter_retry(mut self, policy: RetryPolicy, attempts: u32) -> Self {
         self.settings.dead_letter = policy;
         self.settings.dead_letter_attempts = attempts.max(1);
+        self
+    }
+
+    /// How a handler's publish ([`Context::publish`](crate::Context::publish) and the other
+    /// publishing methods) is sent again while the target stream does not answer: no
+    /// responder (its leader being elected, after a partition or a node loss; the stream being
+    /// created again), or no acknowledgement in time for a publish with a message id, which the
+    /// stream's duplicate window drops if the first one was stored after all. Full jitter from
+    /// `base`, within `deadline` (default: from 100 ms, cap 1 s, for 15 s: longer than a leader
+    /// election, 4 to 9 s); each attempt waits for its acknowledgement at most the retry
+    /// policy's `request_timeout`. The handler's message is kept alive with progress acks
+    /// meanwhile; when the deadline passes, the publish fails (and so, with `?`, does the
+    /// handler, whose message is redelivered).
+    pub fn publish_retry(mut self, policy: RetryPolicy) -> Self {
+        self.settings.publish_retry = policy;
         self
     }
 
@@ -475,6 +497,7 @@ impl RuntimeBuilder {
             ("retry", &self.retry),
             ("redelivery", &s.redelivery),
             ("dead_letter_retry", &s.dead_letter),
+            ("publish_retry", &s.publish_retry),
         ] {
             if policy.base.is_zero() || policy.cap.is_zero() {
                 refuse(

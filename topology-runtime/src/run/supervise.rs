@@ -259,6 +259,7 @@ async fn consume(
             jetstream: js.clone(),
             stream_epoch: crate::handler::stream_epoch(&instance.created),
             stream_missing: inner.health.shared.stream_missing.clone(),
+            publish_retry: settings.publish_retry,
         }),
         slot: slot.clone(),
         max_deliver,
