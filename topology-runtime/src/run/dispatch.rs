@@ -12,6 +12,7 @@ use async_nats::jetstream::{self, AckKind};
 use futures::FutureExt;
 use tracing::Instrument;
 
+use super::ack::{AckDeadline, Acks};
 use super::resume::Settled;
 use crate::handler::{Context, HandlerError, Incoming, Scope};
 use crate::health::Slot;
@@ -34,44 +35,16 @@ pub(super) struct Settle {
     /// How publishing a dead letter is retried, and how often at most.
     pub(super) dead_letter_retry: RetryPolicy,
     pub(super) dead_letter_attempts: u32,
-    /// Progress acks are sent at this interval while a handler runs.
-    pub(super) progress_every: Duration,
-    /// The consumer's `ack_wait` on the server.
-    pub(super) ack_wait: Duration,
     /// Where handlers stopped before they finished record their message (see [`Unsettled`]).
     pub(super) abandoned: Abandoned,
     /// Telemetry: counters, duration, in flight (the `metrics` facade).
     pub(super) metrics: ConsumerMetrics,
-    /// Confirmed acks (`ack = "confirmed"`): how; `None` for fire-and-forget.
-    pub(super) confirm: Option<Confirm>,
+    /// How acks, terms and progress acks are sent.
+    pub(super) acks: Acks,
     /// A queue consumer's record of what it settled, for a re-created consumer's start
     /// (`None` for a relay, whose handlers record their progress themselves).
     pub(super) settled: Option<Arc<Settled>>,
 }
-
-/// How a confirmed ack (or term) is sent: as a request whose reply is the server's
-/// confirmation, through the client's shared reply subscription (async-nats's
-/// `Message::double_ack` subscribes and unsubscribes an inbox for every ack, and waits for the
-/// JetStream context's timeout, 5 s by default, once). A timed-out attempt is sent again: the
-/// server acknowledges by stream sequence, so an ack of a message it has recorded already
-/// changes nothing and is confirmed again (`processAckMsg`, nats-server `server/consumer.go`).
-pub(super) struct Confirm {
-    pub(super) client: async_nats::Client,
-    /// The bound on one attempt (the runtime's request timeout).
-    pub(super) attempt: Duration,
-}
-
-/// Until when a delivery surely has not been given to anyone else: its `ack_wait` counted
-/// from no later than the server delivered it (see [`Fetched::delivered_after`]), pushed
-/// further by each progress ack the server confirmed before it. A confirmation received
-/// before it was applied while the server still held the message for this delivery, so
-/// the message is never delivered again; one later could come after a redelivery (the
-/// server applies an ack by stream sequence, whatever the delivery, and confirms it again
-/// for the other instance), so it is not taken as confirmed.
-///
-/// [`Fetched::delivered_after`]: super::feed::Fetched::delivered_after
-#[derive(Debug, Clone, Copy)]
-pub(super) struct AckDeadline(pub(super) tokio::time::Instant);
 
 /// The reply subjects of messages whose handler was stopped before it finished (a drain's
 /// grace period ran out): nothing settled them, so the drain naks them.
@@ -165,8 +138,8 @@ async fn run_handler(
                 None => loop {
                     tokio::select! {
                         r = &mut future => break r,
-                        _ = tokio::time::sleep_until(settle.next_progress(*deadline)) => {
-                            keep_alive(message, settle, deadline).await;
+                        _ = tokio::time::sleep_until(settle.acks.next_progress(*deadline)) => {
+                            settle.acks.keep_alive(message, deadline).await;
                         }
                     }
                 },
@@ -190,7 +163,7 @@ async fn acknowledge(
     delivery: Delivery,
     deadline: AckDeadline,
 ) {
-    match settle_with(message, settle, AckKind::Ack, deadline).await {
+    match settle.acks.settle(message, AckKind::Ack, deadline).await {
         Ok(()) => {
             settle.record_settled(delivery);
             Slot::count(&settle.slot.handled);
@@ -213,92 +186,6 @@ impl Settle {
     fn record_settled(&self, delivery: Delivery) {
         if let (Some(settled), Some(sequence)) = (&self.settled, delivery.stream_sequence) {
             settled.record(sequence);
-        }
-    }
-
-    /// When the next progress ack is due for a handler that runs on: every `progress_every`,
-    /// and with confirmed acks soon enough that it can be confirmed before `deadline`.
-    fn next_progress(&self, deadline: AckDeadline) -> tokio::time::Instant {
-        let every = tokio::time::Instant::now() + self.progress_every;
-        match self.confirm {
-            Some(_) => every.min(deadline.0 - self.progress_every.min(self.ack_wait / 2)),
-            None => every,
-        }
-    }
-}
-
-/// Sends a progress ack, so that the server does not redeliver the message while it is held
-/// here: fire-and-forget, or with confirmed acks as a request whose reply, received before
-/// `deadline`, pushes the deadline to a whole `ack_wait` after it was sent (the server
-/// restarted the message's `ack_wait` when it received it, no earlier than that).
-pub(super) async fn keep_alive(
-    message: &jetstream::Message,
-    settle: &Settle,
-    deadline: &mut AckDeadline,
-) {
-    let (Some(confirm), Some(reply)) = (&settle.confirm, message.reply.clone()) else {
-        if let Err(e) = message.ack_with(AckKind::Progress).await {
-            tracing::debug!(error = %e, "could not send a progress ack");
-        }
-        return;
-    };
-    let sent = tokio::time::Instant::now();
-    let Some(left) = deadline.0.checked_duration_since(sent) else {
-        // Too late to be confirmed in time: still ask the server to hold it.
-        let _ = message.ack_with(AckKind::Progress).await;
-        return;
-    };
-    let request = async_nats::Request::new()
-        .payload(AckKind::Progress.into())
-        .timeout(Some(confirm.attempt.min(left)));
-    if confirm.client.send_request(reply, request).await.is_ok() {
-        deadline.0 = deadline.0.max(sent + settle.ack_wait);
-    }
-}
-
-/// Sends `kind` (an ack or a term: the settlements that end a message) fire-and-forget, or
-/// with confirmed acks, as a request sent again until the server confirms it before
-/// `deadline` (see [`AckDeadline`]).
-async fn settle_with(
-    message: &jetstream::Message,
-    settle: &Settle,
-    kind: AckKind,
-    deadline: AckDeadline,
-) -> Result<(), async_nats::Error> {
-    let Some(confirm) = &settle.confirm else {
-        return message.ack_with(kind).await;
-    };
-    let Some(reply) = message.reply.clone() else {
-        return Err("the message has no reply subject: not a JetStream delivery".into());
-    };
-    let mut attempt = 0u32;
-    loop {
-        let Some(left) = deadline
-            .0
-            .checked_duration_since(tokio::time::Instant::now())
-            .filter(|left| !left.is_zero())
-        else {
-            return Err(format!(
-                "not confirmed after {attempt} attempts, before the consumer's ack_wait ({:?}) \
-                 could have run out: the server may deliver it again",
-                settle.ack_wait
-            )
-            .into());
-        };
-        attempt += 1;
-        let request = async_nats::Request::new()
-            .payload(kind.into())
-            .timeout(Some(confirm.attempt.min(left)));
-        let error = match confirm.client.send_request(reply.clone(), request).await {
-            Ok(_) => return Ok(()),
-            Err(e) => e,
-        };
-        tracing::debug!(attempt, error = %error, "an ack was not confirmed; sending it again");
-        if error.kind() != async_nats::RequestErrorKind::TimedOut {
-            // Refused at once: no consumer leader takes acks now (an election, or the consumer
-            // is gone), or the connection is being re-established. Pause before trying again.
-            let pause = Duration::from_millis(50 * u64::from(attempt.min(20)));
-            tokio::time::sleep(pause.min(left)).await;
         }
     }
 }
@@ -365,7 +252,7 @@ async fn terminate(
         return;
     }
     tracing::warn!(subject = %message.subject, stream = %settle.scope.stream, consumer = %settle.scope.consumer, delivered = delivery.delivered, %error, "message terminated");
-    match settle_with(message, settle, AckKind::Term, deadline).await {
+    match settle.acks.settle(message, AckKind::Term, deadline).await {
         Ok(()) => {
             settle.record_settled(delivery);
             Slot::count(&settle.slot.dead_lettered);

@@ -13,7 +13,9 @@
 //! - `pump`: flow control: how many messages are held and started at once.
 //! - `reach`: whether JetStream answers through the connection; moving to another server.
 //! - `dispatch`: one message from fetched to settled.
+//! - `ack`: how acks are sent: fire-and-forget, or confirmed before the delivery's deadline.
 
+mod ack;
 mod builder;
 mod dispatch;
 mod feed;

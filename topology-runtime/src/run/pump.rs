@@ -24,7 +24,8 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::dispatch::{AckDeadline, Settle, dispatch, keep_alive};
+use super::ack::AckDeadline;
+use super::dispatch::{Settle, dispatch};
 use super::feed::Feed;
 use crate::health::{ConsumerState, Slot};
 
@@ -65,7 +66,7 @@ pub(super) async fn pump(
     let mut running: FuturesUnordered<Running> = FuturesUnordered::new();
     // Every half progress interval, messages that waited at least that long are kept alive:
     // a progress ack at most every `progress_every`, as for a running handler.
-    let keep_every = (settle.progress_every / 2).max(Duration::from_millis(10));
+    let keep_every = (settle.acks.progress_every / 2).max(Duration::from_millis(10));
     let mut keep_alive_tick = tokio::time::interval_at(Instant::now() + keep_every, keep_every);
     keep_alive_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let exit = loop {
@@ -99,7 +100,7 @@ pub(super) async fn pump(
             // Started at the top of the loop, as soon as there is room.
             Ok(fetched) => waiting.push_back(Waiting {
                 message: fetched.message,
-                deadline: AckDeadline(fetched.delivered_after + settle.ack_wait),
+                deadline: settle.acks.deadline(fetched.delivered_after),
                 kept: Instant::now(),
             }),
             Err(reason) => break Exit::Lost(reason),
@@ -130,7 +131,7 @@ async fn keep_waiting(waiting: &mut VecDeque<Waiting>, settle: &Settle, every: D
     let now = Instant::now();
     for w in waiting.iter_mut().filter(|w| now >= w.kept + every) {
         w.kept = now;
-        keep_alive(&w.message, settle, &mut w.deadline).await;
+        settle.acks.keep_alive(&w.message, &mut w.deadline).await;
     }
 }
 

@@ -12,7 +12,8 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use super::Inner;
-use super::dispatch::{Abandoned, Confirm, Settle};
+use super::ack::{Acks, Confirm};
+use super::dispatch::{Abandoned, Settle};
 use super::feed::{Feed, Pusher, consumer_gone};
 use super::pull::{Puller, Watch};
 use super::pump::{Exit, finish_in_flight, pump};
@@ -269,17 +270,19 @@ async fn consume(
         dead_letter: queue.and_then(|q| q.dead_letter),
         dead_letter_retry: settings.dead_letter,
         dead_letter_attempts: settings.dead_letter_attempts,
-        progress_every: (info.config.ack_wait / 2).max(Duration::from_millis(100)),
-        ack_wait: info.config.ack_wait,
+
         abandoned: abandoned.clone(),
         metrics: ConsumerMetrics::new(&info.stream_name, consumer_label(&consumer.decl)),
-        // Relays have no setting: their consumer dies with the instance (see `AckMode`).
-        confirm: (queue.map(|q| q.ack.unwrap_or(settings.ack)) == Some(AckMode::Confirmed)).then(
-            || Confirm {
-                client: inner.client.clone(),
-                attempt: inner.ensurer.policy().request_timeout,
-            },
-        ),
+        acks: Acks {
+            // Relays have no setting: their consumer dies with the instance (see `AckMode`).
+            confirm: (queue.map(|q| q.ack.unwrap_or(settings.ack)) == Some(AckMode::Confirmed))
+                .then(|| Confirm {
+                    client: inner.client.clone(),
+                    attempt: inner.ensurer.policy().request_timeout,
+                }),
+            ack_wait: info.config.ack_wait,
+            progress_every: (info.config.ack_wait / 2).max(Duration::from_millis(100)),
+        },
         settled,
     });
     let concurrency = consumer.decl.effective_concurrency().max(1) as usize;
@@ -302,8 +305,8 @@ async fn consume(
         // With confirmed acks, a message is confirmed only before its ack_wait could have run
         // out counted from when its pull request was sent: a request that expires within half
         // of it leaves a message at least that half.
-        let expires = match settle.confirm {
-            Some(_) => settings.expires.min(settle.ack_wait / 2),
+        let expires = match settle.acks.confirm {
+            Some(_) => settings.expires.min(settle.acks.ack_wait / 2),
             None => settings.expires,
         };
         let api = inner.ensurer.provisioner().jetstream_api();

@@ -3,12 +3,14 @@
 //!
 //! - [`Puller`] (here): the requests, what they may still deliver, and a session's first
 //!   request, confirmed before the consumer is reported running;
+//! - `requests`: the open requests, and those forgotten while they may still deliver;
 //! - `inbox`: what the server sends to the requests' inbox;
 //! - `liveness`: noticing silence (`stalled`), asking the consumer whether it answers,
 //!   following its leader.
 
 mod inbox;
 mod liveness;
+mod requests;
 
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -22,6 +24,7 @@ use super::feed::Fetched;
 use inbox::Inbox;
 pub(in crate::run) use liveness::Watch;
 use liveness::{Event, Liveness};
+use requests::Requests;
 
 /// A pull consumer read through our own pull requests on one inbox, so that the server is
 /// never asked for more messages than this instance can start: async-nats's `messages()`
@@ -38,13 +41,10 @@ pub(super) struct Puller {
     batch: usize,
     expires: Duration,
     heartbeat: Duration,
-    /// Open pull requests, oldest first (the server serves and expires them in that order).
-    requests: VecDeque<PullRequest>,
+    requests: Requests,
     /// When the server last sent anything to the inbox, or when a request was sent while none
     /// was open: the start of the silence that missed heartbeats measure.
     heard: Instant,
-    /// When the session sent its first request.
-    started: Instant,
     /// Requests refused for want of a responder (a consumer leader being elected): since
     /// when, and when to ask again.
     refused: Option<Refused>,
@@ -58,24 +58,12 @@ pub(super) struct Puller {
     /// Messages that arrived while [`Puller::start`] confirmed its first request, not yet
     /// handed out.
     arrived: VecDeque<Fetched>,
-    /// Requests forgotten while the server may still serve them (see [`Puller::forget`]):
-    /// the oldest one's send time, and until when one of them may still deliver.
-    stray: Option<(Instant, Instant)>,
     liveness: Liveness,
 }
 
 fn connection_of(client: &async_nats::Client) -> (String, u64) {
     let info = client.server_info();
     (info.server_id, info.client_id)
-}
-
-struct PullRequest {
-    /// Messages it may still deliver.
-    remaining: usize,
-    /// When the server ends it.
-    expires_at: Instant,
-    /// When it was sent: what it delivers was delivered after this.
-    sent_at: Instant,
 }
 
 struct Refused {
@@ -143,9 +131,8 @@ impl Puller {
             batch: batch.max(1),
             expires,
             heartbeat,
-            requests: VecDeque::new(),
+            requests: Requests::new(expires, heartbeat * 2),
             heard: Instant::now(),
-            started: Instant::now(),
             refused: None,
             connection: connection_of(client),
             reconnect_check: {
@@ -155,7 +142,6 @@ impl Puller {
             },
             close_wait: settings.pull_close_wait,
             arrived: VecDeque::new(),
-            stray: None,
             liveness,
         };
         puller.reach(REACH_WINDOW).await?;
@@ -188,7 +174,7 @@ impl Puller {
                 // Unanswered, not refused: the request or its answer is slow or lost, which
                 // the heartbeats of the requests that follow watch like any other silence.
                 Err(_) => {
-                    self.forget(|_| true);
+                    self.requests.forget(|_| true);
                     return Ok(());
                 }
             };
@@ -201,7 +187,7 @@ impl Puller {
                 }
                 return Ok(());
             }
-            self.requests.pop_front();
+            self.requests.oldest_ended();
             if Instant::now() + pause >= until {
                 return Err(format!(
                     "no responders to the pull requests for {window:?}: the consumer, its stream or JetStream is unavailable"
@@ -218,10 +204,6 @@ impl Puller {
         self.batch
     }
 
-    fn requested(&self) -> usize {
-        self.requests.iter().map(|r| r.remaining).sum()
-    }
-
     /// Asks for what `room` allows beyond what is already asked for, in requests of at most a
     /// batch: at once when nothing is asked for, else once half a batch can be asked for (not a
     /// request per finished handler). Nothing while refused requests wait to be sent again.
@@ -234,7 +216,7 @@ impl Puller {
             return Ok(());
         }
         loop {
-            let asked = self.requested();
+            let asked = self.requests.asked();
             let want = room.saturating_sub(asked).min(self.batch);
             if want == 0 || (asked > 0 && want < self.batch.div_ceil(2)) {
                 return Ok(());
@@ -262,15 +244,10 @@ impl Puller {
             .publish_with_reply(self.subject.clone(), self.inbox.clone(), payload)
             .await
             .map_err(|e| format!("could not send a pull request: {e}"))?;
-        let now = Instant::now();
         if self.requests.is_empty() {
-            self.heard = now;
+            self.heard = Instant::now();
         }
-        self.requests.push_back(PullRequest {
-            remaining: want,
-            expires_at: now + expires,
-            sent_at: now,
-        });
+        self.requests.sent(want, expires);
         Ok(())
     }
 
@@ -295,7 +272,7 @@ impl Puller {
             // A request the server should have ended by now (with a 408) was lost with a
             // server restart or a connection loss: forget it, and ask again.
             let margin = (self.heartbeat * 2).max(Duration::from_secs(1));
-            let overdue = self.requests.front().map(|r| r.expires_at + margin);
+            let overdue = self.requests.oldest_expiry().map(|at| at + margin);
             let refused_until = self.refused.as_ref().map(|r| r.again_at);
             let open = !self.requests.is_empty();
             tokio::select! {
@@ -311,11 +288,11 @@ impl Puller {
                 event = self.liveness.next_event(self.heard, open) => match event {
                     Event::LeaderElected => {
                         tracing::debug!(subject = %self.subject, "the consumer has a new leader; pulling again");
-                        self.forget(|_| true);
+                        self.requests.forget(|_| true);
                     }
                     Event::Answered if open && self.liveness.is_stalled() => {
                         self.liveness.pulling_again(self.heard);
-                        self.forget(|_| true);
+                        self.requests.forget(|_| true);
                     }
                     Event::Answered => {
                         self.heard = Instant::now();
@@ -325,7 +302,7 @@ impl Puller {
                 },
                 _ = tokio::time::sleep_until(overdue.unwrap_or_else(Instant::now)), if overdue.is_some() => {
                     let now = Instant::now();
-                    self.forget(|r| r.expires_at + margin <= now);
+                    self.requests.forget(|r| r.expires_at + margin <= now);
                 }
                 _ = tokio::time::sleep_until(refused_until.unwrap_or_else(Instant::now)), if refused_until.is_some() => {}
                 _ = self.reconnect_check.tick() => {
@@ -335,50 +312,11 @@ impl Puller {
                         // that kept them delivers a little ahead; those messages wait here).
                         tracing::debug!(subject = %self.subject, "reconnected; pulling again");
                         self.connection = connection;
-                        self.forget(|_| true);
+                        self.requests.forget(|_| true);
                         self.heard = Instant::now();
                     }
                 }
             }
-        }
-    }
-
-    /// Stops counting the open requests that `lost` picks (taken with an old leader, lost
-    /// with a connection, overdue), so that new ones are sent. The server may still serve one
-    /// (a request on its way to a new leader, or held in a stalled link): until its expiry
-    /// could have passed, what arrives is taken as delivered no earlier than the oldest of
-    /// them was sent.
-    fn forget(&mut self, lost: impl Fn(&PullRequest) -> bool) {
-        let now = Instant::now();
-        let mut kept = VecDeque::with_capacity(self.requests.len());
-        for request in self.requests.drain(..) {
-            if !lost(&request) {
-                kept.push_back(request);
-                continue;
-            }
-            let until = now + self.expires + self.heartbeat * 2;
-            self.stray = Some(match self.stray {
-                Some((oldest, was)) if was > now => (oldest.min(request.sent_at), was.max(until)),
-                _ => (request.sent_at, until),
-            });
-        }
-        self.requests = kept;
-    }
-
-    /// No later than the server delivered what arrives now: when the request it answers was
-    /// sent (the oldest open one: the server serves them in order), or a stray one.
-    fn delivered_after(&self) -> Instant {
-        let now = Instant::now();
-        let stray = self
-            .stray
-            .filter(|(_, until)| *until > now)
-            .map(|(oldest, _)| oldest);
-        let open = self.requests.front().map(|r| r.sent_at);
-        match (open, stray) {
-            (Some(open), Some(stray)) => open.min(stray),
-            (Some(sent), None) | (None, Some(sent)) => sent,
-            // Nothing open nor stray: only a request of this session can have delivered it.
-            (None, None) => self.started,
         }
     }
 
@@ -393,13 +331,7 @@ impl Puller {
         }
         match inbox {
             Inbox::Message(message) => {
-                let delivered_after = self.delivered_after();
-                if let Some(front) = self.requests.front_mut() {
-                    front.remaining -= 1;
-                    if front.remaining == 0 {
-                        self.requests.pop_front();
-                    }
-                }
+                let delivered_after = self.requests.delivered();
                 Ok(Some(Fetched {
                     message: jetstream::Message {
                         message,
@@ -410,18 +342,18 @@ impl Puller {
             }
             Inbox::Heartbeat => Ok(None),
             Inbox::OldestEnded | Inbox::LeaderChanged => {
-                self.requests.pop_front();
+                self.requests.oldest_ended();
                 Ok(None)
             }
             Inbox::NewestRefused => {
-                self.requests.pop_back();
+                self.requests.newest_refused();
                 Ok(None)
             }
             Inbox::NoResponders => {
                 // No consumer leader subscribes now (an election, a consumer being deleted):
                 // the newest request was refused; ask again after a pause; a refusal that
                 // lasts is a lost consumer.
-                self.requests.pop_back();
+                self.requests.newest_refused();
                 let now = Instant::now();
                 let refused = self.refused.get_or_insert(Refused {
                     since: now,

@@ -1,0 +1,136 @@
+//! How a consumer's acks are sent ([`Acks`]): fire-and-forget, or confirmed by the server
+//! before the delivery's deadline ([`AckDeadline`]); and the progress acks that keep a
+//! message held here from being delivered again.
+
+use std::time::Duration;
+
+use async_nats::jetstream::{self, AckKind};
+use tokio::time::Instant;
+
+/// How one consumer's acks, terms and progress acks are sent.
+pub(super) struct Acks {
+    /// Confirmed acks (`ack = "confirmed"`): how; `None` for fire-and-forget.
+    pub(super) confirm: Option<Confirm>,
+    /// The consumer's `ack_wait` on the server.
+    pub(super) ack_wait: Duration,
+    /// Progress acks are sent at this interval while a message is held (its handler runs, or
+    /// it waits for one).
+    pub(super) progress_every: Duration,
+}
+
+/// How a confirmed ack (or term) is sent: as a request whose reply is the server's
+/// confirmation, through the client's shared reply subscription (async-nats's
+/// `Message::double_ack` subscribes and unsubscribes an inbox for every ack, and waits for the
+/// JetStream context's timeout, 5 s by default, once). A timed-out attempt is sent again: the
+/// server acknowledges by stream sequence, so an ack of a message it has recorded already
+/// changes nothing and is confirmed again (`processAckMsg`, nats-server `server/consumer.go`).
+pub(super) struct Confirm {
+    pub(super) client: async_nats::Client,
+    /// The bound on one attempt (the runtime's request timeout).
+    pub(super) attempt: Duration,
+}
+
+/// Until when a delivery surely has not been given to anyone else: its `ack_wait` counted
+/// from no later than the server delivered it (see [`Fetched::delivered_after`]), pushed
+/// further by each progress ack the server confirmed before it. A confirmation received
+/// before it was applied while the server still held the message for this delivery, so
+/// the message is never delivered again; one later could come after a redelivery (the
+/// server applies an ack by stream sequence, whatever the delivery, and confirms it again
+/// for the other instance), so it is not taken as confirmed.
+///
+/// [`Fetched::delivered_after`]: super::feed::Fetched::delivered_after
+#[derive(Debug, Clone, Copy)]
+pub(super) struct AckDeadline(Instant);
+
+impl Acks {
+    /// The deadline of a delivery made no earlier than `delivered_after`.
+    pub(super) fn deadline(&self, delivered_after: Instant) -> AckDeadline {
+        AckDeadline(delivered_after + self.ack_wait)
+    }
+
+    /// When the next progress ack is due for a message held on: every `progress_every`, and
+    /// with confirmed acks soon enough that it can be confirmed before `deadline`.
+    pub(super) fn next_progress(&self, deadline: AckDeadline) -> Instant {
+        let every = Instant::now() + self.progress_every;
+        match self.confirm {
+            Some(_) => every.min(deadline.0 - self.progress_every.min(self.ack_wait / 2)),
+            None => every,
+        }
+    }
+
+    /// Sends a progress ack, so that the server does not redeliver the message while it is
+    /// held here: fire-and-forget, or with confirmed acks as a request whose reply, received
+    /// before `deadline`, pushes the deadline to a whole `ack_wait` after it was sent (the
+    /// server restarted the message's `ack_wait` when it received it, no earlier than that).
+    pub(super) async fn keep_alive(
+        &self,
+        message: &jetstream::Message,
+        deadline: &mut AckDeadline,
+    ) {
+        let (Some(confirm), Some(reply)) = (&self.confirm, message.reply.clone()) else {
+            if let Err(e) = message.ack_with(AckKind::Progress).await {
+                tracing::debug!(error = %e, "could not send a progress ack");
+            }
+            return;
+        };
+        let sent = Instant::now();
+        let Some(left) = deadline.0.checked_duration_since(sent) else {
+            // Too late to be confirmed in time: still ask the server to hold it.
+            let _ = message.ack_with(AckKind::Progress).await;
+            return;
+        };
+        let request = async_nats::Request::new()
+            .payload(AckKind::Progress.into())
+            .timeout(Some(confirm.attempt.min(left)));
+        if confirm.client.send_request(reply, request).await.is_ok() {
+            deadline.0 = deadline.0.max(sent + self.ack_wait);
+        }
+    }
+
+    /// Sends `kind` (an ack or a term: the settlements that end a message) fire-and-forget,
+    /// or with confirmed acks, as a request sent again until the server confirms it before
+    /// `deadline`.
+    pub(super) async fn settle(
+        &self,
+        message: &jetstream::Message,
+        kind: AckKind,
+        deadline: AckDeadline,
+    ) -> Result<(), async_nats::Error> {
+        let Some(confirm) = &self.confirm else {
+            return message.ack_with(kind).await;
+        };
+        let Some(reply) = message.reply.clone() else {
+            return Err("the message has no reply subject: not a JetStream delivery".into());
+        };
+        let mut attempt = 0u32;
+        loop {
+            let Some(left) = deadline
+                .0
+                .checked_duration_since(Instant::now())
+                .filter(|left| !left.is_zero())
+            else {
+                return Err(format!(
+                    "not confirmed after {attempt} attempts, before the consumer's ack_wait ({:?}) \
+                     could have run out: the server may deliver it again",
+                    self.ack_wait
+                )
+                .into());
+            };
+            attempt += 1;
+            let request = async_nats::Request::new()
+                .payload(kind.into())
+                .timeout(Some(confirm.attempt.min(left)));
+            let error = match confirm.client.send_request(reply.clone(), request).await {
+                Ok(_) => return Ok(()),
+                Err(e) => e,
+            };
+            tracing::debug!(attempt, error = %error, "an ack was not confirmed; sending it again");
+            if error.kind() != async_nats::RequestErrorKind::TimedOut {
+                // Refused at once: no consumer leader takes acks now (an election, or the
+                // consumer is gone), or the connection is being re-established. Pause first.
+                let pause = Duration::from_millis(50 * u64::from(attempt.min(20)));
+                tokio::time::sleep(pause.min(left)).await;
+            }
+        }
+    }
+}
