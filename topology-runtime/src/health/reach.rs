@@ -66,6 +66,9 @@ struct ReachState {
     error: Option<String>,
     action: Option<String>,
     moves: u64,
+    /// A JetStream group this server leads and that hears nothing from its peers: the
+    /// server, and what says so.
+    cut_off: Option<(String, String)>,
 }
 
 impl Reach {
@@ -103,6 +106,30 @@ impl Reach {
         let mut state = self.lock();
         state.moves += 1;
         state.unreachable_since = None;
+        state.cut_off = None;
+    }
+
+    /// Records whether `server` leads a JetStream group that hears nothing from its peers
+    /// (`Some`, with what says so), as a consumer's info read through it said.
+    pub(crate) fn leads_cut_off(&self, server: &str, cut_off: Option<String>) {
+        let mut state = self.lock();
+        match cut_off {
+            Some(why) => state.cut_off = Some((server.to_owned(), why)),
+            None if state.cut_off.as_ref().is_some_and(|(s, _)| s == server) => {
+                state.cut_off = None
+            }
+            None => {}
+        }
+    }
+
+    /// Why `server` is cut off from its cluster, if a consumer's info said so.
+    pub(crate) fn cut_off(&self, server: &str) -> Option<String> {
+        let state = self.lock();
+        state
+            .cut_off
+            .as_ref()
+            .filter(|(s, _)| s == server)
+            .map(|(_, why)| why.clone())
     }
 
     pub(crate) fn status(&self) -> JetStreamStatus {

@@ -1,7 +1,9 @@
 //! The reach watch: asks JetStream (`<api prefix>.INFO`, which the meta leader answers)
 //! through the runtime's connection every heartbeat, records the answer for health, and moves
 //! the connection to another listed server when JetStream has not answered through this one
-//! for `move_server_after` while some consumer is not running. A server cut off from its
+//! for `move_server_after` while some consumer is not running, or at once when a consumer's
+//! info says that this server leads its group and hears nothing from its peers. A server cut
+//! off from its
 //! cluster by a partition keeps its clients (nothing closes their connections) and cannot
 //! reach the leaders on the other side; another server of the list may. Waiting that long
 //! first lets a leader election, which leaves JetStream unanswered for a few seconds on every
@@ -42,36 +44,53 @@ pub(super) async fn watch_reach(inner: Arc<Inner>, cancel: CancellationToken) {
             answer = ask(client, &subject, every) => answer,
             _ = cancel.cancelled() => return,
         };
-        let why = match answer {
+        let silent = match answer {
             Ok(()) => {
-                shared.reach.answered(server);
-                shared.changed();
-                continue;
+                shared.reach.answered(server.clone());
+                None
             }
-            Err(why) => why,
+            Err(why) => Some((shared.reach.unanswered(server.clone(), why.clone()), why)),
         };
-        let silent = shared.reach.unanswered(server.clone(), why.clone());
         let move_after = inner.settings.move_after;
-        if silent < move_after {
-            shared.reach.act(format!(
-                "moving to another listed server if it lasts {move_after:?} while a consumer does not run"
-            ));
-        } else if !inner.health.slots.iter().any(|slot| waits(&slot.state())) {
-            shared.reach.act("not moving: every consumer runs");
-        } else {
+        let waiting = inner.health.slots.iter().any(|slot| waits(&slot.state()));
+        let reason = match (
+            shared.reach.cut_off(&client.server_info().server_name),
+            silent,
+        ) {
+            // Decisive: its leader here hears nothing from its peers.
+            (Some(why), _) => Some(why),
+            (None, Some((silent, why))) if silent >= move_after && waiting => Some(format!(
+                "JetStream has not answered through it for {silent:.1?} ({why}) while a \
+                 consumer waits"
+            )),
+            (None, Some(_)) if waiting => {
+                shared.reach.act(format!(
+                    "moving to another listed server if it lasts {move_after:?} while a consumer waits"
+                ));
+                None
+            }
+            (None, Some(_)) => {
+                shared.reach.act("not moving: every consumer runs");
+                None
+            }
+            (None, None) => None,
+        };
+        if let Some(reason) = reason {
             let pool = client
                 .server_pool()
                 .await
                 .map(|pool| pool.into_iter().map(|s| s.addr).collect::<Vec<_>>())
                 .unwrap_or_default();
             if pool.len() < 2 {
+                shared.reach.act(format!(
+                    "{reason}; this is the only server listed: waiting for it"
+                ));
+            } else {
                 shared
                     .reach
-                    .act("this is the only server listed: waiting for it to reach JetStream");
-            } else {
-                shared.reach.act("moving to another listed server");
+                    .act(format!("{reason}: moving to another listed server"));
                 shared.changed();
-                tracing::warn!(%server, ?silent, error = %why, "JetStream does not answer through this server while consumers wait: moving to another listed server");
+                tracing::warn!(%server, %reason, "moving the connection to another listed server");
                 let timeout = inner.ensurer.policy().request_timeout;
                 if let Some(to) = move_away(client, pool, timeout).await {
                     tracing::info!(from = %server, %to, "moved the connection to another server");
@@ -81,6 +100,43 @@ pub(super) async fn watch_reach(inner: Arc<Inner>, cancel: CancellationToken) {
         }
         shared.changed();
     }
+}
+
+/// How long the leader of a JetStream group may go without hearing from a peer before that
+/// peer counts as cut off from it: three of Raft's 1 s heartbeats (a follower answers each).
+const PEERS_SILENT: Duration = Duration::from_secs(3);
+
+/// Why `server` is cut off from its cluster, if the group `cluster` describes (a consumer's,
+/// read through `server`) is led by `server` and its leader has heard from no majority of it
+/// for [`PEERS_SILENT`]. Such a leader keeps serving its local clients until it steps down
+/// for want of a quorum (10 to 20 s after the cut), and nothing new reaches it meanwhile.
+pub(super) fn cut_off(
+    cluster: Option<&async_nats::jetstream::stream::ClusterInfo>,
+    server: &str,
+) -> Option<String> {
+    let cluster = cluster?;
+    if cluster.leader.as_deref() != Some(server) || cluster.replicas.is_empty() {
+        return None;
+    }
+    let size = cluster.replicas.len() + 1;
+    let heard = 1 + cluster
+        .replicas
+        .iter()
+        .filter(|peer| !peer.offline && peer.active < PEERS_SILENT)
+        .count();
+    if heard * 2 > size {
+        return None;
+    }
+    let silent = cluster
+        .replicas
+        .iter()
+        .map(|peer| peer.active)
+        .min()
+        .unwrap_or_default();
+    Some(format!(
+        "this server ({server}) leads a consumer's group but has heard from no majority of \
+         its peers for {silent:.1?}: it is cut off from them"
+    ))
 }
 
 /// Whether a consumer in this state waits for JetStream (it should run and does not).
@@ -156,4 +212,51 @@ async fn move_away(
         }
     }
     None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use async_nats::jetstream::stream::{ClusterInfo, PeerInfo};
+
+    fn group(leader: &str, silent_for: &[u64]) -> ClusterInfo {
+        let replicas = silent_for
+            .iter()
+            .enumerate()
+            .map(|(i, ms)| PeerInfo {
+                name: format!("peer{i}"),
+                current: *ms < 1000,
+                active: Duration::from_millis(*ms),
+                offline: false,
+                lag: None,
+            })
+            .collect();
+        ClusterInfo {
+            leader: Some(leader.to_owned()),
+            replicas,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_leader_here_that_hears_no_majority_is_cut_off() {
+        assert!(cut_off(Some(&group("n0", &[4000, 5000])), "n0").is_some());
+        assert!(
+            cut_off(Some(&group("n0", &[20, 5000])), "n0").is_none(),
+            "one peer of two heard: a majority of three"
+        );
+        assert!(
+            cut_off(Some(&group("n1", &[4000, 5000])), "n0").is_none(),
+            "led elsewhere: the majority side elects a new leader"
+        );
+        assert!(
+            cut_off(Some(&group("n0", &[])), "n0").is_none(),
+            "R1: no peers"
+        );
+        assert!(cut_off(None, "n0").is_none());
+        assert!(
+            cut_off(Some(&group("n0", &[20, 4000, 4000, 4000])), "n0").is_some(),
+            "two of five"
+        );
+    }
 }

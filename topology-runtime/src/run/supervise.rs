@@ -198,7 +198,9 @@ const HEALTHY_SESSION: Duration = Duration::from_secs(1);
 /// heartbeats (10 s by default), so that a consumer deleted out of band is re-created where
 /// it was acknowledged, not at the start of its stream. Only a floor of the consumer this
 /// session bound (the same `created` time) counts: it lives in the session's stream instance.
-/// The same read sets the consumer's lag gauges (pending, ack pending). Never returns.
+/// The same read sets the consumer's lag gauges (pending, ack pending), and tells the reach
+/// watch when this server leads the consumer's group while cut off from its peers. Never
+/// returns.
 async fn follow_ack_floor(
     inner: &Inner,
     (stream, consumer, created): (&str, &str, &str),
@@ -217,6 +219,10 @@ async fn follow_ack_floor(
         if let Ok(Some(info)) = read.await
             && info.created.to_string() == created
         {
+            // A leader here that hears nothing from its peers: this server is cut off.
+            let server = inner.client.server_info().server_name;
+            let cut_off = super::reach::cut_off(info.cluster.as_ref(), &server);
+            inner.health.shared.reach.leads_cut_off(&server, cut_off);
             lag.get_or_insert_with(|| LagGauges::new(stream, consumer))
                 .set(&info);
             let floor = resume.follow(instance, info.ack_floor.stream_sequence);
