@@ -585,13 +585,20 @@ async fn repetition(
                 put("resume", variant, leader.and_then(|l| ms(l, resumed)));
             }
             if fault == Fault::Partition {
+                // Every variant watched at once: each move is timed when it is first seen.
+                let mut moved = BTreeMap::new();
+                let until = Instant::now() + BOUND;
+                while Instant::now() < until && moved.len() < VARIANTS.len() - 1 {
+                    for variant in VARIANTS {
+                        if !moved.contains_key(&variant) && replicas[&variant][1].notice.moved() {
+                            moved.insert(variant, Instant::now());
+                        }
+                    }
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
                 for variant in VARIANTS {
                     let cut_off = &replicas[&variant][1];
-                    let moved = if variant == Variant::Raw {
-                        None
-                    } else {
-                        within(|| cut_off.notice.moved().then(Instant::now)).await
-                    };
+                    let moved = moved.get(&variant).copied();
                     let consumes = match moved {
                         Some(moved) => within(|| cut_off.handled.first_after(moved)).await,
                         None => None,

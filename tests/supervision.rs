@@ -132,7 +132,7 @@ async fn consumer_deleted_from_a_limits_stream_resumes_after_its_ack_floor() {
 
     let js = fx.jetstream().await;
     fixture::publish_jobs(&js, "deleted_limits.jobs", 0..20).await;
-    // The runtime has read the ack floor of all 20 (it reads it every two heartbeats).
+    // The runtime has read the ack floor of all 20 (it reads it every heartbeat).
     eventually(Duration::from_secs(20), "the ack floor of 20 read", || {
         let floor = health.consumers()[0].ack_floor;
         async move { (floor == 20).then_some(()) }
@@ -157,7 +157,7 @@ async fn consumer_deleted_from_a_limits_stream_resumes_after_its_ack_floor() {
 }
 
 /// A queue consumer deleted right after its acks, before the runtime read its ack floor
-/// again (every two heartbeats: here 20 s), is re-created after what this instance had
+/// again (every heartbeat: here 30 s), is re-created after what this instance had
 /// acknowledged since, not at the floor it last read: none of the 100 is handed out again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn consumer_deleted_right_after_its_acks_resumes_after_them() {
@@ -173,8 +173,8 @@ async fn consumer_deleted_right_after_its_acks_resumes_after_them() {
     .concurrency(4);
     let topology = fixture::job_topology(stream, consumer, ledger.clone(), Duration::ZERO);
     let builder = fixture::fast(fx.builder().await)
-        .heartbeat(Duration::from_secs(10))
-        .pull_expires(Duration::from_secs(30))
+        .heartbeat(Duration::from_secs(30))
+        .pull_expires(Duration::from_secs(60))
         .topology(topology);
     let running = Running::start(builder).await;
     let health = running.health.clone();

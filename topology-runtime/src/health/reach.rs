@@ -57,6 +57,8 @@ impl fmt::Display for JetStreamStatus {
 #[derive(Default)]
 pub(crate) struct Reach {
     state: Mutex<ReachState>,
+    /// Wakes the reach watch when a cut-off server is reported.
+    pub(crate) wake: tokio::sync::Notify,
 }
 
 #[derive(Default)]
@@ -114,7 +116,10 @@ impl Reach {
     pub(crate) fn leads_cut_off(&self, server: &str, cut_off: Option<String>) {
         let mut state = self.lock();
         match cut_off {
-            Some(why) => state.cut_off = Some((server.to_owned(), why)),
+            Some(why) => {
+                state.cut_off = Some((server.to_owned(), why));
+                self.wake.notify_one();
+            }
             None if state.cut_off.as_ref().is_some_and(|(s, _)| s == server) => {
                 state.cut_off = None
             }

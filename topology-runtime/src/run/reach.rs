@@ -33,6 +33,8 @@ pub(super) async fn watch_reach(inner: Arc<Inner>, cancel: CancellationToken) {
     loop {
         tokio::select! {
             _ = ticker.tick() => {}
+            // A consumer's info said that this server is cut off.
+            _ = shared.reach.wake.notified() => {}
             _ = cancel.cancelled() => return,
         }
         // A lost connection is the client's own to re-establish.

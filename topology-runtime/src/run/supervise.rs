@@ -194,8 +194,8 @@ pub(super) async fn supervise(
 /// waiting.
 const HEALTHY_SESSION: Duration = Duration::from_secs(1);
 
-/// Keeps the resume point at the consumer's ack floor on the server, read every two
-/// heartbeats (10 s by default), so that a consumer deleted out of band is re-created where
+/// Keeps the resume point at the consumer's ack floor on the server, read every heartbeat
+/// (5 s by default), so that a consumer deleted out of band is re-created where
 /// it was acknowledged, not at the start of its stream. Only a floor of the consumer this
 /// session bound (the same `created` time) counts: it lives in the session's stream instance.
 /// The same read sets the consumer's lag gauges (pending, ack pending), and tells the reach
@@ -208,7 +208,7 @@ async fn follow_ack_floor(
     resume: &Resume,
     slot: &Slot,
 ) -> std::convert::Infallible {
-    let mut every = tokio::time::interval(inner.settings.heartbeat * 2);
+    let mut every = tokio::time::interval(inner.settings.heartbeat);
     every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     // Registered at the first read: no series shows a lag of 0 before the server was asked.
     let mut lag: Option<LagGauges> = None;

@@ -79,7 +79,8 @@ impl RuntimeBuilder {
     ///   once;
     /// - JetStream is asked through the connection every heartbeat (see
     ///   [`move_server_after`](Self::move_server_after));
-    /// - a queue consumer reads its ack floor every two heartbeats.
+    /// - a queue consumer reads its ack floor (and lag) every heartbeat; when this server
+    ///   leads its group and hears no majority of its peers, the connection moves at once.
     pub fn heartbeat(mut self, heartbeat: Duration) -> Self {
         self.settings.heartbeat = heartbeat;
         self

@@ -273,7 +273,12 @@ impl Puller {
             // server restart or a connection loss: forget it, and ask again.
             let margin = (self.heartbeat * 2).max(Duration::from_secs(1));
             let overdue = self.requests.oldest_expiry().map(|at| at + margin);
-            let refused_until = self.refused.as_ref().map(|r| r.again_at);
+            // A refused request is asked again at the top of the loop once its pause is over.
+            let refused_until = self
+                .refused
+                .as_ref()
+                .map(|r| r.again_at)
+                .filter(|at| *at > Instant::now());
             let open = !self.requests.is_empty();
             tokio::select! {
                 biased;
