@@ -29,6 +29,25 @@ pub struct JetStreamStatus {
     pub moves: u64,
 }
 
+impl JetStreamStatus {
+    /// Whether it says something else than `before` (not only a longer silence).
+    pub(crate) fn changed_from(&self, before: &JetStreamStatus) -> bool {
+        (
+            &self.server,
+            self.reachable,
+            &self.error,
+            &self.action,
+            self.moves,
+        ) != (
+            &before.server,
+            before.reachable,
+            &before.error,
+            &before.action,
+            before.moves,
+        )
+    }
+}
+
 impl fmt::Display for JetStreamStatus {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if self.reachable {

@@ -28,6 +28,8 @@ pub(super) async fn watch_reach(inner: Arc<Inner>, cancel: CancellationToken) {
         "{}.INFO",
         inner.ensurer.provisioner().jetstream_api().prefix()
     );
+    // A slow link may take longer than a heartbeat to answer: the request timeout bounds it.
+    let timeout = inner.ensurer.policy().request_timeout;
     let mut ticker = tokio::time::interval(every);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -42,8 +44,9 @@ pub(super) async fn watch_reach(inner: Arc<Inner>, cancel: CancellationToken) {
             continue;
         }
         let server = server_of(client);
+        let before = shared.reach.status();
         let answer = tokio::select! {
-            answer = ask(client, &subject, every) => answer,
+            answer = ask(client, &subject, timeout) => answer,
             _ = cancel.cancelled() => return,
         };
         let silent = match answer {
@@ -93,14 +96,15 @@ pub(super) async fn watch_reach(inner: Arc<Inner>, cancel: CancellationToken) {
                     .act(format!("{reason}: moving to another listed server"));
                 shared.changed();
                 tracing::warn!(%server, %reason, "moving the connection to another listed server");
-                let timeout = inner.ensurer.policy().request_timeout;
                 if let Some(to) = move_away(client, pool, timeout).await {
                     tracing::info!(from = %server, %to, "moved the connection to another server");
                     shared.reach.moved();
                 }
             }
         }
-        shared.changed();
+        if shared.reach.status().changed_from(&before) {
+            shared.changed();
+        }
     }
 }
 
