@@ -796,6 +796,11 @@ async fn two_hundred_milliseconds_on_every_link_provision_and_consume_without_a_
         "the consumer ran throughout"
     );
     fixture::assert_restarts(std::slice::from_ref(&running), 0);
+    let jetstream = running.health.jetstream();
+    assert!(
+        jetstream.reachable,
+        "a slow link is not an unreachable JetStream: {jetstream}"
+    );
     running.stop().await.expect("a clean drain");
 }
 

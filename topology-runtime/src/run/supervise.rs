@@ -90,7 +90,7 @@ pub(super) async fn supervise(
                         (info, progress, &instance),
                         &cancel,
                         &mut in_flight,
-                        (&abandoned, (relay.is_none()).then(|| resume.settled())),
+                        (&abandoned, relay.is_none().then(|| resume.settled())),
                     ) => exit,
                     never = follow_ack_floor(
                         &inner,
@@ -276,7 +276,6 @@ async fn consume(
         dead_letter: queue.and_then(|q| q.dead_letter),
         dead_letter_retry: settings.dead_letter,
         dead_letter_attempts: settings.dead_letter_attempts,
-
         abandoned: abandoned.clone(),
         metrics: ConsumerMetrics::new(&info.stream_name, consumer_label(&consumer.decl)),
         acks: Acks {

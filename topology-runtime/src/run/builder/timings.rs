@@ -175,8 +175,9 @@ impl RuntimeBuilder {
     /// created again), or no acknowledgement in time for a publish with a message id, which the
     /// stream's duplicate window drops if the first one was stored after all. Full jitter from
     /// `base`, within `deadline` (default: from 100 ms, cap 1 s, for 15 s: longer than a leader
-    /// election, 4 to 9 s); each attempt waits for its acknowledgement at most the retry
-    /// policy's `request_timeout`. The handler's message is kept alive with progress acks
+    /// election, 4 to 9 s); each attempt waits for its acknowledgement at most the request
+    /// timeout of [`retry`](Self::retry) (this policy's own `request_timeout` is not used). The
+    /// handler's message is kept alive with progress acks
     /// meanwhile; when the deadline passes, the publish fails (and so, with `?`, does the
     /// handler, whose message is redelivered).
     pub fn publish_retry(mut self, policy: RetryPolicy) -> Self {
