@@ -858,3 +858,59 @@ async fn a_relay_on_a_stalled_link_skips_no_broadcast() {
     assert_eq!(received.ids(), (0..40).collect(), "no broadcast skipped");
     running.stop().await.expect("a clean drain");
 }
+
+/// A runtime whose only listed server is behind a stalled link stays on it, unready, and
+/// says why: JetStream unreachable through it, the only server listed. Healed, it runs again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_one_server_listed_a_stalled_runtime_stays_unready_and_says_why() {
+    let fx = Fixture::start().await;
+    let stream = fixture::stream("ONLY_SERVER", &["only.>"]);
+    let consumer = fixture::queue(
+        "tests::only_server",
+        &stream,
+        "only.jobs",
+        QueueDecl::new("workers"),
+    );
+    let link = Link::start(fx.server.port()).await.expect("a link");
+    let timeline = Timeline::default();
+    let client = connect_in_order(&[link.url()]).await;
+    let builder = fixture::fast(Runtime::builder(client))
+        .move_server_after(Duration::from_secs(1))
+        .topology(jobs(stream, consumer, timeline.clone(), Duration::ZERO));
+    let running = Running::start(builder).await;
+
+    link.stall();
+    let said = eventually(Duration::from_secs(20), "the cause named", || {
+        let jetstream = running.health.jetstream();
+        let said = !jetstream.reachable
+            && jetstream
+                .action
+                .as_deref()
+                .is_some_and(|action| action.contains("the only server listed"));
+        async move { said.then_some(jetstream) }
+    })
+    .await;
+    assert!(
+        !running.health.ready(),
+        "unready while stalled: {}",
+        running.health
+    );
+    assert_eq!(said.moves, 0, "nowhere to move to");
+    eprintln!("{said}");
+
+    link.heal();
+    running.ready(Duration::from_secs(10)).await;
+    eventually(Duration::from_secs(20), "JetStream answers again", || {
+        let reachable = running.health.jetstream().reachable;
+        async move { reachable.then_some(()) }
+    })
+    .await;
+    let js = fx.jetstream().await;
+    fixture::publish_jobs(&js, "only.jobs", 0..10).await;
+    eventually(Duration::from_secs(20), "the jobs handled", || {
+        let done = timeline.ids() == (0..10).collect();
+        async move { done.then_some(()) }
+    })
+    .await;
+    running.stop().await.expect("a clean drain");
+}

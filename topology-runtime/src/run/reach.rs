@@ -64,9 +64,8 @@ pub(super) async fn watch_reach(inner: Arc<Inner>, cancel: CancellationToken) {
         ) {
             // Decisive: its leader here hears nothing from its peers.
             (Some(why), _) => Some(why),
-            (None, Some((silent, why))) if silent >= move_after && waiting => Some(format!(
-                "JetStream has not answered through it for {silent:.1?} ({why}) while a \
-                 consumer waits"
+            (None, Some((silent, _))) if silent >= move_after && waiting => Some(format!(
+                "unanswered for over {move_after:?} while a consumer waits"
             )),
             (None, Some(_)) if waiting => {
                 shared.reach.act(format!(
