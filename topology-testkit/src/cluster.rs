@@ -44,8 +44,9 @@ struct Network {
 
 impl NatsCluster {
     /// Starts three nodes (`node0`, `node1`, `node2`, with a cluster name unique to this
-    /// cluster) and waits (up to 30 s) until `$JS.API.INFO` answers successfully on every node,
-    /// i.e. a JetStream meta leader exists.
+    /// cluster) and waits (up to 30 s) until `$JS.API.INFO` answers successfully on every node
+    /// and the meta group has formed with all three nodes (its leader counts three peers,
+    /// each current), so that any one node may be killed or cut off from then on.
     ///
     /// A fresh cluster may still time out the first replicated stream create: retry it with
     /// [`eventually`](crate::eventually).
@@ -161,10 +162,42 @@ impl NatsCluster {
     }
 
     async fn launch(nodes: &mut [Node]) -> Result<(), TestkitError> {
+        let deadline = tokio::time::Instant::now() + CLUSTER_READY_TIMEOUT;
         for node in nodes.iter_mut() {
             node.spawn()?;
         }
-        wait_ready(nodes, CLUSTER_READY_TIMEOUT).await
+        wait_ready(nodes, CLUSTER_READY_TIMEOUT).await?;
+        Self::wait_meta_group(nodes, deadline).await
+    }
+
+    /// Waits until every node names the same meta leader and that leader counts all
+    /// [`CLUSTER_SIZE`] nodes as current peers of the meta group. A meta leader answers
+    /// `$JS.API.INFO` as soon as two nodes have formed the group (`cluster_size` 2), before
+    /// the third has joined it; cutting one of those two off then leaves the other without a
+    /// quorum, and no election follows.
+    async fn wait_meta_group(
+        nodes: &mut [Node],
+        deadline: tokio::time::Instant,
+    ) -> Result<(), TestkitError> {
+        let monitor = ClusterMonitor {
+            ports: nodes
+                .iter()
+                .map(|n| n.cluster.as_ref().expect("cluster node").monitor_port)
+                .collect(),
+        };
+        loop {
+            let last = match monitor.meta_group().await {
+                Ok(()) => return Ok(()),
+                Err(detail) => detail,
+            };
+            if tokio::time::Instant::now() >= deadline {
+                return Err(nodes[0].not_ready(
+                    CLUSTER_READY_TIMEOUT,
+                    format!("the meta group has not formed with all {CLUSTER_SIZE} nodes: {last}"),
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
     }
 
     /// The client URLs of all nodes, `nats://127.0.0.1:<port>`, in node order (behind links,
@@ -385,6 +418,46 @@ impl ClusterMonitor {
             .all(|&l| l == first)
             .then_some(first)
             .filter(|&l| l < count)
+    }
+
+    /// `Ok` when every node names one meta leader and that leader's `/jsz` counts every node
+    /// in the meta group (`cluster_size`) with each other node a current replica; otherwise
+    /// what is missing.
+    async fn meta_group(&self) -> Result<(), String> {
+        let mut leaders = Vec::with_capacity(self.ports.len());
+        let mut views = Vec::with_capacity(self.ports.len());
+        for i in 0..self.ports.len() {
+            let jsz = self
+                .node_json(i, "/jsz")
+                .await
+                .ok_or_else(|| format!("node{i} does not answer /jsz"))?;
+            let meta = &jsz["meta_cluster"];
+            let leader = meta["leader"]
+                .as_str()
+                .ok_or_else(|| format!("node{i} knows no meta leader"))?;
+            leaders.push(leader.to_owned());
+            views.push(meta.clone());
+        }
+        if leaders.iter().any(|l| *l != leaders[0]) {
+            return Err(format!(
+                "the nodes name different meta leaders: {leaders:?}"
+            ));
+        }
+        let leader = NatsCluster::node_index(&leaders[0])
+            .filter(|&l| l < views.len())
+            .ok_or_else(|| format!("the meta leader {} is not a node", leaders[0]))?;
+        let view = &views[leader];
+        let size = view["cluster_size"].as_u64().unwrap_or(0);
+        let current = view["replicas"]
+            .as_array()
+            .map_or(0, |r| r.iter().filter(|r| r["current"] == true).count());
+        if size as usize != self.ports.len() || current + 1 != self.ports.len() {
+            return Err(format!(
+                "the meta leader node{leader} counts {size} nodes in the meta group, \
+                 {current} other(s) current"
+            ));
+        }
+        Ok(())
     }
 
     /// The number of nodes watched.

@@ -25,7 +25,6 @@ async fn connect(url: &str) -> async_nats::Client {
 async fn echo(url: &str) -> async_nats::Client {
     let responder = connect(url).await;
     let mut requests = responder.subscribe("echo").await.expect("subscribe");
-    responder.flush().await.expect("flush");
     let replies = responder.clone();
     tokio::spawn(async move {
         while let Some(request) = requests.next().await {
@@ -34,6 +33,12 @@ async fn echo(url: &str) -> async_nats::Client {
             }
         }
     });
+    // Answered through the server: the subscription is registered there (a flush only
+    // writes), so no request of the test finds no responder.
+    assert!(
+        answers(&responder, Duration::from_secs(5)).await,
+        "the echo answers"
+    );
     responder
 }
 
@@ -52,7 +57,7 @@ async fn a_stalled_link_holds_every_byte_until_it_heals() {
     let direct = connect(&server.url()).await;
     let _echo = echo(&server.url()).await;
     let mut received = direct.subscribe("stalled.>").await.expect("subscribe");
-    direct.flush().await.expect("flush");
+    assert!(answers(&direct, Duration::from_secs(5)).await, "subscribed");
     assert_eq!(link.connections(), 1);
 
     link.stall();
@@ -91,10 +96,13 @@ async fn a_one_way_stall_holds_what_the_client_sends_while_deliveries_flow() {
     let link = Link::start(server.port()).await.expect("a link starts");
     let through = connect(&link.url()).await;
     let direct = connect(&server.url()).await;
+    let _echo = echo(&server.url()).await;
     let mut to_linked = through.subscribe("down").await.expect("subscribe");
     let mut to_direct = direct.subscribe("up").await.expect("subscribe");
-    through.flush().await.expect("flush");
-    direct.flush().await.expect("flush");
+    // A round trip on each connection after its subscription: the server has registered
+    // both before the stall (a flush only writes, and the link could hold the SUB).
+    assert!(answers(&through, Duration::from_secs(5)).await);
+    assert!(answers(&direct, Duration::from_secs(5)).await);
 
     link.stall_one_way(Direction::Forward);
     assert!(link.is_stalled(Direction::Forward) && !link.is_stalled(Direction::Back));
