@@ -79,8 +79,8 @@ pub(crate) async fn child_main(args: ChildArgs) -> Result<(), BoxError> {
     let client = match async_nats::connect(addrs).await {
         Ok(client) => client,
         Err(e) => {
-            let line =
-                json!({"ok": false, "ms": 0.0, "attempts": 0, "error": format!("connect: {e}")});
+            let line = json!({"ok": false, "ms": 0.0, "attempts": 0, "timed_out": 0,
+                              "error": format!("connect: {e}")});
             println!("{line}");
             return Ok(());
         }
@@ -114,25 +114,30 @@ pub(crate) async fn child_main(args: ChildArgs) -> Result<(), BoxError> {
         tokio::time::sleep(Duration::from_secs_f64(wait / 1000.0)).await;
     }
 
-    let (ok, attempts, error) = match &runtime {
+    // Requests that timed out: `None` where the runtime's failed `provision` does not say.
+    let (ok, attempts, timed_out, error) = match &runtime {
         Some(runtime) => match runtime.provision().await {
-            Ok(report) => (true, report.attempts, None),
+            Ok(report) => (true, report.attempts, Some(report.timed_out), None),
             Err(e) => (
                 false,
                 e.attempts(),
+                None,
                 Some(format!("{:?}: {e}{}", e.kind(), causes(&e))),
             ),
         },
-        None => match update_first(&js, &shape, &policy).await {
-            Ok(attempts) => (true, attempts, None),
-            Err((attempts, e)) => (false, attempts, Some(e)),
-        },
+        None => {
+            let timed_out = std::cell::Cell::new(0);
+            match update_first(&js, &shape, &policy, &timed_out).await {
+                Ok(attempts) => (true, attempts, Some(timed_out.get()), None),
+                Err((attempts, e)) => (false, attempts, Some(timed_out.get()), Some(e)),
+            }
+        }
     };
     let ms = epoch_ms() - start_ms;
-    tracing::debug!(ok, attempts, ?error, "provisioning done");
+    tracing::debug!(ok, attempts, timed_out, ?error, "provisioning done");
     println!(
         "{}",
-        json!({"ok": ok, "ms": ms, "attempts": attempts, "error": error})
+        json!({"ok": ok, "ms": ms, "attempts": attempts, "timed_out": timed_out, "error": error})
     );
     Ok(())
 }
@@ -167,19 +172,29 @@ pub(crate) fn stream_error(e: &jetstream::context::CreateStreamError) -> String 
 
 /// The UPDATE-first sequence: `create_or_update_stream` (UPDATE, CREATE on 404), then both
 /// consumers with `create_consumer` (create-or-update) concurrently, each step under the
-/// same full-jitter retry as the runtime. Returns the attempts made, or those and the error.
+/// same full-jitter retry as the runtime. Returns the attempts made, or those and the error;
+/// counts the requests that timed out in `timed_out`.
 pub(crate) async fn update_first(
     js: &jetstream::Context,
     shape: &Shape,
     policy: &RetryPolicy,
+    timed_out: &std::cell::Cell<u32>,
 ) -> Result<u32, (u32, String)> {
+    let count = |timed: bool| {
+        if timed {
+            timed_out.set(timed_out.get() + 1);
+        }
+    };
     let config = shape.stream_config();
     // The runtime's own retry primitive: giving up when the next sleep would pass the
     // deadline, so `RetryPolicy::no_retry()` makes one attempt.
     let stream_attempts = policy
         .run(
             || js.create_or_update_stream(config.clone()),
-            stream_transient,
+            |e| {
+                count(e.kind() == CreateStreamErrorKind::TimedOut);
+                stream_transient(e)
+            },
         )
         .await
         .map(|(_, n)| n)
@@ -190,11 +205,17 @@ pub(crate) async fn update_first(
     let (ra, rb) = tokio::join!(
         policy.run(
             || js.create_consumer_on_stream(a.clone(), name),
-            consumer_transient
+            |e| {
+                count(e.kind() == jetstream::stream::ConsumerErrorKind::TimedOut);
+                consumer_transient(e)
+            }
         ),
         policy.run(
             || js.create_consumer_on_stream(b.clone(), name),
-            consumer_transient
+            |e| {
+                count(e.kind() == jetstream::stream::ConsumerErrorKind::TimedOut);
+                consumer_transient(e)
+            }
         ),
     );
     let mut attempts = stream_attempts;

@@ -8,24 +8,49 @@ use serde_json::Value;
 use tokio::time::Instant;
 
 use crate::cell::Cell;
+use crate::load::{ApiLoad, Requests, queue_drops};
 use crate::report::Outcome;
 use crate::trace::{watch_views, write_timeline};
 use crate::{Args, BoxError, epoch_ms};
 
+/// What a leader-kill cell saw besides the processes' outcomes.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct LeaderKill {
+    /// The node killed (the meta leader at the start instant).
+    pub(crate) killed: usize,
+    /// The new meta leader's election, if one was seen.
+    pub(crate) election: Option<Election>,
+    /// API requests the cluster received from clients from the kill until the new leader was
+    /// seen, and from then until the last process was ready.
+    pub(crate) outage: Option<ApiLoad>,
+    pub(crate) after_leader: Option<ApiLoad>,
+    /// Requests the nodes dropped because a JetStream API queue was full (their log's
+    /// "limit reached, dropping N requests"), during the cell.
+    pub(crate) dropped: u64,
+}
+
 /// One leader-kill cell: runs `cell` while killing the meta leader at its start instant;
-/// returns the outcomes, the node killed and the new leader's election. With `trace`, writes
-/// the cell's timeline and copies the nodes' logs next to it.
+/// returns the outcomes and what else happened. With `trace`, writes the cell's timeline and
+/// copies the nodes' logs next to it.
 pub(crate) async fn run_cell(
     cluster: &mut NatsCluster,
     cell: &Cell<'_>,
     args: &Args,
     trace: Option<&std::path::Path>,
     reports_leader_since: bool,
-) -> Result<(Vec<Outcome>, Option<usize>, Option<Election>), BoxError> {
+) -> Result<(Vec<Outcome>, LeaderKill), BoxError> {
     let leader = wait_for_leader(cluster).await?;
+    let logs: Vec<std::path::PathBuf> = (0..cluster.len())
+        .map(|node| cluster.store_dir(node).join("server.log"))
+        .collect();
+    let log_sizes: Vec<u64> = logs
+        .iter()
+        .map(|log| std::fs::metadata(log).map_or(0, |m| m.len()))
+        .collect();
     let (start_tx, start_rx) = tokio::sync::watch::channel(None);
     let (done_tx, done_rx) = tokio::sync::watch::channel(false);
     let monitor = cluster.monitor();
+    let survivors: Vec<usize> = (0..cluster.len()).filter(|&i| i != leader).collect();
     let restart = match args.restart_after_election {
         Some(after) => Restart::AfterElection(after),
         None => Restart::AfterStart(args.restart_after),
@@ -34,7 +59,8 @@ pub(crate) async fn run_cell(
         async {
             let outcomes = cell.run(Some(start_tx)).await;
             let _ = done_tx.send(true);
-            outcomes
+            // Every process has reported (and exited): the end of the second window.
+            (outcomes, Requests::sample(&monitor, &survivors, true).await)
         },
         kill_leader(
             cluster,
@@ -52,7 +78,19 @@ pub(crate) async fn run_cell(
             }
         },
     );
-    let (election, events) = killed?;
+    let ((outcomes, at_end), (election, events, samples)) = (outcomes, killed?);
+    let (outage, after_leader) = match samples {
+        Some((at_kill, at_election)) => (
+            Some(at_election.since(&at_kill)),
+            Some(at_end.since(&at_election)),
+        ),
+        None => (None, None),
+    };
+    let dropped = logs
+        .iter()
+        .zip(&log_sizes)
+        .map(|(log, &from)| queue_drops(log, from))
+        .sum();
     if let Some(base) = trace {
         let start = *start_rx.borrow();
         if let Some(start) = start {
@@ -64,7 +102,14 @@ pub(crate) async fn run_cell(
             let _ = std::fs::copy(log, base.with_extension(format!("node{node}.log")));
         }
     }
-    Ok((outcomes?, Some(leader), election))
+    let kill = LeaderKill {
+        killed: leader,
+        election,
+        outage,
+        after_leader,
+        dropped,
+    };
+    Ok((outcomes?, kill))
 }
 
 /// The meta leader once every node runs and they agree on one (after a restart, a node
@@ -98,19 +143,23 @@ pub(crate) async fn start_instant(
     start.wait_for(Option::is_some).await.ok().and_then(|s| *s)
 }
 
+/// The survivors' client requests sampled just after the kill and when the new leader is
+/// seen (see [`Requests`]).
+type OutageSamples = Option<(Requests, Requests)>;
+
 /// Leader-kill: at the start instant, kills `leader`; watches the monitoring endpoints for
 /// the new meta leader (every 10 ms) and restarts the killed node as `restart` says. Returns
-/// when the new leader was seen (ms after the start instant), and the kill and restart as
-/// timeline events.
+/// when the new leader was seen (ms after the start instant), the kill and restart as
+/// timeline events, and the client requests sampled at the kill and at the election.
 pub(crate) async fn kill_leader(
     cluster: &mut NatsCluster,
     leader: usize,
     start: tokio::sync::watch::Receiver<Option<f64>>,
     restart: Restart,
     with_leader_since: bool,
-) -> Result<(Option<Election>, Vec<(f64, String)>), BoxError> {
+) -> Result<(Option<Election>, Vec<(f64, String)>, OutageSamples), BoxError> {
     let Some(start) = start_instant(start).await else {
-        return Ok((None, Vec::new()));
+        return Ok((None, Vec::new(), None));
     };
     let wait = start - epoch_ms();
     if wait > 0.0 {
@@ -119,13 +168,16 @@ pub(crate) async fn kill_leader(
     cluster.kill(leader);
     let mut events = vec![(epoch_ms() - start, format!("parent: killed node{leader}"))];
     let monitor = cluster.monitor();
+    let survivors: Vec<usize> = (0..cluster.len()).filter(|&i| i != leader).collect();
+    let at_kill = Requests::sample(&monitor, &survivors, false).await;
     let (elected_tx, elected_rx) = tokio::sync::oneshot::channel::<f64>();
     let watch = async {
         let election = watch_election(&monitor, leader, start, with_leader_since).await;
+        let at_election = Requests::sample(&monitor, &survivors, false).await;
         if let Some(election) = &election {
             let _ = elected_tx.send(election.at);
         }
-        election
+        (election, at_election)
     };
     let restart = async {
         let at = match restart {
@@ -144,7 +196,7 @@ pub(crate) async fn kill_leader(
         let result = cluster.restart(leader).await;
         (began, epoch_ms() - start, result)
     };
-    let (election, (began, answered, restarted)) = tokio::join!(watch, restart);
+    let ((election, at_election), (began, answered, restarted)) = tokio::join!(watch, restart);
     restarted?;
     if let Some(election) = &election {
         events.push((
@@ -169,7 +221,8 @@ pub(crate) async fn kill_leader(
         answered,
         format!("parent: node{leader} restarted, answers the JetStream API"),
     ));
-    Ok((election, events))
+    let samples = election.is_some().then_some((at_kill, at_election));
+    Ok((election, events, samples))
 }
 
 /// The new meta leader, as leader-kill sees it.

@@ -33,7 +33,12 @@
 //!   (they differ when its first entry takes long to commit: see docs/PERFORMANCE.md).
 //!   Before 2.12, both are when every running node's `/jsz` names a new leader. Per process
 //!   it reports the time to ready after the election (`after_leader_ms`: median and max per
-//!   run in the JSON line).
+//!   run in the JSON line). It also counts the JetStream API requests the cluster received
+//!   from clients, from the survivors' `/connz` (`in_msgs` per client connection: the
+//!   processes publish nothing else), over the outage (from just after the kill until the
+//!   new leader is seen: `outage_requests`, with the rate) and from then until the last
+//!   process is ready (`after_leader_requests`), and the requests the nodes dropped from a
+//!   full JetStream API queue (`api_queue_dropped`, from their logs).
 //!   `--restart-after-election-ms MS` restarts the killed node MS after the new leader is
 //!   seen instead (the old leader coming back just after the election).
 //!   `--trace DIR` writes, per leader-kill cell, what happened in time order: every change
@@ -56,7 +61,10 @@
 //! nodes, prints `ready`, waits for a start instant (ms since the epoch) on stdin, sleeps
 //! until that instant, provisions, and prints one JSON line: `ok`, `ms` (time to ready from
 //! the start instant), `attempts` (provisioning attempts; 3 = one per stream and consumer,
-//! no retry; for a failed process, the attempts of the step that failed) and `error`. The
+//! no retry; for a failed process, the attempts of the step that failed), `timed_out` (its
+//! requests that went unanswered for the whole request timeout; an attempt the runtime gave
+//! up earlier, woken by an election, is not one; `null` when a failed `provision` does not
+//! say) and `error`. The
 //! parent sends the start instant once every process is ready, so process start-up and
 //! connection set-up are not measured.
 //!
@@ -68,12 +76,14 @@
 //! `--settle-ms`.
 //!
 //! Per N, a table shows per repetition: successes/N, median and max time to ready of the
-//! successful processes, and the median attempts. The last line is one JSON object with a
-//! `runs` array, one object per cell and repetition.
+//! successful processes, the median attempts and the requests that timed out (over all
+//! processes); leader-kill cells get a second table, one row per repetition. The last line
+//! is one JSON object with a `runs` array, one object per cell and repetition.
 
 mod cell;
 mod child;
 mod leader_kill;
+mod load;
 mod report;
 mod shape;
 mod trace;
@@ -88,7 +98,7 @@ use serde_json::json;
 use tokio::time::Instant;
 
 use cell::Cell;
-use report::{Run, fmt_ms, fmt_num, print_table};
+use report::{Run, fmt_ms, fmt_num, print_leader_kill, print_table};
 use shape::{Shape, delete_stream, prepare_warm, warm_up};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -308,8 +318,8 @@ async fn parent_main(args: Args) -> Result<(), BoxError> {
     println!(
         "Per cell, one value per repetition. median/max: time to ready (ms from the common \
          start instant) of the successful processes. attempts: per process, 3 = one per stream \
-         and consumer (no retry). ≥ 5s: processes that took at least one request timeout \
-         (to succeed or to fail)."
+         and consumer (no retry). timed out: requests that went unanswered for the whole \
+         request timeout, over all processes (an attempt given up earlier is not one)."
     );
     // The first R3 create on a fresh cluster may time out (nats-facts §6.1): warm the meta
     // layer up once, so that the first measured cell does not pay for it.
@@ -348,17 +358,18 @@ async fn parent_main(args: Args) -> Result<(), BoxError> {
                         if mode == Mode::Warm {
                             prepare_warm(&client, &shape).await?;
                         }
-                        let (outcomes, killed, election) = if mode == Mode::LeaderKill {
-                            leader_kill::run_cell(
+                        let (outcomes, leader_kill) = if mode == Mode::LeaderKill {
+                            let (outcomes, kill) = leader_kill::run_cell(
                                 &mut cluster,
                                 &cell,
                                 &args,
                                 trace.as_deref(),
                                 reports_leader_since,
                             )
-                            .await?
+                            .await?;
+                            (outcomes, Some(kill))
                         } else {
-                            (cell.run(None).await?, None, None)
+                            (cell.run(None).await?, None)
                         };
                         let run = Run {
                             mode,
@@ -367,11 +378,10 @@ async fn parent_main(args: Args) -> Result<(), BoxError> {
                             n,
                             rep,
                             outcomes,
-                            killed,
-                            election,
+                            leader_kill,
                         };
                         eprintln!(
-                            "[{:>5.0}s] n={n:<2} rep {} {:<4} {:<12} retry {:<3}: {}/{n} ok, median {} ms, max {} ms, attempts median {}",
+                            "[{:>5.0}s] n={n:<2} rep {} {:<4} {:<12} retry {:<3}: {}/{n} ok, median {} ms, max {} ms, attempts median {}, timed out {}",
                             started.elapsed().as_secs_f64(),
                             rep + 1,
                             mode.name(),
@@ -381,19 +391,26 @@ async fn parent_main(args: Args) -> Result<(), BoxError> {
                             fmt_ms(run.median_ms()),
                             fmt_ms(run.max_ms()),
                             fmt_num(run.attempts_median()),
+                            run.timed_out_text(),
                         );
                         for (error, count) in run.errors() {
                             eprintln!("        {count} x {error}");
                         }
-                        if mode == Mode::LeaderKill {
+                        if let Some(kill) = &run.leader_kill {
                             let mut after = run.after_leader();
                             after.sort_by(f64::total_cmp);
                             eprintln!(
                                 "        killed node{}, new meta leader named at {} ms, in office from {} ms; ready after it (ms): {:?}",
-                                killed.unwrap_or(0),
-                                fmt_ms(election.map(|e| e.named)),
-                                fmt_ms(election.map(|e| e.at)),
+                                kill.killed,
+                                fmt_ms(kill.election.map(|e| e.named)),
+                                fmt_ms(kill.election.map(|e| e.at)),
                                 after.iter().map(|v| v.round() as i64).collect::<Vec<_>>()
+                            );
+                            eprintln!(
+                                "        API requests from clients: outage {}, after the leader {}; API queue drops {}",
+                                kill.outage.map_or("-".to_owned(), |l| l.text()),
+                                kill.after_leader.map_or("-".to_owned(), |l| l.text()),
+                                kill.dropped,
                             );
                         }
                         delete_stream(&js, shape.stream.name).await;
@@ -403,12 +420,13 @@ async fn parent_main(args: Args) -> Result<(), BoxError> {
                 }
             }
         }
-        print_table(n, &args, &runs_n, timeout);
+        print_table(n, &args, &runs_n);
+        print_leader_kill(n, &runs_n);
         runs.extend(runs_n);
     }
 
     let summary = json!({
-        "runs": runs.iter().map(|r| r.json(timeout)).collect::<Vec<_>>(),
+        "runs": runs.iter().map(Run::json).collect::<Vec<_>>(),
         "server": server,
         "cluster": "3 nodes, loopback",
         "storage": storage_name(args.storage),

@@ -1,11 +1,10 @@
 //! What the children reported, per cell and repetition: the JSON line and the tables.
 
 use std::collections::BTreeMap;
-use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::leader_kill::Election;
+use crate::leader_kill::LeaderKill;
 use crate::{Args, MIN_ATTEMPTS, Mode, Variant};
 
 /// What one child reported.
@@ -14,6 +13,8 @@ pub(crate) struct Outcome {
     pub(crate) ok: bool,
     pub(crate) ms: f64,
     pub(crate) attempts: u32,
+    /// Requests that went unanswered for the whole request timeout (`None`: not reported).
+    pub(crate) timed_out: Option<u32>,
     pub(crate) error: Option<String>,
 }
 
@@ -23,6 +24,7 @@ impl Outcome {
             ok: false,
             ms: f64::NAN,
             attempts: 0,
+            timed_out: None,
             error: Some(error),
         }
     }
@@ -33,6 +35,7 @@ impl Outcome {
                 ok: v["ok"].as_bool().unwrap_or(false),
                 ms: v["ms"].as_f64().unwrap_or(f64::NAN),
                 attempts: v["attempts"].as_u64().unwrap_or(0) as u32,
+                timed_out: v["timed_out"].as_u64().map(|n| n as u32),
                 error: v["error"].as_str().map(str::to_owned),
             },
             Err(_) => Outcome::failed(format!("unexpected output: {line}")),
@@ -48,9 +51,8 @@ pub(crate) struct Run {
     pub(crate) n: usize,
     pub(crate) rep: usize,
     pub(crate) outcomes: Vec<Outcome>,
-    /// Leader-kill: the node killed and the new meta leader's election.
-    pub(crate) killed: Option<usize>,
-    pub(crate) election: Option<Election>,
+    /// Leader-kill: the node killed, the new meta leader's election, the API load.
+    pub(crate) leader_kill: Option<LeaderKill>,
 }
 
 impl Run {
@@ -85,7 +87,7 @@ impl Run {
 
     /// Leader-kill: each successful process's time to ready after the new leader's election.
     pub(crate) fn after_leader(&self) -> Vec<f64> {
-        match self.election {
+        match self.leader_kill.as_ref().and_then(|k| k.election) {
             Some(election) => self.ok_times().iter().map(|ms| ms - election.at).collect(),
             None => Vec::new(),
         }
@@ -103,10 +105,21 @@ impl Run {
             .count()
     }
 
-    /// Processes that took at least one request timeout to finish (or fail).
-    pub(crate) fn slow(&self, timeout: Duration) -> usize {
-        let limit = timeout.as_secs_f64() * 1000.0;
-        self.outcomes.iter().filter(|o| o.ms >= limit).count()
+    /// Requests that went unanswered for the whole request timeout, over all processes, and
+    /// whether every process reported its count (a runtime whose provisioning failed does
+    /// not).
+    pub(crate) fn timed_out(&self) -> (u32, bool) {
+        let known = self.outcomes.iter().filter_map(|o| o.timed_out);
+        let all = self.outcomes.iter().all(|o| o.timed_out.is_some());
+        (known.sum(), all)
+    }
+
+    /// [`Run::timed_out`] for a table: `12`, or `12+` when some processes did not say.
+    pub(crate) fn timed_out_text(&self) -> String {
+        match self.timed_out() {
+            (n, true) => n.to_string(),
+            (n, false) => format!("{n}+"),
+        }
     }
 
     pub(crate) fn errors(&self) -> BTreeMap<String, usize> {
@@ -117,15 +130,16 @@ impl Run {
         errors
     }
 
-    pub(crate) fn json(&self, timeout: Duration) -> Value {
-        let mut value = self.json_common(timeout);
-        if self.mode == Mode::LeaderKill {
+    pub(crate) fn json(&self) -> Value {
+        let mut value = self.json_common();
+        if let Some(kill) = &self.leader_kill {
+            let election = kill.election;
             let mut after = self.after_leader();
             after.sort_by(f64::total_cmp);
-            value["killed_node"] = json!(self.killed);
-            value["election_ms"] = json!(self.election.map(|e| round1(e.at)));
-            value["named_ms"] = json!(self.election.map(|e| round1(e.named)));
-            value["election_from"] = json!(self.election.map(|e| if e.since_leader_since {
+            value["killed_node"] = json!(kill.killed);
+            value["election_ms"] = json!(election.map(|e| round1(e.at)));
+            value["named_ms"] = json!(election.map(|e| round1(e.named)));
+            value["election_from"] = json!(election.map(|e| if e.since_leader_since {
                 "leader_since"
             } else {
                 "jsz"
@@ -135,11 +149,15 @@ impl Run {
                 "max": after.iter().copied().reduce(f64::max).map(round1),
                 "each": after.iter().map(|v| round1(*v)).collect::<Vec<_>>(),
             });
+            value["outage_requests"] = kill.outage.map_or(Value::Null, |l| l.json());
+            value["after_leader_requests"] = kill.after_leader.map_or(Value::Null, |l| l.json());
+            value["api_queue_dropped"] = json!(kill.dropped);
         }
         value
     }
 
-    pub(crate) fn json_common(&self, timeout: Duration) -> Value {
+    pub(crate) fn json_common(&self) -> Value {
+        let (timed_out, all_said) = self.timed_out();
         json!({
             "mode": self.mode.name(),
             "variant": self.variant.name(),
@@ -151,7 +169,8 @@ impl Run {
             "attempts_median": self.attempts_median(),
             "attempts_total": self.attempts_total(),
             "retried": self.retried(),
-            "over_timeout": self.slow(timeout),
+            "timed_out": timed_out,
+            "timed_out_all_reported": all_said,
             "rep": self.rep + 1,
             "errors": self.errors(),
         })
@@ -200,11 +219,12 @@ pub(crate) fn fmt_num(v: Option<f64>) -> String {
 }
 
 /// One Markdown table per N: a row per mode, variant and retry; per repetition, `a, b, c`.
-pub(crate) fn print_table(n: usize, args: &Args, runs: &[Run], timeout: Duration) {
+/// `timed out`: requests that went unanswered for the whole request timeout, over all
+/// processes (an attempt the runtime gave up earlier, for an election, is not one).
+pub(crate) fn print_table(n: usize, args: &Args, runs: &[Run]) {
     println!("\n### N = {n}\n");
     println!(
-        "| mode | variant | retry | ok (per rep) | median ms | max ms | attempts (median) | ≥ {}s |",
-        timeout.as_secs()
+        "| mode | variant | retry | ok (per rep) | median ms | max ms | attempts (median) | timed out |"
     );
     println!("|---|---|---|---|---:|---:|---:|---:|");
     for &mode in &args.modes {
@@ -226,7 +246,7 @@ pub(crate) fn print_table(n: usize, args: &Args, runs: &[Run], timeout: Duration
                     join(&|r| fmt_ms(r.median_ms())),
                     join(&|r| fmt_ms(r.max_ms())),
                     join(&|r| fmt_num(r.attempts_median())),
-                    join(&|r| r.slow(timeout).to_string()),
+                    join(&|r| r.timed_out_text()),
                 );
             }
         }
@@ -249,5 +269,42 @@ pub(crate) fn print_table(n: usize, args: &Args, runs: &[Run], timeout: Duration
         for (error, count) in errors {
             println!("- {count} × {error}");
         }
+    }
+}
+
+/// Leader-kill, one row per repetition: when the new leader took office, how long after it
+/// the processes were ready, and the API requests the cluster received from clients during
+/// the outage (from the kill until the new leader is seen) and after it (until the last
+/// process is ready).
+pub(crate) fn print_leader_kill(n: usize, runs: &[Run]) {
+    let kills: Vec<(&Run, &LeaderKill)> = runs
+        .iter()
+        .filter_map(|r| Some((r, r.leader_kill.as_ref()?)))
+        .collect();
+    if kills.is_empty() {
+        return;
+    }
+    println!("\nLeader-kill at N = {n}, per repetition:\n");
+    println!(
+        "| rep | variant | retry | killed | in office at ms | ready after it: median / max ms \
+         | timed out | outage: API req/s | after the leader: API req/s | API queue drops |"
+    );
+    println!("|---|---|---|---|---:|---:|---:|---:|---:|---:|");
+    for (run, kill) in kills {
+        let after = run.after_leader();
+        println!(
+            "| {} | {} | {} | node{} | {} | {} / {} | {} | {} | {} | {} |",
+            run.rep + 1,
+            run.variant.name(),
+            if run.retry { "on" } else { "off" },
+            kill.killed,
+            fmt_ms(kill.election.map(|e| e.at)),
+            fmt_ms(median(after.clone())),
+            fmt_ms(after.into_iter().reduce(f64::max)),
+            run.timed_out_text(),
+            kill.outage.map_or("-".to_owned(), |l| l.text()),
+            kill.after_leader.map_or("-".to_owned(), |l| l.text()),
+            kill.dropped,
+        );
     }
 }
