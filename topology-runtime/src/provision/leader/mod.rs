@@ -36,19 +36,19 @@
 //! spread only keeps the meta leader's queue short in its first moments, and a longer one
 //! would add its whole length to the time to ready.
 
+mod probe;
+mod wake;
+
 use std::collections::HashMap;
 use std::future::Future;
-use std::pin::Pin;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
-use async_nats::jetstream::{self, response::Response};
-use futures::StreamExt;
-use futures::stream::FuturesUnordered;
+use async_nats::jetstream;
 use tokio::sync::broadcast;
 use tokio::time::Instant;
 
-use crate::retry::Wake;
+pub(crate) use wake::StreamWake;
 
 /// Where the server publishes JetStream advisories, in every domain
 /// (`$JS.<domain>.EVENT.ADVISORY` is not a thing: advisories keep this prefix and carry the
@@ -316,11 +316,7 @@ impl LeaderWatch {
 
     /// A [`Wake`] for the retries of one stream (or its consumers).
     pub(crate) fn wake_for<'a>(&'a self, stream: &'a str) -> StreamWake<'a> {
-        StreamWake {
-            watch: self,
-            stream,
-            peer_missing_since: Mutex::new(None),
-        }
+        StreamWake::new(self, stream)
     }
 }
 
@@ -337,7 +333,7 @@ impl Waiter {
             if !state.running {
                 state.running = true;
                 state.starts += 1;
-                tokio::spawn(watch(
+                tokio::spawn(probe::watch(
                     inner.js.clone(),
                     inner.advisories.clone(),
                     inner.elections.clone(),
@@ -373,79 +369,6 @@ fn should_stop(inner: &Weak<Inner>) -> bool {
     idle
 }
 
-/// Subscribes to the leader advisories and probes the meta leader, sending each election,
-/// until [`should_stop`]; returning drops the subscribers, which unsubscribes.
-async fn watch(
-    js: jetstream::Context,
-    accepted: Advisories,
-    elections: broadcast::Sender<Election>,
-    inner: Weak<Inner>,
-) {
-    let client = js.client();
-    let subjects = [
-        format!("{ADVISORY_PREFIX}.DOMAIN.LEADER_ELECTED"),
-        format!("{ADVISORY_PREFIX}.STREAM.LEADER_ELECTED.>"),
-        format!("{ADVISORY_PREFIX}.CONSUMER.LEADER_ELECTED.>"),
-    ];
-    let subjects = if accepted == Advisories::None {
-        Vec::new()
-    } else {
-        subjects.to_vec()
-    };
-    let mut advisories = futures::stream::SelectAll::new();
-    for subject in subjects {
-        match client.subscribe(subject.clone()).await {
-            Ok(subscriber) => advisories.push(subscriber),
-            Err(e) => tracing::debug!(%subject, error = %e, "no leader advisories; probing only"),
-        }
-    }
-    let mut probes = FuturesUnordered::new();
-    let mut ticker = tokio::time::interval(PROBE_INTERVAL);
-    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut sent = 0u64;
-    // The newest probe whose outcome is known, and whether it was answered.
-    let mut newest: Option<(u64, bool)> = None;
-    loop {
-        tokio::select! {
-            Some(message) = advisories.next() => {
-                if !accepted.accepts(&message.payload) {
-                    continue; // another domain's
-                }
-                if let Some(election) = Election::from_subject(&message.subject) {
-                    tracing::debug!(?election, "leader elected (advisory)");
-                    announce(&inner, &elections, election);
-                }
-            }
-            _ = ticker.tick() => {
-                if should_stop(&inner) {
-                    return;
-                }
-                sent += 1;
-                probes.push(probe(js.clone(), sent, Instant::now()));
-            }
-            Some((seq, outcome, sent_at)) = probes.next(), if !probes.is_empty() => {
-                let answered = outcome.is_ok();
-                if answered {
-                    announce(&inner, &elections, Election::Answered(sent_at));
-                }
-                if newest.is_some_and(|(newest, _)| seq < newest) {
-                    continue; // a late outcome of an older probe says nothing new
-                }
-                if answered && newest.is_some_and(|(_, was)| !was) {
-                    tracing::debug!("meta leader answers again");
-                    announce(&inner, &elections, Election::Meta);
-                }
-                if let Err(why) = &outcome
-                    && newest.is_none_or(|(_, was)| was)
-                {
-                    tracing::debug!(%why, "meta leader does not answer");
-                }
-                newest = Some((seq, answered));
-            }
-        }
-    }
-}
-
 /// Records `election` (for retries that ask what came since their attempt started), then
 /// sends it to the waiting ones.
 fn announce(inner: &Weak<Inner>, elections: &broadcast::Sender<Election>, election: Election) {
@@ -463,83 +386,6 @@ fn announce(inner: &Weak<Inner>, elections: &broadcast::Sender<Election>, electi
         }
     }
     let _ = elections.send(election);
-}
-
-/// Whether the meta leader answers `INFO` within [`PROBE_TIMEOUT`] (if not, why).
-async fn probe(
-    js: jetstream::Context,
-    seq: u64,
-    sent_at: Instant,
-) -> (u64, Result<(), String>, Instant) {
-    let body = serde_json::json!({});
-    let request = js.request::<_, _, Response<serde_json::Value>>("INFO".to_owned(), &body);
-    let outcome = match tokio::time::timeout(PROBE_TIMEOUT, request).await {
-        Ok(Ok(Response::Ok(_))) => Ok(()),
-        Ok(Ok(Response::Err { error })) => Err(format!("error {}", error.error_code().0)),
-        Ok(Err(e)) => Err(e.to_string()),
-        Err(_) => Err(format!("no answer within {PROBE_TIMEOUT:?}")),
-    };
-    (seq, outcome, sent_at)
-}
-
-/// The [`Wake`] of one stream's provisioning retries.
-pub(crate) struct StreamWake<'a> {
-    watch: &'a LeaderWatch,
-    stream: &'a str,
-    /// Since when the attempts fail for want of a peer (10005), if the last one did.
-    peer_missing_since: Mutex<Option<Instant>>,
-}
-
-impl StreamWake<'_> {
-    /// Records why the last attempt failed (transiently): see [`PEER_POLL`].
-    pub(crate) fn failed(&self, cause: &crate::provision::error::ApiError) {
-        let mut since = self.peer_missing_since.lock().unwrap();
-        if cause.code() == Some(jetstream::ErrorCode::CLUSTER_NO_PEERS) {
-            since.get_or_insert_with(Instant::now);
-        } else {
-            *since = None;
-        }
-    }
-}
-
-impl Wake for StreamWake<'_> {
-    fn next_event(&self) -> Pin<Box<dyn Future<Output = ()> + Send + 'static>> {
-        Box::pin(self.watch.next_election(self.stream))
-    }
-
-    fn event_since(&self, since: Instant) -> Pin<Box<dyn Future<Output = ()> + Send + 'static>> {
-        Box::pin(self.watch.election_since(self.stream, Some(since)))
-    }
-
-    fn stalled(
-        &self,
-        started: Instant,
-        grace: Duration,
-    ) -> Pin<Box<dyn Future<Output = ()> + Send + 'static>> {
-        Box::pin(self.watch.stalled(self.stream, started, grace))
-    }
-
-    fn spread(&self) -> Duration {
-        WAKE_SPREAD
-    }
-
-    fn event_seen_since(&self, since: Instant) -> bool {
-        let state = self.watch.inner.state.lock().unwrap();
-        state
-            .last_concerning(self.stream)
-            .is_some_and(|at| at >= since)
-    }
-
-    fn in_flight_grace(&self) -> Duration {
-        IN_FLIGHT_GRACE
-    }
-
-    fn backoff_cap(&self) -> Option<Duration> {
-        let since = *self.peer_missing_since.lock().unwrap();
-        since
-            .is_some_and(|since| since.elapsed() < PEER_POLL_FOR)
-            .then_some(PEER_POLL)
-    }
 }
 
 #[cfg(test)]
