@@ -179,7 +179,11 @@ impl Provisioner {
     ) -> Self {
         let js = api.context(client, policy.request_timeout);
         Provisioner {
-            leader: leader::LeaderWatch::new(js.clone(), leader::Advisories::of(&api)),
+            leader: leader::LeaderWatch::new(
+                js.clone(),
+                leader::Advisories::of(&api),
+                leader::Fleet::new(&api.prefix()),
+            ),
             js,
             policy,
             attempts: Default::default(),
@@ -258,12 +262,16 @@ impl Provisioner {
     ) -> Result<T, ApiError> {
         // Read as any JSON first, so that an answer of another shape is reported with the
         // request and the answer, not as a failed request.
+        let sent = tokio::time::Instant::now();
         let answer = match self
             .js
             .request::<_, _, serde_json::Value>(subject.clone(), body)
             .await
         {
-            Ok(answer) => answer,
+            Ok(answer) => {
+                self.leader.answered_after(sent.elapsed());
+                answer
+            }
             Err(e) if is_parse_failure(&e) => {
                 return Err(ApiError::unexpected(
                     &format!("{}.{subject}", self.api.prefix()),
@@ -322,7 +330,7 @@ impl Provisioner {
         // Transient failures are a missing leader (or its symptom, a timeout): an election
         // ends the wait early, and the attempts are idempotent CREATEs and reads. A missing
         // peer is announced to nobody: the wake keeps those waits short for a while.
-        let wake = self.leader.wake_for(stream);
+        let wake = self.leader.wake_for(stream, consumer);
         let transient = |failure: &Failure| {
             if let Failure::Transient(cause) = failure {
                 wake.failed(cause);

@@ -15,27 +15,35 @@
 //! An application connection usually lives in an ordinary account, where no meta-leader
 //! advisory ever arrives. So while a retry waits, the watch also asks the meta leader
 //! itself: a `$JS.API.INFO` request (answered by the meta leader only; by a follower with
-//! 10008 once it knows there is none) every [`PROBE_INTERVAL`]. A probe answered after one
-//! that was not is the election, seen from this account. Both the advisories and the probe
-//! exist only while at least one retry waits: the first waiter starts one task that
-//! subscribes and probes; it stops [`LINGER`] after the last one leaves (so that the moment
-//! between a backoff sleep and the next attempt does not restart it and forget that the
-//! leader was gone). The watch remembers when it last saw each election (and the newest
-//! answered probe): a retry asks what came since its attempt started, so an election seen
-//! while the attempt was in flight, or while it was being answered with a failure, is not
-//! lost; an attempt still unanswered [`IN_FLIGHT_GRACE`] after it was sent, while the API
-//! answers probes sent after it, is taken as lost (a consumer create sent as its stream's
-//! leader was being elected is never answered, and no later advisory need come) and is made
-//! again at once: no election woke a crowd, so there is nothing to spread.
+//! 10008 once it knows there is none). A probe answered after one that was not is the
+//! election, seen from this account. It probes at once, then less and less often
+//! ([`PROBES`]), and a fleet of replicas waiting together shares what its probes find
+//! (`fleet`: one replica's answered probe wakes them all), so that each of N probes only
+//! about every N x [`FLEET_INTERVAL`]: what the fleet sends during an election stays about
+//! the same whatever its size, when the new leader has the most to do. Both the advisories
+//! and the probe exist only while at least one retry waits: the first waiter starts one
+//! task that subscribes and probes; it stops [`LINGER`] after the last one leaves (so that
+//! the moment between a backoff sleep and the next attempt does not restart it and forget
+//! that the leader was gone).
+//!
+//! The watch remembers when it last saw each election (and the newest answered probe): a
+//! retry asks what came since its attempt started. Any election that concerns a stream
+//! wakes its retries that sleep; a request in flight is given up only when it was sent
+//! before the meta leader took office or before its stream's leader was elected
+//! ([`Election`]), or when it is still unanswered [`IN_FLIGHT_GRACE`] after it was sent
+//! (longer while the API answers slowly: [`PATIENCE`]) although probes sent after it were
+//! answered. That one is made again at once: no election woke a crowd, so there is
+//! nothing to spread.
 //!
 //! **The herd.** One election wakes every waiting replica at once. Each retries after a
 //! random delay in `[0, WAKE_SPREAD]` (and never later than its own backoff would have):
 //! requests of N replicas arrive over 100 ms rather than in one instant. That is enough
 //! because what they send is CREATE first: concurrent identical CREATEs are answered
-//! idempotently (measured: 16 processes at one instant all succeed, DESIGN.md §4); the
-//! spread only keeps the meta leader's queue short in its first moments, and a longer one
-//! would add its whole length to the time to ready.
+//! idempotently (DESIGN.md §4); the spread only keeps the meta leader's queue short in its
+//! first moments, and a longer one would add its whole length to the time to ready.
 
+mod advisories;
+mod fleet;
 mod probe;
 mod wake;
 
@@ -48,62 +56,40 @@ use async_nats::jetstream;
 use tokio::sync::broadcast;
 use tokio::time::Instant;
 
+pub(crate) use advisories::{ADVISORY_PREFIX, Advisories};
+pub(crate) use fleet::Fleet;
+pub(crate) use probe::ProbeSchedule;
 pub(crate) use wake::StreamWake;
 
-/// Where the server publishes JetStream advisories, in every domain
-/// (`$JS.<domain>.EVENT.ADVISORY` is not a thing: advisories keep this prefix and carry the
-/// domain in their payload; an account import may map them elsewhere).
-pub(crate) const ADVISORY_PREFIX: &str = "$JS.EVENT.ADVISORY";
-
-/// Which leader advisories the watch listens to.
-///
-/// A JetStream domain's servers publish their advisories in their own account, on their own
-/// servers. Across a leaf node connection they reach this connection only when the account's
-/// interest crosses it (it does when both ends bind the same account, as the test kit's leaf
-/// topology does; an edge whose leaf connection binds another account keeps them), and then
-/// mixed with the local domain's own advisories under the same subjects. So in a domain the
-/// watch keeps only advisories whose payload names that domain, and relies on the `INFO`
-/// probe, which goes through the domain's prefix, for the rest. Behind an arbitrary API prefix
-/// (an account import) nothing says which JetStream an advisory came from: the watch probes
-/// only.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Advisories {
-    /// The connection's own JetStream: every advisory is ours.
-    All,
-    /// Only those whose payload's `domain` is this one.
-    Domain(String),
-    /// None: probe only.
-    None,
-}
-
-impl Advisories {
-    /// What a runtime talking to `api` listens to.
-    pub(crate) fn of(api: &crate::jsapi::JetStreamApi) -> Self {
-        use crate::jsapi::JetStreamApi;
-        match api {
-            JetStreamApi::Local => Advisories::All,
-            JetStreamApi::Domain(domain) => Advisories::Domain(domain.clone()),
-            JetStreamApi::Prefix(_) => Advisories::None,
-        }
-    }
-
-    /// Whether an advisory with this payload concerns the watched JetStream.
-    pub(crate) fn accepts(&self, payload: &[u8]) -> bool {
-        match self {
-            Advisories::All => true,
-            Advisories::None => false,
-            Advisories::Domain(domain) => serde_json::from_slice::<serde_json::Value>(payload)
-                .ok()
-                .and_then(|v| v.get("domain")?.as_str().map(|d| d == domain))
-                .unwrap_or(false),
-        }
-    }
-}
-
-/// How often the watch asks whether a meta leader answers, while a retry waits.
-pub(crate) const PROBE_INTERVAL: Duration = Duration::from_millis(50);
-/// How long one probe waits for its answer (probes overlap: one goes out every interval).
+/// When a replica that has heard no other asks whether a meta leader answers, while a
+/// retry waits: at once, then fast at first and slower the longer it runs (the fleet's
+/// replicas all wait at once, and a fixed interval makes their probes grow with the fleet:
+/// docs/PERFORMANCE.md, "The herd at scale").
+pub(crate) const PROBES: ProbeSchedule = ProbeSchedule {
+    first: Duration::from_millis(50),
+    max: Duration::from_secs(1),
+};
+/// How often a fleet that shares what its probes find (`fleet`) probes as a whole: each of
+/// its N replicas probes every N times this, up to [`FLEET_MAX`]. One probe answered then
+/// wakes the fleet about this long after the new leader takes office, however large it is.
+pub(crate) const FLEET_INTERVAL: Duration = Duration::from_millis(50);
+/// The longest interval between one replica's probes in a fleet: it bounds the wait of a
+/// replica that misses the note of the probe that was answered.
+pub(crate) const FLEET_MAX: Duration = Duration::from_secs(5);
+/// How many other replicas a watch counts, at most: with as many, it probes at
+/// [`FLEET_MAX`] anyway; a replica that has heard as many sends no note of its own.
+const FLEET_COUNTED: usize = (FLEET_MAX.as_millis() / FLEET_INTERVAL.as_millis()) as usize;
+/// The spread of a fleet's `waiting` notes: replicas whose probes stop being answered at
+/// the same instant tell the others over this, so that those that already heard enough can
+/// keep quiet.
+const NOTE_SPREAD: Duration = Duration::from_millis(100);
+/// How long one probe waits for its answer, at least (see [`PATIENCE`]).
 const PROBE_TIMEOUT: Duration = Duration::from_millis(1000);
+/// How many times the latest round trip an answer may take before it is taken as never
+/// coming: a probe's, and a provisioning request's past its in-flight grace. A
+/// loaded meta leader answers slowly but answers (an identical CREATE is answered only once
+/// its proposal commits); taking its queue for a lost leader re-sends every request in it.
+const PATIENCE: u32 = 4;
 /// The spread of the retries one election wakes (see the module documentation).
 pub(crate) const WAKE_SPREAD: Duration = Duration::from_millis(100);
 /// How long a first request may go unanswered before it also waits for an election: a
@@ -127,35 +113,52 @@ pub(crate) const PEER_POLL_FOR: Duration = Duration::from_secs(3);
 /// What the watch saw.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Election {
-    /// A meta leader (advisory, or a probe answered after one that was not).
-    Meta,
-    /// A leader of this stream, or of one of its consumers.
+    /// A meta leader (advisory, or a probe answered after one that was not, this watch's or
+    /// another replica's). Requests sent before `lost_before` may have found none: the
+    /// moment the answered probe was sent (a leader answers only once in office, so it took
+    /// office about then), or the moment the advisory or the other replica's note arrived.
+    Meta { lost_before: Instant },
+    /// A leader of this stream: a request on one of its consumers in flight may be lost (a
+    /// consumer create sent while the stream's leader is elected is never answered); the
+    /// stream's own creates are answered by that leader.
     Stream(String),
-    /// Not an election: the meta leader answered a probe (sent at the instant given). An
+    /// A leader of one of this stream's consumers: worth waking a stream's retries that
+    /// sleep; a request on that consumer in flight may be lost (of the identical creates
+    /// that reached it before, the new leader answers one), one on another is not.
+    Consumer { stream: String, consumer: String },
+    /// Not an election: the meta leader answered a probe sent at `sent`, after `rtt`. An
     /// attempt in flight past its grace while the API answers is taken as lost.
-    Answered(Instant),
+    Answered { sent: Instant, rtt: Duration },
 }
 
 impl Election {
-    /// The election an advisory subject announces, if it is one.
-    pub(crate) fn from_subject(subject: &str) -> Option<Election> {
+    /// The election an advisory subject announces, if it is one (arrived `now`).
+    pub(crate) fn from_subject(subject: &str, now: Instant) -> Option<Election> {
         let rest = subject.strip_prefix(ADVISORY_PREFIX)?.strip_prefix('.')?;
         if rest == "DOMAIN.LEADER_ELECTED" {
-            return Some(Election::Meta);
+            return Some(Election::Meta { lost_before: now });
         }
-        let rest = rest
-            .strip_prefix("STREAM.LEADER_ELECTED.")
-            .or_else(|| rest.strip_prefix("CONSUMER.LEADER_ELECTED."))?;
-        let stream = rest.split('.').next().filter(|s| !s.is_empty())?;
-        Some(Election::Stream(stream.to_owned()))
+        if let Some(stream) = rest.strip_prefix("STREAM.LEADER_ELECTED.") {
+            let stream = stream.split('.').next().filter(|s| !s.is_empty())?;
+            return Some(Election::Stream(stream.to_owned()));
+        }
+        let (stream, consumer) = rest
+            .strip_prefix("CONSUMER.LEADER_ELECTED.")?
+            .split_once('.')?;
+        (!stream.is_empty() && !consumer.is_empty()).then(|| Election::Consumer {
+            stream: stream.to_owned(),
+            consumer: consumer.to_owned(),
+        })
     }
 
     /// Whether a retry on `stream` (`""`: none in particular) is worth waking.
     fn concerns(&self, stream: &str) -> bool {
         match self {
-            Election::Meta => true,
-            Election::Stream(name) => stream.is_empty() || name == stream,
-            Election::Answered(_) => false,
+            Election::Meta { .. } => true,
+            Election::Stream(name) | Election::Consumer { stream: name, .. } => {
+                stream.is_empty() || name == stream
+            }
+            Election::Answered { .. } => false,
         }
     }
 }
@@ -169,6 +172,7 @@ pub(crate) struct LeaderWatch {
 struct Inner {
     js: jetstream::Context,
     advisories: Advisories,
+    fleet: Fleet,
     elections: broadcast::Sender<Election>,
     state: Mutex<State>,
 }
@@ -182,33 +186,66 @@ struct State {
     idle_since: Option<Instant>,
     /// Times the watch started (for tests and reports).
     starts: u64,
-    /// When the watch last saw a meta leader elected, and each stream's (or one of its
-    /// consumers') leader: a retry asks whether one came since its attempt started.
+    /// When the watch last saw a meta leader elected, each stream's leader and a leader of
+    /// one of its consumers: a retry asks whether one came since its attempt started.
     last_meta: Option<Instant>,
     last_stream: HashMap<String, Instant>,
-    /// When the newest probe that was answered was sent.
+    last_consumer: HashMap<(String, String), Instant>,
+    /// Requests sent before this found no meta leader (the newest election's `lost_before`).
+    meta_lost_before: Option<Instant>,
+    /// When the newest probe that was answered was sent, and how long its answer took.
     last_answered: Option<Instant>,
+    last_rtt: Duration,
+    /// How long the latest answered provisioning request took.
+    last_request_rtt: Duration,
 }
 
 impl State {
-    /// When the watch last saw an election that concerns `stream`.
+    /// When the watch last saw an election that concerns `stream` (worth waking for).
     fn last_concerning(&self, stream: &str) -> Option<Instant> {
-        let streams = if stream.is_empty() {
-            self.last_stream.values().max().copied()
-        } else {
-            self.last_stream.get(stream).copied()
+        let ours = |name: &str| stream.is_empty() || name == stream;
+        let streams = self.last_stream.iter().filter(|(name, _)| ours(name));
+        let consumers = self
+            .last_consumer
+            .iter()
+            .filter(|((name, _), _)| ours(name));
+        let newest = streams
+            .map(|(_, at)| *at)
+            .chain(consumers.map(|(_, at)| *at))
+            .max();
+        self.last_meta.max(newest)
+    }
+
+    /// The newest instant before which a request on `stream` (and `consumer`) may have been
+    /// lost to an election: the meta leader's `lost_before`; for a request on a consumer,
+    /// also the stream leader's election and that consumer's leader's (a stream's own
+    /// requests are answered by the leader elected: see [`Election`]).
+    fn lost_before(&self, stream: &str, consumer: Option<&str>) -> Option<Instant> {
+        let Some(consumer) = consumer else {
+            return self.meta_lost_before;
         };
-        self.last_meta.max(streams)
+        let key = (stream.to_owned(), consumer.to_owned());
+        self.meta_lost_before
+            .max(self.last_stream.get(stream).copied())
+            .max(self.last_consumer.get(&key).copied())
+    }
+
+    /// How long an answer may take now: [`PATIENCE`] times the latest round trip of a probe
+    /// or of a provisioning request, whichever is longer (a create waits for a proposal to
+    /// commit and for a new group's leader, which a probe does not show).
+    fn patience(&self) -> Duration {
+        self.last_rtt.max(self.last_request_rtt) * PATIENCE
     }
 }
 
 impl LeaderWatch {
-    pub(crate) fn new(js: jetstream::Context, advisories: Advisories) -> Self {
+    pub(crate) fn new(js: jetstream::Context, advisories: Advisories, fleet: Fleet) -> Self {
         let (elections, _) = broadcast::channel(64);
         LeaderWatch {
             inner: Arc::new(Inner {
                 js,
                 advisories,
+                fleet,
                 elections,
                 state: Mutex::default(),
             }),
@@ -263,15 +300,19 @@ impl LeaderWatch {
         }
     }
 
-    /// Resolves when an attempt on `stream` started at `started` looks lost: an election
-    /// that concerns it came since `started`, or, once it has been in flight for `grace`, a
-    /// probe sent after it was answered (the API answers; this request did not). The watch
+    /// Resolves when an attempt on `stream` (or its `consumer`) started at `started` looks
+    /// lost: it was sent
+    /// before an election that can lose it ([`State::lost_before`]), or, once it has been in
+    /// flight for `grace` (or
+    /// longer, while the API answers slowly: [`PATIENCE`]), a probe sent after it was
+    /// answered (the API answers; this request did not). The watch
     /// starts only at the end of the grace unless it already runs (a healthy request is
     /// answered within it, and costs no subscription); running, it reports an election
     /// during the grace at once.
     pub(crate) fn stalled(
         &self,
         stream: &str,
+        consumer: Option<&str>,
         started: Instant,
         grace: Duration,
     ) -> impl Future<Output = ()> + Send + 'static + use<> {
@@ -280,8 +321,9 @@ impl LeaderWatch {
         let running = inner.state.lock().unwrap().running;
         let mut guard = running.then(|| Waiter::enter(inner.clone()));
         let stream = stream.to_owned();
-        let grace_end = started + grace;
+        let consumer = consumer.map(str::to_owned);
         async move {
+            let mut grace_end = started + grace;
             if guard.is_none() {
                 tokio::time::sleep_until(grace_end).await;
                 guard = Some(Waiter::enter(inner.clone()));
@@ -290,12 +332,11 @@ impl LeaderWatch {
             loop {
                 {
                     let state = inner.state.lock().unwrap();
-                    if state
-                        .last_concerning(&stream)
-                        .is_some_and(|at| at >= started)
-                    {
+                    let lost_before = state.lost_before(&stream, consumer.as_deref());
+                    if lost_before.is_some_and(|at| at > started) {
                         return;
                     }
+                    grace_end = started + grace.max(state.patience());
                     if Instant::now() >= grace_end
                         && state.last_answered.is_some_and(|sent| sent >= started)
                     {
@@ -314,9 +355,18 @@ impl LeaderWatch {
         }
     }
 
-    /// A [`Wake`] for the retries of one stream (or its consumers).
-    pub(crate) fn wake_for<'a>(&'a self, stream: &'a str) -> StreamWake<'a> {
-        StreamWake::new(self, stream)
+    /// Records that a provisioning request was answered after `rtt` (see [`State::patience`]).
+    pub(crate) fn answered_after(&self, rtt: Duration) {
+        self.inner.state.lock().unwrap().last_request_rtt = rtt;
+    }
+
+    /// A [`Wake`](crate::retry::Wake) for the retries of one stream (or its consumers).
+    pub(crate) fn wake_for<'a>(
+        &'a self,
+        stream: &'a str,
+        consumer: Option<&'a str>,
+    ) -> StreamWake<'a> {
+        StreamWake::new(self, stream, consumer)
     }
 }
 
@@ -336,6 +386,7 @@ impl Waiter {
                 tokio::spawn(probe::watch(
                     inner.js.clone(),
                     inner.advisories.clone(),
+                    inner.fleet.clone(),
                     inner.elections.clone(),
                     Arc::downgrade(&inner),
                 ));
@@ -369,6 +420,14 @@ fn should_stop(inner: &Weak<Inner>) -> bool {
     idle
 }
 
+/// How long an answer may take now (see [`State::patience`]); zero once the provisioner is
+/// gone.
+fn patience(inner: &Weak<Inner>) -> Duration {
+    inner.upgrade().map_or(Duration::ZERO, |inner| {
+        inner.state.lock().unwrap().patience()
+    })
+}
+
 /// Records `election` (for retries that ask what came since their attempt started), then
 /// sends it to the waiting ones.
 fn announce(inner: &Weak<Inner>, elections: &broadcast::Sender<Election>, election: Election) {
@@ -376,12 +435,22 @@ fn announce(inner: &Weak<Inner>, elections: &broadcast::Sender<Election>, electi
         let mut state = inner.state.lock().unwrap();
         let now = Instant::now();
         match &election {
-            Election::Meta => state.last_meta = Some(now),
+            Election::Meta { lost_before } => {
+                state.last_meta = Some(now);
+                state.meta_lost_before = state.meta_lost_before.max(Some(*lost_before));
+            }
             Election::Stream(name) => {
                 state.last_stream.insert(name.clone(), now);
             }
-            Election::Answered(sent) => {
-                state.last_answered = state.last_answered.max(Some(*sent));
+            Election::Consumer { stream, consumer } => {
+                let key = (stream.clone(), consumer.clone());
+                state.last_consumer.insert(key, now);
+            }
+            Election::Answered { sent, rtt } => {
+                if state.last_answered.is_none_or(|last| *sent >= last) {
+                    state.last_answered = Some(*sent);
+                    state.last_rtt = *rtt;
+                }
             }
         }
     }

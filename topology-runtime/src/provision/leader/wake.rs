@@ -1,4 +1,4 @@
-//! The [`Wake`] the provisioning retries of one stream are given.
+//! The [`Wake`] the provisioning retries of one stream (or one of its consumers) are given.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -15,15 +15,18 @@ use crate::retry::Wake;
 pub(crate) struct StreamWake<'a> {
     watch: &'a LeaderWatch,
     stream: &'a str,
+    /// The consumer the retries are for, if any.
+    consumer: Option<&'a str>,
     /// Since when the attempts fail for want of a peer (10005), if the last one did.
     peer_missing_since: Mutex<Option<Instant>>,
 }
 
 impl<'a> StreamWake<'a> {
-    pub(super) fn new(watch: &'a LeaderWatch, stream: &'a str) -> Self {
+    pub(super) fn new(watch: &'a LeaderWatch, stream: &'a str, consumer: Option<&'a str>) -> Self {
         StreamWake {
             watch,
             stream,
+            consumer,
             peer_missing_since: Mutex::new(None),
         }
     }
@@ -53,7 +56,10 @@ impl Wake for StreamWake<'_> {
         started: Instant,
         grace: Duration,
     ) -> Pin<Box<dyn Future<Output = ()> + Send + 'static>> {
-        Box::pin(self.watch.stalled(self.stream, started, grace))
+        Box::pin(
+            self.watch
+                .stalled(self.stream, self.consumer, started, grace),
+        )
     }
 
     fn spread(&self) -> Duration {
@@ -63,8 +69,8 @@ impl Wake for StreamWake<'_> {
     fn event_seen_since(&self, since: Instant) -> bool {
         let state = self.watch.inner.state.lock().unwrap();
         state
-            .last_concerning(self.stream)
-            .is_some_and(|at| at >= since)
+            .lost_before(self.stream, self.consumer)
+            .is_some_and(|at| at > since)
     }
 
     fn in_flight_grace(&self) -> Duration {
