@@ -46,7 +46,8 @@
 //!   `/raftz`; the stream's and its consumers' leaders, every 10 ms), the kill, restart and
 //!   election, and each process's debug log (its attempts, what woke them), all in ms after
 //!   the start instant, in `DIR/cell<id>.timeline`; the processes' own logs in
-//!   `DIR/cell<id>.child<i>.log` and the nodes' in `DIR/cell<id>.node<i>.log`.
+//!   `DIR/cell<id>.child<i>.log` and the nodes' in `DIR/cell<id>.node<i>.log`. A cell of
+//!   another mode gets the processes' logs and a timeline of them alone.
 //! - **variant** `create-first`: our runtime, `Runtime::provision` (STREAM.CREATE first, then
 //!   both consumers concurrently). `update-first`: what async-nats `create_or_update_stream`
 //!   does (STREAM.UPDATE, then STREAM.CREATE on 404), then both consumers with
@@ -199,7 +200,7 @@ struct Args {
     /// Restart the killed node this long after the new leader is seen (instead of
     /// `restart_after` after the start).
     restart_after_election: Option<Duration>,
-    /// Where leader-kill cells write their timelines and the processes' logs.
+    /// Where cells write their timelines and the processes' logs.
     trace: Option<std::path::PathBuf>,
 }
 
@@ -338,12 +339,12 @@ async fn parent_main(args: Args) -> Result<(), BoxError> {
                         let shape_name = format!("BENCH_PROV_{id}");
                         let prefix = format!("bench.prov.{id}");
                         let shape = Shape::new(&shape_name, &prefix, args.storage);
-                        let trace = match (&args.trace, mode) {
-                            (Some(dir), Mode::LeaderKill) => {
+                        let trace = match &args.trace {
+                            Some(dir) => {
                                 std::fs::create_dir_all(dir)?;
                                 Some(dir.join(format!("cell{id}")))
                             }
-                            _ => None,
+                            None => None,
                         };
                         let cell = Cell {
                             trace: trace.clone(),
@@ -369,7 +370,7 @@ async fn parent_main(args: Args) -> Result<(), BoxError> {
                             .await?;
                             (outcomes, Some(kill))
                         } else {
-                            (cell.run(None).await?, None)
+                            (trace::run_cell(&cell, trace.as_deref()).await?, None)
                         };
                         let run = Run {
                             mode,

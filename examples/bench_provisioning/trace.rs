@@ -5,8 +5,27 @@ use std::time::Duration;
 use nats_topology_testkit::ClusterMonitor;
 use serde_json::Value;
 
+use crate::cell::Cell;
 use crate::leader_kill::{meta_raft, start_instant};
+use crate::report::Outcome;
 use crate::{BoxError, epoch_ms};
+
+/// A cell of a mode other than leader-kill; with `trace`, writes its processes' logs in one
+/// timeline.
+pub(crate) async fn run_cell(
+    cell: &Cell<'_>,
+    trace: Option<&std::path::Path>,
+) -> Result<Vec<Outcome>, BoxError> {
+    let Some(base) = trace else {
+        return cell.run(None).await;
+    };
+    let (start_tx, start_rx) = tokio::sync::watch::channel(None);
+    let outcomes = cell.run(Some(start_tx)).await?;
+    if let Some(start) = *start_rx.borrow() {
+        write_timeline(base, start, &[], &[], cell.n)?;
+    }
+    Ok(outcomes)
+}
 
 /// One node's view, as its `/jsz` reports it: the meta leader, and the leaders of the
 /// stream and of its consumers (`-` where it names none; `down` when it does not answer).
