@@ -8,7 +8,7 @@ use serde_json::Value;
 use tokio::time::Instant;
 
 use crate::cell::Cell;
-use crate::load::{ApiLoad, Requests, queue_drops};
+use crate::load::{ApiLoad, ProbeCounter, Requests, queue_drops};
 use crate::report::Outcome;
 use crate::trace::{watch_views, write_timeline};
 use crate::{Args, BoxError, epoch_ms};
@@ -51,6 +51,7 @@ pub(crate) async fn run_cell(
     let (done_tx, done_rx) = tokio::sync::watch::channel(false);
     let monitor = cluster.monitor();
     let survivors: Vec<usize> = (0..cluster.len()).filter(|&i| i != leader).collect();
+    let probes = ProbeCounter::start(&cluster.url(survivors[0])).await?;
     let restart = match args.restart_after_election {
         Some(after) => Restart::AfterElection(after),
         None => Restart::AfterStart(args.restart_after),
@@ -60,7 +61,10 @@ pub(crate) async fn run_cell(
             let outcomes = cell.run(Some(start_tx)).await;
             let _ = done_tx.send(true);
             // Every process has reported (and exited): the end of the second window.
-            (outcomes, Requests::sample(&monitor, &survivors, true).await)
+            (
+                outcomes,
+                Requests::sample(&monitor, &survivors, true, &probes).await,
+            )
         },
         kill_leader(
             cluster,
@@ -68,6 +72,7 @@ pub(crate) async fn run_cell(
             start_rx.clone(),
             restart,
             reports_leader_since,
+            &probes,
         ),
         async {
             match trace {
@@ -157,6 +162,7 @@ pub(crate) async fn kill_leader(
     start: tokio::sync::watch::Receiver<Option<f64>>,
     restart: Restart,
     with_leader_since: bool,
+    probes: &ProbeCounter,
 ) -> Result<(Option<Election>, Vec<(f64, String)>, OutageSamples), BoxError> {
     let Some(start) = start_instant(start).await else {
         return Ok((None, Vec::new(), None));
@@ -169,11 +175,11 @@ pub(crate) async fn kill_leader(
     let mut events = vec![(epoch_ms() - start, format!("parent: killed node{leader}"))];
     let monitor = cluster.monitor();
     let survivors: Vec<usize> = (0..cluster.len()).filter(|&i| i != leader).collect();
-    let at_kill = Requests::sample(&monitor, &survivors, false).await;
+    let at_kill = Requests::sample(&monitor, &survivors, false, probes).await;
     let (elected_tx, elected_rx) = tokio::sync::oneshot::channel::<f64>();
     let watch = async {
         let election = watch_election(&monitor, leader, start, with_leader_since).await;
-        let at_election = Requests::sample(&monitor, &survivors, false).await;
+        let at_election = Requests::sample(&monitor, &survivors, false, probes).await;
         if let Some(election) = &election {
             let _ = elected_tx.send(election.at);
         }

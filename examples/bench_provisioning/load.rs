@@ -2,42 +2,87 @@
 //! `/connz`) and what it drops (from the nodes' logs).
 
 use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
+use futures::StreamExt;
 use nats_topology_testkit::ClusterMonitor;
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
-/// API requests received from clients over a window, and its length.
+use crate::BoxError;
+
+/// The leader watch's probes the cluster receives: a subscriber of `$JS.API.INFO` (which the
+/// processes send nothing else to) on a node that stays up counts them.
+pub(crate) struct ProbeCounter {
+    count: Arc<AtomicU64>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl ProbeCounter {
+    /// Subscribes through the node at `url`.
+    pub(crate) async fn start(url: &str) -> Result<ProbeCounter, BoxError> {
+        let client = async_nats::connect(url).await?;
+        let mut probes = client.subscribe("$JS.API.INFO").await?;
+        client.flush().await?;
+        let count = Arc::new(AtomicU64::new(0));
+        let counted = count.clone();
+        let task = tokio::spawn(async move {
+            let _client = client;
+            while probes.next().await.is_some() {
+                counted.fetch_add(1, Ordering::Relaxed);
+            }
+        });
+        Ok(ProbeCounter { count, task })
+    }
+
+    fn count(&self) -> u64 {
+        self.count.load(Ordering::Relaxed)
+    }
+}
+
+impl Drop for ProbeCounter {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// API requests received from clients over a window (of which `INFO` probes), and its
+/// length.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct ApiLoad {
     pub(crate) requests: u64,
+    pub(crate) probes: u64,
     pub(crate) seconds: f64,
 }
 
 impl ApiLoad {
-    pub(crate) fn per_second(&self) -> f64 {
+    fn rate(&self, n: u64) -> f64 {
         if self.seconds > 0.0 {
-            self.requests as f64 / self.seconds
+            n as f64 / self.seconds
         } else {
             0.0
         }
     }
 
-    /// `12345 in 4.21 s (2932/s)`.
+    /// `12345 in 4.21 s (2932/s; probes 2800/s)`.
     pub(crate) fn text(&self) -> String {
         format!(
-            "{} in {:.2} s ({:.0}/s)",
+            "{} in {:.2} s ({:.0}/s; probes {:.0}/s)",
             self.requests,
             self.seconds,
-            self.per_second()
+            self.rate(self.requests),
+            self.rate(self.probes)
         )
     }
 
     pub(crate) fn json(&self) -> Value {
         json!({
             "requests": self.requests,
+            "probes": self.probes,
             "seconds": (self.seconds * 1000.0).round() / 1000.0,
-            "per_s": self.per_second().round(),
+            "per_s": self.rate(self.requests).round(),
+            "probes_per_s": self.rate(self.probes).round(),
         })
     }
 }
@@ -51,6 +96,8 @@ impl ApiLoad {
 /// window).
 pub(crate) struct Requests {
     at: Instant,
+    /// The probes counted by then.
+    probes: u64,
     /// Per node sampled: connection id -> messages received from it.
     nodes: Vec<HashMap<u64, u64>>,
 }
@@ -62,11 +109,13 @@ impl Requests {
         monitor: &ClusterMonitor,
         nodes: &[usize],
         closed: bool,
+        probes: &ProbeCounter,
     ) -> Requests {
         let state = if closed { "&state=all" } else { "" };
         let path = format!("/connz?limit=100000{state}");
         let views = futures::future::join_all(nodes.iter().map(|&i| monitor.node_json(i, &path)));
         let at = Instant::now();
+        let probes = probes.count();
         let nodes = views
             .await
             .into_iter()
@@ -80,7 +129,7 @@ impl Requests {
                     .collect()
             })
             .collect();
-        Requests { at, nodes }
+        Requests { at, probes, nodes }
     }
 
     /// What clients sent between `earlier` and this sample. A connection opened in between
@@ -100,6 +149,7 @@ impl Requests {
         }
         ApiLoad {
             requests,
+            probes: self.probes - earlier.probes,
             seconds: self.at.duration_since(earlier.at).as_secs_f64(),
         }
     }

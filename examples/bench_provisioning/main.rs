@@ -37,8 +37,10 @@
 //!   from clients, from the survivors' `/connz` (`in_msgs` per client connection: the
 //!   processes publish nothing else), over the outage (from just after the kill until the
 //!   new leader is seen: `outage_requests`, with the rate) and from then until the last
-//!   process is ready (`after_leader_requests`), and the requests the nodes dropped from a
-//!   full JetStream API queue (`api_queue_dropped`, from their logs).
+//!   process is ready (`after_leader_requests`); of those, the leader watch's probes
+//!   (`probes`: `$JS.API.INFO` requests, as a subscriber of that subject on a surviving node
+//!   counts them); and the requests the nodes dropped from a full JetStream API queue
+//!   (`api_queue_dropped`, from their logs).
 //!   `--restart-after-election-ms MS` restarts the killed node MS after the new leader is
 //!   seen instead (the old leader coming back just after the election).
 //!   `--trace DIR` writes, per leader-kill cell, what happened in time order: every change

@@ -287,7 +287,7 @@ pub(crate) fn print_leader_kill(n: usize, runs: &[Run]) {
     println!("\nLeader-kill at N = {n}, per repetition:\n");
     println!(
         "| rep | variant | retry | killed | in office at ms | ready after it: median / max ms \
-         | timed out | outage: API req/s | after the leader: API req/s | API queue drops |"
+         | timed out | outage: API requests | after the leader: API requests | API queue drops |"
     );
     println!("|---|---|---|---|---:|---:|---:|---:|---:|---:|");
     for (run, kill) in kills {
