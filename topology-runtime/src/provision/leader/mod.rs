@@ -122,9 +122,10 @@ pub(crate) enum Election {
     /// consumer create sent while the stream's leader is elected is never answered); the
     /// stream's own creates are answered by that leader.
     Stream(String),
-    /// A leader of one of this stream's consumers: worth waking a stream's retries that
-    /// sleep; a request on that consumer in flight may be lost (of the identical creates
-    /// that reached it before, the new leader answers one), one on another is not.
+    /// A leader of one of this stream's consumers: worth waking the stream's retries that
+    /// sleep; it loses no request in flight (the creates that made it are answered as it
+    /// takes office, slowly under a herd's load; the one that is not goes unanswered past
+    /// its grace).
     Consumer { stream: String, consumer: String },
     /// Not an election: the meta leader answered a probe sent at `sent`, after `rtt`. An
     /// attempt in flight past its grace while the API answers is taken as lost.
@@ -216,18 +217,14 @@ impl State {
         self.last_meta.max(newest)
     }
 
-    /// The newest instant before which a request on `stream` (and `consumer`) may have been
-    /// lost to an election: the meta leader's `lost_before`; for a request on a consumer,
-    /// also the stream leader's election and that consumer's leader's (a stream's own
-    /// requests are answered by the leader elected: see [`Election`]).
-    fn lost_before(&self, stream: &str, consumer: Option<&str>) -> Option<Instant> {
-        let Some(consumer) = consumer else {
-            return self.meta_lost_before;
-        };
-        let key = (stream.to_owned(), consumer.to_owned());
-        self.meta_lost_before
-            .max(self.last_stream.get(stream).copied())
-            .max(self.last_consumer.get(&key).copied())
+    /// The newest instant before which a request on `stream` (for one of its consumers
+    /// when `consumer`) may have been lost to an election: the meta leader's `lost_before`,
+    /// and for a consumer's request the stream leader's election (see [`Election`]).
+    fn lost_before(&self, stream: &str, consumer: bool) -> Option<Instant> {
+        let stream_leader = consumer
+            .then(|| self.last_stream.get(stream).copied())
+            .flatten();
+        self.meta_lost_before.max(stream_leader)
     }
 
     /// How long an answer may take now: [`PATIENCE`] times the latest round trip of a probe
@@ -300,8 +297,8 @@ impl LeaderWatch {
         }
     }
 
-    /// Resolves when an attempt on `stream` (or its `consumer`) started at `started` looks
-    /// lost: it was sent
+    /// Resolves when an attempt on `stream` (for one of its consumers when `consumer`)
+    /// started at `started` looks lost: it was sent
     /// before an election that can lose it ([`State::lost_before`]), or, once it has been in
     /// flight for `grace` (or
     /// longer, while the API answers slowly: [`PATIENCE`]), a probe sent after it was
@@ -312,7 +309,7 @@ impl LeaderWatch {
     pub(crate) fn stalled(
         &self,
         stream: &str,
-        consumer: Option<&str>,
+        consumer: bool,
         started: Instant,
         grace: Duration,
     ) -> impl Future<Output = ()> + Send + 'static + use<> {
@@ -321,7 +318,6 @@ impl LeaderWatch {
         let running = inner.state.lock().unwrap().running;
         let mut guard = running.then(|| Waiter::enter(inner.clone()));
         let stream = stream.to_owned();
-        let consumer = consumer.map(str::to_owned);
         async move {
             let mut grace_end = started + grace;
             if guard.is_none() {
@@ -332,7 +328,7 @@ impl LeaderWatch {
             loop {
                 {
                     let state = inner.state.lock().unwrap();
-                    let lost_before = state.lost_before(&stream, consumer.as_deref());
+                    let lost_before = state.lost_before(&stream, consumer);
                     if lost_before.is_some_and(|at| at > started) {
                         return;
                     }
@@ -364,9 +360,9 @@ impl LeaderWatch {
     pub(crate) fn wake_for<'a>(
         &'a self,
         stream: &'a str,
-        consumer: Option<&'a str>,
+        consumer: Option<&str>,
     ) -> StreamWake<'a> {
-        StreamWake::new(self, stream, consumer)
+        StreamWake::new(self, stream, consumer.is_some())
     }
 }
 

@@ -15,14 +15,14 @@ use crate::retry::Wake;
 pub(crate) struct StreamWake<'a> {
     watch: &'a LeaderWatch,
     stream: &'a str,
-    /// The consumer the retries are for, if any.
-    consumer: Option<&'a str>,
+    /// Whether the retries are for one of the stream's consumers.
+    consumer: bool,
     /// Since when the attempts fail for want of a peer (10005), if the last one did.
     peer_missing_since: Mutex<Option<Instant>>,
 }
 
 impl<'a> StreamWake<'a> {
-    pub(super) fn new(watch: &'a LeaderWatch, stream: &'a str, consumer: Option<&'a str>) -> Self {
+    pub(super) fn new(watch: &'a LeaderWatch, stream: &'a str, consumer: bool) -> Self {
         StreamWake {
             watch,
             stream,
