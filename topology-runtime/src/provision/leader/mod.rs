@@ -176,6 +176,9 @@ struct Inner {
     fleet: Fleet,
     elections: broadcast::Sender<Election>,
     state: Mutex<State>,
+    /// Asks the watch for a probe now: an attempt past its grace has no probe sent after it
+    /// to tell it from the API (a fleet's replica probes seconds apart).
+    probe_now: Arc<tokio::sync::Notify>,
 }
 
 #[derive(Default)]
@@ -194,6 +197,8 @@ struct State {
     last_consumer: HashMap<(String, String), Instant>,
     /// Requests sent before this found no meta leader (the newest election's `lost_before`).
     meta_lost_before: Option<Instant>,
+    /// When the watch last sent a probe.
+    last_probe_sent: Option<Instant>,
     /// When the newest probe that was answered was sent, and how long its answer took.
     last_answered: Option<Instant>,
     last_rtt: Duration,
@@ -245,6 +250,7 @@ impl LeaderWatch {
                 fleet,
                 elections,
                 state: Mutex::default(),
+                probe_now: Arc::default(),
             }),
         }
     }
@@ -333,10 +339,13 @@ impl LeaderWatch {
                         return;
                     }
                     grace_end = started + grace.max(state.patience());
-                    if Instant::now() >= grace_end
-                        && state.last_answered.is_some_and(|sent| sent >= started)
-                    {
-                        return;
+                    if Instant::now() >= grace_end {
+                        if state.last_answered.is_some_and(|sent| sent >= started) {
+                            return;
+                        }
+                        if state.last_probe_sent.is_none_or(|sent| sent < started) {
+                            inner.probe_now.notify_one();
+                        }
                     }
                 }
                 tokio::select! {
@@ -384,6 +393,7 @@ impl Waiter {
                     inner.advisories.clone(),
                     inner.fleet.clone(),
                     inner.elections.clone(),
+                    inner.probe_now.clone(),
                     Arc::downgrade(&inner),
                 ));
             }
@@ -414,6 +424,13 @@ fn should_stop(inner: &Weak<Inner>) -> bool {
         state.running = false;
     }
     idle
+}
+
+/// Records that the watch sent a probe now.
+fn probe_sent(inner: &Weak<Inner>) {
+    if let Some(inner) = inner.upgrade() {
+        inner.state.lock().unwrap().last_probe_sent = Some(Instant::now());
+    }
 }
 
 /// How long an answer may take now (see [`State::patience`]); zero once the provisioner is

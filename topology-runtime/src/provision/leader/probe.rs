@@ -13,7 +13,7 @@ use tokio::time::Instant;
 use super::fleet::{Census, Fleet, Note};
 use super::{
     ADVISORY_PREFIX, Advisories, Election, Inner, NOTE_SPREAD, PROBE_TIMEOUT, PROBES, announce,
-    patience, should_stop,
+    patience, probe_sent, should_stop,
 };
 use crate::retry::full_jitter;
 
@@ -63,6 +63,7 @@ pub(super) async fn watch(
     accepted: Advisories,
     fleet: Fleet,
     elections: broadcast::Sender<Election>,
+    probe_now: std::sync::Arc<tokio::sync::Notify>,
     inner: Weak<Inner>,
 ) {
     let client = js.client();
@@ -125,14 +126,22 @@ pub(super) async fn watch(
                     tell(&client, &fleet, true).await;
                 }
             }
-            () = tokio::time::sleep_until(next_probe) => {
+            scheduled = async {
+                tokio::select! {
+                    () = tokio::time::sleep_until(next_probe) => true,
+                    () = probe_now.notified() => false,
+                }
+            } => {
                 if should_stop(&inner) {
                     return;
                 }
                 let timeout = PROBE_TIMEOUT.max(patience(&inner));
                 probes.push(probe(js.clone(), sent, Instant::now(), timeout));
-                let n = u32::try_from(sent).unwrap_or(u32::MAX);
-                next_probe = Instant::now() + PROBES.delay(n, census.interval());
+                probe_sent(&inner);
+                if scheduled {
+                    let n = u32::try_from(sent).unwrap_or(u32::MAX);
+                    next_probe = Instant::now() + PROBES.delay(n, census.interval());
+                }
                 sent += 1;
             }
             Some((seq, outcome, sent_at)) = probes.next(), if !probes.is_empty() => {

@@ -350,3 +350,62 @@ async fn the_more_replicas_wait_the_less_each_probes() {
     );
     drop(waiting);
 }
+
+#[tokio::test]
+async fn an_attempt_past_its_grace_gets_a_probe_of_its_own() {
+    let server = nats_topology_testkit::NatsServer::start()
+        .await
+        .expect("nats-server starts");
+    let leader = async_nats::connect(server.url()).await.expect("connect");
+    let mut probes = leader.subscribe(format!("{FAKE_API}.INFO")).await.unwrap();
+    leader.flush().await.unwrap();
+    // The API answers every probe; the test hears when each came.
+    let (arrived, mut arrivals) = tokio::sync::mpsc::unbounded_channel();
+    let answering = {
+        let leader = leader.clone();
+        tokio::spawn(async move {
+            while let Some(probe) = probes.next().await {
+                let _ = arrived.send(Instant::now());
+                let _ = leader.publish(probe.reply.unwrap(), "{}".into()).await;
+            }
+        })
+    };
+    let watch = replica(&server).await;
+    let waiting = watch.next_election("ORDERS");
+    // Subscribed before it probes: a hundred other replicas say they wait, and this one
+    // then probes every 2.5 to 5 s.
+    let mut last = arrivals.recv().await.expect("a first probe");
+    for sender in 1..=100u64 {
+        let subject = format!("{FLEET_PREFIX}.WAITING.{FAKE_API}");
+        leader
+            .publish(subject, sender.to_string().into())
+            .await
+            .unwrap();
+    }
+    leader.flush().await.unwrap();
+    let just_probed = tokio::time::timeout(Duration::from_secs(30), async {
+        loop {
+            let at = arrivals.recv().await.expect("answering");
+            let gap = at - std::mem::replace(&mut last, at);
+            if gap >= Duration::from_secs(2) {
+                return at;
+            }
+        }
+    })
+    .await
+    .expect("the watch probes on the fleet's schedule");
+
+    // Its next probe is 2.5 s away at least; an attempt unanswered past its grace asks for
+    // one now, and is given up as lost once it is answered.
+    let started = Instant::now();
+    let grace = Duration::from_millis(50);
+    tokio::time::timeout(
+        Duration::from_secs(1),
+        watch.stalled("ORDERS", false, started, grace),
+    )
+    .await
+    .expect("given up within a second, not at the next scheduled probe");
+    assert!(started - just_probed < Duration::from_millis(500));
+    drop(waiting);
+    answering.abort();
+}
