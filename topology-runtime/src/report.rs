@@ -435,6 +435,9 @@ fn server_consumer(info: async_nats::jetstream::consumer::Info) -> ServerConsume
 pub struct ProvisionReport {
     /// Provisioning attempts made (one per stream and consumer when nothing failed).
     pub attempts: u32,
+    /// Requests that went unanswered for the whole
+    /// [`request_timeout`](crate::RetryPolicy::request_timeout).
+    pub timed_out: u32,
     /// How long it took.
     pub elapsed: Duration,
 }

@@ -181,9 +181,10 @@ pub trait Wake: Send + Sync {
         let _ = since;
         self.next_event()
     }
-    /// Resolves when an attempt started at `started` and still in flight looks lost. The
-    /// default: an event after its first `grace` (see [`Wake::event_since`] for a source
-    /// that remembers events).
+    /// Resolves when an attempt started at `started` and still in flight looks lost: the one
+    /// decision that gives up an attempt in flight (an event that wakes a sleeping retry
+    /// need not lose a request already sent). The default: an event after its first `grace`
+    /// (see [`Wake::event_since`] for a source that remembers events).
     fn stalled(
         &self,
         started: Instant,
@@ -285,10 +286,10 @@ impl Backoff {
     ///
     /// - waiting out a backoff delay, an event ends the wait; the retry follows after a
     ///   random delay in `[0, spread]`;
-    /// - during an attempt, an event starts the same spread delay; if the attempt has not
-    ///   finished by then it is abandoned (its answer, if one ever comes, is ignored) and made
-    ///   again. Only operations that are safe to repeat may be given a wake (provisioning
-    ///   sends idempotent CREATEs and reads);
+    /// - during an attempt, once [`Wake::stalled`] says it looks lost to an event, the same
+    ///   spread delay starts; if the attempt has not finished by then it is abandoned (its
+    ///   answer, if one ever comes, is ignored) and made again. Only operations that are safe
+    ///   to repeat may be given a wake (provisioning sends idempotent CREATEs and reads);
     /// - an attempt [`Wake::stalled`] gives up without an event ([`Wake::event_seen_since`])
     ///   is made again at once, and the grace of the next one doubles (up to 8 times);
     /// - after a failure, [`Wake::backoff_cap`] may bound the wait (the failure clears
@@ -336,9 +337,6 @@ impl Backoff {
         Fut: Future<Output = Result<T, E>>,
     {
         let mut attempts = 0u32;
-        // Whether the last attempt failed (or was abandoned) transiently: the next one waits
-        // for an event from its start, not only after the grace.
-        let mut troubled = false;
         // Attempts abandoned unanswered (no event in flight) so far: each doubles the grace of
         // the next (up to 8 times), so that a server slower than the grace is not sent the
         // same request again and again. An attempt lost to an election says nothing of the
@@ -351,8 +349,7 @@ impl Backoff {
                 None => Ok(op().await),
                 Some(wake) => {
                     let grace = wake.in_flight_grace() * (1 << unanswered.min(3));
-                    self.attempt_waking(op(), wake, troubled, started, grace)
-                        .await
+                    self.attempt_waking(op(), wake, started, grace).await
                 }
             };
             let error = match outcome {
@@ -366,7 +363,6 @@ impl Backoff {
                         ?why,
                         "attempt abandoned; trying again"
                     );
-                    troubled = true;
                     if why == Abandoned::Unanswered {
                         unanswered += 1;
                     }
@@ -376,7 +372,6 @@ impl Backoff {
             let gave_up = if !transient(&error) {
                 GaveUp::Final
             } else if let Some(delay) = self.fail() {
-                troubled = true;
                 let delay = match wake.and_then(|wake| wake.backoff_cap()) {
                     Some(cap) if cap < delay => full_jitter(cap),
                     _ => delay,
@@ -427,7 +422,6 @@ impl Backoff {
         &self,
         attempt: Fut,
         wake: &dyn Wake,
-        troubled: bool,
         started: Instant,
         grace: Duration,
     ) -> Result<Result<T, E>, Abandoned>
@@ -435,25 +429,11 @@ impl Backoff {
         Fut: Future<Output = Result<T, E>>,
     {
         let mut attempt = std::pin::pin!(attempt);
-        // Events since the attempt's start, not only after its grace: an election while it is
-        // in flight (the stream's leader, just after the stream was created) is why a request
-        // sent before it goes unanswered. After trouble, any event from the start counts.
-        let stalled = wake.stalled(started, grace);
-        let since = troubled.then(|| wake.event_since(started));
-        let event = async {
-            match since {
-                Some(since) => {
-                    tokio::select! {
-                        () = stalled => {}
-                        () = since => {}
-                    }
-                }
-                None => stalled.await,
-            }
-        };
+        // Whether an attempt in flight is lost is the source's one decision (`stalled`): an
+        // event that wakes a sleeping retry need not lose a request already sent.
         tokio::select! {
             outcome = &mut attempt => return Ok(outcome),
-            () = event => {}
+            () = wake.stalled(started, grace) => {}
         }
         let why = if wake.event_seen_since(started) {
             Abandoned::AfterEvent

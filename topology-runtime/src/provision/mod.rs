@@ -127,6 +127,9 @@ pub struct Provisioner {
     policy: RetryPolicy,
     /// Requests attempted so far, retries included (for reports and benchmarks).
     attempts: std::sync::Arc<std::sync::atomic::AtomicU32>,
+    /// Requests that went unanswered for their whole `request_timeout` (an attempt given up
+    /// earlier, by a leader's election, is not one).
+    timed_out: std::sync::Arc<std::sync::atomic::AtomicU32>,
     warned_version: std::sync::Arc<std::sync::atomic::AtomicBool>,
     /// Wakes retries waiting for a leader when one is elected (subscribed while one waits).
     leader: leader::LeaderWatch,
@@ -177,10 +180,15 @@ impl Provisioner {
     ) -> Self {
         let js = api.context(client, policy.request_timeout);
         Provisioner {
-            leader: leader::LeaderWatch::new(js.clone(), leader::Advisories::of(&api)),
+            leader: leader::LeaderWatch::new(
+                js.clone(),
+                leader::Advisories::of(&api),
+                leader::Fleet::new(&api.prefix()),
+            ),
             js,
             policy,
             attempts: Default::default(),
+            timed_out: Default::default(),
             warned_version: Default::default(),
             version: None,
             older: OlderDeclarations::default(),
@@ -232,6 +240,12 @@ impl Provisioner {
         self.attempts.load(std::sync::atomic::Ordering::Relaxed)
     }
 
+    /// How many of its requests went unanswered for their whole
+    /// [`request_timeout`](RetryPolicy::request_timeout).
+    pub fn timed_out(&self) -> u32 {
+        self.timed_out.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     /// The retry policy requests go through.
     pub fn policy(&self) -> &RetryPolicy {
         &self.policy
@@ -249,12 +263,16 @@ impl Provisioner {
     ) -> Result<T, ApiError> {
         // Read as any JSON first, so that an answer of another shape is reported with the
         // request and the answer, not as a failed request.
+        let sent = tokio::time::Instant::now();
         let answer = match self
             .js
             .request::<_, _, serde_json::Value>(subject.clone(), body)
             .await
         {
-            Ok(answer) => answer,
+            Ok(answer) => {
+                self.leader.answered_after(sent.elapsed());
+                answer
+            }
             Err(e) if is_parse_failure(&e) => {
                 return Err(ApiError::unexpected(
                     &format!("{}.{subject}", self.api.prefix()),
@@ -262,7 +280,13 @@ impl Provisioner {
                     e,
                 ));
             }
-            Err(e) => return Err(ApiError::Request(e)),
+            Err(e) => {
+                if e.kind() == jetstream::context::RequestErrorKind::TimedOut {
+                    self.timed_out
+                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                }
+                return Err(ApiError::Request(e));
+            }
         };
         let shown = answer.to_string();
         match serde_json::from_value::<Response<T>>(answer) {
@@ -307,7 +331,7 @@ impl Provisioner {
         // Transient failures are a missing leader (or its symptom, a timeout): an election
         // ends the wait early, and the attempts are idempotent CREATEs and reads. A missing
         // peer is announced to nobody: the wake keeps those waits short for a while.
-        let wake = self.leader.wake_for(stream);
+        let wake = self.leader.wake_for(stream, consumer);
         let transient = |failure: &Failure| {
             if let Failure::Transient(cause) = failure {
                 wake.failed(cause);
@@ -441,90 +465,4 @@ impl Provisioner {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn instance(created: &str, last_sequence: u64) -> StreamInstance {
-        StreamInstance {
-            name: "S".to_owned(),
-            created: created.into(),
-            last_sequence,
-        }
-    }
-
-    #[test]
-    fn a_resume_point_holds_in_its_own_stream_instance_only() {
-        let point = ResumePoint {
-            stream: instance("t1", 100),
-            after: 100,
-        };
-        // The same instance, grown (or purged: the first sequence does not matter).
-        assert_eq!(point.start_in(&instance("t1", 150)), Start::After(100));
-        assert_eq!(point.start_in(&instance("t1", 100)), Start::After(100));
-        // Deleted and created again: sequences start again at 1.
-        assert!(matches!(
-            point.start_in(&instance("t2", 150)),
-            Start::Fresh(_)
-        ));
-        // Past the last sequence: not the stream the point was read in.
-        assert!(matches!(
-            point.start_in(&instance("t1", 99)),
-            Start::Fresh(_)
-        ));
-        let other_name = StreamInstance {
-            name: "T".to_owned(),
-            ..instance("t1", 150)
-        };
-        assert!(matches!(point.start_in(&other_name), Start::Fresh(_)));
-    }
-
-    #[test]
-    fn versions_compare_as_numbers() {
-        assert_eq!(parse_version("2.15.1"), Some((2, 15, 1)));
-        assert_eq!(parse_version("2.14.5-beta.1"), Some((2, 14, 5)));
-        assert!(parse_version("2.9.25").unwrap() < MIN_SERVER_VERSION);
-        assert!(parse_version("2.14.10").unwrap() > MIN_SERVER_VERSION);
-        assert_eq!(parse_version(""), None);
-    }
-
-    /// An answer the provisioner cannot read (here: a stream's info read as another shape) is
-    /// tried a few times, then reported with the request and the answer, as a kind a
-    /// supervisor retries with its backoff rather than in a loop.
-    #[tokio::test]
-    async fn an_answer_of_an_unexpected_shape_is_reported_after_a_few_attempts() {
-        #[derive(Debug, serde::Deserialize)]
-        struct OtherShape {
-            #[allow(dead_code)]
-            not_a_stream_field: u64,
-        }
-        let server = nats_topology_testkit::NatsServer::start()
-            .await
-            .expect("nats-server starts");
-        let client = async_nats::connect(server.url()).await.expect("connect");
-        let policy = RetryPolicy {
-            base: std::time::Duration::from_millis(1),
-            ..RetryPolicy::default()
-        };
-        let provisioner = Provisioner::new(client, policy);
-        let stream = topology_core::model::StreamDecl::new("ODD", &["odd.>"]);
-        provisioner
-            .ensure_stream(&stream, &[])
-            .await
-            .expect("created");
-        let error = provisioner
-            .read::<OtherShape>(
-                "ODD",
-                None,
-                "STREAM.INFO.ODD".to_owned(),
-                ErrorCode::STREAM_NOT_FOUND,
-            )
-            .await
-            .expect_err("not the shape asked for");
-        assert_eq!(error.kind(), ProvisionErrorKind::UnexpectedAnswer);
-        assert_eq!(error.attempts(), UNEXPECTED_ANSWER_ATTEMPTS);
-        assert!(error.is_transient(), "a supervisor retries it with backoff");
-        let text = error.to_string();
-        assert!(text.contains("$JS.API.STREAM.INFO.ODD"), "{text}");
-        assert!(text.contains("\"config\""), "the answer is shown: {text}");
-    }
-}
+mod tests;

@@ -133,6 +133,7 @@ impl Runtime {
         self.inner.ensurer.ensure_all().await?;
         Ok(ProvisionReport {
             attempts: self.inner.ensurer.provisioner().attempts(),
+            timed_out: self.inner.ensurer.provisioner().timed_out(),
             elapsed: started.elapsed(),
         })
     }

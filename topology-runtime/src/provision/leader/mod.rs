@@ -1,0 +1,474 @@
+//! The leader watch: wakes provisioning retries that wait for a JetStream leader as soon as
+//! one is elected, instead of letting them sleep out their full-jitter window (or an
+//! unanswered request's whole timeout).
+//!
+//! What the server says, and to whom (nats-server `server/jetstream_cluster.go`,
+//! `sendDomainLeaderElectAdvisory`, `sendStreamLeaderElectAdvisory`,
+//! `sendConsumerLeaderElectAdvisory`):
+//!
+//! - a new **meta** leader: `$JS.EVENT.ADVISORY.DOMAIN.LEADER_ELECTED`, published to the
+//!   **system account only**;
+//! - a new **stream** leader: `$JS.EVENT.ADVISORY.STREAM.LEADER_ELECTED.<stream>`, and a
+//!   consumer's: `$JS.EVENT.ADVISORY.CONSUMER.LEADER_ELECTED.<stream>.<consumer>`, both to the
+//!   stream's account (and to the system account).
+//!
+//! An application connection usually lives in an ordinary account, where no meta-leader
+//! advisory ever arrives. So while a retry waits, the watch also asks the meta leader
+//! itself: a `$JS.API.INFO` request (answered by the meta leader only; by a follower with
+//! 10008 once it knows there is none). A probe answered after one that was not is the
+//! election, seen from this account. It probes at once, then less and less often
+//! ([`PROBES`]), and a fleet of replicas waiting together shares what its probes find
+//! (`fleet`: one replica's answered probe wakes them all), so that each of N probes only
+//! about every N x [`FLEET_INTERVAL`]: what the fleet sends during an election stays about
+//! the same whatever its size, when the new leader has the most to do. Both the advisories
+//! and the probe exist only while at least one retry waits: the first waiter starts one
+//! task that subscribes and probes; it stops [`LINGER`] after the last one leaves (so that
+//! the moment between a backoff sleep and the next attempt does not restart it and forget
+//! that the leader was gone).
+//!
+//! The watch remembers when it last saw each election (and the newest answered probe): a
+//! retry asks what came since its attempt started. Any election that concerns a stream
+//! wakes its retries that sleep; a request in flight is given up only when it was sent
+//! before the meta leader took office or before its stream's leader was elected
+//! ([`Election`]), or when it is still unanswered [`IN_FLIGHT_GRACE`] after it was sent
+//! (longer while the API answers slowly: [`PATIENCE`]) although probes sent after it were
+//! answered. That one is made again at once: no election woke a crowd, so there is
+//! nothing to spread.
+//!
+//! **The herd.** One election wakes every waiting replica at once. Each retries after a
+//! random delay in `[0, WAKE_SPREAD]` (and never later than its own backoff would have):
+//! requests of N replicas arrive over 100 ms rather than in one instant. That is enough
+//! because what they send is CREATE first: concurrent identical CREATEs are answered
+//! idempotently (DESIGN.md §4); the spread only keeps the meta leader's queue short in its
+//! first moments, and a longer one would add its whole length to the time to ready.
+
+mod advisories;
+mod fleet;
+mod probe;
+mod wake;
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use async_nats::jetstream;
+use tokio::sync::broadcast;
+use tokio::time::Instant;
+
+pub(crate) use advisories::{ADVISORY_PREFIX, Advisories};
+pub(crate) use fleet::Fleet;
+pub(crate) use probe::ProbeSchedule;
+pub(crate) use wake::StreamWake;
+
+/// When a replica that has heard no other asks whether a meta leader answers, while a
+/// retry waits: at once, then fast at first and slower the longer it runs (the fleet's
+/// replicas all wait at once, and a fixed interval makes their probes grow with the fleet:
+/// docs/PERFORMANCE.md, "The herd at scale").
+pub(crate) const PROBES: ProbeSchedule = ProbeSchedule {
+    first: Duration::from_millis(50),
+    max: Duration::from_secs(1),
+};
+/// How often a fleet that shares what its probes find (`fleet`) probes as a whole: each of
+/// its N replicas probes every N times this, up to [`FLEET_MAX`]. One probe answered then
+/// wakes the fleet about this long after the new leader takes office, however large it is.
+pub(crate) const FLEET_INTERVAL: Duration = Duration::from_millis(50);
+/// The longest interval between one replica's probes in a fleet: it bounds the wait of a
+/// replica that misses the note of the probe that was answered.
+pub(crate) const FLEET_MAX: Duration = Duration::from_secs(5);
+/// How many other replicas a watch counts, at most: with as many, it probes at
+/// [`FLEET_MAX`] anyway; a replica that has heard as many sends no note of its own.
+const FLEET_COUNTED: usize = (FLEET_MAX.as_millis() / FLEET_INTERVAL.as_millis()) as usize;
+/// The spread of a fleet's `waiting` notes: replicas whose probes stop being answered at
+/// the same instant tell the others over this, so that those that already heard enough can
+/// keep quiet.
+const NOTE_SPREAD: Duration = Duration::from_millis(100);
+/// How long one probe waits for its answer, at least (see [`PATIENCE`]).
+const PROBE_TIMEOUT: Duration = Duration::from_millis(1000);
+/// How many times the latest round trip an answer may take before it is taken as never
+/// coming: a probe's, and a provisioning request's past its in-flight grace. A
+/// loaded meta leader answers slowly but answers (an identical CREATE is answered only once
+/// its proposal commits); taking its queue for a lost leader re-sends every request in it.
+const PATIENCE: u32 = 4;
+/// The spread of the retries one election wakes (see the module documentation).
+pub(crate) const WAKE_SPREAD: Duration = Duration::from_millis(100);
+/// How long a first request may go unanswered before it also waits for an election: a
+/// healthy create of a replicated stream is answered in tens of milliseconds (about 60 ms on
+/// 2.11.2 and later, nats-facts §6.1).
+pub(crate) const IN_FLIGHT_GRACE: Duration = Duration::from_millis(250);
+/// How long the watch outlives its last waiter.
+const LINGER: Duration = Duration::from_secs(1);
+/// The longest wait before retrying a request refused for want of a peer ("no suitable
+/// peers for placement, peer offline", 10005), for the first [`PEER_POLL_FOR`] of such
+/// refusals. The meta leader answers so when a replicated stream's placement needs a node
+/// it knows to be offline: typically a node that is restarting and not yet caught up, back
+/// within a few hundred milliseconds. Nothing announces its return to an application's
+/// account, so a retry asks again within this (a cheap refusal, about ten a second per
+/// replica), rather than over its growing full-jitter window. Past [`PEER_POLL_FOR`] (a node
+/// down for longer) the usual backoff resumes.
+pub(crate) const PEER_POLL: Duration = Duration::from_millis(200);
+/// See [`PEER_POLL`].
+pub(crate) const PEER_POLL_FOR: Duration = Duration::from_secs(3);
+
+/// What the watch saw.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Election {
+    /// A meta leader (advisory, or a probe answered after one that was not, this watch's or
+    /// another replica's). Requests sent before `lost_before` may have found none: the
+    /// moment the answered probe was sent (a leader answers only once in office, so it took
+    /// office about then), or the moment the advisory or the other replica's note arrived.
+    Meta { lost_before: Instant },
+    /// A leader of this stream: a request on one of its consumers in flight may be lost (a
+    /// consumer create sent while the stream's leader is elected is never answered); the
+    /// stream's own creates are answered by that leader.
+    Stream(String),
+    /// A leader of one of this stream's consumers: worth waking the stream's retries that
+    /// sleep; it loses no request in flight (the creates that made it are answered as it
+    /// takes office, slowly under a herd's load; the one that is not goes unanswered past
+    /// its grace).
+    Consumer { stream: String, consumer: String },
+    /// Not an election: the meta leader answered a probe sent at `sent`, after `rtt`. An
+    /// attempt in flight past its grace while the API answers is taken as lost.
+    Answered { sent: Instant, rtt: Duration },
+}
+
+impl Election {
+    /// The election an advisory subject announces, if it is one (arrived `now`).
+    pub(crate) fn from_subject(subject: &str, now: Instant) -> Option<Election> {
+        let rest = subject.strip_prefix(ADVISORY_PREFIX)?.strip_prefix('.')?;
+        if rest == "DOMAIN.LEADER_ELECTED" {
+            return Some(Election::Meta { lost_before: now });
+        }
+        if let Some(stream) = rest.strip_prefix("STREAM.LEADER_ELECTED.") {
+            let stream = stream.split('.').next().filter(|s| !s.is_empty())?;
+            return Some(Election::Stream(stream.to_owned()));
+        }
+        let (stream, consumer) = rest
+            .strip_prefix("CONSUMER.LEADER_ELECTED.")?
+            .split_once('.')?;
+        (!stream.is_empty() && !consumer.is_empty()).then(|| Election::Consumer {
+            stream: stream.to_owned(),
+            consumer: consumer.to_owned(),
+        })
+    }
+
+    /// Whether a retry on `stream` (`""`: none in particular) is worth waking.
+    fn concerns(&self, stream: &str) -> bool {
+        match self {
+            Election::Meta { .. } => true,
+            Election::Stream(name) | Election::Consumer { stream: name, .. } => {
+                stream.is_empty() || name == stream
+            }
+            Election::Answered { .. } => false,
+        }
+    }
+}
+
+/// One per provisioner (clones share it): the elections seen while some retry waits.
+#[derive(Clone)]
+pub(crate) struct LeaderWatch {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    js: jetstream::Context,
+    advisories: Advisories,
+    fleet: Fleet,
+    elections: broadcast::Sender<Election>,
+    state: Mutex<State>,
+    /// Asks the watch for a probe now: an attempt past its grace has no probe sent after it
+    /// to tell it from the API (a fleet's replica probes seconds apart).
+    probe_now: Arc<tokio::sync::Notify>,
+}
+
+#[derive(Default)]
+struct State {
+    waiters: usize,
+    /// Whether the watch task runs.
+    running: bool,
+    /// Since when no retry waits.
+    idle_since: Option<Instant>,
+    /// Times the watch started (for tests and reports).
+    starts: u64,
+    /// When the watch last saw a meta leader elected, each stream's leader and a leader of
+    /// one of its consumers: a retry asks whether one came since its attempt started.
+    last_meta: Option<Instant>,
+    last_stream: HashMap<String, Instant>,
+    last_consumer: HashMap<(String, String), Instant>,
+    /// Requests sent before this found no meta leader (the newest election's `lost_before`).
+    meta_lost_before: Option<Instant>,
+    /// When the watch last sent a probe.
+    last_probe_sent: Option<Instant>,
+    /// When the newest probe that was answered was sent, and how long its answer took.
+    last_answered: Option<Instant>,
+    last_rtt: Duration,
+    /// How long the latest answered provisioning request took.
+    last_request_rtt: Duration,
+}
+
+impl State {
+    /// When the watch last saw an election that concerns `stream` (worth waking for).
+    fn last_concerning(&self, stream: &str) -> Option<Instant> {
+        let ours = |name: &str| stream.is_empty() || name == stream;
+        let streams = self.last_stream.iter().filter(|(name, _)| ours(name));
+        let consumers = self
+            .last_consumer
+            .iter()
+            .filter(|((name, _), _)| ours(name));
+        let newest = streams
+            .map(|(_, at)| *at)
+            .chain(consumers.map(|(_, at)| *at))
+            .max();
+        self.last_meta.max(newest)
+    }
+
+    /// The newest instant before which a request on `stream` (for one of its consumers
+    /// when `consumer`) may have been lost to an election: the meta leader's `lost_before`,
+    /// and for a consumer's request the stream leader's election (see [`Election`]).
+    fn lost_before(&self, stream: &str, consumer: bool) -> Option<Instant> {
+        let stream_leader = consumer
+            .then(|| self.last_stream.get(stream).copied())
+            .flatten();
+        self.meta_lost_before.max(stream_leader)
+    }
+
+    /// How long an answer may take now: [`PATIENCE`] times the latest round trip of a probe
+    /// or of a provisioning request, whichever is longer (a create waits for a proposal to
+    /// commit and for a new group's leader, which a probe does not show).
+    fn patience(&self) -> Duration {
+        self.last_rtt.max(self.last_request_rtt) * PATIENCE
+    }
+}
+
+impl LeaderWatch {
+    pub(crate) fn new(js: jetstream::Context, advisories: Advisories, fleet: Fleet) -> Self {
+        let (elections, _) = broadcast::channel(64);
+        LeaderWatch {
+            inner: Arc::new(Inner {
+                js,
+                advisories,
+                fleet,
+                elections,
+                state: Mutex::default(),
+                probe_now: Arc::default(),
+            }),
+        }
+    }
+
+    /// Whether the subscriptions and the probe currently exist.
+    #[cfg(test)]
+    pub(crate) fn is_watching(&self) -> bool {
+        self.inner.state.lock().unwrap().running
+    }
+
+    /// Waits for the next election that concerns `stream`; the watch runs while this future
+    /// lives.
+    pub(crate) fn next_election(
+        &self,
+        stream: &str,
+    ) -> impl Future<Output = ()> + Send + 'static + use<> {
+        self.election_since(stream, None)
+    }
+
+    /// As [`LeaderWatch::next_election`], but resolves at once when the watch already saw
+    /// one at or after `since`.
+    pub(crate) fn election_since(
+        &self,
+        stream: &str,
+        since: Option<Instant>,
+    ) -> impl Future<Output = ()> + Send + 'static + use<> {
+        // Subscribed before looking at what was seen: an election announced in between is
+        // then in one or the other.
+        let mut events = self.inner.elections.subscribe();
+        let guard = Waiter::enter(self.inner.clone());
+        let seen = since.is_some_and(|since| {
+            let state = self.inner.state.lock().unwrap();
+            state.last_concerning(stream).is_some_and(|at| at >= since)
+        });
+        let stream = stream.to_owned();
+        async move {
+            let _guard = guard;
+            if seen {
+                return;
+            }
+            loop {
+                match events.recv().await {
+                    Ok(election) if election.concerns(&stream) => return,
+                    Ok(_) => {}
+                    // Missed some: one of them may have been ours.
+                    Err(broadcast::error::RecvError::Lagged(_)) => return,
+                    Err(broadcast::error::RecvError::Closed) => std::future::pending().await,
+                }
+            }
+        }
+    }
+
+    /// Resolves when an attempt on `stream` (for one of its consumers when `consumer`)
+    /// started at `started` looks lost: it was sent
+    /// before an election that can lose it ([`State::lost_before`]), or, once it has been in
+    /// flight for `grace` (or
+    /// longer, while the API answers slowly: [`PATIENCE`]), a probe sent after it was
+    /// answered (the API answers; this request did not). The watch
+    /// starts only at the end of the grace unless it already runs (a healthy request is
+    /// answered within it, and costs no subscription); running, it reports an election
+    /// during the grace at once.
+    pub(crate) fn stalled(
+        &self,
+        stream: &str,
+        consumer: bool,
+        started: Instant,
+        grace: Duration,
+    ) -> impl Future<Output = ()> + Send + 'static + use<> {
+        let mut events = self.inner.elections.subscribe();
+        let inner = self.inner.clone();
+        let running = inner.state.lock().unwrap().running;
+        let mut guard = running.then(|| Waiter::enter(inner.clone()));
+        let stream = stream.to_owned();
+        async move {
+            let mut grace_end = started + grace;
+            if guard.is_none() {
+                tokio::time::sleep_until(grace_end).await;
+                guard = Some(Waiter::enter(inner.clone()));
+            }
+            let _guard = guard;
+            loop {
+                {
+                    let state = inner.state.lock().unwrap();
+                    let lost_before = state.lost_before(&stream, consumer);
+                    if lost_before.is_some_and(|at| at > started) {
+                        return;
+                    }
+                    grace_end = started + grace.max(state.patience());
+                    if Instant::now() >= grace_end {
+                        if state.last_answered.is_some_and(|sent| sent >= started) {
+                            return;
+                        }
+                        if state.last_probe_sent.is_none_or(|sent| sent < started) {
+                            inner.probe_now.notify_one();
+                        }
+                    }
+                }
+                tokio::select! {
+                    event = events.recv() => match event {
+                        Ok(_) => {}
+                        Err(broadcast::error::RecvError::Lagged(_)) => {}
+                        Err(broadcast::error::RecvError::Closed) => std::future::pending().await,
+                    },
+                    () = tokio::time::sleep_until(grace_end), if Instant::now() < grace_end => {}
+                }
+            }
+        }
+    }
+
+    /// Records that a provisioning request was answered after `rtt` (see [`State::patience`]).
+    pub(crate) fn answered_after(&self, rtt: Duration) {
+        self.inner.state.lock().unwrap().last_request_rtt = rtt;
+    }
+
+    /// A [`Wake`](crate::retry::Wake) for the retries of one stream (or its consumers).
+    pub(crate) fn wake_for<'a>(
+        &'a self,
+        stream: &'a str,
+        consumer: Option<&str>,
+    ) -> StreamWake<'a> {
+        StreamWake::new(self, stream, consumer.is_some())
+    }
+}
+
+/// Counts one waiting retry; the first starts the watch (which stops by itself once none
+/// has waited for [`LINGER`]).
+struct Waiter(Arc<Inner>);
+
+impl Waiter {
+    fn enter(inner: Arc<Inner>) -> Waiter {
+        {
+            let mut state = inner.state.lock().unwrap();
+            state.waiters += 1;
+            state.idle_since = None;
+            if !state.running {
+                state.running = true;
+                state.starts += 1;
+                tokio::spawn(probe::watch(
+                    inner.js.clone(),
+                    inner.advisories.clone(),
+                    inner.fleet.clone(),
+                    inner.elections.clone(),
+                    inner.probe_now.clone(),
+                    Arc::downgrade(&inner),
+                ));
+            }
+        }
+        Waiter(inner)
+    }
+}
+
+impl Drop for Waiter {
+    fn drop(&mut self) {
+        let mut state = self.0.state.lock().unwrap();
+        state.waiters -= 1;
+        if state.waiters == 0 {
+            state.idle_since = Some(Instant::now());
+        }
+    }
+}
+
+/// Whether the watch should stop: no retry has waited for [`LINGER`], or the provisioner is
+/// gone. Marks it stopped under the lock, so that a new waiter starts a new one.
+fn should_stop(inner: &Weak<Inner>) -> bool {
+    let Some(inner) = inner.upgrade() else {
+        return true;
+    };
+    let mut state = inner.state.lock().unwrap();
+    let idle = state.waiters == 0 && state.idle_since.is_none_or(|t| t.elapsed() >= LINGER);
+    if idle {
+        state.running = false;
+    }
+    idle
+}
+
+/// Records that the watch sent a probe now.
+fn probe_sent(inner: &Weak<Inner>) {
+    if let Some(inner) = inner.upgrade() {
+        inner.state.lock().unwrap().last_probe_sent = Some(Instant::now());
+    }
+}
+
+/// How long an answer may take now (see [`State::patience`]); zero once the provisioner is
+/// gone.
+fn patience(inner: &Weak<Inner>) -> Duration {
+    inner.upgrade().map_or(Duration::ZERO, |inner| {
+        inner.state.lock().unwrap().patience()
+    })
+}
+
+/// Records `election` (for retries that ask what came since their attempt started), then
+/// sends it to the waiting ones.
+fn announce(inner: &Weak<Inner>, elections: &broadcast::Sender<Election>, election: Election) {
+    if let Some(inner) = inner.upgrade() {
+        let mut state = inner.state.lock().unwrap();
+        let now = Instant::now();
+        match &election {
+            Election::Meta { lost_before } => {
+                state.last_meta = Some(now);
+                state.meta_lost_before = state.meta_lost_before.max(Some(*lost_before));
+            }
+            Election::Stream(name) => {
+                state.last_stream.insert(name.clone(), now);
+            }
+            Election::Consumer { stream, consumer } => {
+                let key = (stream.clone(), consumer.clone());
+                state.last_consumer.insert(key, now);
+            }
+            Election::Answered { sent, rtt } => {
+                if state.last_answered.is_none_or(|last| *sent >= last) {
+                    state.last_answered = Some(*sent);
+                    state.last_rtt = *rtt;
+                }
+            }
+        }
+    }
+    let _ = elections.send(election);
+}
+
+#[cfg(test)]
+mod tests;

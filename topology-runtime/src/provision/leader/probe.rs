@@ -1,0 +1,201 @@
+//! The watch task: the leader advisories, the meta leader's `INFO` probe and the fleet
+//! channel.
+
+use std::sync::Weak;
+use std::time::Duration;
+
+use async_nats::jetstream::{self, response::Response};
+use futures::StreamExt;
+use futures::stream::FuturesUnordered;
+use tokio::sync::broadcast;
+use tokio::time::Instant;
+
+use super::fleet::{Census, Fleet, Note};
+use super::{
+    ADVISORY_PREFIX, Advisories, Election, Inner, NOTE_SPREAD, PROBE_TIMEOUT, PROBES, announce,
+    patience, probe_sent, should_stop,
+};
+use crate::retry::full_jitter;
+
+/// When the watch probes: at once when it starts, then after intervals that double from
+/// `first` up to `max` (a fleet that shares its findings: its own interval, see
+/// [`Census::interval`]), each drawn from the upper half of its interval, so that the probes
+/// of replicas that started waiting together do not stay in step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ProbeSchedule {
+    /// The interval after the first probe.
+    pub(crate) first: Duration,
+    /// The longest interval of a replica alone.
+    pub(crate) max: Duration,
+}
+
+impl ProbeSchedule {
+    /// The interval after probe `n` (0: the first): `min(max, first * 2^n)`, or `fleet`'s.
+    pub(crate) fn interval(&self, n: u32, fleet: Option<Duration>) -> Duration {
+        match fleet {
+            Some(fleet) => fleet.max(self.first),
+            None => {
+                let factor = 1u32.checked_shl(n.min(31)).unwrap_or(u32::MAX);
+                self.first.saturating_mul(factor).min(self.max)
+            }
+        }
+    }
+
+    /// The wait after probe `n`: uniform in `[interval / 2, interval]`.
+    pub(crate) fn delay(&self, n: u32, fleet: Option<Duration>) -> Duration {
+        let half = self.interval(n, fleet) / 2;
+        half + full_jitter(half)
+    }
+}
+
+/// The newest probe whose outcome is known.
+#[derive(Debug, Clone, Copy)]
+struct Newest {
+    seq: u64,
+    answered: bool,
+}
+
+/// Subscribes to the leader advisories and the fleet channel and probes the meta leader,
+/// sending each election, until [`should_stop`]; returning drops the subscribers, which
+/// unsubscribes.
+pub(super) async fn watch(
+    js: jetstream::Context,
+    accepted: Advisories,
+    fleet: Fleet,
+    elections: broadcast::Sender<Election>,
+    probe_now: std::sync::Arc<tokio::sync::Notify>,
+    inner: Weak<Inner>,
+) {
+    let client = js.client();
+    let mut subjects = vec![fleet.subjects()];
+    if accepted != Advisories::None {
+        subjects.extend([
+            format!("{ADVISORY_PREFIX}.DOMAIN.LEADER_ELECTED"),
+            format!("{ADVISORY_PREFIX}.STREAM.LEADER_ELECTED.>"),
+            format!("{ADVISORY_PREFIX}.CONSUMER.LEADER_ELECTED.>"),
+        ]);
+    }
+    let mut messages = futures::stream::SelectAll::new();
+    for subject in subjects {
+        match client.subscribe(subject.clone()).await {
+            Ok(subscriber) => messages.push(subscriber),
+            Err(e) => tracing::debug!(%subject, error = %e, "not subscribed; probing alone"),
+        }
+    }
+    let mut probes = FuturesUnordered::new();
+    let mut next_probe = Instant::now();
+    let mut sent = 0u64;
+    let mut newest: Option<Newest> = None;
+    let mut census = Census::default();
+    // When this watch tells the fleet it waits (once per outage).
+    let mut tell_at: Option<Instant> = None;
+    loop {
+        let tell_deadline = tell_at;
+        tokio::select! {
+            Some(message) = messages.next() => {
+                if let Some(note) = fleet.read(&message.subject, &message.payload) {
+                    match note {
+                        Note::Waiting(sender) => census.heard(sender, fleet.is_me(sender), true),
+                        Note::Answers(sender) => {
+                            census.heard(sender, fleet.is_me(sender), false);
+                            // Another replica's probe was answered while ours were not.
+                            if newest.is_some_and(|newest| !newest.answered) && !fleet.is_me(sender) {
+                                tracing::debug!("meta leader answers again (another replica's probe)");
+                                let lost_before = Instant::now();
+                                announce(&inner, &elections, Election::Meta { lost_before });
+                                // Outcomes of the probes in flight are older news.
+                                newest = Some(Newest { seq: sent, answered: true });
+                            }
+                        }
+                    }
+                    continue;
+                }
+                if !accepted.accepts(&message.payload) {
+                    continue; // another domain's
+                }
+                if let Some(election) = Election::from_subject(&message.subject, Instant::now()) {
+                    tracing::debug!(?election, "leader elected (advisory)");
+                    announce(&inner, &elections, election);
+                }
+            }
+            () = tokio::time::sleep_until(tell_deadline.unwrap_or(next_probe)),
+                if tell_deadline.is_some() =>
+            {
+                tell_at = None;
+                if census.worth_telling() {
+                    tell(&client, &fleet, true).await;
+                }
+            }
+            scheduled = async {
+                tokio::select! {
+                    () = tokio::time::sleep_until(next_probe) => true,
+                    () = probe_now.notified() => false,
+                }
+            } => {
+                if should_stop(&inner) {
+                    return;
+                }
+                let timeout = PROBE_TIMEOUT.max(patience(&inner));
+                probes.push(probe(js.clone(), sent, Instant::now(), timeout));
+                probe_sent(&inner);
+                if scheduled {
+                    let n = u32::try_from(sent).unwrap_or(u32::MAX);
+                    next_probe = Instant::now() + PROBES.delay(n, census.interval());
+                }
+                sent += 1;
+            }
+            Some((seq, outcome, sent_at)) = probes.next(), if !probes.is_empty() => {
+                let answered = outcome.is_ok();
+                if answered {
+                    let rtt = sent_at.elapsed();
+                    announce(&inner, &elections, Election::Answered { sent: sent_at, rtt });
+                }
+                if newest.is_some_and(|newest| seq < newest.seq) {
+                    continue; // a late outcome of an older probe says nothing new
+                }
+                match (newest, answered) {
+                    (Some(Newest { answered: false, .. }), true) => {
+                        tracing::debug!("meta leader answers again");
+                        announce(&inner, &elections, Election::Meta { lost_before: sent_at });
+                        tell(&client, &fleet, false).await;
+                    }
+                    (None | Some(Newest { answered: true, .. }), false) => {
+                        if let Err(why) = &outcome {
+                            tracing::debug!(%why, "meta leader does not answer");
+                        }
+                        tell_at = Some(Instant::now() + full_jitter(NOTE_SPREAD));
+                    }
+                    _ => {}
+                }
+                newest = Some(Newest { seq, answered });
+            }
+        }
+    }
+}
+
+/// Publishes this watch's `waiting` note, or its `answers` one. Best effort: a note that
+/// cannot go out costs the fleet a faster probe or a later wake, no more.
+async fn tell(client: &async_nats::Client, fleet: &Fleet, waiting: bool) {
+    let (subject, payload) = fleet.note(waiting);
+    if let Err(e) = client.publish(subject, payload.into()).await {
+        tracing::debug!(error = %e, "fleet note not sent");
+    }
+}
+
+/// Whether the meta leader answers `INFO` within `timeout` (if not, why).
+async fn probe(
+    js: jetstream::Context,
+    seq: u64,
+    sent_at: Instant,
+    timeout: Duration,
+) -> (u64, Result<(), String>, Instant) {
+    let body = serde_json::json!({});
+    let request = js.request::<_, _, Response<serde_json::Value>>("INFO".to_owned(), &body);
+    let outcome = match tokio::time::timeout(timeout, request).await {
+        Ok(Ok(Response::Ok(_))) => Ok(()),
+        Ok(Ok(Response::Err { error })) => Err(format!("error {}", error.error_code().0)),
+        Ok(Err(e)) => Err(e.to_string()),
+        Err(_) => Err(format!("no answer within {timeout:?}")),
+    };
+    (seq, outcome, sent_at)
+}

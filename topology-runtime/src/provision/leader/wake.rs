@@ -1,0 +1,86 @@
+//! The [`Wake`] the provisioning retries of one stream (or one of its consumers) are given.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use async_nats::jetstream;
+use tokio::time::Instant;
+
+use super::{IN_FLIGHT_GRACE, LeaderWatch, PEER_POLL, PEER_POLL_FOR, WAKE_SPREAD};
+use crate::retry::Wake;
+
+/// The [`Wake`] of one stream's provisioning retries.
+pub(crate) struct StreamWake<'a> {
+    watch: &'a LeaderWatch,
+    stream: &'a str,
+    /// Whether the retries are for one of the stream's consumers.
+    consumer: bool,
+    /// Since when the attempts fail for want of a peer (10005), if the last one did.
+    peer_missing_since: Mutex<Option<Instant>>,
+}
+
+impl<'a> StreamWake<'a> {
+    pub(super) fn new(watch: &'a LeaderWatch, stream: &'a str, consumer: bool) -> Self {
+        StreamWake {
+            watch,
+            stream,
+            consumer,
+            peer_missing_since: Mutex::new(None),
+        }
+    }
+
+    /// Records why the last attempt failed (transiently): see [`PEER_POLL`].
+    pub(crate) fn failed(&self, cause: &crate::provision::error::ApiError) {
+        let mut since = self.peer_missing_since.lock().unwrap();
+        if cause.code() == Some(jetstream::ErrorCode::CLUSTER_NO_PEERS) {
+            since.get_or_insert_with(Instant::now);
+        } else {
+            *since = None;
+        }
+    }
+}
+
+impl Wake for StreamWake<'_> {
+    fn next_event(&self) -> Pin<Box<dyn Future<Output = ()> + Send + 'static>> {
+        Box::pin(self.watch.next_election(self.stream))
+    }
+
+    fn event_since(&self, since: Instant) -> Pin<Box<dyn Future<Output = ()> + Send + 'static>> {
+        Box::pin(self.watch.election_since(self.stream, Some(since)))
+    }
+
+    fn stalled(
+        &self,
+        started: Instant,
+        grace: Duration,
+    ) -> Pin<Box<dyn Future<Output = ()> + Send + 'static>> {
+        Box::pin(
+            self.watch
+                .stalled(self.stream, self.consumer, started, grace),
+        )
+    }
+
+    fn spread(&self) -> Duration {
+        WAKE_SPREAD
+    }
+
+    fn event_seen_since(&self, since: Instant) -> bool {
+        let state = self.watch.inner.state.lock().unwrap();
+        state
+            .lost_before(self.stream, self.consumer)
+            .is_some_and(|at| at > since)
+    }
+
+    fn in_flight_grace(&self) -> Duration {
+        IN_FLIGHT_GRACE
+    }
+
+    fn backoff_cap(&self) -> Option<Duration> {
+        let since = *self.peer_missing_since.lock().unwrap();
+        since
+            .is_some_and(|since| since.elapsed() < PEER_POLL_FOR)
+            .then_some(PEER_POLL)
+    }
+}
