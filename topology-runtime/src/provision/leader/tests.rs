@@ -251,19 +251,33 @@ fn requester(message: &async_nats::Message) -> String {
         .to_owned()
 }
 
+/// A stand-in for the meta leader of the fake API: its connection, the probes it receives
+/// and the fleet's `waiting` notes. A round trip after subscribing: the server has
+/// registered both subscriptions before any replica probes (a flush only writes).
+async fn fake_leader(
+    server: &nats_topology_testkit::NatsServer,
+) -> (
+    async_nats::Client,
+    async_nats::Subscriber,
+    async_nats::Subscriber,
+) {
+    let leader = async_nats::connect(server.url()).await.expect("connect");
+    let probes = leader.subscribe(format!("{FAKE_API}.INFO")).await.unwrap();
+    let notes = leader
+        .subscribe(format!("{FLEET_PREFIX}.WAITING.{FAKE_API}"))
+        .await
+        .unwrap();
+    let _ = leader.request("_FAKE_LEADER.ROUND_TRIP", "".into()).await;
+    (leader, probes, notes)
+}
+
 #[tokio::test]
 async fn one_answered_probe_wakes_the_whole_fleet() {
     const REPLICAS: usize = 8;
     let server = nats_topology_testkit::NatsServer::start()
         .await
         .expect("nats-server starts");
-    let leader = async_nats::connect(server.url()).await.expect("connect");
-    let mut probes = leader.subscribe(format!("{FAKE_API}.INFO")).await.unwrap();
-    let mut notes = leader
-        .subscribe(format!("{FLEET_PREFIX}.WAITING.{FAKE_API}"))
-        .await
-        .unwrap();
-    leader.flush().await.unwrap();
+    let (leader, mut probes, mut notes) = fake_leader(&server).await;
     let mut watches = Vec::new();
     let mut woken = Vec::new();
     for _ in 0..REPLICAS {
@@ -301,13 +315,7 @@ async fn the_more_replicas_wait_the_less_each_probes() {
     let server = nats_topology_testkit::NatsServer::start()
         .await
         .expect("nats-server starts");
-    let leader = async_nats::connect(server.url()).await.expect("connect");
-    let mut probes = leader.subscribe(format!("{FAKE_API}.INFO")).await.unwrap();
-    let mut notes = leader
-        .subscribe(format!("{FLEET_PREFIX}.WAITING.{FAKE_API}"))
-        .await
-        .unwrap();
-    leader.flush().await.unwrap();
+    let (_leader, mut probes, mut notes) = fake_leader(&server).await;
     // Each probe, with when it arrived.
     let (arrived, mut arrivals) = tokio::sync::mpsc::unbounded_channel();
     let recording = tokio::spawn(async move {
