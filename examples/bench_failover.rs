@@ -433,7 +433,8 @@ impl Elections {
         let mut advisories = client
             .subscribe("$JS.EVENT.ADVISORY.CONSUMER.LEADER_ELECTED.>")
             .await?;
-        client.flush().await?;
+        // A round trip: the server has registered the subscription (a flush only writes).
+        let _ = client.request("_BENCH.ROUND_TRIP", "".into()).await;
         let elections = Elections::default();
         let recorded = elections.clone();
         tokio::spawn(async move {

@@ -351,7 +351,8 @@ impl Elections {
     async fn watch(client: &async_nats::Client, stream: &str, consumer: &str) -> Elections {
         let subject = format!("$JS.EVENT.ADVISORY.CONSUMER.LEADER_ELECTED.{stream}.{consumer}");
         let mut advisories = client.subscribe(subject).await.expect("subscribe");
-        client.flush().await.expect("flush");
+        // A round trip: the server has registered the subscription (a flush only writes).
+        let _ = client.request("_NETWORK_TEST.ROUND_TRIP", "".into()).await;
         let elections = Elections::default();
         let recorded = elections.clone();
         tokio::spawn(async move {
