@@ -4,7 +4,8 @@
 //! Two notes, core NATS messages in the connection's account, under a subject that names
 //! the JetStream API (its prefix):
 //!
-//! - `waiting`: "my probes go unanswered", sent once per outage, after a random delay in
+//! - `waiting`: "my probes go unanswered", sent once per outage (once a probe has failed, or
+//!   gone unanswered for [`SILENT_AFTER`](super::SILENT_AFTER)), after a random delay in
 //!   `[0, NOTE_SPREAD]`, by a replica that has not yet heard [`FLEET_COUNTED`] others;
 //!   every replica counts the senders it hears (its estimate of the fleet);
 //! - `answers`: "a probe of mine was answered after one that was not", sent by a replica

@@ -85,6 +85,12 @@ const FLEET_COUNTED: usize = (FLEET_MAX.as_millis() / FLEET_INTERVAL.as_millis()
 const NOTE_SPREAD: Duration = Duration::from_millis(100);
 /// How long one probe waits for its answer, at least (see [`PATIENCE`]).
 const PROBE_TIMEOUT: Duration = Duration::from_millis(1000);
+/// How long a probe may go unanswered (at least: [`PATIENCE`]) before its replica tells the
+/// fleet that it waits, without waiting for [`PROBE_TIMEOUT`]: until replicas hear each
+/// other each probes on its own fast schedule, and in a fleet of hundreds those first
+/// probes are most of what the outage costs the cluster. A healthy meta leader answers
+/// `INFO` in a few milliseconds; a wrong note only slows the fleet's probes down.
+const SILENT_AFTER: Duration = Duration::from_millis(100);
 /// How many times the latest round trip an answer may take before it is taken as never
 /// coming: a probe's, and a provisioning request's past its in-flight grace. A
 /// loaded meta leader answers slowly but answers (an identical CREATE is answered only once

@@ -12,8 +12,8 @@ use tokio::time::Instant;
 
 use super::fleet::{Census, Fleet, Note};
 use super::{
-    ADVISORY_PREFIX, Advisories, Election, Inner, NOTE_SPREAD, PROBE_TIMEOUT, PROBES, announce,
-    patience, probe_sent, should_stop,
+    ADVISORY_PREFIX, Advisories, Election, Inner, NOTE_SPREAD, PROBE_TIMEOUT, PROBES, SILENT_AFTER,
+    announce, patience, probe_sent, should_stop,
 };
 use crate::retry::full_jitter;
 
@@ -41,14 +41,18 @@ impl ProbeSchedule {
         }
     }
 
-    /// The wait after probe `n`: uniform in `[interval / 2, interval]`.
-    pub(crate) fn delay(&self, n: u32, fleet: Option<Duration>) -> Duration {
+    /// The wait after probe `n` for a draw in `[0, 1]` (uniform: the wait is uniform in
+    /// `[interval / 2, interval]`): `interval / 2 * (1 + draw)`. The same
+    /// draw gives the same place in the interval when the fleet's interval changes, so that
+    /// replicas that probed together stay spread over it.
+    pub(crate) fn delay_drawn(&self, n: u32, fleet: Option<Duration>, draw: f64) -> Duration {
         let half = self.interval(n, fleet) / 2;
-        half + full_jitter(half)
+        half + half.mul_f64(draw.clamp(0.0, 1.0))
     }
 }
 
-/// The newest probe whose outcome is known.
+/// The newest probe whose outcome is known (a probe unanswered past its silence counts as
+/// unanswered until its own outcome comes).
 #[derive(Debug, Clone, Copy)]
 struct Newest {
     seq: u64,
@@ -87,15 +91,37 @@ pub(super) async fn watch(
     let mut sent = 0u64;
     let mut newest: Option<Newest> = None;
     let mut census = Census::default();
-    // When this watch tells the fleet it waits (once per outage).
+    // When this watch tells the fleet it waits, and whether it has in this outage (since the
+    // last answer): once per outage.
     let mut tell_at: Option<Instant> = None;
+    let mut told = false;
+    // The oldest probe sent since the last answer whose outcome is not known yet, and when
+    // it counts as unanswered for telling the fleet: a probe the meta leader does not answer
+    // takes its whole timeout (1 s) to fail, and the fleet's replicas probe alone (fast)
+    // until they hear each other.
+    let mut silent: Option<(u64, Instant)> = None;
+    let mut last_sent_at = Instant::now();
+    // Where in its interval the next scheduled probe falls (see `ProbeSchedule::delay_drawn`).
+    let mut draw: f64 = rand::random();
     loop {
         let tell_deadline = tell_at;
+        let silent_deadline = silent.map(|(_, at)| at);
         tokio::select! {
             Some(message) = messages.next() => {
                 if let Some(note) = fleet.read(&message.subject, &message.payload) {
                     match note {
-                        Note::Waiting(sender) => census.heard(sender, fleet.is_me(sender), true),
+                        Note::Waiting(sender) => {
+                            let before = census.interval();
+                            census.heard(sender, fleet.is_me(sender), true);
+                            // Heard more of the fleet: the next probe waits the fleet's
+                            // interval from the last one, not this replica's own schedule.
+                            if census.interval() > before {
+                                let n = u32::try_from(sent).unwrap_or(u32::MAX);
+                                let fleet_next = last_sent_at
+                                    + PROBES.delay_drawn(n, census.interval(), draw);
+                                next_probe = next_probe.max(fleet_next);
+                            }
+                        }
                         Note::Answers(sender) => {
                             census.heard(sender, fleet.is_me(sender), false);
                             // Another replica's probe was answered while ours were not.
@@ -105,6 +131,8 @@ pub(super) async fn watch(
                                 announce(&inner, &elections, Election::Meta { lost_before });
                                 // Outcomes of the probes in flight are older news.
                                 newest = Some(Newest { seq: sent, answered: true });
+                                told = false;
+                                silent = None;
                             }
                         }
                     }
@@ -126,6 +154,21 @@ pub(super) async fn watch(
                     tell(&client, &fleet, true).await;
                 }
             }
+            () = tokio::time::sleep_until(silent_deadline.unwrap_or(next_probe)),
+                if silent_deadline.is_some() =>
+            {
+                let (seq, _) = silent.take().expect("a deadline is a silent probe's");
+                // Unanswered so far: a later probe answered first is an election (its own
+                // late answer is not: the leader was slow, not gone).
+                if newest.is_none_or(|newest| newest.seq < seq) {
+                    newest = Some(Newest { seq, answered: false });
+                }
+                if !told {
+                    tracing::debug!("meta leader slow to answer; telling the fleet");
+                    told = true;
+                    tell_at = Some(Instant::now() + full_jitter(NOTE_SPREAD));
+                }
+            }
             scheduled = async {
                 tokio::select! {
                     () = tokio::time::sleep_until(next_probe) => true,
@@ -135,12 +178,18 @@ pub(super) async fn watch(
                 if should_stop(&inner) {
                     return;
                 }
-                let timeout = PROBE_TIMEOUT.max(patience(&inner));
-                probes.push(probe(js.clone(), sent, Instant::now(), timeout));
+                let patience = patience(&inner);
+                let timeout = PROBE_TIMEOUT.max(patience);
+                last_sent_at = Instant::now();
+                probes.push(probe(js.clone(), sent, last_sent_at, timeout));
                 probe_sent(&inner);
+                if !told && silent.is_none() {
+                    silent = Some((sent, last_sent_at + SILENT_AFTER.max(patience)));
+                }
                 if scheduled {
                     let n = u32::try_from(sent).unwrap_or(u32::MAX);
-                    next_probe = Instant::now() + PROBES.delay(n, census.interval());
+                    draw = rand::random();
+                    next_probe = Instant::now() + PROBES.delay_drawn(n, census.interval(), draw);
                 }
                 sent += 1;
             }
@@ -149,11 +198,17 @@ pub(super) async fn watch(
                 if answered {
                     let rtt = sent_at.elapsed();
                     announce(&inner, &elections, Election::Answered { sent: sent_at, rtt });
+                    // This probe, or a later one, was answered: no outage to tell of.
+                    if silent.is_some_and(|(oldest, _)| oldest <= seq) {
+                        silent = None;
+                    }
                 }
                 if newest.is_some_and(|newest| seq < newest.seq) {
                     continue; // a late outcome of an older probe says nothing new
                 }
                 match (newest, answered) {
+                    // The probe that had gone silent, answered late: a slow leader.
+                    (Some(Newest { answered: false, seq: silent_seq }), true) if silent_seq == seq => {}
                     (Some(Newest { answered: false, .. }), true) => {
                         tracing::debug!("meta leader answers again");
                         announce(&inner, &elections, Election::Meta { lost_before: sent_at });
@@ -163,9 +218,15 @@ pub(super) async fn watch(
                         if let Err(why) = &outcome {
                             tracing::debug!(%why, "meta leader does not answer");
                         }
-                        tell_at = Some(Instant::now() + full_jitter(NOTE_SPREAD));
+                        if !told {
+                            told = true;
+                            tell_at = Some(Instant::now() + full_jitter(NOTE_SPREAD));
+                        }
                     }
                     _ => {}
+                }
+                if answered {
+                    told = false;
                 }
                 newest = Some(Newest { seq, answered });
             }

@@ -113,13 +113,19 @@ fn a_replica_alone_probes_faster_as_it_starts_and_a_fleet_at_its_size() {
     assert_eq!(PROBES.interval(3, None), ms(400));
     assert_eq!(PROBES.interval(10, None), PROBES.max);
     for n in 0..8 {
-        let delay = PROBES.delay(n, None);
         let interval = PROBES.interval(n, None);
+        assert_eq!(PROBES.delay_drawn(n, None, 0.0), interval / 2);
+        assert_eq!(PROBES.delay_drawn(n, None, 1.0), interval);
+        let delay = PROBES.delay_drawn(n, None, rand::random());
         assert!(
             delay >= interval / 2 && delay <= interval,
             "{delay:?} of {interval:?}"
         );
     }
+    // One draw keeps its place in the interval as the fleet's interval grows.
+    let (small, large) = (Some(ms(400)), Some(ms(4000)));
+    assert_eq!(PROBES.delay_drawn(0, small, 0.5), ms(300));
+    assert_eq!(PROBES.delay_drawn(0, large, 0.5), ms(3000));
 
     let mut census = Census::default();
     assert_eq!(census.interval(), None, "no note heard: probing alone");
@@ -277,7 +283,7 @@ async fn one_answered_probe_wakes_the_whole_fleet() {
     let server = nats_topology_testkit::NatsServer::start()
         .await
         .expect("nats-server starts");
-    let (leader, mut probes, mut notes) = fake_leader(&server).await;
+    let (leader, probes, mut notes) = fake_leader(&server).await;
     let mut watches = Vec::new();
     let mut woken = Vec::new();
     for _ in 0..REPLICAS {
@@ -287,8 +293,11 @@ async fn one_answered_probe_wakes_the_whole_fleet() {
     }
     all_waiting(&mut notes, REPLICAS).await;
 
-    // From now on the leader answers the probes of one replica only: the others learn it
-    // from that replica.
+    // A new leader from now on: the probes sent to the old one were lost with it (answering
+    // them late would be a slow leader, not an election). It answers the probes of one
+    // replica only: the others learn it from that replica.
+    drop(probes);
+    let mut probes = leader.subscribe(format!("{FAKE_API}.INFO")).await.unwrap();
     let mut answered = None;
     let answering = tokio::spawn(async move {
         while let Some(probe) = probes.next().await {
@@ -323,13 +332,17 @@ async fn the_more_replicas_wait_the_less_each_probes() {
             let _ = arrived.send((requester(&probe), Instant::now()));
         }
     });
+    // Connected first, then all start waiting at once, as a fleet does when its leader goes:
+    // a replica that starts waiting after the others told the fleet does not hear them, and
+    // probes on its own schedule.
     let mut watches = Vec::new();
-    let mut waiting = Vec::new();
     for _ in 0..REPLICAS {
-        let watch = replica(&server).await;
-        waiting.push(watch.next_election("ORDERS"));
-        watches.push(watch);
+        watches.push(replica(&server).await);
     }
+    let waiting: Vec<_> = watches
+        .iter()
+        .map(|watch| watch.next_election("ORDERS"))
+        .collect();
     all_waiting(&mut notes, REPLICAS).await;
     let heard = Instant::now();
 
@@ -415,5 +428,72 @@ async fn an_attempt_past_its_grace_gets_a_probe_of_its_own() {
     .expect("given up within a second, not at the next scheduled probe");
     assert!(started - just_probed < Duration::from_millis(500));
     drop(waiting);
+    answering.abort();
+}
+
+#[tokio::test]
+async fn a_probe_gone_silent_tells_the_fleet_before_it_times_out() {
+    let server = nats_topology_testkit::NatsServer::start()
+        .await
+        .expect("nats-server starts");
+    // A leader that never answers: each probe waits out its whole timeout (1 s).
+    let (_leader, mut probes, mut notes) = fake_leader(&server).await;
+    let watch = replica(&server).await;
+    let waiting = watch.next_election("ORDERS");
+    let first = tokio::time::timeout(Duration::from_secs(5), probes.next())
+        .await
+        .expect("a first probe")
+        .expect("subscribed");
+    let first_at = Instant::now();
+    drop(first);
+    tokio::time::timeout(Duration::from_secs(5), notes.next())
+        .await
+        .expect("a waiting note")
+        .expect("subscribed");
+    let after = first_at.elapsed();
+    assert!(
+        after < PROBE_TIMEOUT,
+        "the note comes while the first probe is still unanswered, {after:?} after it \
+         (its timeout: {PROBE_TIMEOUT:?})"
+    );
+    drop(waiting);
+}
+
+#[tokio::test]
+async fn a_silent_probe_answered_late_is_a_slow_leader_not_an_election() {
+    let server = nats_topology_testkit::NatsServer::start()
+        .await
+        .expect("nats-server starts");
+    let (leader, mut probes, mut notes) = fake_leader(&server).await;
+    // Answers every probe, each 300 ms late: past its silence, within its timeout.
+    let answering = tokio::spawn(async move {
+        while let Some(probe) = probes.next().await {
+            let leader = leader.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                let _ = leader.publish(probe.reply.unwrap(), "{}".into()).await;
+            });
+        }
+    });
+    let watch = replica(&server).await;
+    let mut waiting = Box::pin(watch.next_election("ORDERS"));
+    // It told the fleet (its first probe went silent) ...
+    tokio::time::timeout(Duration::from_secs(5), notes.next())
+        .await
+        .expect("a waiting note")
+        .expect("subscribed");
+    // ... and then heard every answer late: no election, so the retry sleeps on.
+    let quiet = tokio::time::timeout(Duration::from_secs(2), &mut waiting).await;
+    assert!(
+        quiet.is_err(),
+        "late answers from the same leader wake no retry"
+    );
+    assert!(!resolved(&mut waiting).await);
+    let state = watch.inner.state.lock().unwrap();
+    assert!(
+        state.last_answered.is_some() && state.last_rtt >= Duration::from_millis(300),
+        "the probes were answered, late"
+    );
+    drop(state);
     answering.abort();
 }
