@@ -1,7 +1,7 @@
 //! [`Slot`]: one consumer's live state, changed only through its methods (each change logged
 //! once, at a fitting level).
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -32,6 +32,9 @@ pub(crate) struct Slot {
     pub(crate) dead_lettered: AtomicU64,
     pub(crate) ack_floor: AtomicU64,
     pub(crate) restarts: AtomicU64,
+    /// Whether the consumer's leader is this connection's server, cut off from its peers
+    /// ([`Slot::cut_off`]): it is not running, whatever its session hears.
+    cut_off: AtomicBool,
 }
 
 impl Slot {
@@ -60,7 +63,44 @@ impl Slot {
             dead_lettered: AtomicU64::new(0),
             ack_floor: AtomicU64::new(0),
             restarts: AtomicU64::new(0),
+            cut_off: AtomicBool::new(false),
         }
+    }
+
+    /// Records what the consumer's info said of its leader: `Some((silent, why))` when it is
+    /// this connection's server and has heard from no majority of its peers for `silent`. A
+    /// running (or stalled) consumer is then `stalled` with that cause, even while its idle
+    /// heartbeats come (the cut-off leader still sends them; nothing new reaches it), and runs
+    /// again once the info no longer says so (led elsewhere, or through another server).
+    pub(crate) fn cut_off(&self, cut_off: Option<&(Duration, String)>) {
+        let live = matches!(
+            self.state(),
+            ConsumerState::Running | ConsumerState::Stalled { .. }
+        );
+        match cut_off {
+            Some((silent, why)) => {
+                self.cut_off.store(true, Ordering::Relaxed);
+                if live {
+                    self.transition(ConsumerState::Stalled {
+                        silent_for: *silent,
+                        cause: format!(
+                            "{why}; nothing new reaches this replica through it (the runtime \
+                             moves to another listed server: see `jetstream`)"
+                        ),
+                    });
+                }
+            }
+            None => {
+                if self.cut_off.swap(false, Ordering::Relaxed) && live {
+                    self.transition(ConsumerState::Running);
+                }
+            }
+        }
+    }
+
+    /// Whether the consumer's leader was last seen here, cut off ([`Slot::cut_off`]).
+    pub(crate) fn is_cut_off(&self) -> bool {
+        self.cut_off.load(Ordering::Relaxed)
     }
 
     /// Sets the consumer's state and logs the change once, at a level that fits it: a

@@ -111,14 +111,16 @@ pub(super) async fn watch_reach(inner: Arc<Inner>, cancel: CancellationToken) {
 /// peer counts as cut off from it: three of Raft's 1 s heartbeats (a follower answers each).
 const PEERS_SILENT: Duration = Duration::from_secs(3);
 
-/// Why `server` is cut off from its cluster, if the group `cluster` describes (a consumer's,
-/// read through `server`) is led by `server` and its leader has heard from no majority of it
-/// for [`PEERS_SILENT`]. Such a leader keeps serving its local clients until it steps down
-/// for want of a quorum (10 to 20 s after the cut), and nothing new reaches it meanwhile.
+/// Why `server` is cut off from its cluster, and for how long its group's leader has heard
+/// from none of its peers, if the group `cluster` describes (a consumer's, read through
+/// `server`) is led by `server` and its leader has heard from no majority of it for
+/// [`PEERS_SILENT`]. Such a leader keeps serving its local clients (idle heartbeats included)
+/// until it steps down for want of a quorum (10 to 20 s after the cut), and nothing new
+/// reaches it meanwhile.
 pub(super) fn cut_off(
     cluster: Option<&async_nats::jetstream::stream::ClusterInfo>,
     server: &str,
-) -> Option<String> {
+) -> Option<(Duration, String)> {
     let cluster = cluster?;
     if cluster.leader.as_deref() != Some(server) || cluster.replicas.is_empty() {
         return None;
@@ -138,9 +140,12 @@ pub(super) fn cut_off(
         .map(|peer| peer.active)
         .min()
         .unwrap_or_default();
-    Some(format!(
-        "this server ({server}) leads a consumer's group but has heard from no majority of \
-         its peers for {silent:.1?}: it is cut off from them"
+    Some((
+        silent,
+        format!(
+            "this server ({server}) leads a consumer's group but has heard from no majority \
+             of its peers for {silent:.1?}: it is cut off from them"
+        ),
     ))
 }
 

@@ -219,10 +219,17 @@ async fn follow_ack_floor(
         if let Ok(Some(info)) = read.await
             && info.created.to_string() == created
         {
-            // A leader here that hears nothing from its peers: this server is cut off.
+            // A leader here that hears nothing from its peers: this server is cut off, and
+            // this consumer with it (its idle heartbeats still come: the pull session alone
+            // would call it running). Marked before the reach watch is woken to move.
             let server = inner.client.server_info().server_name;
             let cut_off = super::reach::cut_off(info.cluster.as_ref(), &server);
-            inner.health.shared.reach.leads_cut_off(&server, cut_off);
+            slot.cut_off(cut_off.as_ref());
+            inner
+                .health
+                .shared
+                .reach
+                .leads_cut_off(&server, cut_off.map(|(_, why)| why));
             lag.get_or_insert_with(|| LagGauges::new(stream, consumer))
                 .set(&info);
             let floor = resume.follow(instance, info.ack_floor.stream_sequence);

@@ -115,12 +115,15 @@ impl Liveness {
         self.heartbeat * 2 + self.rtt
     }
 
-    /// The server was heard: a stalled consumer runs again.
+    /// The server was heard: a stalled consumer runs again (unless its leader here is cut
+    /// off from its peers: the ack-floor read decides that one).
     pub(super) fn heard(&mut self) {
         if self.stalled {
             self.stalled = false;
             self.probe = None;
-            self.slot.transition(ConsumerState::Running);
+            if !self.slot.is_cut_off() {
+                self.slot.transition(ConsumerState::Running);
+            }
         }
     }
 
