@@ -35,19 +35,24 @@ fn advisory_subjects_name_the_election() {
     assert!(!Election::Stream("OTHER".into()).concerns("ORDERS"));
 }
 
-#[tokio::test]
-async fn the_watch_runs_only_while_a_retry_waits() {
-    // A client that never connects: the watch starts and stops all the same.
+/// A watch on a client that never connects (its probes never leave), on `$JS.API`.
+async fn unconnected_watch() -> LeaderWatch {
     let client = async_nats::ConnectOptions::new()
         .retry_on_initial_connect()
         .connect("nats://127.0.0.1:1")
         .await
         .unwrap();
-    let watch = LeaderWatch::new(
+    LeaderWatch::new(
         jetstream::new(client),
         Advisories::All,
         Fleet::new("$JS.API"),
-    );
+    )
+}
+
+#[tokio::test]
+async fn the_watch_runs_only_while_a_retry_waits() {
+    // A client that never connects: the watch starts and stops all the same.
+    let watch = unconnected_watch().await;
     assert!(!watch.is_watching());
     let first = watch.next_election("ORDERS");
     let second = watch.next_election("OTHER");
@@ -162,16 +167,7 @@ async fn resolved(attempt: &mut std::pin::Pin<Box<impl Future<Output = ()>>>) ->
 
 #[tokio::test]
 async fn an_election_wakes_every_retry_of_its_stream_but_gives_up_only_what_it_loses() {
-    let client = async_nats::ConnectOptions::new()
-        .retry_on_initial_connect()
-        .connect("nats://127.0.0.1:1")
-        .await
-        .unwrap();
-    let watch = LeaderWatch::new(
-        jetstream::new(client),
-        Advisories::All,
-        Fleet::new("$JS.API"),
-    );
+    let watch = unconnected_watch().await;
     let inner = Arc::downgrade(&watch.inner);
     let announce = |election| announce(&inner, &watch.inner.elections, election);
     let consumer = |name: &str| Election::Consumer {
