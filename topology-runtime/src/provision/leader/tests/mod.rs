@@ -1,0 +1,220 @@
+use std::collections::HashSet;
+
+use futures::{FutureExt, StreamExt};
+
+use super::fleet::{Census, FLEET_PREFIX};
+use super::*;
+
+#[test]
+fn advisory_subjects_name_the_election() {
+    let now = Instant::now();
+    let from = |subject: &str| Election::from_subject(subject, now);
+    assert_eq!(
+        from("$JS.EVENT.ADVISORY.DOMAIN.LEADER_ELECTED"),
+        Some(Election::Meta { lost_before: now })
+    );
+    assert_eq!(
+        from("$JS.EVENT.ADVISORY.STREAM.LEADER_ELECTED.ORDERS"),
+        Some(Election::Stream("ORDERS".into()))
+    );
+    assert_eq!(
+        from("$JS.EVENT.ADVISORY.CONSUMER.LEADER_ELECTED.ORDERS.billing"),
+        Some(Election::Consumer {
+            stream: "ORDERS".into(),
+            consumer: "billing".into()
+        })
+    );
+    assert_eq!(from("$JS.EVENT.ADVISORY.STREAM.QUORUM_LOST.ORDERS"), None);
+    assert_eq!(from("orders.created"), None);
+    assert!(Election::Meta { lost_before: now }.concerns("ORDERS"));
+    let billing = Election::Consumer {
+        stream: "ORDERS".into(),
+        consumer: "billing".into(),
+    };
+    assert!(billing.concerns("ORDERS"));
+    assert!(!Election::Stream("OTHER".into()).concerns("ORDERS"));
+}
+
+/// A watch on a client that never connects (its probes never leave), on `$JS.API`.
+async fn unconnected_watch() -> LeaderWatch {
+    let client = async_nats::ConnectOptions::new()
+        .retry_on_initial_connect()
+        .connect("nats://127.0.0.1:1")
+        .await
+        .unwrap();
+    LeaderWatch::new(
+        jetstream::new(client),
+        Advisories::All,
+        Fleet::new("$JS.API"),
+    )
+}
+
+#[tokio::test]
+async fn the_watch_runs_only_while_a_retry_waits() {
+    // A client that never connects: the watch starts and stops all the same.
+    let watch = unconnected_watch().await;
+    assert!(!watch.is_watching());
+    let first = watch.next_election("ORDERS");
+    let second = watch.next_election("OTHER");
+    assert!(watch.is_watching());
+    drop(first);
+    assert!(watch.is_watching());
+    drop(second);
+    assert!(watch.is_watching(), "it lingers");
+    let again = watch.next_election("ORDERS");
+    drop(again);
+    assert_eq!(
+        watch.inner.state.lock().unwrap().starts,
+        1,
+        "one watch throughout"
+    );
+    stopped(&watch).await;
+
+    let waiting = tokio::spawn(watch.next_election("ORDERS"));
+    tokio::task::yield_now().await;
+    let _ = watch.inner.elections.send(Election::Stream("OTHER".into()));
+    let _ = watch
+        .inner
+        .elections
+        .send(Election::Stream("ORDERS".into()));
+    tokio::time::timeout(Duration::from_secs(5), waiting)
+        .await
+        .expect("woken by its stream's election")
+        .unwrap();
+    stopped(&watch).await;
+    assert_eq!(watch.inner.state.lock().unwrap().starts, 2);
+}
+
+/// Waits (at most 5 s) until the watch has stopped.
+async fn stopped(watch: &LeaderWatch) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while watch.is_watching() {
+        assert!(
+            Instant::now() < deadline,
+            "the watch stops after its linger"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[test]
+fn in_a_domain_only_that_domains_advisories_count() {
+    let edge = Advisories::Domain("edge".to_owned());
+    assert!(edge.accepts(br#"{"type":"x","stream":"S","domain":"edge"}"#));
+    assert!(!edge.accepts(br#"{"type":"x","stream":"S","domain":"hub"}"#));
+    assert!(
+        !edge.accepts(br#"{"type":"x","stream":"S"}"#),
+        "a server without a domain"
+    );
+    assert!(!edge.accepts(b"not json"));
+    assert!(Advisories::All.accepts(br#"{"domain":"hub"}"#));
+    assert!(!Advisories::None.accepts(br#"{"domain":"edge"}"#));
+}
+
+#[test]
+fn a_replica_alone_probes_faster_as_it_starts_and_a_fleet_at_its_size() {
+    let ms = Duration::from_millis;
+    assert_eq!(PROBES.interval(0, None), ms(50));
+    assert_eq!(PROBES.interval(3, None), ms(400));
+    assert_eq!(PROBES.interval(10, None), PROBES.max);
+    for n in 0..8 {
+        let interval = PROBES.interval(n, None);
+        assert_eq!(PROBES.delay_drawn(n, None, 0.0), interval / 2);
+        assert_eq!(PROBES.delay_drawn(n, None, 1.0), interval);
+        let delay = PROBES.delay_drawn(n, None, rand::random());
+        assert!(
+            delay >= interval / 2 && delay <= interval,
+            "{delay:?} of {interval:?}"
+        );
+    }
+    // One draw keeps its place in the interval as the fleet's interval grows.
+    let (small, large) = (Some(ms(400)), Some(ms(4000)));
+    assert_eq!(PROBES.delay_drawn(0, small, 0.5), ms(300));
+    assert_eq!(PROBES.delay_drawn(0, large, 0.5), ms(3000));
+
+    let mut census = Census::default();
+    assert_eq!(census.interval(), None, "no note heard: probing alone");
+    census.heard(7, true, true);
+    assert_eq!(
+        census.interval(),
+        Some(FLEET_INTERVAL),
+        "its own note: a fleet of one"
+    );
+    for sender in 0..7 {
+        census.heard(sender, false, true);
+    }
+    census.heard(3, false, true);
+    assert_eq!(
+        census.interval(),
+        Some(FLEET_INTERVAL * 8),
+        "eight replicas, each once"
+    );
+    assert_eq!(PROBES.interval(0, census.interval()), FLEET_INTERVAL * 8);
+    for sender in 100..1000 {
+        census.heard(sender, false, true);
+    }
+    assert_eq!(census.interval(), Some(FLEET_MAX));
+    assert!(!census.worth_telling(), "enough heard: no note of its own");
+}
+
+/// Whether `attempt` has resolved, once everything ready has run.
+async fn resolved(attempt: &mut std::pin::Pin<Box<impl Future<Output = ()>>>) -> bool {
+    for _ in 0..10 {
+        tokio::task::yield_now().await;
+    }
+    attempt.now_or_never().is_some()
+}
+
+#[tokio::test]
+async fn an_election_wakes_every_retry_of_its_stream_but_gives_up_only_what_it_loses() {
+    let watch = unconnected_watch().await;
+    let inner = Arc::downgrade(&watch.inner);
+    let announce = |election| announce(&inner, &watch.inner.elections, election);
+    let consumer = |name: &str| Election::Consumer {
+        stream: "ORDERS".into(),
+        consumer: name.into(),
+    };
+    // The watch runs (a retry sleeps) when the attempts start.
+    let sleeping = tokio::spawn(watch.next_election("ORDERS"));
+    tokio::task::yield_now().await;
+    let started = Instant::now();
+    let hour = Duration::from_secs(3600);
+    let mut stream_create = Box::pin(watch.stalled("ORDERS", false, started, hour));
+    let mut consumer_create = Box::pin(watch.stalled("ORDERS", true, started, hour));
+
+    announce(consumer("billing"));
+    tokio::time::timeout(Duration::from_secs(5), sleeping)
+        .await
+        .expect("a consumer's leader wakes a sleeping retry of its stream")
+        .unwrap();
+    assert!(
+        !resolved(&mut consumer_create).await,
+        "a consumer's leader loses no request in flight"
+    );
+    // A meta leader missing only before the requests were sent loses neither.
+    announce(Election::Meta {
+        lost_before: started,
+    });
+    assert!(
+        !resolved(&mut stream_create).await,
+        "sent to the new meta leader"
+    );
+    announce(Election::Stream("ORDERS".into()));
+    assert!(
+        !resolved(&mut stream_create).await,
+        "the stream's new leader answers its creates"
+    );
+    assert!(
+        resolved(&mut consumer_create).await,
+        "the stream leader's election may lose a consumer's request"
+    );
+    announce(Election::Meta {
+        lost_before: Instant::now(),
+    });
+    assert!(
+        resolved(&mut stream_create).await,
+        "sent while no meta leader answered"
+    );
+}
+
+mod fleet;
