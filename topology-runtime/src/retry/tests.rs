@@ -1,4 +1,5 @@
 use super::*;
+use std::pin::Pin;
 
 #[test]
 fn window_doubles_then_caps() {
