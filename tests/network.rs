@@ -684,6 +684,8 @@ async fn acks_held_by_a_one_way_stall_never_count_a_message_handled_twice() {
                 Box::pin(async move {
                     let id = fixture::job_id(&incoming)?;
                     started.record(id);
+                    // The behaviour under test, not a wait: work that outlasts the stall's
+                    // start, so that its ack is the one the stalled link holds.
                     tokio::time::sleep(Duration::from_millis(1500)).await;
                     handled.record(id);
                     Ok::<(), HandlerError>(())
