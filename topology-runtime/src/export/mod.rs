@@ -36,6 +36,7 @@
 //! ```
 
 mod asyncapi;
+mod permissions;
 mod schema;
 mod yaml;
 
@@ -48,6 +49,9 @@ use crate::provision::{stamped_consumer_config, stamped_stream_config};
 use crate::registry::Topology;
 
 pub use asyncapi::{ApiInfo, AsyncApi, asyncapi};
+pub use permissions::{
+    Access, Action, Declaration, Need, Permission, Permissions, Role, permissions,
+};
 pub use schema::PayloadSchema;
 #[cfg(feature = "schemars")]
 pub use schema::schema_of;

@@ -59,7 +59,7 @@ use tokio::time::Instant;
 
 pub(crate) use advisories::{ADVISORY_PREFIX, Advisories};
 pub(crate) use election::Election;
-pub(crate) use fleet::Fleet;
+pub(crate) use fleet::{FLEET_PREFIX, Fleet};
 pub(crate) use probe::ProbeSchedule;
 pub(crate) use wake::StreamWake;
 

@@ -1,0 +1,246 @@
+use std::time::Duration;
+
+use topology_core::model::{
+    AckMode, BroadcastDecl, ConsumerDecl, Delivery, QueueDecl, StreamDecl, StreamRef,
+};
+
+use super::*;
+use crate::HandlerError;
+
+static ORDERS: StreamDecl = StreamDecl::new("ORDERS", &["orders.>"]);
+static AUDIT: StreamDecl = StreamDecl::new("AUDIT", &["audit.>"]).external();
+
+fn handler() -> impl Fn(crate::Incoming) -> crate::handler::HandlerFuture + Send + Sync + 'static {
+    |_| Box::pin(async { Ok::<(), HandlerError>(()) })
+}
+
+/// Every kind of declaration there is, once.
+fn every_kind() -> Topology {
+    Topology::new()
+        .stream(ORDERS)
+        .consumer(
+            ConsumerDecl::queue(
+                "svc::pull",
+                StreamRef::Declared(&ORDERS),
+                QueueDecl::new("pull")
+                    .dead_letter("orders.dead")
+                    .migrate_from("pull-v1")
+                    .ack(AckMode::Confirmed)
+                    .ack_wait(Duration::from_secs(5)),
+            )
+            .subjects(&["orders.created"]),
+            handler(),
+        )
+        .consumer(
+            ConsumerDecl::queue(
+                "svc::push",
+                StreamRef::Declared(&ORDERS),
+                QueueDecl::new("push").delivery(Delivery::Push),
+            ),
+            handler(),
+        )
+        .consumer(
+            ConsumerDecl::broadcast(
+                "svc::relay",
+                StreamRef::Declared(&ORDERS),
+                BroadcastDecl::new(),
+            )
+            .subjects(&["orders.shipped"]),
+            handler(),
+        )
+        .consumer(
+            ConsumerDecl::queue(
+                "svc::audit",
+                StreamRef::Declared(&AUDIT),
+                QueueDecl::new("audit"),
+            ),
+            handler(),
+        )
+        .consumer(
+            ConsumerDecl::queue(
+                "svc::named",
+                StreamRef::Named("LEDGER"),
+                QueueDecl::new("named"),
+            ),
+            handler(),
+        )
+}
+
+fn needed_by<'a>(p: &'a Permissions, declaration: &'a Declaration) -> Vec<&'a Permission> {
+    p.entries
+        .iter()
+        .filter(|e| e.needed_by.iter().any(|n| &n.declaration == declaration))
+        .collect()
+}
+
+#[test]
+fn every_declared_kind_contributes_entries() {
+    let topology = every_kind();
+    let p = permissions(&topology, &Role::owner("svc"));
+    let mut declarations = vec![Declaration::Service];
+    for stream in ["ORDERS", "AUDIT", "LEDGER"] {
+        declarations.push(Declaration::Stream(stream.to_owned()));
+    }
+    for consumer in topology.consumers() {
+        declarations.push(Declaration::Consumer {
+            stream: consumer.decl.stream.name().to_owned(),
+            handler: consumer.decl.handler.to_owned(),
+        });
+    }
+    for declaration in &declarations {
+        assert!(
+            !needed_by(&p, declaration).is_empty(),
+            "{declaration} contributes no entry:\n{}",
+            p.permissions_map()
+        );
+    }
+    // And each setting that uses a subject of its own.
+    for (action, subject) in [
+        (Action::Publish, "orders.dead"),
+        (Action::Publish, "$JS.API.CONSUMER.PAUSE.ORDERS.pull-v1"),
+        (Action::Publish, "$JS.API.CONSUMER.DELETE.ORDERS.pull-v1"),
+        (
+            Action::Publish,
+            "$JS.API.CONSUMER.CREATE.ORDERS.pull.orders.created",
+        ),
+        (Action::Publish, "$JS.API.CONSUMER.MSG.NEXT.ORDERS.pull"),
+        (Action::Publish, "$JS.ACK.ORDERS.pull.1.2.3.4.5"),
+        (Action::Subscribe, "_NT_DELIVER.ORDERS.push"),
+        (
+            Action::Publish,
+            "$JS.API.CONSUMER.CREATE.ORDERS.relay_x_2.orders.shipped",
+        ),
+        (
+            Action::Publish,
+            "$JS.API.CONSUMER.MSG.NEXT.ORDERS.relay_x_2",
+        ),
+        (Action::Publish, "$JS.API.STREAM.INFO.AUDIT"),
+        (Action::Publish, "$JS.API.STREAM.INFO.LEDGER"),
+        (Action::Publish, "$JS.API.CONSUMER.MSG.NEXT.LEDGER.named"),
+        (Action::Publish, "orders.anything"),
+        (Action::Subscribe, "_INBOX_svc.abc.*"),
+        (
+            Action::Subscribe,
+            "$JS.EVENT.ADVISORY.CONSUMER.LEADER_ELECTED.>",
+        ),
+        (Action::Publish, "_NATS_TOPOLOGY.META.WAITING.$JS.API"),
+    ] {
+        assert!(p.allows(action, subject), "{action:?} {subject} denied");
+    }
+}
+
+#[test]
+fn nothing_else_is_granted() {
+    let p = permissions(&every_kind(), &Role::owner("svc"));
+    for (action, subject) in [
+        (Action::Publish, "$JS.API.STREAM.CREATE.AUDIT"),
+        (Action::Publish, "$JS.API.STREAM.DELETE.ORDERS"),
+        (Action::Publish, "$JS.API.STREAM.PURGE.ORDERS"),
+        // A relay's per-instance consumer name is unknown in advance, so a stream with a
+        // relay grants any consumer name on it; a stream without one grants names only.
+        (Action::Publish, "$JS.API.CONSUMER.DELETE.AUDIT.audit"),
+        (Action::Publish, "$JS.API.CONSUMER.CREATE.AUDIT.other"),
+        (Action::Publish, "$JS.API.CONSUMER.CREATE.LEDGER.other"),
+        (Action::Publish, "$JS.API.STREAM.CREATE.LEDGER"),
+        (Action::Publish, "audit.written"),
+        (Action::Publish, "$JS.ACK.AUDIT.other.1"),
+        (Action::Subscribe, "_INBOX.>"),
+        (Action::Subscribe, "orders.>"),
+        (Action::Subscribe, ">"),
+        (Action::Publish, "$JS.API.>"),
+    ] {
+        assert!(!p.allows(action, subject), "{action:?} {subject} allowed");
+    }
+}
+
+#[test]
+fn no_entry_is_covered_by_another_and_each_is_listed_once() {
+    let p = permissions(&every_kind(), &Role::owner("svc"));
+    for (i, a) in p.entries.iter().enumerate() {
+        for (j, b) in p.entries.iter().enumerate() {
+            if i != j && a.action == b.action {
+                assert!(
+                    !is_subset(&a.subject, &b.subject),
+                    "{} is covered by {}",
+                    a.describe(),
+                    b.describe()
+                );
+            }
+        }
+        assert!(!a.needed_by.is_empty());
+    }
+    // The relay's `CONSUMER.INFO.ORDERS.*` covers the queue consumers' own, whose needs it
+    // now carries.
+    let info = p
+        .entries
+        .iter()
+        .find(|e| e.subject == "$JS.API.CONSUMER.INFO.ORDERS.*")
+        .unwrap();
+    assert!(info.needed_by.iter().any(|n| n.declaration
+        == Declaration::Consumer {
+            stream: "ORDERS".into(),
+            handler: "svc::pull".into()
+        }));
+}
+
+#[test]
+fn roles_differ_in_what_they_may_change() {
+    let topology = every_kind();
+    let owner = permissions(&topology, &Role::owner("svc"));
+    let bind = permissions(&topology, &Role::bind_only("svc"));
+    let operator = permissions(&topology, &Role::operator("ops"));
+    let create = "$JS.API.STREAM.CREATE.ORDERS";
+    let pause = "$JS.API.CONSUMER.PAUSE.ORDERS.pull-v1";
+    let pull = "$JS.API.CONSUMER.MSG.NEXT.ORDERS.pull";
+    let relay = "$JS.API.CONSUMER.CREATE.ORDERS.relay_x_2.orders.shipped";
+    assert!(owner.allows(Action::Publish, create) && owner.allows(Action::Publish, pause));
+    assert!(!bind.allows(Action::Publish, create) && !bind.allows(Action::Publish, pause));
+    assert!(!bind.allows(
+        Action::Publish,
+        "$JS.API.CONSUMER.CREATE.ORDERS.pull.orders.created"
+    ));
+    assert!(bind.allows(Action::Publish, pull) && bind.allows(Action::Publish, relay));
+    assert!(bind.allows(Action::Publish, "$JS.API.CONSUMER.INFO.ORDERS.pull"));
+    assert!(operator.allows(Action::Publish, create) && operator.allows(Action::Publish, pause));
+    assert!(!operator.allows(Action::Publish, pull) && !operator.allows(Action::Publish, relay));
+    assert!(!operator.allows(Action::Publish, "orders.created"));
+    assert!(operator.allows(Action::Subscribe, "_INBOX_ops.x"));
+}
+
+#[test]
+fn domains_prefixes_and_extra_outputs() {
+    let role = Role::owner("svc")
+        .with_domain("edge")
+        .with_inbox_prefix("_I.svc")
+        .publishes("invoices.>");
+    let p = permissions(&every_kind(), &role);
+    assert!(p.allows(
+        Action::Publish,
+        "$JS.edge.API.CONSUMER.MSG.NEXT.ORDERS.pull"
+    ));
+    assert!(!p.allows(Action::Publish, "$JS.API.CONSUMER.MSG.NEXT.ORDERS.pull"));
+    assert!(p.allows(Action::Publish, "_NATS_TOPOLOGY.META.ANSWERS.$JS.edge.API"));
+    assert!(p.allows(Action::Subscribe, "_I.svc.x.y"));
+    assert!(p.allows(Action::Publish, "invoices.paid"));
+    assert_eq!(Role::owner("my service.v2").service(), "my_service_v2");
+}
+
+#[test]
+fn the_server_block_and_the_json_list_the_same_entries_with_their_reasons() {
+    let p = permissions(&every_kind(), &Role::owner("svc"));
+    let block = p.server_config("$SVC_PASSWORD");
+    assert!(block.contains("user: \"svc\""), "{block}");
+    assert!(block.contains("password: $SVC_PASSWORD"), "{block}");
+    assert!(block.contains("# consumer `svc::pull` of stream `ORDERS`: pulls its messages"));
+    let json = p.to_json();
+    let publish = json["pub"]["allow"].as_array().unwrap();
+    let subscribe = json["sub"]["allow"].as_array().unwrap();
+    assert_eq!(publish.len() + subscribe.len(), p.entries.len());
+    for entry in &p.entries {
+        assert!(block.contains(&quoted(&entry.subject)), "{}", entry.subject);
+    }
+    assert!(!block.contains("s3cret"));
+    let literal = p.server_config("pa\"ss");
+    assert!(literal.contains("password: \"pa\\\"ss\""));
+    assert_eq!(p.without(0).entries.len(), p.entries.len() - 1);
+}
