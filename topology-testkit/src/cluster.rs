@@ -2,14 +2,17 @@
 //! node.
 
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::binary::server_binary_async;
+use crate::builder::Setup;
 use crate::error::TestkitError;
 use crate::link::Link;
 use crate::ports::{RefusingPort, free_ports, make_store_dir, unique_suffix};
 use crate::probe::wait_ready;
-use crate::process::{ClusterArgs, Node, START_ATTEMPTS};
+use crate::process::{ClusterArgs, Node, START_ATTEMPTS, url_for};
+use crate::tls::{Certificates, TlsFiles};
 
 /// How long a cluster (or a restarted cluster node) may take to become ready.
 const CLUSTER_READY_TIMEOUT: Duration = Duration::from_secs(30);
@@ -50,8 +53,10 @@ impl NatsCluster {
     ///
     /// A fresh cluster may still time out the first replicated stream create: retry it with
     /// [`eventually`](crate::eventually).
+    ///
+    /// For users and permissions, accounts or TLS, start it with [`NatsCluster::builder`].
     pub async fn start() -> Result<NatsCluster, TestkitError> {
-        Self::start_with(false).await
+        Self::start_setup(Arc::default(), false).await
     }
 
     /// Starts three nodes as [`start`](NatsCluster::start) does, but with every connection
@@ -67,14 +72,20 @@ impl NatsCluster {
     /// [`isolate`](Self::isolate) cuts a node off from the two others (a partition: its
     /// clients still reach it), [`heal`](Self::heal) ends every fault.
     pub async fn start_linked() -> Result<NatsCluster, TestkitError> {
-        Self::start_with(true).await
+        Self::start_setup(Arc::default(), true).await
     }
 
-    async fn start_with(linked: bool) -> Result<NatsCluster, TestkitError> {
+    pub(crate) async fn start_setup(
+        setup: Arc<Setup>,
+        linked: bool,
+    ) -> Result<NatsCluster, TestkitError> {
         let binary = server_binary_async().await?;
+        // One CA for the whole cluster, so that one client configuration fits every node.
+        let certificates = setup.tls.map(|_| Certificates::generate()).transpose()?;
         let mut attempt = 1;
         loop {
-            let (mut nodes, net) = Self::configure(&binary, linked).await?;
+            let (mut nodes, net) =
+                Self::configure(&binary, linked, &setup, certificates.as_ref()).await?;
             match Self::launch(&mut nodes).await {
                 Ok(()) => return Ok(NatsCluster { nodes, net }),
                 Err(_)
@@ -103,6 +114,8 @@ impl NatsCluster {
     async fn configure(
         binary: &Path,
         linked: bool,
+        setup: &Arc<Setup>,
+        certificates: Option<&Certificates>,
     ) -> Result<(Vec<Node>, Option<Network>), TestkitError> {
         let ports = free_ports(3 * CLUSTER_SIZE)?;
         let (client_ports, rest) = ports.split_at(CLUSTER_SIZE);
@@ -141,6 +154,7 @@ impl NatsCluster {
         for i in 0..CLUSTER_SIZE {
             let dir = make_store_dir(&format!("node{i}"))?;
             let mut node = Node::new(binary.to_path_buf(), format!("node{i}"), dir);
+            node.set_up(setup.clone(), certificates)?;
             node.port = client_ports[i];
             let route_ports = (0..CLUSTER_SIZE)
                 .filter(|&j| j != i)
@@ -200,8 +214,8 @@ impl NatsCluster {
         }
     }
 
-    /// The client URLs of all nodes, `nats://127.0.0.1:<port>`, in node order (behind links,
-    /// each node's shared client link).
+    /// The client URLs of all nodes, `nats://127.0.0.1:<port>` (`tls://` for a cluster started
+    /// with TLS), in node order (behind links, each node's shared client link).
     pub fn urls(&self) -> Vec<String> {
         (0..self.len()).map(|i| self.url(i)).collect()
     }
@@ -210,9 +224,27 @@ impl NatsCluster {
     /// `i >= self.len()`.
     pub fn url(&self, i: usize) -> String {
         match &self.net {
-            Some(net) => net.clients[i].url(),
+            Some(net) => url_for(self.nodes[i].tls.is_some(), net.clients[i].port()),
             None => self.nodes[i].url(),
         }
+    }
+
+    /// The certificate files of a cluster started with TLS (node 0's copy; every node has the
+    /// same files from one CA in its own store directory), `None` without TLS.
+    ///
+    /// ```no_run
+    /// use nats_topology_testkit::NatsCluster;
+    ///
+    /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+    /// let cluster = NatsCluster::builder().tls().start().await?;
+    /// let tls = cluster.tls().expect("started with TLS");
+    /// let client = tls.connect_options().connect(cluster.server_addrs()).await?;
+    /// # drop(client);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn tls(&self) -> Option<&TlsFiles> {
+        self.nodes[0].tls.as_ref()
     }
 
     /// The client port of node `i`. Panics if `i >= self.len()`.

@@ -71,6 +71,13 @@ pub enum TestkitError {
         source: Arc<io::Error>,
     },
 
+    /// Generating the certificates of a server with TLS failed.
+    #[error("test kit: generating the TLS certificates failed: {reason}")]
+    Certificates {
+        /// What failed, and why.
+        reason: String,
+    },
+
     /// The `nats-server` process could not be spawned.
     #[error("could not spawn `{command}`: {source}; check that the binary is executable")]
     Spawn {

@@ -10,6 +10,12 @@
 //! - [`NatsLeafTopology`]: a hub server (JetStream domain `hub`) and a leaf node server
 //!   (JetStream domain `edge`) connected over a leaf node port, as an edge site connects to a
 //!   cloud;
+//! - [`ServerBuilder`] ([`NatsServer::builder`], [`NatsCluster::builder`]): a server or a
+//!   cluster with configuration of the test's own included verbatim (users and their
+//!   permissions, accounts), environment variables for it, TLS with certificates generated for
+//!   the test ([`TlsFiles`]: a CA, a server certificate for `127.0.0.1` and `localhost`, a
+//!   client certificate; optionally required of clients), and the credentials the readiness
+//!   probe connects with;
 //! - [`Link`]: a loopback TCP proxy that stalls (both ways or one way), delays or cuts the
 //!   connections through it, and [`NatsCluster::start_linked`]: a cluster whose every route and
 //!   client connection goes through one, with [`NatsCluster::isolate`] for a partition; network
@@ -89,6 +95,8 @@ use tokio::time::Instant;
 #[cfg(unix)]
 mod binary;
 #[cfg(unix)]
+mod builder;
+#[cfg(unix)]
 mod cluster;
 #[cfg(unix)]
 mod error;
@@ -104,9 +112,13 @@ mod probe;
 mod process;
 #[cfg(unix)]
 mod server;
+#[cfg(unix)]
+mod tls;
 
 #[cfg(unix)]
 pub use binary::server_binary;
+#[cfg(unix)]
+pub use builder::ServerBuilder;
 #[cfg(unix)]
 pub use cluster::{ClusterMonitor, NatsCluster};
 #[cfg(unix)]
@@ -117,6 +129,8 @@ pub use leaf::{HUB_DOMAIN, LEAF_DOMAIN, NatsLeafTopology};
 pub use link::{Cut, Direction, Link};
 #[cfg(unix)]
 pub use server::NatsServer;
+#[cfg(unix)]
+pub use tls::TlsFiles;
 
 /// The `nats-server` version the kit installs when none of `NATS_SERVER_BIN`,
 /// `NATS_SERVER_VERSION` and `PATH` provides one.

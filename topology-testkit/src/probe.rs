@@ -1,5 +1,6 @@
 //! Readiness: a probe with a deadline (TCP connect plus the server's `INFO` line, then a
-//! `$JS.API.INFO` request that answers without an error), never a fixed sleep.
+//! `$JS.API.INFO` request that answers without an error, over TLS and with credentials when the
+//! server requires them), never a fixed sleep.
 
 use std::io;
 use std::time::Duration;
@@ -29,11 +30,15 @@ struct Probe {
     client: Option<async_nats::Client>,
     /// The last failure, for the error message.
     last: String,
+    /// The server refused the probe's credentials: waiting longer changes nothing.
+    refused: bool,
 }
 
 impl Probe {
-    /// One readiness probe of the server at `port`, bounded by a few `PROBE_TIMEOUT`s.
-    async fn step(&mut self, port: u16) {
+    /// One readiness probe of `node`, bounded by a few `PROBE_TIMEOUT`s: over TLS and with the
+    /// probe's credentials when the node has them.
+    async fn step(&mut self, node: &Node) {
+        let port = node.port;
         if !self.tcp {
             let addr = format!("127.0.0.1:{port}");
             let probe = async {
@@ -52,9 +57,10 @@ impl Probe {
                 return;
             }
         }
-        let url = format!("nats://127.0.0.1:{port}");
+        let url = node.url();
         if self.client.is_none() {
-            let connect = async_nats::ConnectOptions::new()
+            let connect = node
+                .probe_options()
                 .name("nats-topology-testkit-probe")
                 .ignore_discovered_servers()
                 .connection_timeout(PROBE_TIMEOUT)
@@ -62,7 +68,17 @@ impl Probe {
                 .connect(url.as_str());
             match tokio::time::timeout(PROBE_TIMEOUT, connect).await {
                 Ok(Ok(client)) => self.client = Some(client),
-                Ok(Err(e)) => self.last = format!("connecting to {url}: {e}"),
+                Ok(Err(e)) => {
+                    self.refused = e.kind() == async_nats::ConnectErrorKind::AuthorizationViolation;
+                    self.last = format!("connecting to {url}: {e}");
+                    if self.refused {
+                        self.last.push_str(
+                            " (the server refuses the probe's credentials: give the probe a user \
+                             of the configuration with `probe_user`, `probe_token` or \
+                             `probe_nkey`)",
+                        );
+                    }
+                }
                 Err(_) => self.last = format!("connecting to {url} timed out"),
             }
         }
@@ -101,6 +117,9 @@ pub(crate) async fn wait_ready(nodes: &mut [Node], timeout: Duration) -> Result<
         if probes.iter().all(|p| p.jetstream) {
             return Ok(());
         }
+        if let Some((node, probe)) = nodes.iter().zip(&probes).find(|(_, p)| p.refused) {
+            return Err(node.not_ready(timeout, probe.last.clone()));
+        }
         if Instant::now() >= deadline {
             let (node, probe) = nodes
                 .iter()
@@ -113,7 +132,7 @@ pub(crate) async fn wait_ready(nodes: &mut [Node], timeout: Duration) -> Result<
             .iter()
             .zip(probes.iter_mut())
             .filter(|(_, p)| !p.jetstream)
-            .map(|(node, probe)| probe.step(node.port));
+            .map(|(node, probe)| probe.step(node));
         futures::future::join_all(steps).await;
         if !probes.iter().all(|p| p.jetstream) {
             tokio::time::sleep(PROBE_INTERVAL).await;

@@ -12,8 +12,10 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::POLL_INTERVAL;
+use crate::builder::Setup;
 use crate::error::TestkitError;
 use crate::probe::wait_ready;
+use crate::tls::{Certificates, TlsFiles};
 
 /// How long a graceful stop waits after SIGTERM before it sends SIGKILL.
 const STOP_GRACE: Duration = Duration::from_secs(10);
@@ -29,6 +31,12 @@ pub(crate) fn display_command(program: &Path, args: &[OsString]) -> String {
         out.push_str(&arg.to_string_lossy());
     }
     out
+}
+
+/// `tls://127.0.0.1:<port>` or `nats://127.0.0.1:<port>`.
+pub(crate) fn url_for(tls: bool, port: u16) -> String {
+    let scheme = if tls { "tls" } else { "nats" };
+    format!("{scheme}://127.0.0.1:{port}")
 }
 
 fn file_len(path: &Path) -> u64 {
@@ -100,6 +108,10 @@ pub(crate) struct Node {
     pub(crate) port: u16,
     pub(crate) cluster: Option<ClusterArgs>,
     pub(crate) leaf: Option<LeafArgs>,
+    /// Configuration of the test's own, environment variables, probe credentials.
+    pub(crate) setup: Arc<Setup>,
+    /// The certificate files in `dir`, for a server with TLS.
+    pub(crate) tls: Option<TlsFiles>,
     pub(crate) dir: PathBuf,
     child: Option<Child>,
     /// Lengths of the log and output files when the current process was spawned, so that error
@@ -116,6 +128,8 @@ impl Node {
             port: 0,
             cluster: None,
             leaf: None,
+            setup: Arc::default(),
+            tls: None,
             dir,
             child: None,
             log_offset: 0,
@@ -123,8 +137,24 @@ impl Node {
         }
     }
 
+    /// Gives the node the test's configuration and, for TLS, writes the certificates into its
+    /// store directory.
+    pub(crate) fn set_up(
+        &mut self,
+        setup: Arc<Setup>,
+        certificates: Option<&Certificates>,
+    ) -> Result<(), TestkitError> {
+        self.tls = match (setup.tls, certificates) {
+            (Some(mode), Some(certificates)) => Some(certificates.write(&self.dir, mode)?),
+            _ => None,
+        };
+        self.setup = setup;
+        Ok(())
+    }
+
+    /// The client URL: `tls://` for a server with TLS, else `nats://`.
     pub(crate) fn url(&self) -> String {
-        format!("nats://127.0.0.1:{}", self.port)
+        url_for(self.tls.is_some(), self.port)
     }
 
     pub(crate) fn log_path(&self) -> PathBuf {
@@ -153,8 +183,9 @@ impl Node {
             "--server_name".into(),
             self.name.clone().into(),
         ];
-        if self.leaf.is_some() {
-            // Flags win over the file: the file adds only the domain and the leaf nodes.
+        if self.leaf.is_some() || self.setup.needs_config_file() {
+            // Flags win over the file: the file adds the domain and the leaf nodes, TLS, and
+            // the test's own configuration.
             args.extend(["-c".into(), self.config_path().into()]);
         }
         if let Some(cluster) = &self.cluster {
@@ -185,6 +216,30 @@ impl Node {
         args
     }
 
+    /// The configuration file: the leaf node settings, the `tls` block, then the test's own
+    /// text (last, so that it can override what comes before).
+    fn config_file(&self) -> String {
+        let mut config = String::new();
+        if let Some(leaf) = &self.leaf {
+            config.push_str(&leaf.config());
+        }
+        if let Some(tls) = &self.tls {
+            config.push_str(&tls.config_block());
+        }
+        config.push_str(&self.setup.config);
+        config
+    }
+
+    /// The readiness probe's connection options: its credentials and, for a server with TLS,
+    /// the CA and the client certificate.
+    pub(crate) fn probe_options(&self) -> async_nats::ConnectOptions {
+        let options = match &self.tls {
+            Some(tls) => tls.connect_options(),
+            None => async_nats::ConnectOptions::new(),
+        };
+        self.setup.probe.apply(options)
+    }
+
     pub(crate) fn command_line(&self) -> String {
         display_command(&self.binary, &self.args())
     }
@@ -207,8 +262,8 @@ impl Node {
 
     pub(crate) fn spawn(&mut self) -> Result<(), TestkitError> {
         debug_assert!(self.child.is_none(), "spawn while a process runs");
-        if let Some(leaf) = &self.leaf {
-            fs::write(self.config_path(), leaf.config())
+        if self.leaf.is_some() || self.setup.needs_config_file() {
+            fs::write(self.config_path(), self.config_file())
                 .map_err(|e| TestkitError::io("writing the server configuration file", e))?;
         }
         self.log_offset = file_len(&self.log_path());
@@ -223,6 +278,7 @@ impl Node {
             .map_err(|e| TestkitError::io("opening the server output file", e))?;
         let child = Command::new(&self.binary)
             .args(self.args())
+            .envs(self.setup.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(out)
             .stderr(err)

@@ -1,12 +1,15 @@
 //! [`NatsServer`]: one JetStream server that can be stopped, killed and restarted in place.
 
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::binary::server_binary_async;
+use crate::builder::Setup;
 use crate::error::TestkitError;
 use crate::ports::{free_ports, make_store_dir, unique_suffix};
 use crate::process::{Node, START_ATTEMPTS};
+use crate::tls::{Certificates, TlsFiles};
 
 /// How long a single server may take to become ready.
 const SERVER_READY_TIMEOUT: Duration = Duration::from_secs(20);
@@ -25,11 +28,19 @@ impl NatsServer {
     ///
     /// If the port is taken between choosing it and the server binding it, a new port is chosen
     /// (a few times). Errors include the command and the tail of the server's log.
+    ///
+    /// For users and permissions, accounts or TLS, start it with [`NatsServer::builder`].
     pub async fn start() -> Result<NatsServer, TestkitError> {
+        Self::start_setup(Arc::default()).await
+    }
+
+    pub(crate) async fn start_setup(setup: Arc<Setup>) -> Result<NatsServer, TestkitError> {
         let binary = server_binary_async().await?;
         let dir = make_store_dir("server")?;
         let name = format!("testkit-{}", unique_suffix());
         let mut node = Node::new(binary, name, dir);
+        let certificates = setup.tls.map(|_| Certificates::generate()).transpose()?;
+        node.set_up(setup, certificates.as_ref())?;
         let mut attempt = 1;
         loop {
             node.port = free_ports(1)?[0];
@@ -57,9 +68,28 @@ impl NatsServer {
         Ok(NatsServer { node })
     }
 
-    /// The client URL, `nats://127.0.0.1:<port>`.
+    /// The client URL, `nats://127.0.0.1:<port>`; `tls://127.0.0.1:<port>` for a server
+    /// started with TLS ([`ServerBuilder::tls`](crate::ServerBuilder::tls)), which makes a
+    /// client require TLS.
     pub fn url(&self) -> String {
         self.node.url()
+    }
+
+    /// The certificate files of a server started with TLS (in its store directory), `None`
+    /// without TLS.
+    ///
+    /// ```no_run
+    /// use nats_topology_testkit::NatsServer;
+    ///
+    /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+    /// let server = NatsServer::builder().mutual_tls().start().await?;
+    /// let tls = server.tls().expect("started with TLS");
+    /// assert!(tls.ca().starts_with(server.store_dir()));
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn tls(&self) -> Option<&TlsFiles> {
+        self.node.tls.as_ref()
     }
 
     /// The client port (kept across [`restart`](Self::restart)).
@@ -92,7 +122,8 @@ impl NatsServer {
     }
 
     /// Stops the server if it runs, then starts it again on the same port and the same store
-    /// directory (file-backed streams survive) and waits until it is ready.
+    /// directory (file-backed streams survive), with the same configuration, environment,
+    /// certificates and probe credentials, and waits until it is ready.
     pub async fn restart(&mut self) -> Result<(), TestkitError> {
         self.node.restart(SERVER_READY_TIMEOUT).await
     }
@@ -102,6 +133,7 @@ impl std::fmt::Debug for NatsServer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("NatsServer")
             .field("url", &self.url())
+            .field("tls", &self.tls().map(TlsFiles::verifies_clients))
             .field("pid", &self.pid())
             .field("store_dir", &self.store_dir())
             .finish()
