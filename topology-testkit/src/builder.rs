@@ -42,18 +42,27 @@ pub(crate) enum ProbeAuth {
     Token(String),
     /// An nkey seed (`SU...`).
     Nkey(String),
+    /// The text of a credentials file (a user JWT and its seed), for an operator-mode server.
+    Credentials(String),
 }
 
 impl ProbeAuth {
-    pub(crate) fn apply(&self, options: async_nats::ConnectOptions) -> async_nats::ConnectOptions {
-        match self {
+    /// `options` with these credentials; an error if credentials text does not parse.
+    pub(crate) fn apply(
+        &self,
+        options: async_nats::ConnectOptions,
+    ) -> Result<async_nats::ConnectOptions, String> {
+        Ok(match self {
             ProbeAuth::None => options,
             ProbeAuth::UserPassword(user, password) => {
                 options.user_and_password(user.clone(), password.clone())
             }
             ProbeAuth::Token(token) => options.token(token.clone()),
             ProbeAuth::Nkey(seed) => options.nkey(seed.clone()),
-        }
+            ProbeAuth::Credentials(text) => options
+                .credentials(text)
+                .map_err(|e| format!("the probe's credentials (`probe_credentials`): {e}"))?,
+        })
     }
 }
 
@@ -70,8 +79,8 @@ impl ProbeAuth {
 ///
 /// Readiness is probed as always (the `INFO` line, then `$JS.API.INFO` answered without an
 /// error), over TLS when the server requires it, with the credentials set by
-/// [`probe_user`](Self::probe_user), [`probe_token`](Self::probe_token) or
-/// [`probe_nkey`](Self::probe_nkey). The probe's user must be allowed to publish to
+/// [`probe_user`](Self::probe_user), [`probe_token`](Self::probe_token),
+/// [`probe_nkey`](Self::probe_nkey) or [`probe_credentials`](Self::probe_credentials). The probe's user must be allowed to publish to
 /// `$JS.API.INFO` and to subscribe to `_INBOX.>`, in an account with JetStream (the global
 /// account under a plain `authorization` block; `jetstream: enabled` in an `accounts` entry).
 ///
@@ -269,6 +278,29 @@ impl<T> ServerBuilder<T> {
         self
     }
 
+    /// The readiness probe authenticates with the user JWT and nkey seed of `creds`, the text
+    /// of a credentials file (replacing any other probe credentials): for a server in operator
+    /// mode (`operator`, `resolver: MEMORY` and `resolver_preload` in the configuration).
+    ///
+    /// ```no_run
+    /// use nats_topology_testkit::NatsServer;
+    ///
+    /// # async fn demo(operator_config: String) -> Result<(), Box<dyn std::error::Error>> {
+    /// let creds = std::fs::read_to_string("admin.creds")?;
+    /// let server = NatsServer::builder()
+    ///     .config(operator_config)
+    ///     .probe_credentials(creds)
+    ///     .start()
+    ///     .await?;
+    /// # drop(server);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn probe_credentials(mut self, creds: impl Into<String>) -> Self {
+        self.setup.probe = ProbeAuth::Credentials(creds.into());
+        self
+    }
+
     /// Clients must connect over TLS (a plain connection is refused); the server presents a
     /// certificate for `127.0.0.1` and `localhost` from a CA generated for this server, whose
     /// files [`NatsServer::tls`] and [`NatsCluster::tls`] name. Client certificates are not
@@ -345,6 +377,7 @@ impl<T> std::fmt::Debug for ServerBuilder<T> {
             ProbeAuth::UserPassword(user, _) => format!("user {user:?} with a password"),
             ProbeAuth::Token(_) => "a token".to_owned(),
             ProbeAuth::Nkey(_) => "an nkey".to_owned(),
+            ProbeAuth::Credentials(_) => "a credentials file's text".to_owned(),
         };
         let env: Vec<_> = self.setup.env.iter().map(|(name, _)| name).collect();
         f.debug_struct("ServerBuilder")

@@ -30,7 +30,8 @@ struct Probe {
     client: Option<async_nats::Client>,
     /// The last failure, for the error message.
     last: String,
-    /// The server refused the probe's credentials: waiting longer changes nothing.
+    /// The server refused the probe's credentials (or they do not parse): waiting longer
+    /// changes nothing.
     refused: bool,
 }
 
@@ -59,8 +60,15 @@ impl Probe {
         }
         let url = node.url();
         if self.client.is_none() {
-            let connect = node
-                .probe_options()
+            let options = match node.probe_options() {
+                Ok(options) => options,
+                Err(e) => {
+                    self.last = e;
+                    self.refused = true;
+                    return;
+                }
+            };
+            let connect = options
                 .name("nats-topology-testkit-probe")
                 .ignore_discovered_servers()
                 .connection_timeout(PROBE_TIMEOUT)
@@ -74,8 +82,8 @@ impl Probe {
                     if self.refused {
                         self.last.push_str(
                             " (the server refuses the probe's credentials: give the probe a user \
-                             of the configuration with `probe_user`, `probe_token` or \
-                             `probe_nkey`)",
+                             of the configuration with `probe_user`, `probe_token`, \
+                             `probe_nkey` or `probe_credentials`)",
                         );
                     }
                 }

@@ -231,8 +231,8 @@ impl Node {
     }
 
     /// The readiness probe's connection options: its credentials and, for a server with TLS,
-    /// the CA and the client certificate.
-    pub(crate) fn probe_options(&self) -> async_nats::ConnectOptions {
+    /// the CA and the client certificate; an error if its credentials text does not parse.
+    pub(crate) fn probe_options(&self) -> Result<async_nats::ConnectOptions, String> {
         let options = match &self.tls {
             Some(tls) => tls.connect_options(),
             None => async_nats::ConnectOptions::new(),
