@@ -1,7 +1,36 @@
 //! Connecting the way a supervised service needs: the broker may be down when the service
 //! starts, and may go away at any time after.
+//!
+//! [`connect_from_env`] reads the variables the `nats` CLI reads, so that one environment
+//! serves the service and an operator's `nats` commands, and this library's inbox prefix:
+//!
+//! | variable | what it gives |
+//! | --- | --- |
+//! | `NATS_URL` | the servers, comma-separated (default `nats://127.0.0.1:4222`) |
+//! | `NATS_CREDS` | the path of a credentials file (a user JWT and its nkey seed) |
+//! | `NATS_NKEY` | the path of a file holding a user nkey seed (`SU...`) |
+//! | `NATS_USER`, `NATS_PASSWORD` | a user and its password (both or neither) |
+//! | `NATS_TOKEN` | a token |
+//! | `NATS_CA` | the path of the PEM file of the CA to trust; TLS is then required |
+//! | `NATS_CERT`, `NATS_KEY` | the paths of a client certificate and its key (PEM), for mutual TLS (both or neither); TLS is then required |
+//! | `NATS_INBOX_PREFIX` | the prefix of the connection's reply subjects (default `_INBOX`), for permissions that allow replies only under it |
+//!
+//! At most one of `NATS_CREDS`, `NATS_NKEY`, `NATS_USER` with `NATS_PASSWORD` and `NATS_TOKEN`
+//! may be set, and an empty variable counts as unset. (The `nats` CLI also takes a token in
+//! `NATS_USER` alone; here that is an error that points to `NATS_TOKEN`.) The files are read
+//! and checked before connecting. An error names the variable and what to do, and neither an
+//! error nor `Debug` output ever shows a password, a token, a seed or a file's content.
+//! [`options_from`] builds the same options from any lookup (a test's map, a configuration
+//! file) for a connection of your own.
 
 use async_nats::{Client, ConnectError, ConnectErrorKind, ConnectOptions, ServerAddr};
+
+mod env;
+
+pub use env::{
+    EnvError, EnvErrorKind, EnvOptions, NATS_CA, NATS_CERT, NATS_CREDS, NATS_INBOX_PREFIX,
+    NATS_KEY, NATS_NKEY, NATS_PASSWORD, NATS_TOKEN, NATS_USER, options_from,
+};
 
 /// The environment variable that lists the servers, comma-separated, as the `nats` CLI reads it.
 pub const NATS_URL: &str = "NATS_URL";
@@ -11,7 +40,8 @@ pub const DEFAULT_URL: &str = "nats://127.0.0.1:4222";
 
 /// The options [`connect`] uses: retry the initial connection (a broker that is down at boot
 /// is waited for, not a reason to exit), reconnect without limit, and name the connection
-/// after the executable (it shows in the server's `connz` and logs).
+/// after the executable (it shows in the server's `connz` and logs). [`options_from`] (and so
+/// [`connect_from_env`]) builds on them.
 ///
 /// Start from these to add credentials or TLS:
 ///
@@ -46,14 +76,30 @@ pub fn connect_options() -> ConnectOptions {
 /// [`Health`]: crate::Health
 pub async fn connect(servers: &str) -> Result<Client, ConnectError> {
     let servers = parse_servers(servers)?;
-    connect_options().connect(servers).await
+    open(connect_options(), servers).await
 }
 
-/// [`connect`] to the servers listed in `NATS_URL`, or to `nats://127.0.0.1:4222` when it is
-/// not set.
-pub async fn connect_from_env() -> Result<Client, ConnectError> {
-    let servers = std::env::var(NATS_URL).unwrap_or_else(|_| DEFAULT_URL.to_owned());
-    connect(&servers).await
+/// Connects as [`connect`] does to the servers listed in `NATS_URL` (or
+/// `nats://127.0.0.1:4222`), with the credentials, TLS files and inbox prefix of the other
+/// variables the [module documentation](self) lists: [`options_from`] the process
+/// environment, then [`EnvOptions::connect`].
+///
+/// A variable that names an unreadable file, or one of a pair without the other, is an error
+/// at once, naming the variable and what to do.
+pub async fn connect_from_env() -> Result<Client, EnvError> {
+    options_from(process_env).await?.connect().await
+}
+
+/// A variable of the process environment; one that is not Unicode is read lossily (a path
+/// that then names no file is an error naming the variable).
+fn process_env(name: &str) -> Option<String> {
+    std::env::var_os(name).map(|value| value.to_string_lossy().into_owned())
+}
+
+/// Connects with `options` to `servers`: the one place where the connections of this module
+/// (and of [`EnvOptions::connect`]) are made.
+async fn open(options: ConnectOptions, servers: Vec<ServerAddr>) -> Result<Client, ConnectError> {
+    options.connect(servers).await
 }
 
 /// `nats://a:4222, nats://b:4222` as addresses; an empty list or a malformed URL is an error.
@@ -66,7 +112,7 @@ fn parse_servers(servers: &str) -> Result<Vec<ServerAddr>, ConnectError> {
             s.parse::<ServerAddr>().map_err(|e| {
                 ConnectError::with_source(
                     ConnectErrorKind::ServerParse,
-                    format!("server {s:?}: {e}"),
+                    format!("server {:?}: {e}", without_userinfo(s)),
                 )
             })
         })
@@ -78,6 +124,17 @@ fn parse_servers(servers: &str) -> Result<Vec<ServerAddr>, ConnectError> {
         ));
     }
     Ok(addrs)
+}
+
+/// A server URL with its `user:password@` (or `token@`) replaced by `***@`, for messages.
+fn without_userinfo(server: &str) -> String {
+    let rest_at = server.find("://").map_or(0, |i| i + 3);
+    let (scheme, rest) = server.split_at(rest_at);
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    match rest[..authority_end].rfind('@') {
+        Some(at) => format!("{scheme}***{}", &rest[at..]),
+        None => server.to_owned(),
+    }
 }
 
 /// The executable's file name, which names the service in the server's reports.
@@ -97,5 +154,17 @@ mod tests {
         assert_eq!(addrs[1].port(), 4223);
         assert!(parse_servers(" , ").is_err());
         assert!(parse_servers("nats://a:notaport").is_err());
+    }
+
+    #[test]
+    fn a_malformed_url_is_shown_without_its_credentials() {
+        let error = parse_servers("nats://admin:hunter2@a:notaport").unwrap_err();
+        assert!(error.to_string().contains("***@a:notaport"), "{error}");
+        assert!(!format!("{error} {error:?}").contains("hunter2"));
+        assert_eq!(
+            without_userinfo("tls://t0ken@host:4222/x@y"),
+            "tls://***@host:4222/x@y"
+        );
+        assert_eq!(without_userinfo("host:4222"), "host:4222");
     }
 }
