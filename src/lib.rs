@@ -94,9 +94,10 @@
 pub use topology_runtime::handler::HandlerFuture;
 pub use topology_runtime::{
     ConsumerState, ConsumerStatus, Context, HandlerError, Health, Incoming, Inspection,
-    JetStreamStatus, NotReady, OlderDeclaration, Plan, Problem, ProvisionError, ProvisionErrorKind,
-    ProvisionReport, Publish, Relay, RelayError, RetryPolicy, RunError, Runtime, RuntimeBuilder,
-    State, StreamStatus, Topology, ValidationError, export, inspect, model, plan, report, retry,
+    JetStreamStatus, NotReady, OlderDeclaration, PermissionDenial, Plan, Problem, ProvisionError,
+    ProvisionErrorKind, ProvisionReport, Publish, Relay, RelayError, RetryPolicy, RunError,
+    Runtime, RuntimeBuilder, State, StreamStatus, Topology, ValidationError, export, inspect,
+    model, plan, report, retry,
 };
 
 #[cfg(feature = "cli")]
@@ -106,7 +107,7 @@ pub mod http;
 
 pub use topology_macros::{broadcast, queue_consumer, stream};
 
-pub use topology_runtime::connect::{connect, connect_from_env, connect_options};
+pub use topology_runtime::connect::{connect, connect_from_env, connect_options, connect_with};
 
 /// How long a drain waits for each clean-up that needs the broker (the final flush of
 /// acknowledgements, a relay's deletion), so that it ends even when the broker is gone.

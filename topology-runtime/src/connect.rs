@@ -75,8 +75,27 @@ pub fn connect_options() -> ConnectOptions {
 ///
 /// [`Health`]: crate::Health
 pub async fn connect(servers: &str) -> Result<Client, ConnectError> {
-    let servers = parse_servers(servers)?;
-    open(connect_options(), servers).await
+    connect_with(connect_options(), servers).await
+}
+
+/// [`connect`] with options of your own (start from [`connect_options`] to keep its retry
+/// and reconnect behaviour). Use it rather than `options.connect(..)`: it also keeps the
+/// server's permission violations, which reach only the connection's event callback (this
+/// sets it; one set afterwards replaces it), so that a runtime on the client names the
+/// missing permission in its [`Health`](crate::Health).
+///
+/// ```no_run
+/// # async fn f() -> Result<(), nats_topology::async_nats::ConnectError> {
+/// let options = nats_topology::connect_options()
+///     .user_and_password("billing".into(), std::env::var("BILLING_PASSWORD").unwrap_or_default())
+///     .custom_inbox_prefix("_INBOX_billing");
+/// let client = nats_topology::connect_with(options, "nats://nats.internal:4222").await?;
+/// # drop(client);
+/// # Ok(())
+/// # }
+/// ```
+pub async fn connect_with(options: ConnectOptions, servers: &str) -> Result<Client, ConnectError> {
+    open(options, parse_servers(servers)?).await
 }
 
 /// Connects as [`connect`] does to the servers listed in `NATS_URL` (or
@@ -99,7 +118,10 @@ fn process_env(name: &str) -> Option<String> {
 /// Connects with `options` to `servers`: the one place where the connections of this module
 /// (and of [`EnvOptions::connect`]) are made.
 async fn open(options: ConnectOptions, servers: Vec<ServerAddr>) -> Result<Client, ConnectError> {
-    options.connect(servers).await
+    let (options, errors) = crate::events::keep_server_errors(options);
+    let client = options.connect(servers).await?;
+    crate::events::register(&client, errors);
+    Ok(client)
 }
 
 /// `nats://a:4222, nats://b:4222` as addresses; an empty list or a malformed URL is an error.

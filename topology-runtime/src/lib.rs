@@ -7,6 +7,7 @@
 //! `provision/` are folders, one concern per file (their `mod.rs` lists them).
 
 pub mod connect;
+mod events;
 pub mod export;
 pub mod handler;
 pub mod health;
@@ -20,9 +21,12 @@ pub mod state;
 pub mod telemetry;
 pub mod validate;
 
-pub use connect::{connect, connect_from_env, connect_options};
+pub use connect::{connect, connect_from_env, connect_options, connect_with};
 pub use handler::{Context, HandlerError, Incoming, Publish};
-pub use health::{ConsumerState, ConsumerStatus, Health, JetStreamStatus, NotReady, StreamStatus};
+pub use health::{
+    ConsumerState, ConsumerStatus, Health, JetStreamStatus, NotReady, PermissionDenial,
+    StreamStatus,
+};
 pub use provision::{OlderDeclaration, ProvisionError, ProvisionErrorKind};
 pub use registry::Topology;
 pub use report::{Inspection, Plan, ProvisionReport, inspect, plan};

@@ -4,6 +4,7 @@
 //! - `slot`: one consumer's live state, as its supervisor and handlers change it;
 //! - `reach`: whether JetStream answers through the connection's server.
 
+mod denied;
 mod reach;
 mod slot;
 mod state;
@@ -15,6 +16,8 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
+pub(crate) use denied::Denials;
+pub use denied::PermissionDenial;
 pub use reach::JetStreamStatus;
 pub(crate) use slot::Slot;
 pub use state::{ConsumerState, ConsumerStatus};
@@ -33,6 +36,8 @@ pub(crate) struct Shared {
     older: crate::provision::OlderDeclarations,
     /// Whether JetStream answers through the connection's server.
     pub(crate) reach: reach::Reach,
+    /// Permission violations the server reported, with who needs the subject.
+    pub(crate) denials: Denials,
 }
 
 impl Shared {
@@ -47,6 +52,7 @@ impl Shared {
             stream_missing: Arc::default(),
             older: Default::default(),
             reach: Default::default(),
+            denials: Default::default(),
         }
     }
 
@@ -133,6 +139,7 @@ impl Health {
     /// hands this instance its share of the consumer's messages.
     pub fn ready(&self) -> bool {
         self.shared.started()
+            && self.shared.denials.all().is_empty()
             && self
                 .slots
                 .iter()
@@ -186,6 +193,17 @@ impl Health {
         self.shared.reach.status()
     }
 
+    /// The permission violations the server reported on the runtime's connection, each with
+    /// the permission that is missing and the declarations that need it; while there is one
+    /// the runtime is not [`ready`](Health::ready). The server reports a denied subject once
+    /// per connection, so a denial stays until the connection is established again (then
+    /// what still is denied is reported again). Known only on a
+    /// connection made by [`connect`](crate::connect) (or its siblings), whose event callback
+    /// the runtime reads.
+    pub fn denials(&self) -> Vec<PermissionDenial> {
+        self.shared.denials.all()
+    }
+
     /// The streams no consumer reads, and whether each is there.
     pub fn streams(&self) -> Vec<StreamStatus> {
         self.shared
@@ -224,6 +242,9 @@ impl fmt::Display for Health {
         for older in self.older_declarations() {
             writeln!(f, "  {older}")?;
         }
+        for denial in self.denials() {
+            writeln!(f, "  {denial}")?;
+        }
         let jetstream = self.jetstream();
         if !jetstream.reachable || jetstream.moves > 0 {
             writeln!(f, "  {jetstream}")?;
@@ -239,6 +260,7 @@ impl fmt::Debug for Health {
             .field("consumers", &self.consumers())
             .field("streams", &self.streams())
             .field("jetstream", &self.jetstream())
+            .field("denials", &self.denials())
             .finish()
     }
 }

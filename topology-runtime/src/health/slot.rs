@@ -201,6 +201,13 @@ impl Slot {
             dead_lettered: self.dead_lettered.load(Ordering::Relaxed),
             ack_floor: self.ack_floor.load(Ordering::Relaxed),
             restarts: self.restarts.load(Ordering::Relaxed),
+            denied: self
+                .shared
+                .denials
+                .all()
+                .into_iter()
+                .find(|d| d.concerns(&self.stream, &self.handler))
+                .map(|d| d.to_string()),
         }
     }
 }

@@ -92,6 +92,10 @@ pub struct ConsumerStatus {
     /// How many times it stopped running unasked (its consumer, stream or connection lost)
     /// and was ensured again; 0 for a consumer that has run without a break since it started.
     pub restarts: u64,
+    /// A permission the server denied on the current connection that this consumer (or its
+    /// stream, or every replica) needs: the subject and the missing permission, named. While there
+    /// is one, the consumer does not count as working, whatever its state says.
+    pub denied: Option<String>,
 }
 
 impl fmt::Display for ConsumerStatus {
@@ -108,6 +112,10 @@ impl fmt::Display for ConsumerStatus {
             self.retried,
             self.dead_lettered,
             self.restarts
-        )
+        )?;
+        if let Some(denied) = &self.denied {
+            write!(f, "; FAILING: {denied}")?;
+        }
+        Ok(())
     }
 }

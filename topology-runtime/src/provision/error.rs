@@ -30,6 +30,11 @@ pub enum ProvisionErrorKind {
     /// instance (of the old fleet) does not create it again. Retried, so the instance stays
     /// unready until it is stopped.
     Superseded,
+    /// The server denied this connection's user a JetStream API request the declaration
+    /// needs (a `Permissions Violation`); the message names the subject. Retried by a
+    /// supervisor, so a permission granted later is picked up; `plan` and `provision` fail
+    /// at once.
+    PermissionDenied,
 }
 
 /// One field whose value on the server differs from the declaration.
@@ -146,6 +151,7 @@ impl ProvisionError {
                 | ProvisionErrorKind::StreamMissing
                 | ProvisionErrorKind::UnexpectedAnswer
                 | ProvisionErrorKind::Superseded
+                | ProvisionErrorKind::PermissionDenied
         )
     }
 }
@@ -191,13 +197,24 @@ pub(crate) enum ApiError {
     },
     /// The server answered with an error.
     Server(jetstream::Error),
+    /// The server denied the request's subject to this connection's user (it said so on the
+    /// connection: the request itself just went unanswered).
+    Denied {
+        /// Publish (to the request's subject) or subscribe (to the inboxes answers come to).
+        action: crate::export::Action,
+        /// The subject denied.
+        subject: String,
+    },
 }
 
 impl ApiError {
     pub(crate) fn code(&self) -> Option<ErrorCode> {
         match self {
             ApiError::Server(e) => Some(e.error_code()),
-            ApiError::Request(_) | ApiError::Retry(_) | ApiError::Unexpected { .. } => None,
+            ApiError::Request(_)
+            | ApiError::Retry(_)
+            | ApiError::Unexpected { .. }
+            | ApiError::Denied { .. } => None,
         }
     }
 
@@ -212,6 +229,7 @@ impl ApiError {
     pub(crate) fn is_transient(&self) -> bool {
         match self {
             ApiError::Request(_) | ApiError::Retry(_) | ApiError::Unexpected { .. } => true,
+            ApiError::Denied { .. } => false,
             ApiError::Server(e) => {
                 let code = e.error_code();
                 code == ErrorCode::CLUSTER_NOT_AVAILABLE
@@ -250,6 +268,15 @@ impl fmt::Display for ApiError {
                 error,
             } => write!(f, "unexpected answer to `{subject}`: {answer} ({error})"),
             ApiError::Server(e) => write!(f, "server error: {e}"),
+            ApiError::Denied { action, subject } => write!(
+                f,
+                "the server denied this connection's user {} `{subject}` (Permissions \
+                 Violation)",
+                match action {
+                    crate::export::Action::Publish => "publishing to",
+                    crate::export::Action::Subscribe => "subscribing to",
+                }
+            ),
         }
     }
 }
@@ -276,6 +303,19 @@ pub(crate) fn rejected(
     consumer: Option<&str>,
     error: ApiError,
 ) -> ProvisionError {
+    if let ApiError::Denied { .. } = &error {
+        return ProvisionError::new(
+            ProvisionErrorKind::PermissionDenied,
+            stream,
+            format!(
+                "{operation}: {error}; grant it to this service's user (`export --permissions` \
+                 lists every permission the service needs, each with the declaration that \
+                 needs it)"
+            ),
+        )
+        .source(error)
+        .in_consumer(consumer);
+    }
     let fix = if operation.starts_with("creating") || operation.starts_with("updating") {
         "change the declaration to what the server accepts"
     } else {

@@ -205,21 +205,22 @@ impl Provisioner {
         // Read as any JSON first, so that an answer of another shape is reported with the
         // request and the answer, not as a failed request.
         let sent = tokio::time::Instant::now();
-        let answer = match self
+        let full = format!("{}.{subject}", self.api.prefix());
+        let request = self
             .js
-            .request::<_, _, serde_json::Value>(subject.clone(), body)
-            .await
-        {
+            .request::<_, _, serde_json::Value>(subject.clone(), body);
+        let answered = crate::events::unless_denied(&self.js.client(), &full, request).await;
+        let answered = answered.map_err(|denied| ApiError::Denied {
+            action: denied.action,
+            subject: denied.subject,
+        })?;
+        let answer = match answered {
             Ok(answer) => {
                 self.leader.answered_after(sent.elapsed());
                 answer
             }
             Err(e) if is_parse_failure(&e) => {
-                return Err(ApiError::unexpected(
-                    &format!("{}.{subject}", self.api.prefix()),
-                    "an answer that is not JSON",
-                    e,
-                ));
+                return Err(ApiError::unexpected(&full, "an answer that is not JSON", e));
             }
             Err(e) => {
                 if e.kind() == jetstream::context::RequestErrorKind::TimedOut {
@@ -233,11 +234,7 @@ impl Provisioner {
         match serde_json::from_value::<Response<T>>(answer) {
             Ok(Response::Ok(value)) => Ok(value),
             Ok(Response::Err { error }) => Err(ApiError::Server(error)),
-            Err(e) => Err(ApiError::unexpected(
-                &format!("{}.{subject}", self.api.prefix()),
-                &shown,
-                e,
-            )),
+            Err(e) => Err(ApiError::unexpected(&full, &shown, e)),
         }
     }
 

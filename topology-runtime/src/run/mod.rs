@@ -17,6 +17,7 @@
 
 mod ack;
 mod builder;
+mod denied;
 mod dispatch;
 mod feed;
 mod pull;

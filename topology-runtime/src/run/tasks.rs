@@ -11,6 +11,7 @@ use tokio::task::{self, JoinError, JoinSet};
 use tokio_util::sync::CancellationToken;
 
 use super::Inner;
+use super::denied::watch_denials;
 use super::dispatch::panic_message;
 use super::reach::watch_reach;
 use super::streams::supervise_stream;
@@ -28,6 +29,8 @@ enum Kind {
     Stream(usize),
     /// The reach watch (whether JetStream answers through the connection).
     Reach,
+    /// The denial watch (permission violations the server reports).
+    Denials,
 }
 
 /// The tasks of one run.
@@ -63,6 +66,7 @@ impl Tasks {
             tasks.spawn(Kind::Stream(index), None);
         }
         tasks.spawn(Kind::Reach, None);
+        tasks.spawn(Kind::Denials, None);
         tasks
     }
 
@@ -92,6 +96,7 @@ impl Tasks {
                     supervise_stream(inner, stream, cancel, fatal).await
                 }
                 Kind::Reach => watch_reach(inner, cancel).await,
+                Kind::Denials => watch_denials(inner, cancel).await,
             }
         };
         let handle = self.set.spawn(task);
@@ -157,6 +162,9 @@ impl Tasks {
                 tracing::error!(stream = stream.name, "{why}; restarting it in {delay:?}");
             }
             Kind::Reach => tracing::error!("the reach watch: {why}; restarting it in {delay:?}"),
+            Kind::Denials => {
+                tracing::error!("the denial watch: {why}; restarting it in {delay:?}")
+            }
         }
         self.spawn(kind, Some(delay));
     }

@@ -34,6 +34,10 @@ pub mod names {
     /// heartbeats while it should have (a stalled link, a partition, a consumer leader lost),
     /// and its state turned `stalled`.
     pub const STALLS: &str = "nats_topology_consumer_stalls_total";
+    /// Counter: permission violations the server reported on the runtime's connection,
+    /// labelled `stream` and `consumer` of the declaration that needs the denied subject
+    /// (both empty for what every replica needs), and `action` (`publish` or `subscribe`).
+    pub const PERMISSION_VIOLATIONS: &str = "nats_topology_permission_violations_total";
     /// Histogram: how long a handler ran (decoding included), in seconds.
     pub const HANDLER_DURATION: &str = "nats_topology_handler_duration_seconds";
     /// Gauge: handlers running now in this instance.
@@ -85,6 +89,11 @@ pub fn describe() {
         Unit::Count,
         "Times a consumer heard nothing from the server for two heartbeats (stalled)."
     );
+    metrics::describe_counter!(
+        PERMISSION_VIOLATIONS,
+        Unit::Count,
+        "Permission violations the server reported, by the declaration that needs the subject."
+    );
     metrics::describe_histogram!(
         HANDLER_DURATION,
         Unit::Seconds,
@@ -101,6 +110,18 @@ pub fn describe() {
         Unit::Count,
         "Messages delivered and not yet acknowledged, read from the server."
     );
+}
+
+/// Counts one permission violation of the declaration labelled `stream` and `consumer`.
+pub(crate) fn permission_violation(stream: &str, consumer: &str, action: &'static str) {
+    describe();
+    metrics::counter!(
+        names::PERMISSION_VIOLATIONS,
+        "stream" => stream.to_owned(),
+        "consumer" => consumer.to_owned(),
+        "action" => action
+    )
+    .increment(1);
 }
 
 /// The `consumer` label of a declaration: the durable name of a queue consumer; the handler

@@ -13,7 +13,7 @@ mod metrics;
 #[cfg(feature = "otel")]
 mod trace;
 
-pub(crate) use metrics::{ConsumerMetrics, LagGauges, consumer_label};
+pub(crate) use metrics::{ConsumerMetrics, LagGauges, consumer_label, permission_violation};
 pub use metrics::{describe, names};
 #[cfg(feature = "otel")]
 pub(crate) use trace::{continue_trace, inject_current};

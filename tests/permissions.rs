@@ -1,0 +1,412 @@
+//! Least privilege, proven by running under it: a service runs its whole life (provisioning
+//! with drift and migration, queue consumers with confirmed acks and dead letters, outputs
+//! into its own stream, a relay, a consumer lost and re-created, `plan` and `inspect`, the
+//! drain) under exactly the permissions `export::permissions` generates for it, and is
+//! denied nothing; and with any one entry of them removed, its health names the declaration
+//! that needs it and the subject the server refused, instead of running on silently.
+
+mod fixture;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use async_nats::jetstream::{self, consumer, stream};
+use fixture::{Running, fast};
+use nats_topology::export::{self, Action, Permission, Permissions, Role};
+use nats_topology::model::{
+    AckMode, BroadcastDecl, ConsumerDecl, QueueDecl, Retention, StreamDecl, StreamRef,
+};
+use nats_topology::{HandlerError, Health, PermissionDenial, Runtime, Topology};
+use nats_topology_testkit::NatsServer;
+
+static ORDERS: StreamDecl = StreamDecl::new("PERM_ORDERS", &["perm.orders.>"]);
+static JOBS: StreamDecl =
+    StreamDecl::new("PERM_JOBS", &["perm.jobs.>"]).retention(Retention::WorkQueue);
+
+const SERVICE: &str = "billing";
+const PASSWORD: &str = "billing-pw";
+
+/// What the service does; counts what its handlers saw.
+#[derive(Default)]
+struct Seen {
+    orders: AtomicU64,
+    shipped: AtomicU64,
+    jobs: AtomicU64,
+}
+
+fn topology(seen: &Arc<Seen>) -> Topology {
+    let (orders, shipped, jobs) = (seen.clone(), seen.clone(), seen.clone());
+    Topology::new()
+        .stream(ORDERS)
+        .stream(JOBS)
+        .consumer(
+            ConsumerDecl::queue(
+                "billing::on_order",
+                StreamRef::Declared(&ORDERS),
+                QueueDecl::new("invoicer")
+                    .ack(AckMode::Confirmed)
+                    .max_deliver(3)
+                    .dead_letter("perm.orders.dead"),
+            )
+            .subjects(&["perm.orders.created"]),
+            move |incoming| {
+                let seen = orders.clone();
+                Box::pin(async move {
+                    if incoming.payload().as_ref() == b"poison" {
+                        return Err(HandlerError::permanent("not an order"));
+                    }
+                    // An output into the service's own stream, deduplicated by the runtime.
+                    incoming
+                        .context()
+                        .publish_bytes("perm.orders.invoiced", incoming.payload().clone())
+                        .await?;
+                    seen.orders.fetch_add(1, Ordering::Relaxed);
+                    Ok::<(), HandlerError>(())
+                })
+            },
+        )
+        .consumer(
+            ConsumerDecl::broadcast(
+                "billing::on_shipped",
+                StreamRef::Declared(&ORDERS),
+                BroadcastDecl::new(),
+            )
+            .subjects(&["perm.orders.shipped"]),
+            move |_| {
+                let seen = shipped.clone();
+                Box::pin(async move {
+                    seen.shipped.fetch_add(1, Ordering::Relaxed);
+                    Ok::<(), HandlerError>(())
+                })
+            },
+        )
+        .consumer(
+            ConsumerDecl::queue(
+                "billing::on_job",
+                StreamRef::Declared(&JOBS),
+                QueueDecl::new("jobs-v2").migrate_from("jobs-v1"),
+            )
+            .subjects(&["perm.jobs.run"]),
+            move |_| {
+                let seen = jobs.clone();
+                Box::pin(async move {
+                    seen.jobs.fetch_add(1, Ordering::Relaxed);
+                    Ok::<(), HandlerError>(())
+                })
+            },
+        )
+}
+
+fn role() -> Role {
+    Role::owner(SERVICE)
+}
+
+/// An `authorization` block with an unrestricted `admin` (the test's own client, standing
+/// for the rest of the world) and the service's user under `permissions`.
+fn server_config(permissions: &Permissions) -> String {
+    let map = permissions.permissions_map().replace('\n', "\n      ");
+    format!(
+        "authorization {{\n  users = [\n    {{ user: admin, password: admin }}\n    {{ user: \
+         {SERVICE}, password: {PASSWORD}, permissions: {map} }}\n  ]\n}}\n"
+    )
+}
+
+async fn admin(server: &NatsServer) -> async_nats::Client {
+    async_nats::ConnectOptions::new()
+        .user_and_password("admin".into(), "admin".into())
+        .connect(server.url())
+        .await
+        .expect("admin connects")
+}
+
+async fn service_client(server: &NatsServer) -> async_nats::Client {
+    let options = nats_topology::connect_options()
+        .user_and_password(SERVICE.into(), PASSWORD.into())
+        .custom_inbox_prefix(role().inbox_prefix());
+    nats_topology::connect_with(options, &server.url())
+        .await
+        .expect("the service connects")
+}
+
+/// What one life of the service came to.
+struct Life {
+    /// The denials health showed at any step, and what each step found.
+    denials: Vec<PermissionDenial>,
+    steps: Vec<String>,
+    drained: Result<(), String>,
+}
+
+impl Life {
+    fn denied(&self, entry: &Permission) -> bool {
+        self.denials.iter().any(|d| {
+            d.action == entry.action && d.permission.as_deref() == Some(entry.subject.as_str())
+        })
+    }
+}
+
+/// Waits until `done` holds or health shows a denial (or `timeout`); says which.
+async fn step(
+    health: &Health,
+    life: &mut Life,
+    what: &str,
+    timeout: Duration,
+    done: impl Fn() -> bool,
+) {
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        let denials = health.denials();
+        if !denials.is_empty() {
+            assert!(!health.ready(), "ready while denied: {health}");
+            for denial in denials {
+                if !life.denials.contains(&denial) {
+                    life.denials.push(denial);
+                }
+            }
+            life.steps.push(format!("{what}: denied"));
+            return;
+        }
+        if done() {
+            life.steps.push(format!("{what}: done"));
+            return;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            life.steps
+                .push(format!("{what}: NOT DONE within {timeout:?}:\n{health}"));
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// The service's whole life against a server where its user has `permissions`.
+async fn live(permissions: &Permissions) -> Life {
+    let server = NatsServer::builder()
+        .config(server_config(permissions))
+        .probe_user("admin", "admin")
+        .start()
+        .await
+        .expect("server starts");
+    let admin = admin(&server).await;
+    let js = jetstream::new(admin.clone());
+    // Already there, as an earlier deploy (or someone) left them: the runtime updates the
+    // stream (it stamps its version) and migrates from the old consumer.
+    js.create_stream(stream::Config {
+        name: ORDERS.name.into(),
+        subjects: vec!["perm.orders.>".into()],
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let jobs = js
+        .create_stream(stream::Config {
+            name: JOBS.name.into(),
+            subjects: vec!["perm.jobs.>".into()],
+            retention: stream::RetentionPolicy::WorkQueue,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    jobs.create_consumer(consumer::pull::Config {
+        durable_name: Some("jobs-v1".into()),
+        filter_subject: "perm.jobs.run".into(),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+
+    let seen = Arc::new(Seen::default());
+    let client = service_client(&server).await;
+    // A short grace: a drain waits it out for confirmations that a denial keeps from coming.
+    let runtime = fast(Runtime::builder(client.clone()))
+        .grace_period(Duration::from_secs(2))
+        .topology(topology(&seen))
+        .build()
+        .expect("valid topology");
+    let topology = runtime.topology().clone();
+    let running = Running::spawn(runtime);
+    let health = running.health.clone();
+    let mut life = Life {
+        denials: Vec::new(),
+        steps: Vec::new(),
+        drained: Ok(()),
+    };
+    step(&health, &mut life, "ready", Duration::from_secs(10), || {
+        health.ready()
+    })
+    .await;
+
+    for (subject, body) in [
+        ("perm.orders.created", "order-1"),
+        ("perm.orders.created", "poison"),
+        ("perm.orders.shipped", "shipped-1"),
+    ] {
+        js.publish(subject, body.into())
+            .await
+            .unwrap()
+            .await
+            .unwrap();
+    }
+    // The service publishes into the streams it owns (here from outside a handler).
+    let own = jetstream::new(client.clone());
+    let published = match own.publish("perm.jobs.run", "job-1".into()).await {
+        Ok(ack) => ack.await.is_ok(),
+        Err(_) => false,
+    };
+    life.steps.push(format!("published a job: {published}"));
+    let orders_stream = js.get_stream(ORDERS.name).await.unwrap();
+    step(
+        &health,
+        &mut life,
+        "handled",
+        Duration::from_secs(5),
+        || {
+            let all = health.consumers();
+            let invoicer = all.iter().find(|c| c.consumer == "invoicer");
+            seen.orders.load(Ordering::Relaxed) == 1
+                && seen.shipped.load(Ordering::Relaxed) == 1
+                && seen.jobs.load(Ordering::Relaxed) == 1
+                && invoicer.is_some_and(|c| c.dead_lettered == 1 && c.handled == 1)
+        },
+    )
+    .await;
+    let outputs = orders_stream
+        .get_last_raw_message_by_subject("perm.orders.invoiced")
+        .await;
+    let dead = orders_stream
+        .get_last_raw_message_by_subject("perm.orders.dead")
+        .await;
+    life.steps.push(format!(
+        "output: {}, dead letter: {}",
+        outputs.is_ok(),
+        dead.is_ok()
+    ));
+
+    // The consumer lost (deleted by someone): re-created after checking that no newer
+    // declaration migrated from it.
+    // (Not there when a denial kept the service from creating them.)
+    let _ = orders_stream.delete_consumer("invoicer").await;
+    let _ = jobs.delete_consumer("jobs-v2").await;
+    step(
+        &health,
+        &mut life,
+        "re-created",
+        Duration::from_secs(5),
+        || {
+            let all = health.consumers();
+            ["invoicer", "jobs-v2"]
+                .iter()
+                .all(|name| all.iter().any(|c| c.consumer == *name && c.restarts >= 1))
+                && health.ready()
+        },
+    )
+    .await;
+
+    // The operator's reads, under the service's own user.
+    let plan = nats_topology::plan(&client, &topology).await;
+    let inspection = nats_topology::inspect(&client, &topology).await;
+    life.steps.push(format!(
+        "plan: {}, inspect: {}",
+        plan.as_ref()
+            .map_or_else(|e| e.to_string(), |_| "ok".into()),
+        inspection
+            .as_ref()
+            .map_or_else(|e| e.to_string(), |_| "ok".into())
+    ));
+    // The reach watch asks JetStream every heartbeat (500 ms here): give it two.
+    let heard = tokio::time::Instant::now() + Duration::from_millis(1000);
+    step(
+        &health,
+        &mut life,
+        "two heartbeats",
+        Duration::from_secs(1),
+        || tokio::time::Instant::now() >= heard,
+    )
+    .await;
+
+    life.drained = running.stop().await.map_err(|e| e.to_string());
+    life
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_service_lives_under_exactly_its_generated_owner_permissions() {
+    let seen = Arc::new(Seen::default());
+    let permissions = export::permissions(&topology(&seen), &role());
+    let life = live(&permissions).await;
+    let report = life.steps.join("\n");
+    assert!(
+        life.denials.is_empty(),
+        "denied: {:?}\n{report}",
+        life.denials
+    );
+    for expected in [
+        "ready: done",
+        "published a job: true",
+        "handled: done",
+        "output: true, dead letter: true",
+        "re-created: done",
+        "plan: ok, inspect: ok",
+        "two heartbeats: done",
+    ] {
+        assert!(report.contains(expected), "{expected}:\n{report}");
+    }
+    assert_eq!(life.drained, Ok(()), "{report}");
+}
+
+/// The entries only an outage uses (the leader watch waits for an election) or only the
+/// drain (a relay deletes its consumer as it stops, after health is read): a life on one
+/// healthy server cannot miss them.
+fn outage_or_drain_only(entry: &Permission) -> bool {
+    entry.subject.starts_with("_NATS_TOPOLOGY.META.")
+        || entry.subject == "$JS.EVENT.ADVISORY.DOMAIN.LEADER_ELECTED"
+        || entry.subject == "$JS.EVENT.ADVISORY.STREAM.LEADER_ELECTED.>"
+        || (entry.action == Action::Publish
+            && entry.subject == format!("$JS.API.CONSUMER.DELETE.{}.*", ORDERS.name))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_entry_removed_is_named_in_health_with_the_declaration_that_needs_it() {
+    let seen = Arc::new(Seen::default());
+    let permissions = export::permissions(&topology(&seen), &role());
+    let checked: Vec<usize> = (0..permissions.entries.len())
+        .filter(|&i| !outage_or_drain_only(&permissions.entries[i]))
+        .collect();
+    assert!(checked.len() >= 15, "{}", permissions.permissions_map());
+    // A few lives at once: each is mostly waiting on its server.
+    let mut failures = Vec::new();
+    for chunk in checked.chunks(4) {
+        let lives = futures::future::join_all(chunk.iter().map(|&i| {
+            let without = permissions.without(i);
+            async move { (i, live(&without).await) }
+        }))
+        .await;
+        for (i, life) in lives {
+            let entry = &permissions.entries[i];
+            if !life.denied(entry) {
+                failures.push(format!(
+                    "without {}: not named in health; denials {:?}; steps:\n{}",
+                    entry.describe(),
+                    life.denials,
+                    life.steps.join("\n")
+                ));
+            }
+            for denial in &life.denials {
+                // The message names the subject and who needs it.
+                let text = denial.to_string();
+                assert!(text.contains(&denial.subject), "{text}");
+                if denial.permission.is_some() {
+                    for need in &entry.needed_by {
+                        if d_matches(denial, entry) {
+                            assert!(text.contains(&need.declaration.to_string()), "{text}");
+                        }
+                    }
+                }
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
+
+fn d_matches(denial: &PermissionDenial, entry: &Permission) -> bool {
+    denial.action == entry.action && denial.permission.as_deref() == Some(entry.subject.as_str())
+}

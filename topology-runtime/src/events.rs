@@ -1,0 +1,246 @@
+//! What a connection's server says outside any request: a `-ERR 'Permissions Violation for
+//! Publish to "…"'` reaches only the connection's event callback (async-nats reports it as
+//! `Event::ServerError`), never the request or the subscription it concerns, which just get
+//! no answer. The connections [`connect`](crate::connect) makes carry a callback that keeps
+//! them here, so that the runtime on such a connection can say in health which declaration a
+//! denied subject concerns (see `run/denied.rs`).
+//!
+//! The callback is set before the client exists; the client is found again by its
+//! statistics, which every clone of it shares and nothing else does.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex, Weak};
+
+use async_nats::{Client, ConnectOptions, Event, ServerError, Statistics};
+use tokio::sync::broadcast;
+
+use crate::export::Action;
+
+/// How many recent violations a connection keeps for a runtime built after they came.
+const RECENT: usize = 64;
+
+/// What the runtime hears of its connection.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Heard {
+    /// A denial.
+    Violation(Violation),
+    /// The connection was (re-)established: the server says each denial once per
+    /// connection, so what it said on the last one no longer tells, and what still is
+    /// denied is said again.
+    Connected,
+}
+
+/// One denial the server reported.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Violation {
+    /// A publish (a request is one) or a subscription.
+    pub(crate) action: Action,
+    /// The subject denied (a subscription's may be a pattern).
+    pub(crate) subject: String,
+}
+
+/// One connection's reported violations: the recent ones, and the ones to come.
+pub(crate) struct ServerErrors {
+    recent: Mutex<VecDeque<Violation>>,
+    coming: broadcast::Sender<Heard>,
+}
+
+impl ServerErrors {
+    fn new() -> Arc<ServerErrors> {
+        Arc::new(ServerErrors {
+            recent: Mutex::new(VecDeque::new()),
+            coming: broadcast::Sender::new(RECENT),
+        })
+    }
+
+    fn report(&self, violation: Violation) {
+        let mut recent = self.recent.lock().unwrap_or_else(|e| e.into_inner());
+        if recent.len() == RECENT {
+            recent.pop_front();
+        }
+        recent.push_back(violation.clone());
+        drop(recent);
+        let _ = self.coming.send(Heard::Violation(violation));
+    }
+
+    fn connected(&self) {
+        self.recent
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clear();
+        let _ = self.coming.send(Heard::Connected);
+    }
+
+    /// The violations reported so far (the last [`RECENT`]) and a receiver of the next ones.
+    pub(crate) fn subscribe(&self) -> (Vec<Violation>, broadcast::Receiver<Heard>) {
+        // Under the lock: a violation is in the list or comes through the receiver, not both.
+        let recent = self.recent.lock().unwrap_or_else(|e| e.into_inner());
+        let receiver = self.coming.subscribe();
+        (recent.iter().cloned().collect(), receiver)
+    }
+}
+
+/// The connections whose server errors are kept, by their statistics.
+static CONNECTIONS: Mutex<Vec<(Weak<Statistics>, Arc<ServerErrors>)>> = Mutex::new(Vec::new());
+
+/// `options` with an event callback that keeps the server's permission violations (and logs
+/// every server error), and where they are kept; [`register`] the client once connected.
+pub(crate) fn keep_server_errors(options: ConnectOptions) -> (ConnectOptions, Arc<ServerErrors>) {
+    let errors = ServerErrors::new();
+    let kept = errors.clone();
+    let options = options.event_callback(move |event| {
+        let kept = kept.clone();
+        async move {
+            match event {
+                Event::ServerError(ServerError::Other(text)) => match parse_violation(&text) {
+                    Some(violation) => {
+                        tracing::error!(
+                            action = violation.action.as_str(),
+                            subject = %violation.subject,
+                            "the server denied a {} to `{}`: this connection's user lacks the \
+                             permission (see `export --permissions`)",
+                            violation.action.as_str(),
+                            violation.subject
+                        );
+                        kept.report(violation);
+                    }
+                    None => tracing::warn!(error = %text, "the server reported an error"),
+                },
+                Event::ServerError(error) => {
+                    tracing::warn!(error = %error, "the server reported an error")
+                }
+                Event::Connected => kept.connected(),
+                other => tracing::debug!(event = %other, "connection event"),
+            }
+        }
+    });
+    (options, errors)
+}
+
+/// Records that `client`'s server errors are kept in `errors`.
+pub(crate) fn register(client: &Client, errors: Arc<ServerErrors>) {
+    let mut connections = CONNECTIONS.lock().unwrap_or_else(|e| e.into_inner());
+    connections.retain(|(stats, _)| stats.strong_count() > 0);
+    connections.push((Arc::downgrade(&client.statistics()), errors));
+}
+
+/// Where `client`'s server errors are kept, if it was made by [`crate::connect`] (or
+/// registered otherwise).
+pub(crate) fn of(client: &Client) -> Option<Arc<ServerErrors>> {
+    let stats = client.statistics();
+    let connections = CONNECTIONS.lock().unwrap_or_else(|e| e.into_inner());
+    connections
+        .iter()
+        .find(|(kept, _)| std::ptr::eq(kept.as_ptr(), Arc::as_ptr(&stats)))
+        .map(|(_, errors)| errors.clone())
+}
+
+/// What makes a request from `client` to `subject` go unanswered for good: the server
+/// denied publishing to `subject`, or subscribing to the connection's inboxes (where the
+/// answer would come).
+struct RequestDenial<'a> {
+    subject: &'a str,
+    inboxes: String,
+}
+
+impl RequestDenial<'_> {
+    fn matches(&self, violation: &Violation) -> bool {
+        match violation.action {
+            Action::Publish => violation.subject == self.subject,
+            Action::Subscribe => violation.subject.starts_with(&self.inboxes),
+        }
+    }
+}
+
+/// How long a request whose subject was denied earlier on this connection may take before
+/// it counts as denied again (the server says a denial once per connection, so only an
+/// answer shows that it was granted since).
+const DENIED_AGAIN_AFTER: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Runs `request` (from `client`, to `subject`) until it is answered, or until the server
+/// says (or has said on this connection) that it denies it: then the denial, at once rather
+/// than after the request's timeout and its retries.
+pub(crate) async fn unless_denied<T>(
+    client: &Client,
+    subject: &str,
+    request: impl std::future::Future<Output = T>,
+) -> Result<T, Violation> {
+    let Some(errors) = of(client) else {
+        return Ok(request.await);
+    };
+    let inbox = client.new_inbox();
+    let prefix = inbox.rsplit_once('.').map_or(inbox.as_str(), |(p, _)| p);
+    let denial = RequestDenial {
+        subject,
+        inboxes: format!("{prefix}."),
+    };
+    let (recent, mut coming) = errors.subscribe();
+    if let Some(earlier) = recent.into_iter().find(|v| denial.matches(v)) {
+        return tokio::time::timeout(DENIED_AGAIN_AFTER, request)
+            .await
+            .map_err(|_| earlier);
+    }
+    let denied = async {
+        loop {
+            match coming.recv().await {
+                Ok(Heard::Violation(v)) if denial.matches(&v) => return v,
+                Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {}
+                Err(broadcast::error::RecvError::Closed) => std::future::pending::<()>().await,
+            }
+        }
+    };
+    tokio::select! {
+        answered = request => Ok(answered),
+        violation = denied => Err(violation),
+    }
+}
+
+/// `Permissions Violation for Publish to "a.b"` and `… for Subscription to "a.>" using queue
+/// "q"` (nats-server's wording; async-nats passes it without the outer quotes).
+fn parse_violation(text: &str) -> Option<Violation> {
+    let rest = text.trim().trim_matches('\'');
+    let rest = rest.strip_prefix("Permissions Violation for ")?;
+    let (action, rest) = if let Some(rest) = rest.strip_prefix("Publish to ") {
+        (Action::Publish, rest)
+    } else if let Some(rest) = rest.strip_prefix("Subscription to ") {
+        (Action::Subscribe, rest)
+    } else if let Some(rest) = rest.strip_prefix("Publish with Reply of ") {
+        (Action::Publish, rest)
+    } else {
+        return None;
+    };
+    let subject = rest.strip_prefix('"')?;
+    let subject = &subject[..subject.find('"')?];
+    Some(Violation {
+        action,
+        subject: subject.to_owned(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn violations_as_nats_server_words_them() {
+        assert_eq!(
+            parse_violation(r#"Permissions Violation for Publish to "$JS.API.INFO""#),
+            Some(Violation {
+                action: Action::Publish,
+                subject: "$JS.API.INFO".into()
+            })
+        );
+        assert_eq!(
+            parse_violation(r#"'Permissions Violation for Subscription to "a.>" using queue "q"'"#),
+            Some(Violation {
+                action: Action::Subscribe,
+                subject: "a.>".into()
+            })
+        );
+        assert_eq!(parse_violation("Maximum Payload Violation"), None);
+        assert_eq!(
+            parse_violation("Permissions Violation for Publish to x"),
+            None
+        );
+    }
+}

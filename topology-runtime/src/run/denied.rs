@@ -1,0 +1,102 @@
+//! The denial watch: reads the permission violations the server reports on the runtime's
+//! connection (kept by its event callback, see `events.rs`), finds the declarations that need
+//! each denied subject in the service's own generated permissions (`export::permissions`:
+//! the same walk), and shows them in health and metrics.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use tokio::sync::broadcast::error::RecvError;
+use tokio_util::sync::CancellationToken;
+
+use super::Inner;
+use crate::events::{Heard, Violation};
+use crate::export::{Declaration, Permissions, Role, permissions};
+use crate::health::PermissionDenial;
+use crate::telemetry::permission_violation;
+
+/// Watches until `cancel`; does nothing on a connection whose events it cannot read.
+pub(super) async fn watch_denials(inner: Arc<Inner>, cancel: CancellationToken) {
+    let Some(errors) = crate::events::of(&inner.client) else {
+        return cancel.cancelled().await;
+    };
+    let needs = needed(&inner);
+    let (recent, mut coming) = errors.subscribe();
+    for violation in recent {
+        record(&inner, &needs, violation);
+    }
+    loop {
+        tokio::select! {
+            received = coming.recv() => match received {
+                Ok(Heard::Violation(violation)) => record(&inner, &needs, violation),
+                Ok(Heard::Connected) => {
+                    if inner.health.shared.denials.clear() {
+                        inner.health.shared.changed();
+                    }
+                }
+                Err(RecvError::Lagged(missed)) => {
+                    tracing::warn!(missed, "permission violations came faster than read; some are not counted");
+                }
+                Err(RecvError::Closed) => return cancel.cancelled().await,
+            },
+            _ = cancel.cancelled() => return,
+        }
+    }
+}
+
+/// Everything this runtime may use, as an owner uses it (a superset of the other roles'),
+/// under its JetStream API prefix and its connection's inbox prefix.
+fn needed(inner: &Inner) -> Permissions {
+    let inbox = inner.client.new_inbox();
+    let prefix = inbox.rsplit_once('.').map_or(inbox.as_str(), |(p, _)| p);
+    let api = inner.ensurer.provisioner().jetstream_api().prefix();
+    let role = Role::owner("runtime")
+        .with_inbox_prefix(prefix)
+        .with_api_prefix(api);
+    permissions(inner.ensurer.topology(), &role)
+}
+
+fn record(inner: &Inner, needs: &Permissions, violation: Violation) {
+    let granting: Vec<_> = needs
+        .granting(violation.action, &violation.subject)
+        .collect();
+    let permission = granting.first().map(|p| p.subject.clone());
+    let needed_by: Vec<(Declaration, String)> = granting
+        .iter()
+        .flat_map(|p| p.needed_by.iter())
+        .map(|n| (n.declaration.clone(), n.why.clone()))
+        .collect();
+    let action = violation.action.as_str();
+    if needed_by.is_empty() {
+        permission_violation("", "", action);
+    }
+    for (declaration, _) in &needed_by {
+        match declaration {
+            Declaration::Service => permission_violation("", "", action),
+            Declaration::Stream(stream) => permission_violation(stream, "", action),
+            Declaration::Consumer { stream, handler } => {
+                let consumer = inner
+                    .ensurer
+                    .topology()
+                    .consumers()
+                    .iter()
+                    .find(|c| c.decl.stream.name() == stream && c.decl.handler == handler)
+                    .map_or("", |c| crate::telemetry::consumer_label(&c.decl));
+                permission_violation(stream, consumer, action)
+            }
+        }
+    }
+    let denial = PermissionDenial {
+        action: violation.action,
+        subject: violation.subject,
+        permission,
+        needed_by,
+        count: 1,
+        last: Instant::now(),
+    };
+    let text = denial.to_string();
+    if inner.health.shared.denials.report(denial) {
+        tracing::error!("{text}");
+    }
+    inner.health.shared.changed();
+}
