@@ -105,11 +105,36 @@ fn role() -> Role {
 /// An `authorization` block with an unrestricted `admin` (the test's own client, standing
 /// for the rest of the world) and the service's user under `permissions`.
 fn server_config(permissions: &Permissions) -> String {
-    let map = permissions.permissions_map().replace('\n', "\n      ");
-    format!(
-        "authorization {{\n  users = [\n    {{ user: admin, password: admin }}\n    {{ user: \
-         {SERVICE}, password: {PASSWORD}, permissions: {map} }}\n  ]\n}}\n"
-    )
+    users_config(&[(SERVICE, PASSWORD, permissions)])
+}
+
+/// `admin` and each `(user, password, permissions)`.
+fn users_config(users: &[(&str, &str, &Permissions)]) -> String {
+    let mut config =
+        String::from("authorization {\n  users = [\n    { user: admin, password: admin }\n");
+    for (user, password, permissions) in users {
+        let map = permissions.permissions_map().replace('\n', "\n      ");
+        config.push_str(&format!(
+            "    {{ user: {user}, password: {password}, permissions: {map} }}\n"
+        ));
+    }
+    config.push_str("  ]\n}\n");
+    config
+}
+
+/// A client of `user` with `inbox_prefix`, keeping the server's violations for a runtime.
+async fn client_of(
+    server: &NatsServer,
+    user: &str,
+    password: &str,
+    inbox_prefix: &str,
+) -> async_nats::Client {
+    let options = nats_topology::connect_options()
+        .user_and_password(user.into(), password.into())
+        .custom_inbox_prefix(inbox_prefix);
+    nats_topology::connect_with(options, &server.url())
+        .await
+        .expect("connects")
 }
 
 async fn admin(server: &NatsServer) -> async_nats::Client {
@@ -121,12 +146,7 @@ async fn admin(server: &NatsServer) -> async_nats::Client {
 }
 
 async fn service_client(server: &NatsServer) -> async_nats::Client {
-    let options = nats_topology::connect_options()
-        .user_and_password(SERVICE.into(), PASSWORD.into())
-        .custom_inbox_prefix(role().inbox_prefix());
-    nats_topology::connect_with(options, &server.url())
-        .await
-        .expect("the service connects")
+    client_of(server, SERVICE, PASSWORD, role().inbox_prefix()).await
 }
 
 /// What one life of the service came to.
@@ -409,4 +429,194 @@ async fn each_entry_removed_is_named_in_health_with_the_declaration_that_needs_i
 
 fn d_matches(denial: &PermissionDenial, entry: &Permission) -> bool {
     denial.action == entry.action && denial.permission.as_deref() == Some(entry.subject.as_str())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bind_only_consumes_what_an_operator_provisioned_and_owning_is_refused_precisely() {
+    let seen = Arc::new(Seen::default());
+    let operator = export::permissions(&topology(&seen), &Role::operator("ops"));
+    let bind_only = export::permissions(&topology(&seen), &Role::bind_only(SERVICE));
+    let server = NatsServer::builder()
+        .config(users_config(&[
+            ("ops", "ops-pw", &operator),
+            (SERVICE, PASSWORD, &bind_only),
+        ]))
+        .probe_user("admin", "admin")
+        .start()
+        .await
+        .expect("server starts");
+
+    // The service's user may not provision: the refusal names the request and the fix.
+    let service = service_client(&server).await;
+    let owning = fast(Runtime::builder(service.clone()))
+        .topology(topology(&seen))
+        .build()
+        .unwrap();
+    let refused = owning
+        .provision()
+        .await
+        .expect_err("provisioning is refused");
+    assert_eq!(
+        refused.kind(),
+        nats_topology::ProvisionErrorKind::PermissionDenied,
+        "{refused}"
+    );
+    let text = refused.to_string();
+    assert!(
+        text.contains("publishing to `$JS.API.STREAM.CREATE.PERM_")
+            && text.contains("export --permissions"),
+        "{text}"
+    );
+    drop(owning);
+
+    // The operator provisions under exactly the operator's permissions.
+    let ops = client_of(
+        &server,
+        "ops",
+        "ops-pw",
+        Role::operator("ops").inbox_prefix(),
+    )
+    .await;
+    let provisioning = Runtime::builder(ops)
+        .topology(topology(&seen))
+        .build()
+        .unwrap();
+    provisioning
+        .provision()
+        .await
+        .expect("the operator provisions");
+
+    // The service binds to what the operator provisioned, under the bind-only permissions.
+    let runtime = fast(Runtime::builder(service.clone()))
+        .bind_only()
+        .topology(topology(&seen))
+        .build()
+        .unwrap();
+    let running = Running::spawn(runtime);
+    if running
+        .health
+        .wait_ready(Duration::from_secs(15))
+        .await
+        .is_err()
+    {
+        panic!("not ready: {}", running.health);
+    }
+    assert!(running.health.bind_only());
+    assert!(
+        running.health.to_string().contains("bind-only"),
+        "{}",
+        running.health
+    );
+    let js = jetstream::new(admin(&server).await);
+    for (subject, body) in [
+        ("perm.orders.created", "order-1"),
+        ("perm.orders.shipped", "s-1"),
+        ("perm.jobs.run", "job-1"),
+    ] {
+        js.publish(subject, body.into())
+            .await
+            .unwrap()
+            .await
+            .unwrap();
+    }
+    nats_topology_testkit::eventually(Duration::from_secs(10), "every message handled", || {
+        let seen = seen.clone();
+        async move {
+            (seen.orders.load(Ordering::Relaxed) == 1
+                && seen.shipped.load(Ordering::Relaxed) == 1
+                && seen.jobs.load(Ordering::Relaxed) == 1)
+                .then_some(())
+        }
+    })
+    .await;
+    assert!(running.health.denials().is_empty(), "{}", running.health);
+    let health = running.health.clone();
+    running.stop().await.expect("clean drain");
+    assert!(health.denials().is_empty(), "{health}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_services_user_cannot_pull_ack_or_delete_this_services_consumers() {
+    static OTHER: StreamDecl = StreamDecl::new("PERM_SHIPPING", &["perm.shipping.>"]);
+    let seen = Arc::new(Seen::default());
+    let billing = export::permissions(&topology(&seen), &role());
+    let shipping_topology = Topology::new().stream(OTHER).consumer(
+        ConsumerDecl::queue(
+            "shipping::on_ship",
+            StreamRef::Declared(&OTHER),
+            QueueDecl::new("shipper"),
+        ),
+        |_| Box::pin(async { Ok::<(), HandlerError>(()) }),
+    );
+    let shipping = export::permissions(&shipping_topology, &Role::owner("shipping"));
+    let server = NatsServer::builder()
+        .config(users_config(&[
+            (SERVICE, PASSWORD, &billing),
+            ("shipping", "shipping-pw", &shipping),
+        ]))
+        .probe_user("admin", "admin")
+        .start()
+        .await
+        .expect("server starts");
+    let running = Running::start(
+        fast(Runtime::builder(service_client(&server).await)).topology(topology(&seen)),
+    )
+    .await;
+    let admin = admin(&server).await;
+    let js = jetstream::new(admin.clone());
+    js.publish("perm.orders.created", "order-1".into())
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+
+    // The other service, trying: every attempt is a violation its connection is told of.
+    let (told, mut violations) = tokio::sync::mpsc::unbounded_channel::<String>();
+    let other = async_nats::ConnectOptions::new()
+        .user_and_password("shipping".into(), "shipping-pw".into())
+        .custom_inbox_prefix("_INBOX_shipping")
+        .event_callback(move |event| {
+            let told = told.clone();
+            async move {
+                if let async_nats::Event::ServerError(e) = event {
+                    let _ = told.send(e.to_string());
+                }
+            }
+        })
+        .connect(server.url())
+        .await
+        .unwrap();
+    let pull = format!("$JS.API.CONSUMER.MSG.NEXT.{}.invoicer", ORDERS.name);
+    let ack = format!("$JS.ACK.{}.invoicer.1.1.1.0.0", ORDERS.name);
+    let delete = format!("$JS.API.CONSUMER.DELETE.{}.invoicer", ORDERS.name);
+    let relay_delete = format!("$JS.API.CONSUMER.DELETE.{}.anything", ORDERS.name);
+    for subject in [&pull, &ack, &delete, &relay_delete] {
+        other
+            .publish_with_reply(subject.clone(), "_INBOX_shipping.x", "{}".into())
+            .await
+            .unwrap();
+        let said = tokio::time::timeout(Duration::from_secs(5), violations.recv())
+            .await
+            .expect("the server says the publish is denied")
+            .unwrap();
+        assert!(
+            said.contains("Permissions Violation") && said.contains(subject.as_str()),
+            "{said}"
+        );
+    }
+    // And nothing happened to this service: its consumer is there and it consumes.
+    let orders = js.get_stream(ORDERS.name).await.unwrap();
+    orders.consumer_info("invoicer").await.expect("still there");
+    js.publish("perm.orders.created", "order-2".into())
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    nats_topology_testkit::eventually(Duration::from_secs(10), "both orders handled here", || {
+        let seen = seen.clone();
+        async move { (seen.orders.load(Ordering::Relaxed) == 2).then_some(()) }
+    })
+    .await;
+    assert!(running.health.ready(), "{}", running.health);
+    running.stop().await.expect("clean drain");
 }

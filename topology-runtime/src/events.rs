@@ -37,6 +37,8 @@ pub(crate) struct Violation {
     pub(crate) action: Action,
     /// The subject denied (a subscription's may be a pattern).
     pub(crate) subject: String,
+    /// When it was reported.
+    pub(crate) at: std::time::Instant,
 }
 
 /// One connection's reported violations: the recent ones, and the ones to come.
@@ -214,6 +216,7 @@ fn parse_violation(text: &str) -> Option<Violation> {
     Some(Violation {
         action,
         subject: subject.to_owned(),
+        at: std::time::Instant::now(),
     })
 }
 

@@ -38,6 +38,10 @@ pub(crate) struct Shared {
     pub(crate) reach: reach::Reach,
     /// Permission violations the server reported, with who needs the subject.
     pub(crate) denials: Denials,
+    /// Whether the runtime verifies instead of provisioning.
+    bind_only: bool,
+    /// When the runtime was built.
+    pub(crate) built: std::time::Instant,
 }
 
 impl Shared {
@@ -53,7 +57,15 @@ impl Shared {
             older: Default::default(),
             reach: Default::default(),
             denials: Default::default(),
+            bind_only: false,
+            built: std::time::Instant::now(),
         }
+    }
+
+    /// Shows in health that the runtime verifies instead of provisioning.
+    pub(crate) fn bind_only(mut self, bind_only: bool) -> Self {
+        self.bind_only = bind_only;
+        self
     }
 
     /// Shows in health the older declarations `older` records.
@@ -204,6 +216,12 @@ impl Health {
         self.shared.denials.all()
     }
 
+    /// Whether the runtime only verifies its streams and queue consumers (an operator
+    /// provisions them): [`RuntimeBuilder::bind_only`](crate::RuntimeBuilder::bind_only).
+    pub fn bind_only(&self) -> bool {
+        self.shared.bind_only
+    }
+
     /// The streams no consumer reads, and whether each is there.
     pub fn streams(&self) -> Vec<StreamStatus> {
         self.shared
@@ -222,6 +240,12 @@ impl fmt::Display for Health {
         write!(f, "ready: {}", self.ready())?;
         if !self.shared.started() {
             write!(f, " (not started: call `run_until`)")?;
+        }
+        if self.shared.bind_only {
+            write!(
+                f,
+                " (bind-only: streams and queue consumers are verified, not provisioned)"
+            )?;
         }
         writeln!(f)?;
         for status in self.consumers() {

@@ -81,6 +81,9 @@ pub struct Provisioner {
     older: OlderDeclarations,
     /// Which JetStream requests go to (its prefix is the context's).
     api: crate::jsapi::JetStreamApi,
+    /// Verifies owned streams and queue consumers instead of creating or changing them
+    /// ([`RuntimeBuilder::bind_only`](crate::RuntimeBuilder::bind_only)).
+    bind_only: bool,
 }
 
 /// How many answers of an unexpected shape one provisioning request accepts before it is
@@ -134,7 +137,21 @@ impl Provisioner {
             version: None,
             older: OlderDeclarations::default(),
             api,
+            bind_only: false,
         }
+    }
+
+    /// Verifies owned streams and queue consumers instead of creating or updating them (an
+    /// operator provisions them); broadcast relays, which only a running instance can
+    /// create, are still created.
+    pub fn bind_only(mut self, bind_only: bool) -> Self {
+        self.bind_only = bind_only;
+        self
+    }
+
+    /// Whether it only verifies ([`Provisioner::bind_only`]).
+    pub fn is_bind_only(&self) -> bool {
+        self.bind_only
     }
 
     /// Stamps `version` on what this provisioner creates or updates, instead of each

@@ -20,7 +20,7 @@ impl Provisioner {
         consumed: &[&str],
     ) -> Result<stream::Info, ProvisionError> {
         self.warn_if_server_too_old();
-        if decl.external {
+        if decl.external || self.bind_only {
             return self
                 .retry(decl.name, None, || self.verify_external(decl, consumed))
                 .await;
@@ -176,6 +176,17 @@ impl Provisioner {
             .await
         {
             Ok(info) => info,
+            Err(e) if e.code() == Some(ErrorCode::STREAM_NOT_FOUND) && !decl.external => {
+                return Err(ProvisionError::new(
+                    ProvisionErrorKind::ExternalNotReady,
+                    decl.name,
+                    "the stream does not exist, and this runtime is bind-only (its streams and \
+                     consumers are provisioned by an operator, never here): provision it with \
+                     the operator's credentials (the CLI's `provision`, or infrastructure as \
+                     code); this consumer waits, not ready, until it is there",
+                )
+                .into());
+            }
             Err(e) if e.code() == Some(ErrorCode::STREAM_NOT_FOUND) => {
                 return Err(ProvisionError::new(
                     ProvisionErrorKind::ExternalNotReady,

@@ -22,7 +22,10 @@ pub(super) async fn watch_denials(inner: Arc<Inner>, cancel: CancellationToken) 
     };
     let needs = needed(&inner);
     let (recent, mut coming) = errors.subscribe();
-    for violation in recent {
+    // What the connection was told before this runtime existed concerns another user of it
+    // (an earlier runtime, the application's own requests).
+    let built = inner.health.shared.built;
+    for violation in recent.into_iter().filter(|v| v.at >= built) {
         record(&inner, &needs, violation);
     }
     loop {

@@ -41,7 +41,12 @@ pub(super) async fn supervise(
         ConsumerKind::Queue(_) => None,
     };
     let stream = consumer.decl.stream.name();
-    let migrated_from = consumer.decl.as_queue().and_then(|q| q.migrate_from);
+    // Retiring the old consumer of a migration is provisioning: an operator's, when bind-only.
+    let migrated_from = consumer
+        .decl
+        .as_queue()
+        .and_then(|q| q.migrate_from)
+        .filter(|_| !inner.ensurer.provisioner().is_bind_only());
     let policy = *inner.ensurer.policy();
     let mut backoff = policy.backoff_until(None);
     // Where a consumer re-created after a loss resumes, and in which stream instance.

@@ -44,6 +44,8 @@ pub struct RuntimeBuilder {
     /// Set by `domain` and `api_prefix` (both set is refused at `build`).
     domain: Option<String>,
     api_prefix: Option<String>,
+    /// Verify instead of provisioning (see [`RuntimeBuilder::bind_only`]).
+    bind_only: bool,
     #[cfg(feature = "test-hooks")]
     panic_supervisor: Option<String>,
 }
@@ -59,9 +61,31 @@ impl RuntimeBuilder {
             version: None,
             domain: None,
             api_prefix: None,
+            bind_only: false,
             #[cfg(feature = "test-hooks")]
             panic_supervisor: None,
         }
+    }
+
+    /// Verifies the streams and queue consumers instead of creating or updating them: they are
+    /// provisioned by an operator (the CLI's `provision` run with the operator's credentials,
+    /// or infrastructure as code), and this service's user has no right to create, update or
+    /// delete them (the `bind-only` role of
+    /// [`export::permissions`](crate::export::permissions)). A stream or consumer that is not
+    /// there keeps its consumers waiting, not ready, with a message that says who provisions
+    /// it; one that differs from the declaration is used as it is, and the difference is
+    /// logged. Broadcast relays are still created by each instance (nobody else can). Health
+    /// says that the runtime is bind-only.
+    ///
+    /// ```no_run
+    /// # async fn f(client: nats_topology::async_nats::Client) -> Result<(), Box<dyn std::error::Error>> {
+    /// let runtime = nats_topology::Runtime::builder(client).bind_only().build()?;
+    /// assert!(runtime.health().to_string().contains("bind-only"));
+    /// # Ok(()) }
+    /// ```
+    pub fn bind_only(mut self) -> Self {
+        self.bind_only = true;
+        self
     }
 
     /// The version of this service, stamped on the streams and queue consumers it creates or
@@ -230,13 +254,15 @@ impl RuntimeBuilder {
         }
         let instance = instance_id();
         let api = api.unwrap_or_default();
-        let provisioner =
-            Provisioner::with_api(self.client.clone(), self.retry, api).with_version(self.version);
+        let provisioner = Provisioner::with_api(self.client.clone(), self.retry, api)
+            .with_version(self.version)
+            .bind_only(self.bind_only);
         let ensurer = Ensurer::new(topology, provisioner);
         let unread = ensurer.unread_streams();
         let shared = Arc::new(
             Shared::new(unread.iter().map(|s| s.name.to_owned()))
-                .with_older(ensurer.provisioner().older_declarations().clone()),
+                .with_older(ensurer.provisioner().older_declarations().clone())
+                .bind_only(self.bind_only),
         );
         let slots: Vec<Arc<Slot>> = ensurer
             .topology()
