@@ -107,7 +107,10 @@ pub mod http;
 
 pub use topology_macros::{broadcast, queue_consumer, stream};
 
-pub use topology_runtime::connect::{connect, connect_from_env, connect_options, connect_with};
+pub use topology_runtime::connect::{
+    EnvError, EnvErrorKind, EnvOptions, connect, connect_from_env, connect_options, connect_with,
+    options_from,
+};
 
 /// How long a drain waits for each clean-up that needs the broker (the final flush of
 /// acknowledgements, a relay's deletion), so that it ends even when the broker is gone.
