@@ -8,6 +8,7 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use async_nats::jetstream::{self, consumer};
+use nats_topology::export::{self, Action, Permissions, Role};
 use nats_topology::model::{ConsumerDecl, QueueDecl, StreamDecl, StreamRef};
 use nats_topology::{HandlerError, Runtime, Topology};
 use nats_topology_testkit::{NatsLeafTopology, NatsServer, eventually};
@@ -309,10 +310,11 @@ async fn cli_export_needs_no_server() {
     assert_eq!(doc["info"]["title"], "quickstart");
     assert_eq!(doc["info"]["version"], "2.0.0");
 
+    // No flag: every output (AsyncAPI, NATS JSON, permissions).
     let both = dir.join("both");
     let out = run(&["export", both.to_str().unwrap()], &nothing_there).await;
     assert_eq!(out.code, Some(0), "{out}");
-    assert_eq!(listing(&both).len(), 4, "{out}");
+    assert_eq!(listing(&both).len(), 6, "{out}");
 
     // A usage error is clap's, with status 2.
     let out = run(&["export", "--yaml-only", both.to_str().unwrap()], &[]).await;
@@ -378,4 +380,227 @@ async fn cli_commands_reach_a_jetstream_domain() {
     )
     .await;
     both.says(2, &["--api-prefix"]);
+}
+
+/// A fresh directory for one test's files.
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("nt-cli-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    dir
+}
+
+/// The `pub` and `sub` allow lists of a `permissions.json`.
+fn allow_lists(json: &serde_json::Value) -> [Vec<String>; 2] {
+    ["pub", "sub"].map(|key| {
+        json[key]["allow"]
+            .as_array()
+            .unwrap_or_else(|| panic!("`{key}.allow` is a list: {json}"))
+            .iter()
+            .map(|subject| subject.as_str().unwrap().to_owned())
+            .collect()
+    })
+}
+
+/// What `permissions` lists, publish then subscribe.
+fn subjects(permissions: &Permissions) -> [Vec<String>; 2] {
+    [Action::Publish, Action::Subscribe].map(|action| {
+        permissions
+            .of(action)
+            .map(|entry| entry.subject.clone())
+            .collect()
+    })
+}
+
+fn read_json(path: PathBuf) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(&path).unwrap())
+        .unwrap_or_else(|e| panic!("{} is JSON: {e}", path.display()))
+}
+
+/// `export --permissions` writes the service user's block and its JSON, exactly what
+/// `export::permissions` gives for the quickstart's topology, with the password a reference
+/// to the server's environment; the flags shape the role; a role that does not exist is a
+/// usage error naming the three.
+#[tokio::test]
+async fn cli_export_permissions_writes_the_server_block_and_its_json() {
+    let dir = scratch("permissions");
+    let owner = dir.join("owner");
+    let out = run(&["export", "--permissions", owner.to_str().unwrap()], &[]).await;
+    assert_eq!(out.code, Some(0), "{out}");
+    let mut names: Vec<String> = std::fs::read_dir(&owner)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["permissions.conf", "permissions.json"], "{out}");
+
+    let expected = export::permissions(&quickstart_topology(), &Role::owner("quickstart"));
+    let conf = std::fs::read_to_string(owner.join("permissions.conf")).unwrap();
+    for text in [
+        "authorization {",
+        "user: \"quickstart\"",
+        "password: $QUICKSTART_PASSWORD",
+        // The comment that says where the password comes from.
+        "# The password is `$QUICKSTART_PASSWORD`: nats-server reads it from its environment \
+         variable QUICKSTART_PASSWORD.",
+        "# Connect it with the inbox prefix `_INBOX_quickstart` (NATS_INBOX_PREFIX).",
+        "\"$JS.API.STREAM.CREATE.QUICKSTART_SIGNUPS\"",
+        "\"$JS.API.CONSUMER.MSG.NEXT.QUICKSTART_SIGNUPS.welcome-mailer\"",
+        "\"$JS.ACK.QUICKSTART_SIGNUPS.welcome-mailer.>\"",
+        "\"quickstart.signups.>\"",
+        "\"_INBOX_quickstart.>\"",
+        "# consumer `quickstart::send_welcome` of stream `QUICKSTART_SIGNUPS`: pulls its messages",
+    ] {
+        assert!(conf.contains(text), "expected {text:?} in\n{conf}");
+    }
+    for entry in &expected.entries {
+        assert!(
+            conf.contains(&format!("\"{}\",", entry.subject)),
+            "{} is missing from\n{conf}",
+            entry.describe()
+        );
+    }
+    let json = read_json(owner.join("permissions.json"));
+    assert_eq!(allow_lists(&json), subjects(&expected));
+    assert_eq!(json, expected.to_json());
+
+    // Every flag of the role.
+    let shaped = dir.join("shaped");
+    let out = run(
+        &[
+            "export",
+            "--permissions",
+            "--role",
+            "bind-only",
+            "--service",
+            "billing",
+            "--inbox-prefix",
+            "_I.billing",
+            "--domain",
+            "edge",
+            "--publishes",
+            "invoices.>",
+            "--publishes",
+            "audit.billing",
+            shaped.to_str().unwrap(),
+        ],
+        &[],
+    )
+    .await;
+    assert_eq!(out.code, Some(0), "{out}");
+    let role = Role::bind_only("billing")
+        .with_inbox_prefix("_I.billing")
+        .with_domain("edge")
+        .publishes("invoices.>")
+        .publishes("audit.billing");
+    let expected = export::permissions(&quickstart_topology(), &role);
+    let json = read_json(shaped.join("permissions.json"));
+    assert_eq!(allow_lists(&json), subjects(&expected));
+    assert_eq!(json["role"], "bind-only");
+    let conf = std::fs::read_to_string(shaped.join("permissions.conf")).unwrap();
+    assert!(conf.contains("password: $BILLING_PASSWORD"), "{conf}");
+    assert!(
+        conf.contains("\"$JS.edge.API.CONSUMER.MSG.NEXT.QUICKSTART_SIGNUPS.welcome-mailer\""),
+        "{conf}"
+    );
+    assert!(
+        !conf.contains("STREAM.CREATE"),
+        "bind-only creates nothing\n{conf}"
+    );
+
+    let operator = dir.join("operator");
+    let out = run(
+        &[
+            "export",
+            "--permissions",
+            "--role",
+            "operator",
+            operator.to_str().unwrap(),
+        ],
+        &[],
+    )
+    .await;
+    assert_eq!(out.code, Some(0), "{out}");
+    let expected = export::permissions(&quickstart_topology(), &Role::operator("quickstart"));
+    let json = read_json(operator.join("permissions.json"));
+    assert_eq!(allow_lists(&json), subjects(&expected));
+
+    let bad = dir.join("bad");
+    let out = run(
+        &[
+            "export",
+            "--permissions",
+            "--role",
+            "admin",
+            bad.to_str().unwrap(),
+        ],
+        &[],
+    )
+    .await;
+    out.says(2, &["'admin'", "--role", "owner", "bind-only", "operator"]);
+    assert!(!bad.exists(), "a usage error writes nothing");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// nats-server takes the generated block as it is, reading the password from its environment,
+/// and the quickstart's topology runs under it: connected as the service's user with the
+/// inbox prefix the block names, the runtime provisions and consumes, and is denied nothing.
+#[tokio::test]
+async fn cli_export_permissions_nats_server_runs_the_service_under_them() {
+    let dir = scratch("permissions-server");
+    let out = run(&["export", "--permissions", dir.to_str().unwrap()], &[]).await;
+    assert_eq!(out.code, Some(0), "{out}");
+    let conf = std::fs::read_to_string(dir.join("permissions.conf")).unwrap();
+    // The test kit's readiness probe takes its replies on `_INBOX.>`, which the service's
+    // user may not subscribe to (its replies come to `_INBOX_quickstart.>`): the probe
+    // connects as an admin added to the block's users.
+    let with_admin = conf.replacen(
+        "  users = [\n",
+        "  users = [\n    { user: admin, password: admin }\n",
+        1,
+    );
+    assert_ne!(with_admin, conf, "the block lists its users:\n{conf}");
+    let server = NatsServer::builder()
+        .config(with_admin)
+        .env("QUICKSTART_PASSWORD", "pw")
+        .probe_user("admin", "admin")
+        .start()
+        .await
+        .expect("nats-server starts with the generated block");
+
+    let options = nats_topology::connect_options()
+        .user_and_password("quickstart".into(), "pw".into())
+        .custom_inbox_prefix("_INBOX_quickstart");
+    let client = nats_topology::connect_with(options, &server.url())
+        .await
+        .unwrap();
+    let runtime = Runtime::builder(client)
+        .topology(quickstart_topology())
+        .build()
+        .unwrap();
+    let health = runtime.health();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let running = tokio::spawn(runtime.run_until(async move {
+        let _ = stopped.await;
+    }));
+    health
+        .wait_ready(Duration::from_secs(30))
+        .await
+        .unwrap_or_else(|e| panic!("ready under the generated permissions: {e}\n{health}"));
+    assert!(health.denials().is_empty(), "{health}");
+    let admin = async_nats::ConnectOptions::new()
+        .user_and_password("admin".into(), "admin".into())
+        .connect(server.url())
+        .await
+        .unwrap();
+    jetstream::new(admin)
+        .get_stream("QUICKSTART_SIGNUPS")
+        .await
+        .expect("the service created its stream")
+        .consumer_info("welcome-mailer")
+        .await
+        .expect("and its consumer");
+    let _ = stop.send(());
+    running.await.unwrap().unwrap();
+    assert!(health.denials().is_empty(), "{health}");
+    std::fs::remove_dir_all(&dir).unwrap();
 }

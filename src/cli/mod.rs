@@ -19,7 +19,7 @@
 //! | --- | --- | --- |
 //! | `plan` | what provisioning would do (create, update which fields, conflicts), changing nothing | 0; 1 on a conflict or an error |
 //! | `inspect` | each queue consumer on the server: exists, consumed by anyone, pending, ack floor | 0; 1 on an error |
-//! | `export [--asyncapi] [--nats-json] DIR` | writes the AsyncAPI document and/or the stream and consumer JSON into `DIR`, without a server (both when neither flag is given) | 0; 1 on an error |
+//! | `export [--asyncapi] [--nats-json] [--permissions] DIR` | writes the AsyncAPI document, the stream and consumer JSON and/or the service user's NATS permissions into `DIR`, without a server (all three when no flag is given) | 0; 1 on an error |
 //! | `provision` | provisions every stream and queue consumer, then exits (an init job) | 0 when done; 1 with the precise provisioning error |
 //! | `health` | provisions nothing; prints each declared stream and queue consumer as the server has it | 0 when every stream exists (external ones covering what is consumed) and every queue consumer exists and is being consumed; 1 otherwise |
 //!
@@ -30,20 +30,31 @@
 //! [`RuntimeBuilder::domain`](crate::RuntimeBuilder::domain) and
 //! [`api_prefix`](crate::RuntimeBuilder::api_prefix); not both).
 //!
+//! `export --permissions` writes `permissions.conf`, a nats-server `authorization` block with
+//! one user, and `permissions.json`, the same lists in a user JWT's `pub`/`sub` shape
+//! ([`export::permissions`](crate::export::permissions)). It takes `--role` `owner`,
+//! `bind-only` or `operator` (default `owner`), `--service NAME` (the user's name; default:
+//! the application's, as in [`Cli::info`]), `--inbox-prefix PREFIX` (default
+//! `_INBOX_<service>`), `--publishes SUBJECT` (repeatable: a handler's output outside the
+//! streams the service owns), and `--domain` or `--api-prefix` as above. The block's password
+//! is `$<SERVICE>_PASSWORD` (the name uppercased, any character but a letter or a digit as
+//! `_`), which nats-server reads from its environment: the file holds no secret.
+//!
 //! A subcommand is recognised only as the first argument, so the application's own flags
 //! keep working: `my-service --port 8080` falls through to the application.
 
 use std::ffi::OsString;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
 mod health;
 
+use clap::builder::{PossibleValuesParser, TypedValueParser};
 use clap::{Parser, Subcommand};
 use topology_runtime::connect::DEFAULT_URL;
 
-use crate::export::{self, ApiInfo};
+use crate::export::{self, Access, ApiInfo, Permissions, Role};
 use crate::{RetryPolicy, Runtime, Topology};
 
 /// The subcommands [`Cli`] recognises as a first argument.
@@ -169,13 +180,15 @@ impl Cli {
         let server = match command {
             Command::Export(args) => {
                 let mut info = self.info;
+                // The user is named after the application, whatever the document's title.
+                let application = info.title.clone();
                 if let Some(title) = &args.title {
                     info.title = title.clone();
                 }
                 if let Some(version) = &args.api_version {
                     info.version = version.clone();
                 }
-                return export_to(&topology, &info, &args);
+                return export_to(&topology, &info, &application, &args);
             }
             Command::Plan(ref s)
             | Command::Inspect(ref s)
@@ -192,10 +205,10 @@ impl Cli {
         let mut builder = Runtime::builder(client.clone())
             .topology(topology)
             .retry(retry);
-        if let Some(domain) = &server.domain {
+        if let Some(domain) = &server.jetstream.domain {
             builder = builder.domain(domain);
         }
-        if let Some(prefix) = &server.api_prefix {
+        if let Some(prefix) = &server.jetstream.api_prefix {
             builder = builder.api_prefix(prefix);
         }
         let runtime = builder.build().map_err(|e| e.to_string())?;
@@ -234,21 +247,80 @@ impl Cli {
     }
 }
 
-fn export_to(topology: &Topology, info: &ApiInfo, args: &ExportArgs) -> Result<bool, String> {
-    let both = !args.asyncapi && !args.nats_json;
+fn export_to(
+    topology: &Topology,
+    info: &ApiInfo,
+    application: &str,
+    args: &ExportArgs,
+) -> Result<bool, String> {
+    let all = !args.asyncapi && !args.nats_json && !args.permissions;
     let mut written = Vec::new();
-    if args.asyncapi || both {
+    if args.asyncapi || all {
         let doc = export::asyncapi(topology, info);
         written.extend(doc.write_to(&args.dir).map_err(|e| e.to_string())?);
     }
-    if args.nats_json || both {
+    if args.nats_json || all {
         let nats = export::nats_json(topology);
         written.extend(nats.write_to(&args.dir).map_err(|e| e.to_string())?);
+    }
+    if args.permissions || all {
+        let permissions = export::permissions(topology, &args.role(application));
+        written.extend(write_permissions(&permissions, &args.dir).map_err(|e| e.to_string())?);
     }
     for path in written {
         println!("wrote {}", path.display());
     }
     Ok(true)
+}
+
+/// Writes `permissions.conf` (the nats-server `authorization` block, its password read from
+/// the server's environment) and `permissions.json` into `dir`.
+fn write_permissions(
+    permissions: &Permissions,
+    dir: &Path,
+) -> Result<Vec<PathBuf>, export::ExportError> {
+    let variable = password_variable(permissions.role.service());
+    let conf = format!(
+        "# The password is `${variable}`: nats-server reads it from its environment variable \
+         {variable}.\n# Set it where the server runs, or replace the reference with a bcrypt \
+         hash (`nats server passwd`);\n# never write the secret itself here.\n{}",
+        permissions.server_config(&format!("${variable}"))
+    );
+    let mut json = serde_json::to_string_pretty(&permissions.to_json())
+        .expect("a JSON value always serializes");
+    json.push('\n');
+    let files = [("permissions.conf", conf), ("permissions.json", json)];
+    let write = |path: &Path, contents: &str| {
+        std::fs::create_dir_all(dir)
+            .and_then(|()| std::fs::write(path, contents))
+            .map_err(|source| export::ExportError {
+                path: path.to_owned(),
+                source,
+            })
+    };
+    let mut written = Vec::new();
+    for (name, contents) in files {
+        let path = dir.join(name);
+        write(&path, &contents)?;
+        written.push(path);
+    }
+    Ok(written)
+}
+
+/// `QUICKSTART_PASSWORD` for service `quickstart`: the name uppercased, every character
+/// that is not a letter or a digit as `_`.
+fn password_variable(service: &str) -> String {
+    let name: String = service
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() {
+                c.to_ascii_uppercase()
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    format!("{name}_PASSWORD")
 }
 
 #[derive(Debug, Parser)]
@@ -268,7 +340,8 @@ enum Command {
     Plan(ServerArgs),
     /// Print each queue consumer as the server has it: exists, consumed, pending, ack floor.
     Inspect(ServerArgs),
-    /// Write the AsyncAPI document and/or the NATS stream and consumer JSON into DIR (no server).
+    /// Write the AsyncAPI document, the NATS stream and consumer JSON and/or the service
+    /// user's NATS permissions into DIR (no server).
     Export(ExportArgs),
     /// Provision every stream and queue consumer, then exit: 0 when done, 1 on an error.
     Provision(ServerArgs),
@@ -285,8 +358,16 @@ struct ServerArgs {
     /// How long, in seconds, requests are retried while the server is unreachable.
     #[arg(long, default_value_t = 60.0, value_parser = positive_seconds)]
     timeout: f64,
-    /// The JetStream domain to talk to (requests go to `$JS.<NAME>.API`), for example an
-    /// edge site's across a leaf node connection.
+    #[command(flatten)]
+    jetstream: JetStreamArgs,
+}
+
+/// Which JetStream the runtime talks to: `plan` and the others send their requests there;
+/// `export --permissions` grants its API subjects.
+#[derive(Debug, Clone, clap::Args)]
+struct JetStreamArgs {
+    /// The JetStream domain to talk to (requests go to `$JS.<NAME>.API`, and `export
+    /// --permissions` grants those), for example an edge site's across a leaf node connection.
     #[arg(long, value_name = "NAME")]
     domain: Option<String>,
     /// The JetStream API prefix to talk to (an account import's, e.g. `JS.hub.API`).
@@ -316,6 +397,56 @@ struct ExportArgs {
     /// The AsyncAPI document's `info.version`.
     #[arg(long)]
     api_version: Option<String>,
+    /// Write the NATS permissions of the service's user: permissions.conf (a nats-server
+    /// `authorization` block) and permissions.json (a user JWT's `pub`/`sub` shape).
+    #[arg(long)]
+    permissions: bool,
+    /// Whose permissions: `owner` (provisions and consumes), `bind-only` (consumes what an
+    /// operator provisioned) or `operator` (provisions, as `provision` does).
+    #[arg(long, default_value = "owner", value_parser = access_parser())]
+    role: Access,
+    /// The service, as the user's name (default: the application's name, the executable's
+    /// unless the binary sets one).
+    #[arg(long, value_name = "NAME")]
+    service: Option<String>,
+    /// The prefix of the service's reply subjects (default `_INBOX_<service>`); connect with
+    /// the same one (`NATS_INBOX_PREFIX`).
+    #[arg(long, value_name = "PREFIX")]
+    inbox_prefix: Option<String>,
+    /// A subject the handlers publish to besides the streams the service owns (repeatable).
+    #[arg(long, value_name = "SUBJECT")]
+    publishes: Vec<String>,
+    #[command(flatten)]
+    jetstream: JetStreamArgs,
     /// The directory to write into (created if missing).
     dir: PathBuf,
+}
+
+impl ExportArgs {
+    /// The role that `--role`, `--service` (else `application`), `--inbox-prefix`,
+    /// `--domain`, `--api-prefix` and `--publishes` describe.
+    fn role(&self, application: &str) -> Role {
+        let service = self.service.as_deref().unwrap_or(application);
+        let mut role = Role::new(self.role, service);
+        if let Some(prefix) = &self.inbox_prefix {
+            role = role.with_inbox_prefix(prefix);
+        }
+        if let Some(domain) = &self.jetstream.domain {
+            role = role.with_domain(domain);
+        }
+        if let Some(prefix) = &self.jetstream.api_prefix {
+            role = role.with_api_prefix(prefix);
+        }
+        for subject in &self.publishes {
+            role = role.publishes(subject);
+        }
+        role
+    }
+}
+
+/// `--role`'s values, as [`Access::as_str`] spells them: clap lists them on a bad one.
+fn access_parser() -> impl TypedValueParser<Value = Access> {
+    const ROLES: [Access; 3] = [Access::Owner, Access::BindOnly, Access::Operator];
+    PossibleValuesParser::new(ROLES.map(Access::as_str))
+        .map(|text| Access::parse(&text).expect("one of the possible values"))
 }
