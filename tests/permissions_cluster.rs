@@ -1,0 +1,216 @@
+//! Least privilege through a leader election: two replicas that start while the meta leader
+//! is dead wait on the leader watch (its probes, the leader advisories, the fleet channel
+//! between them) and get ready, under exactly their generated owner permissions, denied
+//! nothing; and with the entries only such an outage uses removed, each is named in health.
+//! (The single-server lives, and every other entry removed, are in `tests/permissions.rs`.)
+
+#![cfg(unix)]
+
+mod fixture;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use fixture::{Running, fast};
+use nats_topology::export::{self, Action, Permission, Permissions, Role};
+use nats_topology::model::{ConsumerDecl, QueueDecl, StreamDecl, StreamRef};
+use nats_topology::{HandlerError, PermissionDenial, Runtime, Topology};
+use nats_topology_testkit::{NatsCluster, eventually};
+
+static STREAM: StreamDecl = StreamDecl::new("PERM_ELECTED", &["perm.elected.>"]).replicas(3);
+const SERVICE: &str = "elected";
+const PASSWORD: &str = "elected-pw";
+const REPLICAS: usize = 2;
+
+fn topology(handled: &Arc<AtomicU64>) -> Topology {
+    let handled = handled.clone();
+    Topology::new().stream(STREAM).consumer(
+        ConsumerDecl::queue(
+            "elected::on_work",
+            StreamRef::Declared(&STREAM),
+            QueueDecl::new("workers"),
+        )
+        .subjects(&["perm.elected.work"]),
+        move |_| {
+            let handled = handled.clone();
+            Box::pin(async move {
+                handled.fetch_add(1, Ordering::Relaxed);
+                Ok::<(), HandlerError>(())
+            })
+        },
+    )
+}
+
+/// The entries only an outage uses: the leader watch's subscriptions and its fleet channel.
+fn outage_only(entry: &Permission) -> bool {
+    entry.subject.starts_with("_NATS_TOPOLOGY.META.")
+        || entry.subject == "$JS.EVENT.ADVISORY.DOMAIN.LEADER_ELECTED"
+        || entry.subject == "$JS.EVENT.ADVISORY.STREAM.LEADER_ELECTED.>"
+}
+
+fn collect(replicas: &[Running], denials: &mut Vec<PermissionDenial>) {
+    for replica in replicas {
+        for denial in replica.health.denials() {
+            if !denials.iter().any(|d| d.subject == denial.subject) {
+                denials.push(denial);
+            }
+        }
+    }
+}
+
+fn names(denials: &[PermissionDenial], entry: &Permission) -> bool {
+    denials.iter().any(|d| {
+        d.action == entry.action && d.permission.as_deref() == Some(entry.subject.as_str())
+    })
+}
+
+/// Two replicas started while the meta leader is dead, until both handle work (or, when
+/// `expected` entries are missing, until health named them all); the denials their health
+/// showed on the way.
+async fn through_an_election(
+    permissions: &Permissions,
+    expected: &[Permission],
+) -> Vec<PermissionDenial> {
+    let map = permissions.permissions_map().replace('\n', "\n      ");
+    let config = format!(
+        "authorization {{\n  users = [\n    {{ user: admin, password: admin }}\n    {{ user: \
+         {SERVICE}, password: {PASSWORD}, permissions: {map} }}\n  ]\n}}\n"
+    );
+    let mut cluster = NatsCluster::builder()
+        .config(config)
+        .probe_user("admin", "admin")
+        .start()
+        .await
+        .expect("a 3-node cluster");
+    let leader = eventually(Duration::from_secs(30), "an agreed meta leader", || {
+        cluster.meta_leader()
+    })
+    .await;
+    cluster.kill(leader);
+    let urls: Vec<String> = (0..cluster.len())
+        .filter(|&i| i != leader)
+        .map(|i| cluster.url(i))
+        .collect();
+
+    let handled = Arc::new(AtomicU64::new(0));
+    let mut replicas = Vec::new();
+    for _ in 0..REPLICAS {
+        let options = nats_topology::connect_options()
+            .user_and_password(SERVICE.into(), PASSWORD.into())
+            .custom_inbox_prefix(Role::owner(SERVICE).inbox_prefix());
+        let client = nats_topology::connect_with(options, &urls.join(","))
+            .await
+            .unwrap();
+        let runtime = fast(Runtime::builder(client))
+            .topology(topology(&handled))
+            .build()
+            .unwrap();
+        replicas.push(Running::spawn(runtime));
+    }
+    let mut denials: Vec<PermissionDenial> = Vec::new();
+    // Ready after the election (or, when entries are missing, every one named meanwhile).
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(45);
+    loop {
+        collect(&replicas, &mut denials);
+        let named = !expected.is_empty() && expected.iter().all(|e| names(&denials, e));
+        if named
+            || replicas.iter().all(|r| r.health.ready())
+            || tokio::time::Instant::now() >= deadline
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let admin = async_nats::ConnectOptions::new()
+        .user_and_password("admin".into(), "admin".into())
+        .connect(urls[0].as_str())
+        .await
+        .unwrap();
+    let js = async_nats::jetstream::new(admin);
+    if expected.is_empty() {
+        assert!(
+            replicas.iter().all(|r| r.health.ready()),
+            "not ready after the election: {:?}",
+            replicas
+                .iter()
+                .map(|r| r.health.to_string())
+                .collect::<Vec<_>>()
+        );
+        for i in 0..10 {
+            // The stream's own leader may still be being elected: publish until stored.
+            eventually(Duration::from_secs(15), "the message stored", || {
+                let js = js.clone();
+                async move {
+                    match js
+                        .publish("perm.elected.work", format!("w{i}").into())
+                        .await
+                    {
+                        Ok(ack) => ack.await.ok().map(|_| ()),
+                        Err(_) => None,
+                    }
+                }
+            })
+            .await;
+        }
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+        while handled.load(Ordering::Relaxed) < 10 && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert_eq!(handled.load(Ordering::Relaxed), 10, "every message handled");
+    }
+    collect(&replicas, &mut denials);
+    for replica in replicas {
+        replica.stop().await.expect("clean drain");
+    }
+    denials
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicas_wait_out_an_election_under_exactly_their_generated_permissions() {
+    let permissions = export::permissions(&topology(&Arc::default()), &Role::owner(SERVICE));
+    assert_eq!(
+        permissions
+            .entries
+            .iter()
+            .filter(|e| outage_only(e))
+            .count(),
+        4,
+        "{}",
+        permissions.permissions_map()
+    );
+    let denials = through_an_election(&permissions, &[]).await;
+    assert!(denials.is_empty(), "denied: {denials:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_what_only_an_outage_uses_health_names_each_entry() {
+    let full = export::permissions(&topology(&Arc::default()), &Role::owner(SERVICE));
+    let mut without = full.clone();
+    without.entries.retain(|e| !outage_only(e));
+    let expected: Vec<Permission> = full
+        .entries
+        .iter()
+        .filter(|e| outage_only(e))
+        .cloned()
+        .collect();
+    let denials = through_an_election(&without, &expected).await;
+    for entry in &expected {
+        let named = names(&denials, entry);
+        // The fleet channel is published to only by a replica whose probes go unanswered:
+        // the one that hears the other's note first may never send its own; one of the two
+        // does.
+        assert!(
+            named,
+            "{} not named in health; denials: {denials:?}",
+            entry.describe()
+        );
+        if entry.action == Action::Publish {
+            assert!(
+                denials
+                    .iter()
+                    .any(|d| d.to_string().contains("fleet channel"))
+            );
+        }
+    }
+}
