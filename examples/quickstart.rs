@@ -73,8 +73,13 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             (server.url(), Some(server))
         }
     };
-    // Retries the initial connection and reconnects without limit, as a service should.
-    let client = nats_topology::connect(&url).await?;
+    // Retries the initial connection and reconnects without limit, as a service should. With
+    // NATS_URL set, the nats CLI's other variables apply too (NATS_USER, NATS_CREDS, NATS_CA,
+    // NATS_INBOX_PREFIX, ...: see README "Connecting").
+    let client = match &_server {
+        Some(_) => nats_topology::connect(&url).await?,
+        None => nats_topology::connect_from_env().await?,
+    };
 
     let (done_tx, mut done) = mpsc::unbounded_channel::<u32>();
     let runtime = Runtime::builder(client.clone()).state(done_tx).build()?;

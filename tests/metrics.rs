@@ -389,3 +389,68 @@ async fn metrics_count_an_ack_that_was_not_confirmed() {
     // The runtime stops (its stream is gone: nothing to drain).
     let _ = running.stop().await;
 }
+
+/// A permission the server denies is counted with the labels of the declaration that needs
+/// it: here the consumer's pull requests, without `$JS.API.CONSUMER.MSG.NEXT.<stream>.<name>`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn permission_violations_are_counted_by_declaration() {
+    use nats_topology::export::{self, Action, Role};
+    values();
+    let stream = fixture::stream("METRICS_DENIED", &["metrics.denied.>"]);
+    let consumer = fixture::queue(
+        "tests::metrics_denied",
+        &stream,
+        "metrics.denied.jobs",
+        QueueDecl::new("metrics_denied"),
+    );
+    let noop = |_: Incoming| -> HandlerFuture { Box::pin(async { Ok::<(), HandlerError>(()) }) };
+    let topology = Topology::new().stream(stream).consumer(consumer, noop);
+    let role = Role::owner("metered");
+    let mut permissions = export::permissions(&topology, &role);
+    let pull = "$JS.API.CONSUMER.MSG.NEXT.METRICS_DENIED.metrics_denied";
+    permissions
+        .entries
+        .retain(|e| !(e.action == Action::Publish && e.subject == pull));
+    let map = permissions.permissions_map().replace('\n', "\n      ");
+    let server = nats_topology_testkit::NatsServer::builder()
+        .config(format!(
+            "authorization {{\n  users = [\n    {{ user: admin, password: admin }}\n    {{ user: \
+             metered, password: pw, permissions: {map} }}\n  ]\n}}\n"
+        ))
+        .probe_user("admin", "admin")
+        .start()
+        .await
+        .unwrap();
+    let options = nats_topology::connect_options()
+        .user_and_password("metered".into(), "pw".into())
+        .custom_inbox_prefix(role.inbox_prefix());
+    let client = nats_topology::connect_with(options, &server.url())
+        .await
+        .unwrap();
+    let running = fixture::Running::spawn(
+        fixture::fast(nats_topology::Runtime::builder(client))
+            .topology(topology)
+            .build()
+            .unwrap(),
+    );
+    let key = Key::from_parts(
+        names::PERMISSION_VIOLATIONS,
+        vec![
+            Label::new("stream", "METRICS_DENIED"),
+            Label::new("consumer", "metrics_denied"),
+            Label::new("action", "publish"),
+        ],
+    );
+    eventually(Duration::from_secs(10), "the violation counted", || {
+        let counted = values()
+            .0
+            .get_counter(&key)
+            .map_or(0, |c| c.load(std::sync::atomic::Ordering::SeqCst));
+        async move { (counted >= 1).then_some(()) }
+    })
+    .await;
+    assert!(!running.health.ready(), "{}", running.health);
+    let denial = &running.health.denials()[0];
+    assert_eq!(denial.subject, pull);
+    running.stop().await.expect("clean drain");
+}

@@ -206,8 +206,6 @@ fn parse_violation(text: &str) -> Option<Violation> {
         (Action::Publish, rest)
     } else if let Some(rest) = rest.strip_prefix("Subscription to ") {
         (Action::Subscribe, rest)
-    } else if let Some(rest) = rest.strip_prefix("Publish with Reply of ") {
-        (Action::Publish, rest)
     } else {
         return None;
     };
