@@ -2,11 +2,18 @@
 //! is dead wait on the leader watch (its probes, the leader advisories, the fleet channel
 //! between them) and get ready, under exactly their generated owner permissions, denied
 //! nothing; and with the entries only such an outage uses removed, each is named in health.
-//! (The single-server lives, and every other entry removed, are in `tests/permissions.rs`.)
+//! Also the `sync_status` example's topology (its two R3 streams, the queue consumer that
+//! publishes a member's status into the service's own stream, the relay on every replica),
+//! run by two replicas under exactly its generated permissions. (The single-server lives,
+//! and every other entry removed, are in `tests/permissions.rs`.)
 
 #![cfg(unix)]
 
 mod fixture;
+
+#[allow(dead_code)]
+#[path = "../examples/sync_status/topology.rs"]
+mod sync_topology;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -17,6 +24,8 @@ use nats_topology::export::{self, Action, Permission, Permissions, Role};
 use nats_topology::model::{ConsumerDecl, QueueDecl, StreamDecl, StreamRef};
 use nats_topology::{HandlerError, PermissionDenial, Runtime, Topology};
 use nats_topology_testkit::{NatsCluster, eventually};
+use sync_topology::{Hub, Phase, SYNC_COMPLETE, SyncComplete};
+use tokio::sync::mpsc;
 
 static STREAM: StreamDecl = StreamDecl::new("PERM_ELECTED", &["perm.elected.>"]).replicas(3);
 const SERVICE: &str = "elected";
@@ -212,5 +221,93 @@ async fn without_what_only_an_outage_uses_health_names_each_entry() {
                     .any(|d| d.to_string().contains("fleet channel"))
             );
         }
+    }
+}
+
+const SYNC_SERVICE: &str = "sync_status";
+const SYNC_PASSWORD: &str = "sync-pw";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sync_status_runs_under_exactly_its_generated_owner_permissions() {
+    let role = Role::owner(SYNC_SERVICE);
+    let permissions = export::permissions(&Topology::from_registry(), &role);
+    let map = permissions.permissions_map().replace('\n', "\n      ");
+    let config = format!(
+        "authorization {{\n  users = [\n    {{ user: admin, password: admin }}\n    {{ user: \
+         {SYNC_SERVICE}, password: {SYNC_PASSWORD}, permissions: {map} }}\n  ]\n}}\n"
+    );
+    let cluster = NatsCluster::builder()
+        .config(config)
+        .probe_user("admin", "admin")
+        .start()
+        .await
+        .expect("a 3-node cluster");
+    let servers = cluster.urls().join(",");
+
+    let mut replicas = Vec::new();
+    let mut statuses = Vec::new();
+    for name in ["r1", "r2"] {
+        let options = nats_topology::connect_options()
+            .user_and_password(SYNC_SERVICE.into(), SYNC_PASSWORD.into())
+            .custom_inbox_prefix(role.inbox_prefix());
+        let client = nats_topology::connect_with(options, &servers)
+            .await
+            .unwrap();
+        let hub = Hub::new(name);
+        let (tx, rx) = mpsc::unbounded_channel();
+        hub.watch(1, "alice", tx);
+        statuses.push(rx);
+        let runtime = Runtime::builder(client).state(hub).build().unwrap();
+        let running = Running::spawn(runtime);
+        if running
+            .health
+            .wait_ready(Duration::from_secs(30))
+            .await
+            .is_err()
+        {
+            panic!("replica {name} not ready: {}", running.health);
+        }
+        replicas.push(running);
+    }
+
+    // The daemon (here the admin) announces a finished sync; one replica computes the status,
+    // every replica's relay receives it.
+    let admin = async_nats::ConnectOptions::new()
+        .user_and_password("admin".into(), "admin".into())
+        .connect(cluster.url(0))
+        .await
+        .unwrap();
+    let event = SyncComplete {
+        member: "alice".into(),
+        requested_at_ms: sync_topology::now_ms(),
+    };
+    async_nats::jetstream::new(admin)
+        .publish(SYNC_COMPLETE, serde_json::to_vec(&event).unwrap().into())
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    for (i, rx) in statuses.iter_mut().enumerate() {
+        let done = tokio::time::timeout(Duration::from_secs(20), async {
+            while let Some(status) = rx.recv().await {
+                if status.state == Phase::Done {
+                    return status;
+                }
+            }
+            panic!("replica {i}'s hub closed");
+        })
+        .await
+        .unwrap_or_else(|_| panic!("replica {i} never saw alice done: {}", replicas[i].health));
+        assert!(done.rows > 0, "{done:?}");
+    }
+    for replica in replicas {
+        assert!(
+            replica.health.denials().is_empty(),
+            "denied: {}",
+            replica.health
+        );
+        let health = replica.health.clone();
+        replica.stop().await.expect("clean drain");
+        assert!(health.denials().is_empty(), "denied: {health}");
     }
 }
