@@ -392,9 +392,9 @@ async fn each_entry_removed_is_named_in_health_with_the_declaration_that_needs_i
         .filter(|&i| !outage_or_drain_only(&permissions.entries[i]))
         .collect();
     assert!(checked.len() >= 15, "{}", permissions.permissions_map());
-    // A few lives at once: each is mostly waiting on its server.
+    // Several lives at once: each is mostly waiting on its server or a timeout.
     let mut failures = Vec::new();
-    for chunk in checked.chunks(4) {
+    for chunk in checked.chunks(8) {
         let lives = futures::future::join_all(chunk.iter().map(|&i| {
             let without = permissions.without(i);
             async move { (i, live(&without).await) }
