@@ -604,3 +604,64 @@ async fn cli_export_permissions_nats_server_runs_the_service_under_them() {
     assert!(health.denials().is_empty(), "{health}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// The `operator` role is what the CLI needs: under the block generated for it, `provision`,
+/// `plan`, `inspect` and `health` work, connected with the `nats` CLI's variables (the user,
+/// its password and the inbox prefix the block names).
+#[tokio::test]
+async fn cli_export_permissions_operator_role_serves_the_cli() {
+    let dir = scratch("permissions-operator");
+    let out = run(
+        &[
+            "export",
+            "--permissions",
+            "--role",
+            "operator",
+            "--service",
+            "ops",
+            dir.to_str().unwrap(),
+        ],
+        &[],
+    )
+    .await;
+    assert_eq!(out.code, Some(0), "{out}");
+    let conf = std::fs::read_to_string(dir.join("permissions.conf")).unwrap();
+    assert!(conf.contains("password: $OPS_PASSWORD"), "{conf}");
+    // The probe takes its replies on `_INBOX.>`, which `ops` may not: an admin for it.
+    let with_admin = conf.replacen(
+        "  users = [\n",
+        "  users = [\n    { user: admin, password: admin }\n",
+        1,
+    );
+    let server = NatsServer::builder()
+        .config(with_admin)
+        .env("OPS_PASSWORD", "ops-pw")
+        .probe_user("admin", "admin")
+        .start()
+        .await
+        .expect("nats-server starts with the generated block");
+    let url = server.url();
+    let env = [
+        ("NATS_URL", url.as_str()),
+        ("NATS_USER", "ops"),
+        ("NATS_PASSWORD", "ops-pw"),
+        ("NATS_INBOX_PREFIX", "_INBOX_ops"),
+    ];
+
+    let provision = run(&["provision", "--timeout", "10"], &env).await;
+    provision.shows(0, &["provisioned 1 stream(s) and 1 queue consumer(s)"]);
+    let plan = run(&["plan", "--timeout", "10"], &env).await;
+    plan.shows(0, &["stream `QUICKSTART_SIGNUPS`: nothing to do"]);
+    let inspect = run(&["inspect", "--timeout", "10"], &env).await;
+    inspect.shows(0, &["`welcome-mailer` on `QUICKSTART_SIGNUPS`"]);
+    let health = run(&["health", "--timeout", "10"], &env).await;
+    health.shows(
+        1,
+        &["stream `QUICKSTART_SIGNUPS`: exists", "BOUND BY NOBODY"],
+    );
+
+    // Without the inbox prefix the block allows, the replies are denied: the error says so.
+    let denied = run(&["plan", "--timeout", "10"], &env[..3]).await;
+    denied.says(1, &["_INBOX", "Permissions Violation"]);
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -28,7 +28,10 @@
 //! while the server is unreachable or electing leaders; default 60), and `--domain NAME` or
 //! `--api-prefix PREFIX` for a JetStream other than the connection's own (as
 //! [`RuntimeBuilder::domain`](crate::RuntimeBuilder::domain) and
-//! [`api_prefix`](crate::RuntimeBuilder::api_prefix); not both).
+//! [`api_prefix`](crate::RuntimeBuilder::api_prefix); not both). They connect with the
+//! credentials, TLS files and inbox prefix of the `nats` CLI's variables (`NATS_CREDS`,
+//! `NATS_USER` and `NATS_PASSWORD`, `NATS_INBOX_PREFIX`, ...), as
+//! [`connect_from_env`](crate::connect_from_env) does.
 //!
 //! `export --permissions` writes `permissions.conf`, a nats-server `authorization` block with
 //! one user, and `permissions.json`, the same lists in a user JWT's `pub`/`sub` shape
@@ -52,10 +55,10 @@ mod health;
 
 use clap::builder::{PossibleValuesParser, TypedValueParser};
 use clap::{Parser, Subcommand};
-use topology_runtime::connect::DEFAULT_URL;
+use topology_runtime::connect::{DEFAULT_URL, NATS_URL};
 
 use crate::export::{self, Access, ApiInfo, Permissions, Role};
-use crate::{RetryPolicy, Runtime, Topology};
+use crate::{EnvError, RetryPolicy, Runtime, Topology, async_nats, options_from};
 
 /// The subcommands [`Cli`] recognises as a first argument.
 pub const SUBCOMMANDS: [&str; 5] = ["plan", "inspect", "export", "provision", "health"];
@@ -195,7 +198,7 @@ impl Cli {
             | Command::Provision(ref s)
             | Command::Health(ref s) => s.clone(),
         };
-        let client = crate::connect(&server.server)
+        let client = connect(&server.server)
             .await
             .map_err(|e| format!("cannot connect to {:?}: {e}", server.server))?;
         let retry = RetryPolicy {
@@ -245,6 +248,21 @@ impl Cli {
             Command::Export(_) => unreachable!("handled above"),
         }
     }
+}
+
+/// Connects to `servers` (`--server`, which clap reads from `NATS_URL` when not given) with
+/// the credentials, TLS files and inbox prefix of the `nats` CLI's other variables, as
+/// [`connect_from_env`](crate::connect_from_env) reads them: an operator's environment
+/// serves both.
+async fn connect(servers: &str) -> Result<async_nats::Client, EnvError> {
+    let servers = servers.to_owned();
+    let lookup = move |name: &str| {
+        if name == NATS_URL {
+            return Some(servers.clone());
+        }
+        std::env::var_os(name).map(|value| value.to_string_lossy().into_owned())
+    };
+    options_from(lookup).await?.connect().await
 }
 
 fn export_to(
