@@ -542,8 +542,9 @@ async fn cli_export_permissions_writes_the_server_block_and_its_json() {
 }
 
 /// nats-server takes the generated block as it is, reading the password from its environment,
-/// and the quickstart's topology runs under it: connected as the service's user with the
-/// inbox prefix the block names, the runtime provisions and consumes, and is denied nothing.
+/// and the quickstart runs under it: connected as the service's user with the inbox prefix
+/// the block names (the `nats` CLI's variables), it provisions, publishes, consumes and
+/// drains, denied nothing (a denial would keep it from getting ready).
 #[tokio::test]
 async fn cli_export_permissions_nats_server_runs_the_service_under_them() {
     let dir = scratch("permissions-server");
@@ -567,41 +568,18 @@ async fn cli_export_permissions_nats_server_runs_the_service_under_them() {
         .await
         .expect("nats-server starts with the generated block");
 
-    let options = nats_topology::connect_options()
-        .user_and_password("quickstart".into(), "pw".into())
-        .custom_inbox_prefix("_INBOX_quickstart");
-    let client = nats_topology::connect_with(options, &server.url())
-        .await
-        .unwrap();
-    let runtime = Runtime::builder(client)
-        .topology(quickstart_topology())
-        .build()
-        .unwrap();
-    let health = runtime.health();
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let running = tokio::spawn(runtime.run_until(async move {
-        let _ = stopped.await;
-    }));
-    health
-        .wait_ready(Duration::from_secs(30))
-        .await
-        .unwrap_or_else(|e| panic!("ready under the generated permissions: {e}\n{health}"));
-    assert!(health.denials().is_empty(), "{health}");
-    let admin = async_nats::ConnectOptions::new()
-        .user_and_password("admin".into(), "admin".into())
-        .connect(server.url())
-        .await
-        .unwrap();
-    jetstream::new(admin)
-        .get_stream("QUICKSTART_SIGNUPS")
-        .await
-        .expect("the service created its stream")
-        .consumer_info("welcome-mailer")
-        .await
-        .expect("and its consumer");
-    let _ = stop.send(());
-    running.await.unwrap().unwrap();
-    assert!(health.denials().is_empty(), "{health}");
+    let url = server.url();
+    let app = run(
+        &[],
+        &[
+            ("NATS_URL", url.as_str()),
+            ("NATS_USER", "quickstart"),
+            ("NATS_PASSWORD", "pw"),
+            ("NATS_INBOX_PREFIX", "_INBOX_quickstart"),
+        ],
+    )
+    .await;
+    app.shows(0, &["all 5 events handled; drained cleanly"]);
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
