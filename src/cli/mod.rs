@@ -29,9 +29,9 @@
 //! `--api-prefix PREFIX` for a JetStream other than the connection's own (as
 //! [`RuntimeBuilder::domain`](crate::RuntimeBuilder::domain) and
 //! [`api_prefix`](crate::RuntimeBuilder::api_prefix); not both). They connect with the
-//! credentials, TLS files and inbox prefix of the `nats` CLI's variables (`NATS_CREDS`,
-//! `NATS_USER` and `NATS_PASSWORD`, `NATS_INBOX_PREFIX`, ...), as
-//! [`connect_from_env`](crate::connect_from_env) does.
+//! credentials, TLS files and inbox prefix of the environment (`NATS_CREDS`, `NATS_USER` and
+//! `NATS_PASSWORD`, `NATS_INBOX_PREFIX`, ...), as [`connect_from_env`](crate::connect_from_env)
+//! reads them.
 //!
 //! `export --permissions` writes `permissions.conf`, a nats-server `authorization` block with
 //! one user, and `permissions.json`, the same lists in a user JWT's `pub`/`sub` shape
@@ -251,9 +251,9 @@ impl Cli {
 }
 
 /// Connects to `servers` (`--server`, which clap reads from `NATS_URL` when not given) with
-/// the credentials, TLS files and inbox prefix of the `nats` CLI's other variables, as
-/// [`connect_from_env`](crate::connect_from_env) reads them: an operator's environment
-/// serves both.
+/// the credentials, TLS files and inbox prefix of the other variables
+/// [`connect_from_env`](crate::connect_from_env) reads: one environment serves an operator's
+/// `nats` commands and these.
 async fn connect(servers: &str) -> Result<async_nats::Client, EnvError> {
     let servers = servers.to_owned();
     let lookup = move |name: &str| {
