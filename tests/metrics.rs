@@ -411,22 +411,13 @@ async fn permission_violations_are_counted_by_declaration() {
     permissions
         .entries
         .retain(|e| !(e.action == Action::Publish && e.subject == pull));
-    let map = permissions.permissions_map().replace('\n', "\n      ");
     let server = nats_topology_testkit::NatsServer::builder()
-        .config(format!(
-            "authorization {{\n  users = [\n    {{ user: admin, password: admin }}\n    {{ user: \
-             metered, password: pw, permissions: {map} }}\n  ]\n}}\n"
-        ))
+        .config(fixture::users_config(&[("metered", "pw", &permissions)]))
         .probe_user("admin", "admin")
         .start()
         .await
         .unwrap();
-    let options = nats_topology::connect_options()
-        .user_and_password("metered".into(), "pw".into())
-        .custom_inbox_prefix(role.inbox_prefix());
-    let client = nats_topology::connect_with(options, &server.url())
-        .await
-        .unwrap();
+    let client = fixture::client_of(&server.url(), "metered", "pw", role.inbox_prefix()).await;
     let running = fixture::Running::spawn(
         fixture::fast(nats_topology::Runtime::builder(client))
             .topology(topology)

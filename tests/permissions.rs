@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use async_nats::jetstream::{self, consumer, stream};
-use fixture::{Running, fast};
+use fixture::{Running, admin_of, fast, users_config};
 use nats_topology::export::{self, Action, Permission, Permissions, Role};
 use nats_topology::model::{
     AckMode, BroadcastDecl, ConsumerDecl, QueueDecl, Retention, StreamDecl, StreamRef,
@@ -102,47 +102,22 @@ fn role() -> Role {
     Role::owner(SERVICE)
 }
 
-/// An `authorization` block with an unrestricted `admin` (the test's own client, standing
-/// for the rest of the world) and the service's user under `permissions`.
+/// `admin` and the service's user under `permissions`.
 fn server_config(permissions: &Permissions) -> String {
     users_config(&[(SERVICE, PASSWORD, permissions)])
 }
 
-/// `admin` and each `(user, password, permissions)`.
-fn users_config(users: &[(&str, &str, &Permissions)]) -> String {
-    let mut config =
-        String::from("authorization {\n  users = [\n    { user: admin, password: admin }\n");
-    for (user, password, permissions) in users {
-        let map = permissions.permissions_map().replace('\n', "\n      ");
-        config.push_str(&format!(
-            "    {{ user: {user}, password: {password}, permissions: {map} }}\n"
-        ));
-    }
-    config.push_str("  ]\n}\n");
-    config
+async fn admin(server: &NatsServer) -> async_nats::Client {
+    admin_of(&server.url()).await
 }
 
-/// A client of `user` with `inbox_prefix`, keeping the server's violations for a runtime.
 async fn client_of(
     server: &NatsServer,
     user: &str,
     password: &str,
     inbox_prefix: &str,
 ) -> async_nats::Client {
-    let options = nats_topology::connect_options()
-        .user_and_password(user.into(), password.into())
-        .custom_inbox_prefix(inbox_prefix);
-    nats_topology::connect_with(options, &server.url())
-        .await
-        .expect("connects")
-}
-
-async fn admin(server: &NatsServer) -> async_nats::Client {
-    async_nats::ConnectOptions::new()
-        .user_and_password("admin".into(), "admin".into())
-        .connect(server.url())
-        .await
-        .expect("admin connects")
+    fixture::client_of(&server.url(), user, password, inbox_prefix).await
 }
 
 async fn service_client(server: &NatsServer) -> async_nats::Client {

@@ -19,7 +19,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use fixture::{Running, fast};
+use fixture::{Running, admin_of, client_of, fast, users_config};
 use nats_topology::export::{self, Action, Permission, Permissions, Role};
 use nats_topology::model::{ConsumerDecl, QueueDecl, StreamDecl, StreamRef};
 use nats_topology::{HandlerError, PermissionDenial, Runtime, Topology};
@@ -81,11 +81,7 @@ async fn through_an_election(
     permissions: &Permissions,
     expected: &[Permission],
 ) -> Vec<PermissionDenial> {
-    let map = permissions.permissions_map().replace('\n', "\n      ");
-    let config = format!(
-        "authorization {{\n  users = [\n    {{ user: admin, password: admin }}\n    {{ user: \
-         {SERVICE}, password: {PASSWORD}, permissions: {map} }}\n  ]\n}}\n"
-    );
+    let config = users_config(&[(SERVICE, PASSWORD, permissions)]);
     let mut cluster = NatsCluster::builder()
         .config(config)
         .probe_user("admin", "admin")
@@ -105,12 +101,13 @@ async fn through_an_election(
     let handled = Arc::new(AtomicU64::new(0));
     let mut replicas = Vec::new();
     for _ in 0..REPLICAS {
-        let options = nats_topology::connect_options()
-            .user_and_password(SERVICE.into(), PASSWORD.into())
-            .custom_inbox_prefix(Role::owner(SERVICE).inbox_prefix());
-        let client = nats_topology::connect_with(options, &urls.join(","))
-            .await
-            .unwrap();
+        let client = client_of(
+            &urls.join(","),
+            SERVICE,
+            PASSWORD,
+            Role::owner(SERVICE).inbox_prefix(),
+        )
+        .await;
         let runtime = fast(Runtime::builder(client))
             .topology(topology(&handled))
             .build()
@@ -131,11 +128,7 @@ async fn through_an_election(
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let admin = async_nats::ConnectOptions::new()
-        .user_and_password("admin".into(), "admin".into())
-        .connect(urls[0].as_str())
-        .await
-        .unwrap();
+    let admin = admin_of(&urls[0]).await;
     let js = async_nats::jetstream::new(admin);
     if expected.is_empty() {
         assert!(
@@ -231,11 +224,7 @@ const SYNC_PASSWORD: &str = "sync-pw";
 async fn sync_status_runs_under_exactly_its_generated_owner_permissions() {
     let role = Role::owner(SYNC_SERVICE);
     let permissions = export::permissions(&Topology::from_registry(), &role);
-    let map = permissions.permissions_map().replace('\n', "\n      ");
-    let config = format!(
-        "authorization {{\n  users = [\n    {{ user: admin, password: admin }}\n    {{ user: \
-         {SYNC_SERVICE}, password: {SYNC_PASSWORD}, permissions: {map} }}\n  ]\n}}\n"
-    );
+    let config = users_config(&[(SYNC_SERVICE, SYNC_PASSWORD, &permissions)]);
     let cluster = NatsCluster::builder()
         .config(config)
         .probe_user("admin", "admin")
@@ -247,12 +236,7 @@ async fn sync_status_runs_under_exactly_its_generated_owner_permissions() {
     let mut replicas = Vec::new();
     let mut statuses = Vec::new();
     for name in ["r1", "r2"] {
-        let options = nats_topology::connect_options()
-            .user_and_password(SYNC_SERVICE.into(), SYNC_PASSWORD.into())
-            .custom_inbox_prefix(role.inbox_prefix());
-        let client = nats_topology::connect_with(options, &servers)
-            .await
-            .unwrap();
+        let client = client_of(&servers, SYNC_SERVICE, SYNC_PASSWORD, role.inbox_prefix()).await;
         let hub = Hub::new(name);
         let (tx, rx) = mpsc::unbounded_channel();
         hub.watch(1, "alice", tx);
@@ -272,11 +256,7 @@ async fn sync_status_runs_under_exactly_its_generated_owner_permissions() {
 
     // The daemon (here the admin) announces a finished sync; one replica computes the status,
     // every replica's relay receives it.
-    let admin = async_nats::ConnectOptions::new()
-        .user_and_password("admin".into(), "admin".into())
-        .connect(cluster.url(0))
-        .await
-        .unwrap();
+    let admin = admin_of(&cluster.url(0)).await;
     let event = SyncComplete {
         member: "alice".into(),
         requested_at_ms: sync_topology::now_ms(),

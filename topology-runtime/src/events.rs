@@ -222,25 +222,24 @@ fn parse_violation(text: &str) -> Option<Violation> {
 mod tests {
     use super::*;
 
+    fn parsed(text: &str) -> Option<(Action, String)> {
+        parse_violation(text).map(|v| (v.action, v.subject))
+    }
+
     #[test]
     fn violations_as_nats_server_words_them() {
         assert_eq!(
-            parse_violation(r#"Permissions Violation for Publish to "$JS.API.INFO""#),
-            Some(Violation {
-                action: Action::Publish,
-                subject: "$JS.API.INFO".into()
-            })
+            parsed(r#"Permissions Violation for Publish to "$JS.API.INFO""#),
+            Some((Action::Publish, "$JS.API.INFO".into()))
         );
         assert_eq!(
-            parse_violation(r#"'Permissions Violation for Subscription to "a.>" using queue "q"'"#),
-            Some(Violation {
-                action: Action::Subscribe,
-                subject: "a.>".into()
-            })
+            parsed(r#"'Permissions Violation for Subscription to "a.>" using queue "q"'"#),
+            Some((Action::Subscribe, "a.>".into()))
         );
-        assert_eq!(parse_violation("Maximum Payload Violation"), None);
+        assert_eq!(parsed("Maximum Payload Violation"), None);
+        assert_eq!(parsed("Permissions Violation for Publish to x"), None);
         assert_eq!(
-            parse_violation("Permissions Violation for Publish to x"),
+            parsed(r#"Permissions Violation for Publish with Reply of "_INBOX.x""#),
             None
         );
     }
