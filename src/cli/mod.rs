@@ -35,13 +35,13 @@
 //!
 //! `export --permissions` writes `permissions.conf`, a nats-server `authorization` block with
 //! one user, and `permissions.json`, the same lists in a user JWT's `pub`/`sub` shape
-//! ([`export::permissions`](crate::export::permissions)). It takes `--role` `owner`,
-//! `bind-only` or `operator` (default `owner`), `--service NAME` (the user's name; default:
-//! the application's, as in [`Cli::info`]), `--inbox-prefix PREFIX` (default
-//! `_INBOX_<service>`), `--publishes SUBJECT` (repeatable: a handler's output outside the
-//! streams the service owns), and `--domain` or `--api-prefix` as above. The block's password
-//! is `$<SERVICE>_PASSWORD` (the name uppercased, any character but a letter or a digit as
-//! `_`), which nats-server reads from its environment: the file holds no secret.
+//! ([`export::permissions`]). It takes `--role` `owner`, `bind-only` or `operator` (default
+//! `owner`), `--service NAME` (the user's name; default: the application's, as in
+//! [`Cli::info`]), `--inbox-prefix PREFIX` (default `_INBOX_<service>`), `--publishes SUBJECT`
+//! (repeatable: a handler's output outside the streams the service owns), and `--domain` or
+//! `--api-prefix` as above. The block's password is `$<SERVICE>_PASSWORD` (the name
+//! uppercased, any character but a letter or a digit as `_`), which nats-server reads from its
+//! environment: the file holds no secret.
 //!
 //! A subcommand is recognised only as the first argument, so the application's own flags
 //! keep working: `my-service --port 8080` falls through to the application.
