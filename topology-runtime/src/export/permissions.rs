@@ -357,8 +357,8 @@ impl Walk<'_> {
         self.api(
             "INFO".to_owned(),
             Declaration::Service,
-            "the leader watch: its probe of JetStream (sent at start, and while JetStream has \
-             no leader)",
+            "asked every heartbeat whether JetStream answers through this server (the reach \
+             watch), and probed by the leader watch while JetStream has no leader",
         );
         for advisory in [
             "DOMAIN.LEADER_ELECTED",
@@ -479,6 +479,12 @@ impl Walk<'_> {
         if !self.consumes() {
             return;
         }
+        self.add(
+            Action::Subscribe,
+            format!("{ADVISORY_PREFIX}.CONSUMER.LEADER_ELECTED.{stream}.{name}"),
+            declaration.clone(),
+            "pulls again at once when its consumer's leader changes",
+        );
         match queue.delivery {
             Delivery::Pull => self.api(
                 format!("CONSUMER.MSG.NEXT.{stream}.{name}"),
@@ -536,6 +542,12 @@ impl Walk<'_> {
             format!("CONSUMER.MSG.NEXT.{stream}.*"),
             d.clone(),
             "pulls its messages",
+        );
+        self.add(
+            Action::Subscribe,
+            format!("{ADVISORY_PREFIX}.CONSUMER.LEADER_ELECTED.{stream}.*"),
+            d.clone(),
+            "pulls again at once when its consumer's leader changes",
         );
         self.add(
             Action::Publish,
