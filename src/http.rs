@@ -215,13 +215,19 @@ pub fn live(health: &Health) -> bool {
 ///                 "handled": 10, "failed": 0, "retried": 0, "dead_lettered": 0, "ack_floor": 10,
 ///                 "restarts": 0}],
 ///  "streams": [{"stream": "AUDIT", "ensured": true}],
+///  "bind_only": false,
+///  "denials": [{"action": "publish", "subject": "$JS.API.CONSUMER.MSG.NEXT.ORDERS.billing",
+///               "permission": "$JS.API.CONSUMER.MSG.NEXT.ORDERS.billing",
+///               "needed_by": ["consumer `billing::on_order` of stream `ORDERS`: pulls its messages"],
+///               "count": 1}],
 ///  "jetstream": {"server": "n1 (10.0.0.1:4222)", "reachable": true, "unreachable_for_ms": 0,
 ///                "error": null, "action": null, "moves": 0}}
 /// ```
 ///
 /// `state` is one of `starting`, `provisioning`, `running`, `stalled`, `retrying`, `draining`,
 /// `stopped`; `error` (and `attempt` when retrying, `silent_for_ms` when stalled: how long
-/// nothing has come from the server) say why a consumer is not running.
+/// nothing has come from the server) say why a consumer is not running; `denied` (on a
+/// consumer) and `denials` name a permission the server refused that a declaration needs.
 pub fn readiness(health: &Health) -> Value {
     let consumers: Vec<Value> = health
         .consumers()
@@ -260,6 +266,9 @@ pub fn readiness(health: &Health) -> Value {
             if let ConsumerState::Stalled { silent_for, .. } = &c.state {
                 value["silent_for_ms"] = json!(silent_for.as_millis() as u64);
             }
+            if let Some(denied) = &c.denied {
+                value["denied"] = json!(denied);
+            }
             value
         })
         .collect();
@@ -268,12 +277,27 @@ pub fn readiness(health: &Health) -> Value {
         .into_iter()
         .map(|s| json!({ "stream": s.stream, "ensured": s.ensured }))
         .collect();
+    let denials: Vec<Value> = health
+        .denials()
+        .into_iter()
+        .map(|d| {
+            json!({
+                "action": d.action.as_str(),
+                "subject": d.subject,
+                "permission": d.permission,
+                "needed_by": d.needed_by.iter().map(|(who, why)| format!("{who}: {why}")).collect::<Vec<_>>(),
+                "count": d.count,
+            })
+        })
+        .collect();
     let jetstream = health.jetstream();
     json!({
         "ready": health.ready(),
         "live": live(health),
+        "bind_only": health.bind_only(),
         "consumers": consumers,
         "streams": streams,
+        "denials": denials,
         "jetstream": {
             "server": jetstream.server,
             "reachable": jetstream.reachable,

@@ -210,7 +210,7 @@ impl Health {
     /// the runtime is not [`ready`](Health::ready). The server reports a denied subject once
     /// per connection, so a denial stays until the connection is established again (then
     /// what still is denied is reported again). Known only on a
-    /// connection made by [`connect`](crate::connect) (or its siblings), whose event callback
+    /// connection made by [`connect`](crate::connect()) (or its siblings), whose event callback
     /// the runtime reads.
     pub fn denials(&self) -> Vec<PermissionDenial> {
         self.shared.denials.all()
