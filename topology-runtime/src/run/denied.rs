@@ -47,6 +47,33 @@ pub(super) async fn watch_denials(inner: Arc<Inner>, cancel: CancellationToken) 
     }
 }
 
+/// After the drain, when the watch has stopped: what the server refused during it (a relay's
+/// deletion, the last acks) is still shown in health.
+pub(super) fn sweep(inner: &Inner) {
+    let Some(errors) = crate::events::of(&inner.client) else {
+        return;
+    };
+    let (recent, _) = errors.subscribe();
+    let known = inner.health.shared.denials.all();
+    let built = inner.health.shared.built;
+    let unknown: Vec<Violation> = recent
+        .into_iter()
+        .filter(|v| v.at >= built)
+        .filter(|v| {
+            !known
+                .iter()
+                .any(|d| d.action == v.action && d.subject == v.subject)
+        })
+        .collect();
+    if unknown.is_empty() {
+        return;
+    }
+    let needs = needed(inner);
+    for violation in unknown {
+        record(inner, &needs, violation);
+    }
+}
+
 /// Everything this runtime may use, as an owner uses it (a superset of the other roles'),
 /// under its JetStream API prefix and its connection's inbox prefix.
 fn needed(inner: &Inner) -> Permissions {

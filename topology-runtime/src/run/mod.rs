@@ -235,6 +235,7 @@ impl Runtime {
                 "could not flush acknowledgements on shutdown: the connection is down; unflushed acks are redelivered by the server"
             ),
         }
+        denied::sweep(&self.inner);
         match fatal {
             Some(error) => Err(error.into()),
             None => Ok(()),
