@@ -1,0 +1,197 @@
+//! The NATS permissions one service's user needs, walked from its topology: every subject a
+//! replica publishes to or subscribes to, each with the declarations that need it, and
+//! nothing else.
+//!
+//! One walk serves three readers: [`Permissions::server_config`] (a nats-server
+//! `authorization` block), [`Permissions::to_json`] (for account JWT tooling), and the
+//! runtime, which maps a `Permissions Violation` the server reports back to the declarations
+//! that need the denied subject (see [`Health`](crate::Health)).
+
+mod render;
+mod role;
+mod walk;
+
+use topology_core::model::StreamRef;
+use topology_core::subject::is_subset;
+
+use crate::registry::Topology;
+
+#[cfg(test)]
+use render::quoted;
+pub use role::{Access, Role};
+use walk::{Walk, minimal};
+
+/// Publish or subscribe.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Action {
+    /// Publishing to the subject (a JetStream API request is a publish).
+    Publish,
+    /// Subscribing to the subject.
+    Subscribe,
+}
+
+impl Action {
+    /// `publish` or `subscribe`, as in a nats-server `permissions` block.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Action::Publish => "publish",
+            Action::Subscribe => "subscribe",
+        }
+    }
+}
+
+/// What needs a permission: the whole service, one stream, or one consumer.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Declaration {
+    /// Every replica, whatever it consumes (its inboxes, the leader watch).
+    Service,
+    /// A stream.
+    Stream(String),
+    /// A queue consumer or a broadcast relay of `stream`, declared by `handler`.
+    Consumer {
+        /// The stream it reads.
+        stream: String,
+        /// The declaring handler's path.
+        handler: String,
+    },
+}
+
+impl std::fmt::Display for Declaration {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Declaration::Service => f.write_str("every replica"),
+            Declaration::Stream(name) => write!(f, "stream `{name}`"),
+            Declaration::Consumer { stream, handler } => {
+                write!(f, "consumer `{handler}` of stream `{stream}`")
+            }
+        }
+    }
+}
+
+/// One declaration's need of a permission, and why.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Need {
+    /// Who needs it.
+    pub declaration: Declaration,
+    /// What for, in a few words.
+    pub why: String,
+}
+
+/// One allowed subject.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Permission {
+    /// Publish or subscribe.
+    pub action: Action,
+    /// The subject (a pattern with `*` and `>`, as nats-server reads it).
+    pub subject: String,
+    /// Every declaration that needs it (at least one).
+    pub needed_by: Vec<Need>,
+}
+
+impl Permission {
+    /// `"publish $JS.API.STREAM.INFO.ORDERS"`: for messages.
+    pub fn describe(&self) -> String {
+        format!("{} `{}`", self.action.as_str(), self.subject)
+    }
+}
+
+/// The permissions of one service's user: see [`permissions`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Permissions {
+    /// Whose they are.
+    pub role: Role,
+    /// Every allowed subject, publish first, each once; no entry is covered by another.
+    pub entries: Vec<Permission>,
+}
+
+/// The publish and subscribe allow lists of `role`'s user for `topology`: exactly what its
+/// replicas use (or, for [`Access::Operator`], what provisioning uses), each entry with the
+/// declarations that need it.
+///
+/// ```
+/// use nats_topology::export::{self, Action, Role};
+/// use nats_topology::model::{ConsumerDecl, QueueDecl, StreamDecl, StreamRef};
+/// use nats_topology::{HandlerError, Topology};
+///
+/// static ORDERS: StreamDecl = StreamDecl::new("ORDERS", &["orders.>"]);
+/// let topology = Topology::new().consumer(
+///     ConsumerDecl::queue("billing::on_order", StreamRef::Declared(&ORDERS), QueueDecl::new("billing")),
+///     |_| Box::pin(async { Ok::<(), HandlerError>(()) }),
+/// );
+/// let permissions = export::permissions(&topology, &Role::owner("billing"));
+/// assert!(permissions.allows(Action::Publish, "$JS.API.CONSUMER.MSG.NEXT.ORDERS.billing"));
+/// assert!(permissions.allows(Action::Subscribe, "_INBOX_billing.x1"));
+/// assert!(!permissions.allows(Action::Publish, "$JS.API.STREAM.DELETE.ORDERS"));
+/// let block = permissions.server_config("s3cret-from-a-vault");
+/// assert!(block.contains("\"$JS.API.STREAM.CREATE.ORDERS\""));
+/// ```
+pub fn permissions(topology: &Topology, role: &Role) -> Permissions {
+    let mut walk = Walk {
+        role,
+        api: role.api_prefix.clone(),
+        entries: Vec::new(),
+    };
+    walk.service();
+    for stream in topology.streams() {
+        walk.stream(stream.name, stream.subjects, stream.external);
+    }
+    for consumer in topology.consumers() {
+        let decl = &consumer.decl;
+        // A consumer of a stream named only by string: the stream is someone else's, but the
+        // runtime still reads it (and checks that it carries the consumer's subjects).
+        if let StreamRef::Named(name) = decl.stream
+            && topology.find_stream(name).is_none()
+        {
+            walk.stream(name, &[], true);
+        }
+        walk.consumer(decl);
+    }
+    for subject in &role.publishes {
+        walk.add(
+            Action::Publish,
+            subject.clone(),
+            Declaration::Service,
+            "declared with `Role::publishes`",
+        );
+    }
+    Permissions {
+        role: role.clone(),
+        entries: minimal(walk.entries),
+    }
+}
+
+impl Permissions {
+    /// Whether `subject` is allowed for `action` (a literal subject, or a subscription's
+    /// pattern, which every entry must cover as nats-server checks it).
+    pub fn allows(&self, action: Action, subject: &str) -> bool {
+        self.entries
+            .iter()
+            .any(|e| e.action == action && is_subset(subject, &e.subject))
+    }
+
+    /// The entries that allow `action` on `subject`: where a denial of it comes from.
+    pub fn granting(&self, action: Action, subject: &str) -> impl Iterator<Item = &Permission> {
+        self.entries
+            .iter()
+            .filter(move |e| e.action == action && is_subset(subject, &e.subject))
+    }
+
+    /// The entries of one action, in order.
+    pub fn of(&self, action: Action) -> impl Iterator<Item = &Permission> {
+        self.entries.iter().filter(move |e| e.action == action)
+    }
+
+    /// These permissions without the entry at `index` (for checking that each one is
+    /// needed).
+    pub fn without(&self, index: usize) -> Permissions {
+        let mut entries = self.entries.clone();
+        entries.remove(index);
+        Permissions {
+            role: self.role.clone(),
+            entries,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
