@@ -7,11 +7,17 @@
 //! password, a token, a seed, a file's content) is ever put into an error or `Debug` output.
 
 use std::fmt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
+use async_nats::rustls::pki_types::PrivateKeyDer;
 use async_nats::rustls::pki_types::pem::PemObject;
-use async_nats::rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use async_nats::{Client, ConnectError, ConnectOptions, ServerAddr};
+
+mod checks;
+mod error;
+
+use checks::*;
+pub use error::{EnvError, EnvErrorKind};
 
 use super::{DEFAULT_URL, NATS_URL, connect_options, parse_servers};
 
@@ -37,97 +43,6 @@ pub const NATS_INBOX_PREFIX: &str = "NATS_INBOX_PREFIX";
 
 /// The ways of authenticating, of which at most one may be set.
 const AUTH_CHOICES: &str = "NATS_CREDS, NATS_NKEY, NATS_USER with NATS_PASSWORD, or NATS_TOKEN";
-
-/// What kind of problem [`options_from`] or [`connect_from_env`](super::connect_from_env)
-/// found; see [`EnvError::kind`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum EnvErrorKind {
-    /// A value that cannot be used: a malformed server list, a file that does not hold what
-    /// the variable needs, an inbox prefix that is not a subject, or what looks like a secret
-    /// where a path belongs.
-    Invalid,
-    /// A variable names a file that cannot be read.
-    Unreadable,
-    /// One variable of a pair is set without the other (`NATS_USER` and `NATS_PASSWORD`,
-    /// `NATS_CERT` and `NATS_KEY`).
-    Incomplete,
-    /// More than one way of authenticating is set.
-    Conflict,
-    /// The options were built, but the client could not be created (see the source).
-    Connect,
-}
-
-/// A problem with the connection settings in the environment: which variable, what is wrong
-/// and what to do. It never contains a password, a token, a seed or a file's content.
-///
-/// ```
-/// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() {
-/// use topology_runtime::connect::{EnvErrorKind, options_from};
-///
-/// let error = options_from(|name| (name == "NATS_USER").then(|| "billing".to_owned()))
-///     .await
-///     .unwrap_err();
-/// assert_eq!(error.kind(), EnvErrorKind::Incomplete);
-/// assert_eq!(error.variable(), Some("NATS_USER"));
-/// assert!(error.to_string().contains("NATS_PASSWORD"));
-/// # }
-/// ```
-#[derive(Debug)]
-pub struct EnvError {
-    kind: EnvErrorKind,
-    variable: Option<&'static str>,
-    message: String,
-    source: Option<Box<dyn std::error::Error + Send + Sync>>,
-}
-
-impl EnvError {
-    fn new(kind: EnvErrorKind, variable: &'static str, message: impl Into<String>) -> Self {
-        EnvError {
-            kind,
-            variable: Some(variable),
-            message: message.into(),
-            source: None,
-        }
-    }
-
-    fn source(mut self, source: impl std::error::Error + Send + Sync + 'static) -> Self {
-        self.source = Some(Box::new(source));
-        self
-    }
-
-    /// The kind of problem.
-    pub fn kind(&self) -> EnvErrorKind {
-        self.kind
-    }
-
-    /// The variable concerned (for a conflict, the first of those set); `None` when
-    /// connecting failed.
-    pub fn variable(&self) -> Option<&'static str> {
-        self.variable
-    }
-}
-
-/// The message, then the source's (an I/O error, a connect error) after a colon, as
-/// async-nats' errors read.
-impl fmt::Display for EnvError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.message)?;
-        if let Some(source) = &self.source {
-            write!(f, ": {source}")?;
-        }
-        Ok(())
-    }
-}
-
-impl std::error::Error for EnvError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        self.source
-            .as_ref()
-            .map(|source| source.as_ref() as &(dyn std::error::Error + 'static))
-    }
-}
 
 /// The servers and the options the environment describes, built by [`options_from`] on
 /// [`connect_options`]; [`connect`](Self::connect) them, or change the options first.
@@ -496,124 +411,6 @@ fn choose_auth(vars: &Vars) -> Result<Chosen, EnvError> {
         .pop()
         .map(|(_, chosen)| chosen)
         .unwrap_or(Chosen::None))
-}
-
-/// The inbox prefix must be a literal subject: replies go to `<prefix>.<id>`.
-fn check_inbox_prefix(prefix: &str) -> Result<(), EnvError> {
-    topology_core::subject::check_subject(prefix).map_err(|e| {
-        EnvError::new(
-            EnvErrorKind::Invalid,
-            NATS_INBOX_PREFIX,
-            format!(
-                "NATS_INBOX_PREFIX is set to {prefix:?}, which is not a subject prefix ({}); \
-                 set it to dot-separated tokens without wildcards, for example \
-                 `_INBOX_billing`",
-                e.message()
-            ),
-        )
-    })
-}
-
-/// A path variable whose value looks like a secret (a seed, a JWT, a PEM block, several lines)
-/// is refused without showing it: someone put the secret where its file's path belongs.
-fn check_is_a_path(variable: &'static str, value: &str) -> Result<(), EnvError> {
-    let seed_like = value.len() == 58
-        && value.starts_with('S')
-        && value
-            .bytes()
-            .all(|b| b.is_ascii_uppercase() || (b'2'..=b'7').contains(&b));
-    let content_like = value.contains('\n') || value.contains("-----") || value.starts_with("eyJ");
-    if seed_like || content_like {
-        return Err(EnvError::new(
-            EnvErrorKind::Invalid,
-            variable,
-            format!(
-                "{variable} holds what looks like a key or a file's content, not a path (its \
-                 value is not shown): write it to a file and set {variable} to the file's path"
-            ),
-        ));
-    }
-    Ok(())
-}
-
-/// What to do about a file variable that names an unreadable file.
-fn file_hint(variable: &str) -> &'static str {
-    match variable {
-        NATS_CREDS => {
-            "point NATS_CREDS at the user's credentials file (as `nsc generate creds` writes it), \
-             or unset it"
-        }
-        NATS_NKEY => "point NATS_NKEY at a file holding the user's nkey seed, or unset it",
-        NATS_CA => {
-            "point NATS_CA at the PEM file of the CA that signed the server's certificate, or unset it"
-        }
-        NATS_CERT => {
-            "point NATS_CERT at the client certificate's PEM file, or unset it and NATS_KEY"
-        }
-        NATS_KEY => {
-            "point NATS_KEY at the client certificate's private key (PEM), or unset it and NATS_CERT"
-        }
-        _ => "point it at a readable file, or unset it",
-    }
-}
-
-/// The bytes of the file a variable names, read off the async threads.
-async fn read_file(variable: &'static str, path: &str) -> Result<Vec<u8>, EnvError> {
-    let owned = PathBuf::from(path);
-    let read = tokio::task::spawn_blocking(move || std::fs::read(owned))
-        .await
-        .unwrap_or_else(|e| Err(std::io::Error::other(e.to_string())));
-    read.map_err(|e| {
-        EnvError::new(
-            EnvErrorKind::Unreadable,
-            variable,
-            format!(
-                "{variable} is set to `{}`, which cannot be read ({})",
-                Path::new(path).display(),
-                file_hint(variable)
-            ),
-        )
-        .source(e)
-    })
-}
-
-/// The text of the file a variable names (credentials and seeds are ASCII).
-async fn read_text(variable: &'static str, path: &str) -> Result<String, EnvError> {
-    let bytes = read_file(variable, path).await?;
-    String::from_utf8(bytes).map_err(|_| {
-        EnvError::new(
-            EnvErrorKind::Invalid,
-            variable,
-            format!("{variable} is set to `{path}`, which is not a text file"),
-        )
-    })
-}
-
-/// The first line of `text` that is a valid user nkey seed, as the `nats` CLI finds it in a
-/// seed file (surrounding text and decoration allowed).
-fn user_seed(text: &str) -> Option<String> {
-    text.lines()
-        .map(str::trim)
-        .filter(|line| line.starts_with("SU"))
-        .find(|line| nkeys::KeyPair::from_seed(line).is_ok())
-        .map(str::to_owned)
-}
-
-/// Whether `pem` holds at least one certificate and nothing unreadable.
-fn holds_certificates(pem: &[u8]) -> bool {
-    let mut certificates = CertificateDer::pem_slice_iter(pem).peekable();
-    certificates.peek().is_some() && certificates.all(|c| c.is_ok())
-}
-
-fn not_pem(variable: &'static str, path: &str, what: &str) -> EnvError {
-    EnvError::new(
-        EnvErrorKind::Invalid,
-        variable,
-        format!(
-            "{variable} is set to `{path}`, which does not hold {what} ({})",
-            file_hint(variable)
-        ),
-    )
 }
 
 #[cfg(test)]
