@@ -90,39 +90,6 @@ impl Provisioner {
         .await
     }
 
-    /// Bind-only: the queue consumer must be there (an operator provisioned it); differences
-    /// from the declaration are the operator's to apply, and said in the log.
-    async fn verify_bound(
-        &self,
-        stream: &str,
-        name: &str,
-        decl: &ConsumerDecl,
-        declared: &consumer::Config,
-    ) -> Result<consumer::Info, ProvisionError> {
-        let Some(info) = self.read_consumer(stream, name).await? else {
-            return Err(ProvisionError::new(
-                ProvisionErrorKind::ExternalNotReady,
-                stream,
-                "the consumer does not exist, and this runtime is bind-only (its streams and \
-                 consumers are provisioned by an operator, never here): provision it with the \
-                 operator's credentials (the CLI's `provision`, or infrastructure as code); this \
-                 consumer waits, not ready, until it is there",
-            )
-            .consumer(name));
-        };
-        let drift = super::consumer_drift(decl, declared, &info.config);
-        if !drift.immutable.is_empty() || !drift.editable.is_empty() {
-            tracing::warn!(
-                stream,
-                consumer = name,
-                differences = ?drift,
-                "the consumer on the server differs from the declaration; bind-only: not \
-                 changed here (provision it again with the operator's credentials)"
-            );
-        }
-        Ok(info)
-    }
-
     /// The configuration a declaration creates, a queue consumer's stamped with the declaring
     /// version (and, migrating, the consumer it migrates from).
     pub(crate) fn declared_consumer_config(

@@ -16,6 +16,7 @@
 //! - `ensure`: one runtime's provisioning: streams ensured once (single-flight), consumers
 //!   after their stream, waiting out streams that are not there yet.
 
+mod bound;
 mod config;
 mod consumer;
 mod drift;
