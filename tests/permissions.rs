@@ -18,13 +18,15 @@ use nats_topology::model::{
     AckMode, BroadcastDecl, ConsumerDecl, QueueDecl, Retention, StreamDecl, StreamRef,
 };
 use nats_topology::{HandlerError, Health, PermissionDenial, Runtime, Topology};
-use nats_topology_testkit::NatsServer;
+use nats_topology_testkit::{NatsServer, within};
 
 static ORDERS: StreamDecl = StreamDecl::new("PERM_ORDERS", &["perm.orders.>"]);
 static JOBS: StreamDecl =
     StreamDecl::new("PERM_JOBS", &["perm.jobs.>"]).retention(Retention::WorkQueue);
 
 const SERVICE: &str = "billing";
+/// The step that passes when nothing is denied within its deadline.
+const QUIET: &str = "two heartbeats";
 const PASSWORD: &str = "billing-pw";
 
 /// What the service does; counts what its handlers saw.
@@ -148,10 +150,20 @@ async fn step(
     timeout: Duration,
     done: impl Fn() -> bool,
 ) {
-    let deadline = tokio::time::Instant::now() + timeout;
-    loop {
+    let outcome = within(timeout, || {
         let denials = health.denials();
-        if !denials.is_empty() {
+        let done = done();
+        async move {
+            match (denials.is_empty(), done) {
+                (false, _) => Some(Some(denials)),
+                (true, true) => Some(None),
+                (true, false) => None,
+            }
+        }
+    })
+    .await;
+    match outcome {
+        Some(Some(denials)) => {
             assert!(!health.ready(), "ready while denied: {health}");
             for denial in denials {
                 if !life.denials.contains(&denial) {
@@ -159,18 +171,12 @@ async fn step(
                 }
             }
             life.steps.push(format!("{what}: denied"));
-            return;
         }
-        if done() {
-            life.steps.push(format!("{what}: done"));
-            return;
-        }
-        if tokio::time::Instant::now() >= deadline {
-            life.steps
-                .push(format!("{what}: NOT DONE within {timeout:?}:\n{health}"));
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        Some(None) => life.steps.push(format!("{what}: done")),
+        None if what == QUIET => life.steps.push(format!("{what}: done")),
+        None => life
+            .steps
+            .push(format!("{what}: NOT DONE within {timeout:?}:\n{health}")),
     }
 }
 
@@ -308,16 +314,8 @@ async fn live(permissions: &Permissions) -> Life {
             .as_ref()
             .map_or_else(|e| e.to_string(), |_| "ok".into())
     ));
-    // The reach watch asks JetStream every heartbeat (500 ms here): give it two.
-    let heard = tokio::time::Instant::now() + Duration::from_millis(1000);
-    step(
-        &health,
-        &mut life,
-        "two heartbeats",
-        Duration::from_secs(1),
-        || tokio::time::Instant::now() >= heard,
-    )
-    .await;
+    // The reach watch asks JetStream every heartbeat (500 ms here): no denial within two.
+    step(&health, &mut life, QUIET, Duration::from_secs(1), || false).await;
 
     life.drained = running.stop().await.map_err(|e| e.to_string());
     // What the drain was refused (a relay's deletion) shows in health after it.

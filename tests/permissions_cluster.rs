@@ -23,7 +23,7 @@ use fixture::{Running, admin_of, client_of, fast, users_config};
 use nats_topology::export::{self, Action, Permission, Permissions, Role};
 use nats_topology::model::{ConsumerDecl, QueueDecl, StreamDecl, StreamRef};
 use nats_topology::{HandlerError, PermissionDenial, Runtime, Topology};
-use nats_topology_testkit::{NatsCluster, eventually};
+use nats_topology_testkit::{NatsCluster, eventually, within};
 use sync_topology::{Hub, Phase, SYNC_COMPLETE, SyncComplete};
 use tokio::sync::mpsc;
 
@@ -114,20 +114,18 @@ async fn through_an_election(
             .unwrap();
         replicas.push(Running::spawn(runtime));
     }
-    let mut denials: Vec<PermissionDenial> = Vec::new();
+    let denials: Vec<PermissionDenial> = Vec::new();
     // Ready after the election (or, when entries are missing, every one named meanwhile).
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(45);
-    loop {
+    let denials = std::cell::RefCell::new(denials);
+    within(Duration::from_secs(45), || {
+        let mut denials = denials.borrow_mut();
         collect(&replicas, &mut denials);
         let named = !expected.is_empty() && expected.iter().all(|e| names(&denials, e));
-        if named
-            || replicas.iter().all(|r| r.health.ready())
-            || tokio::time::Instant::now() >= deadline
-        {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+        let ready = replicas.iter().all(|r| r.health.ready());
+        async move { (named || ready).then_some(()) }
+    })
+    .await;
+    let mut denials = denials.into_inner();
     let admin = admin_of(&urls[0]).await;
     let js = async_nats::jetstream::new(admin);
     if expected.is_empty() {
@@ -155,10 +153,11 @@ async fn through_an_election(
             })
             .await;
         }
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
-        while handled.load(Ordering::Relaxed) < 10 && tokio::time::Instant::now() < deadline {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        eventually(Duration::from_secs(15), "every message handled", || {
+            let n = handled.load(Ordering::Relaxed);
+            async move { (n >= 10).then_some(()) }
+        })
+        .await;
         assert_eq!(handled.load(Ordering::Relaxed), 10, "every message handled");
     }
     collect(&replicas, &mut denials);

@@ -144,7 +144,29 @@ const POLL_INTERVAL: Duration = Duration::from_millis(25);
 ///
 /// Each call of `f` is bounded by the time left. Panics with
 /// `"timed out after {timeout:?} waiting for {what}"` when `timeout` passes first.
-pub async fn eventually<T, F, Fut>(timeout: Duration, what: &str, mut f: F) -> T
+pub async fn eventually<T, F, Fut>(timeout: Duration, what: &str, f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    match within(timeout, f).await {
+        Some(value) => value,
+        None => panic!("timed out after {timeout:?} waiting for {what}"),
+    }
+}
+
+/// Polls `f` (every 25 ms) until it returns `Some`, and returns that value, or `None` when
+/// `timeout` passes first: [`eventually`] for a test to which "not within the deadline" is an
+/// outcome, not a failure.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() {
+/// use std::time::Duration;
+/// let never = nats_topology_testkit::within(Duration::from_millis(60), || async { None::<()> });
+/// assert_eq!(never.await, None);
+/// # }
+/// ```
+pub async fn within<T, F, Fut>(timeout: Duration, mut f: F) -> Option<T>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Option<T>>,
@@ -153,11 +175,11 @@ where
     loop {
         let remaining = deadline.saturating_duration_since(Instant::now());
         if let Ok(Some(value)) = tokio::time::timeout(remaining, f()).await {
-            return value;
+            return Some(value);
         }
         let remaining = deadline.saturating_duration_since(Instant::now());
         if remaining.is_zero() {
-            panic!("timed out after {timeout:?} waiting for {what}");
+            return None;
         }
         tokio::time::sleep(POLL_INTERVAL.min(remaining)).await;
     }
