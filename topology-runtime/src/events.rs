@@ -170,11 +170,9 @@ pub(crate) async fn unless_denied<T>(
     let Some(errors) = of(client) else {
         return Ok(request.await);
     };
-    let inbox = client.new_inbox();
-    let prefix = inbox.rsplit_once('.').map_or(inbox.as_str(), |(p, _)| p);
     let denial = RequestDenial {
         subject,
-        inboxes: format!("{prefix}."),
+        inboxes: format!("{}.", inbox_prefix(client)),
     };
     let (recent, mut coming) = errors.subscribe();
     if let Some(earlier) = recent.into_iter().find(|v| denial.matches(v)) {
@@ -194,6 +192,16 @@ pub(crate) async fn unless_denied<T>(
     tokio::select! {
         answered = request => Ok(answered),
         violation = denied => Err(violation),
+    }
+}
+
+/// The prefix of `client`'s inboxes (its `custom_inbox_prefix`, `_INBOX` by default), which
+/// the client does not expose: an inbox without its last token.
+pub(crate) fn inbox_prefix(client: &Client) -> String {
+    let inbox = client.new_inbox();
+    match inbox.rsplit_once('.') {
+        Some((prefix, _)) => prefix.to_owned(),
+        None => inbox,
     }
 }
 

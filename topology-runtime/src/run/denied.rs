@@ -77,8 +77,7 @@ pub(super) fn sweep(inner: &Inner) {
 /// Everything this runtime may use, as an owner uses it (a superset of the other roles'),
 /// under its JetStream API prefix and its connection's inbox prefix.
 fn needed(inner: &Inner) -> Permissions {
-    let inbox = inner.client.new_inbox();
-    let prefix = inbox.rsplit_once('.').map_or(inbox.as_str(), |(p, _)| p);
+    let prefix = crate::events::inbox_prefix(&inner.client);
     let api = inner.ensurer.provisioner().jetstream_api().prefix();
     let role = Role::owner("runtime")
         .with_inbox_prefix(prefix)
