@@ -1,12 +1,12 @@
 //! Quickstart: declare a stream and a queue consumer, publish a few events, watch them handled.
 //!
 //! ```text
-//! cargo run --example quickstart --features cli     # starts an embedded nats-server
-//! NATS_URL=nats://127.0.0.1:4222 cargo run --example quickstart --features cli
+//! cargo run --example quickstart                     # starts an embedded nats-server
+//! NATS_URL=nats://127.0.0.1:4222 cargo run --example quickstart
 //! ```
 //!
-//! Its first line of `main` gives it the operator subcommands of `nats_topology::cli`, which
-//! work against `NATS_URL` (or `--server`) and exit:
+//! With the `cli` feature, its first line of `main` gives it the operator subcommands of
+//! `nats_topology::cli`, which work against `NATS_URL` (or `--server`) and exit:
 //!
 //! ```text
 //! cargo run --example quickstart --features cli -- plan       # what provisioning would do
@@ -52,9 +52,29 @@ async fn send_welcome(event: SignedUp, cx: Context) -> Result<(), HandlerError> 
 
 const EVENTS: u32 = 5;
 
+/// What to say about an argument the quickstart does not take.
+#[cfg(feature = "cli")]
+fn unknown_argument(flag: &str) -> String {
+    format!(
+        "unknown argument `{flag}`; expected one of the subcommands {:?}, or none",
+        nats_topology::cli::SUBCOMMANDS
+    )
+}
+
+/// What to say about an argument the quickstart does not take: without the `cli` feature it
+/// takes none.
+#[cfg(not(feature = "cli"))]
+fn unknown_argument(flag: &str) -> String {
+    format!(
+        "unknown argument `{flag}`; the operator subcommands (plan, provision, inspect, health, \
+         export) come with the `cli` feature: cargo run --example quickstart --features cli -- {flag}"
+    )
+}
+
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // `quickstart plan|inspect|export|provision|health`: runs the subcommand and exits.
+    #[cfg(feature = "cli")]
     nats_topology::cli::run_or_continue().await;
 
     tracing_subscriber::fmt()
@@ -84,11 +104,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let (done_tx, mut done) = mpsc::unbounded_channel::<u32>();
     let runtime = Runtime::builder(client.clone()).state(done_tx).build()?;
     if let Some(flag) = std::env::args().nth(1) {
-        return Err(format!(
-            "unknown argument `{flag}`; expected one of the subcommands {:?}, or none",
-            nats_topology::cli::SUBCOMMANDS
-        )
-        .into());
+        return Err(unknown_argument(&flag).into());
     }
     let health = runtime.health();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
