@@ -5,10 +5,16 @@
 //! ```text
 //! cargo run --release --example bench_dispatch -- [--messages 200000] [--wait-messages 5000]
 //!     [--work-us 1000] [--reps 3] [--batch 200] [--recorder none|prometheus]
+//!     [--pull-ahead-ms N]
 //! ```
 //!
+//! `--pull-ahead-ms` sets `RuntimeBuilder::pull_ahead` on every variant of ours (the default
+//! is the runtime's; `0` fetches only what can start at once, as before the setting existed).
+//!
 //! Every variant consumes the same stream through its own durable pull consumer (explicit
-//! ack, deliver all) with the same pull batch and the same expiry, and acks every message.
+//! ack, deliver all) with the same expiry, and acks every message. The raw loops pull in
+//! batches of `--batch`; **ours C** runs at the defaults a user gets (no `pull_batch`), and
+//! **ours tuned C** beside it with `pull_batch(--batch)`, the raw loops' batch.
 //! Two phases, each round running every variant of both:
 //!
 //! - **no-op** (`--messages`): the handler does nothing;
@@ -19,7 +25,8 @@
 //! Variants: **raw sequential** is `consumer.stream().max_messages_per_batch(batch).messages()`
 //! and, for each message, the work then `message.ack().await`; **raw concurrent C** is the same
 //! stream with `for_each_concurrent(C)` (the loop a user writes in ten lines); **ours C** is
-//! `Runtime` at concurrency C (1, 8, 64). **raw double-ack C** and **ours confirmed C** are the
+//! `Runtime` at concurrency C (1, 8, 64), at the defaults; **ours tuned C** the same with
+//! `pull_batch` set to the raw loops' batch (8, 64). **raw double-ack C** and **ours confirmed C** are the
 //! same with confirmed acks: the raw loops call `message.double_ack().await` instead of `ack()`,
 //! ours runs with `ack = "confirmed"` (`RuntimeBuilder::ack(AckMode::Confirmed)`), so that the
 //! ratio compares a confirmed ack with a confirmed ack. The raw loops go on past the stream's non-fatal errors
@@ -27,7 +34,7 @@
 //! the tables show medians. The last line is one JSON object: `ratio` is ours at concurrency
 //! 1 over raw sequential (no-op); `ratio_c8_noop`, `ratio_c64_noop` are ours at 8 and 64 over
 //! raw sequential (no-op); `ratio_c8_wait`, `ratio_c64_wait` ours at 8 and 64 over raw
-//! concurrent at the same C (wait). The confirmed variants add `raw_double_*` and
+//! concurrent at the same C (wait); `ratio_tuned_*` the same for ours tuned. The confirmed variants add `raw_double_*` and
 //! `ours_confirmed_*` rates, `ratio_confirmed_*` (ours confirmed over raw double-ack: sequential
 //! for no-op, the same C for wait) and `confirmed_cost_*` (ours confirmed over ours
 //! fire-and-forget at the same C: what confirmation costs).
@@ -55,6 +62,8 @@ struct Args {
     batch: usize,
     /// `prometheus`: our metrics recorded by `metrics-exporter-prometheus` (the cost of metrics).
     recorder: String,
+    /// `RuntimeBuilder::pull_ahead` for ours, if set.
+    pull_ahead: Option<Duration>,
 }
 
 fn args() -> Args {
@@ -65,6 +74,7 @@ fn args() -> Args {
         reps: 3,
         batch: 200,
         recorder: "none".to_owned(),
+        pull_ahead: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -76,8 +86,13 @@ fn args() -> Args {
             "--reps" => args.reps = value.parse().expect("--reps N"),
             "--batch" => args.batch = value.parse().expect("--batch N"),
             "--recorder" => args.recorder = value,
+            "--pull-ahead-ms" => {
+                args.pull_ahead = Some(Duration::from_millis(
+                    value.parse().expect("--pull-ahead-ms N"),
+                ))
+            }
             other => panic!(
-                "unknown flag {other}; expected --messages, --wait-messages, --work-us, --reps, --batch, --recorder"
+                "unknown flag {other}; expected --messages, --wait-messages, --work-us, --reps, --batch, --recorder, --pull-ahead-ms"
             ),
         }
     }
@@ -88,21 +103,25 @@ fn args() -> Args {
 enum Variant {
     /// The raw loop; `1` is the plain sequential loop, more is `for_each_concurrent`.
     Raw(usize),
-    /// Our runtime at this concurrency.
+    /// Our runtime at this concurrency, at the defaults (no `pull_batch`).
     Ours(u32),
+    /// Our runtime at this concurrency with `pull_batch` set to the raw loops' batch.
+    OursTuned(u32),
     /// The raw loop acknowledging with `double_ack()` (confirmed by the server).
     RawDouble(usize),
     /// Our runtime with confirmed acks.
     OursConfirmed(u32),
 }
 
-const VARIANTS: [Variant; 12] = [
+const VARIANTS: [Variant; 14] = [
     Variant::Raw(1),
     Variant::Raw(8),
     Variant::Raw(64),
     Variant::Ours(1),
     Variant::Ours(8),
     Variant::Ours(64),
+    Variant::OursTuned(8),
+    Variant::OursTuned(64),
     Variant::RawDouble(1),
     Variant::RawDouble(8),
     Variant::RawDouble(64),
@@ -117,6 +136,7 @@ impl Variant {
             Variant::Raw(1) => "raw sequential".to_owned(),
             Variant::Raw(c) => format!("raw concurrent {c}"),
             Variant::Ours(c) => format!("ours, concurrency {c}"),
+            Variant::OursTuned(c) => format!("ours tuned, concurrency {c}"),
             Variant::RawDouble(1) => "raw double-ack sequential".to_owned(),
             Variant::RawDouble(c) => format!("raw double-ack concurrent {c}"),
             Variant::OursConfirmed(c) => format!("ours confirmed, concurrency {c}"),
@@ -135,7 +155,7 @@ impl Variant {
     /// The confirmed variants are compared with the raw double-ack loop in the same way.
     fn reference(self, waits: bool) -> Variant {
         match self {
-            Variant::Ours(c) if waits => Variant::Raw(c as usize),
+            Variant::Ours(c) | Variant::OursTuned(c) if waits => Variant::Raw(c as usize),
             Variant::OursConfirmed(c) if waits => Variant::RawDouble(c as usize),
             Variant::RawDouble(_) | Variant::OursConfirmed(_) => Variant::RawDouble(1),
             _ => Variant::Raw(1),
@@ -171,7 +191,12 @@ async fn main() -> Result<(), BoxError> {
             }
         });
     }
-    println!("metrics recorder: {}", args.recorder);
+    println!(
+        "metrics recorder: {}; ours' pull_ahead: {}",
+        args.recorder,
+        args.pull_ahead
+            .map_or("the default".to_owned(), |d| format!("{d:?}"))
+    );
     let (url, _server) = match std::env::var("NATS_URL") {
         Ok(url) => (url, None),
         Err(_) => {
@@ -204,7 +229,7 @@ async fn main() -> Result<(), BoxError> {
     let stored = phases.iter().map(|p| p.messages).max().unwrap_or(0);
     publish(&js, stored).await?;
     println!(
-        "{stored} messages of {} bytes, pull batch {}, {} rounds; no-op: {} messages; wait: {} messages (sequential variants {}), handler awaits {} us",
+        "{stored} messages of {} bytes, raw and tuned pull batch {} (ours at the defaults: none), {} rounds; no-op: {} messages; wait: {} messages (sequential variants {}), handler awaits {} us",
         payload(0).len(),
         args.batch,
         args.reps,
@@ -230,13 +255,18 @@ async fn main() -> Result<(), BoxError> {
                     Variant::RawDouble(c) => {
                         raw(&js, durable, count, args.batch, c, phase.work, true).await?
                     }
-                    Variant::Ours(c) | Variant::OursConfirmed(c) => {
+                    Variant::Ours(c) | Variant::OursTuned(c) | Variant::OursConfirmed(c) => {
                         let ack = match variant {
                             Variant::OursConfirmed(_) => AckMode::Confirmed,
                             _ => AckMode::FireAndForget,
                         };
+                        let batch = matches!(variant, Variant::OursTuned(_)).then_some(args.batch);
+                        let tuning = Tuning {
+                            batch,
+                            ahead: args.pull_ahead,
+                        };
                         let elapsed =
-                            ours(&client, durable, count, args.batch, c, phase.work, ack).await?;
+                            ours(&client, durable, count, tuning, c, phase.work, ack).await?;
                         (elapsed, 0)
                     }
                 };
@@ -301,9 +331,13 @@ async fn main() -> Result<(), BoxError> {
         let ours = Variant::OursConfirmed(c);
         rate(p, ours) / rate(p, ours.reference(waits))
     };
+    let tuned_ratio = |p: usize, c: u32, waits: bool| {
+        let ours = Variant::OursTuned(c);
+        rate(p, ours) / rate(p, ours.reference(waits))
+    };
     let cost = |p: usize, c: u32| rate(p, Variant::OursConfirmed(c)) / rate(p, Variant::Ours(c));
     let json = format!(
-        "{{\"messages\":{},\"wait_messages\":{},\"work_us\":{},\"batch\":{},\"reps\":{},\"raw_msgs_per_sec\":{:.0},\"raw_c8_msgs_per_sec\":{:.0},\"raw_c64_msgs_per_sec\":{:.0},\"ours_c1_msgs_per_sec\":{:.0},\"ours_c8_msgs_per_sec\":{:.0},\"ours_c64_msgs_per_sec\":{:.0},\"raw_wait_msgs_per_sec\":{:.0},\"raw_c8_wait_msgs_per_sec\":{:.0},\"raw_c64_wait_msgs_per_sec\":{:.0},\"ours_c1_wait_msgs_per_sec\":{:.0},\"ours_c8_wait_msgs_per_sec\":{:.0},\"ours_c64_wait_msgs_per_sec\":{:.0},\"ratio\":{:.3},\"ratio_c8_noop\":{:.3},\"ratio_c64_noop\":{:.3},\"ratio_c8_wait\":{:.3},\"ratio_c64_wait\":{:.3}}}",
+        "{{\"messages\":{},\"wait_messages\":{},\"work_us\":{},\"batch\":{},\"reps\":{},\"raw_msgs_per_sec\":{:.0},\"raw_c8_msgs_per_sec\":{:.0},\"raw_c64_msgs_per_sec\":{:.0},\"ours_c1_msgs_per_sec\":{:.0},\"ours_c8_msgs_per_sec\":{:.0},\"ours_c64_msgs_per_sec\":{:.0},\"raw_wait_msgs_per_sec\":{:.0},\"raw_c8_wait_msgs_per_sec\":{:.0},\"raw_c64_wait_msgs_per_sec\":{:.0},\"ours_c1_wait_msgs_per_sec\":{:.0},\"ours_c8_wait_msgs_per_sec\":{:.0},\"ours_c64_wait_msgs_per_sec\":{:.0},\"ratio\":{:.3},\"ratio_c8_noop\":{:.3},\"ratio_c64_noop\":{:.3},\"ratio_c8_wait\":{:.3},\"ratio_c64_wait\":{:.3},\"ours_tuned_c8_msgs_per_sec\":{:.0},\"ours_tuned_c64_msgs_per_sec\":{:.0},\"ours_tuned_c8_wait_msgs_per_sec\":{:.0},\"ours_tuned_c64_wait_msgs_per_sec\":{:.0},\"ratio_tuned_c8_noop\":{:.3},\"ratio_tuned_c64_noop\":{:.3},\"ratio_tuned_c8_wait\":{:.3},\"ratio_tuned_c64_wait\":{:.3}}}",
         args.messages,
         args.wait_messages,
         args.work_us,
@@ -326,6 +360,14 @@ async fn main() -> Result<(), BoxError> {
         ratio(noop, 64, false),
         ratio(wait, 8, true),
         ratio(wait, 64, true),
+        rate(noop, Variant::OursTuned(8)),
+        rate(noop, Variant::OursTuned(64)),
+        rate(wait, Variant::OursTuned(8)),
+        rate(wait, Variant::OursTuned(64)),
+        tuned_ratio(noop, 8, false),
+        tuned_ratio(noop, 64, false),
+        tuned_ratio(wait, 8, true),
+        tuned_ratio(wait, 64, true),
     );
     let confirmed = format!(
         "{{\"raw_double_msgs_per_sec\":{:.0},\"raw_double_c8_msgs_per_sec\":{:.0},\"raw_double_c64_msgs_per_sec\":{:.0},\"ours_confirmed_c1_msgs_per_sec\":{:.0},\"ours_confirmed_c8_msgs_per_sec\":{:.0},\"ours_confirmed_c64_msgs_per_sec\":{:.0},\"raw_double_wait_msgs_per_sec\":{:.0},\"raw_double_c8_wait_msgs_per_sec\":{:.0},\"raw_double_c64_wait_msgs_per_sec\":{:.0},\"ours_confirmed_c1_wait_msgs_per_sec\":{:.0},\"ours_confirmed_c8_wait_msgs_per_sec\":{:.0},\"ours_confirmed_c64_wait_msgs_per_sec\":{:.0},\"ratio_confirmed\":{:.3},\"ratio_confirmed_c8_noop\":{:.3},\"ratio_confirmed_c64_noop\":{:.3},\"ratio_confirmed_c8_wait\":{:.3},\"ratio_confirmed_c64_wait\":{:.3},\"confirmed_cost_c1_noop\":{:.3},\"confirmed_cost_c8_noop\":{:.3},\"confirmed_cost_c64_noop\":{:.3},\"confirmed_cost_c1_wait\":{:.3},\"confirmed_cost_c8_wait\":{:.3},\"confirmed_cost_c64_wait\":{:.3}}}",
@@ -474,7 +516,7 @@ async fn ours(
     client: &async_nats::Client,
     durable: &'static str,
     count: u64,
-    batch: usize,
+    tuning: Tuning,
     concurrency: u32,
     work_for: Duration,
     ack: AckMode,
@@ -502,11 +544,14 @@ async fn ours(
                 Ok::<(), HandlerError>(())
             })
         });
-    let runtime = Runtime::builder(client.clone())
-        .topology(topology)
-        .pull_batch(batch)
-        .ack(ack)
-        .build()?;
+    let mut runtime = Runtime::builder(client.clone()).topology(topology).ack(ack);
+    if let Some(batch) = tuning.batch {
+        runtime = runtime.pull_batch(batch);
+    }
+    if let Some(ahead) = tuning.ahead {
+        runtime = runtime.pull_ahead(ahead);
+    }
+    let runtime = runtime.build()?;
     let health = runtime.health();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let running = tokio::spawn(runtime.run_until(async move {
@@ -522,6 +567,13 @@ async fn ours(
     let _ = stop.send(());
     running.await??;
     Ok(elapsed)
+}
+
+/// What ours sets beyond the defaults.
+#[derive(Clone, Copy)]
+struct Tuning {
+    batch: Option<usize>,
+    ahead: Option<Duration>,
 }
 
 fn median(mut values: Vec<f64>) -> f64 {

@@ -97,17 +97,20 @@ async fn rolling_deploy_under_load_loses_nothing() {
 }
 
 /// A runtime with a queue consumer and two relays drains while handlers run: when `run_until`
-/// returns, nothing is unacknowledged, only the queue's durable remains on the server, and
-/// the jobs not started are handled by the next instance (each job once overall).
+/// returns, every handled job is acknowledged, what was fetched ahead is handed back (handled
+/// by the next instance well within its `ack_wait`), only the queue's durable remains on the
+/// server, and each job is handled once overall.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn drain_leaves_no_ack_pending_and_no_relays() {
     let fx = Fixture::start().await;
     let stream = fixture::stream("DRAINING", &["draining.>"]);
+    // An ack_wait far beyond the test's deadlines: a message the drain did not hand back
+    // would not be delivered again in time.
     let jobs = fixture::queue(
         "tests::drain_jobs",
         &stream,
         "draining.jobs",
-        QueueDecl::new("drainers"),
+        QueueDecl::new("drainers").ack_wait(Duration::from_secs(120)),
     )
     .concurrency(4);
     let relay = |name: &str| {
@@ -174,20 +177,21 @@ async fn drain_leaves_no_ack_pending_and_no_relays() {
         ["drainers".to_owned()].into(),
         "only the queue's durable remains"
     );
+    // Every handled job acknowledged; what was fetched ahead and not started was handed back
+    // (naked: the server counts it as unacknowledged until it delivers it again, at once).
+    let handled = first.len() as u64;
     let info = eventually(
         Duration::from_secs(3),
         "the drain's acks processed",
         || async {
             let info = fixture::consumer_info(&js, "DRAINING", "drainers").await?;
-            (info.num_ack_pending == 0).then_some(info)
+            (info.num_pending + info.num_ack_pending as u64 == 40 - handled).then_some(info)
         },
     )
     .await;
-    let handled = first.len() as u64;
-    assert_eq!(
-        info.num_pending,
-        40 - handled,
-        "what was not handled is back in the queue: {info:?}"
+    assert!(
+        info.num_ack_pending <= 4,
+        "no more held ahead than the concurrency: {info:?}"
     );
 
     // The next instance handles the rest: each job once overall.
@@ -197,6 +201,7 @@ async fn drain_leaves_no_ack_pending_and_no_relays() {
         .build()
         .expect("valid topology");
     let running = Running::spawn(runtime);
+    // Well within the ack_wait: what the first instance held was handed back, not stranded.
     eventually(Duration::from_secs(30), "the rest handled", || {
         let n = fixture::union(&[first.clone(), second.clone()]).len();
         async move { (n == 40).then_some(()) }

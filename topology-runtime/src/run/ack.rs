@@ -1,6 +1,7 @@
-//! How a consumer's acks are sent ([`Acks`]): fire-and-forget, or confirmed by the server
-//! before the delivery's deadline ([`AckDeadline`]); and the progress acks that keep a
-//! message held here from being delivered again.
+//! Every settlement a consumer sends goes through here: acks and terms ([`Acks::settle`]),
+//! fire-and-forget or confirmed by the server before the delivery's deadline
+//! ([`AckDeadline`]); naks ([`nak`], and [`nak_reply`] for a message known only by its reply
+//! subject); and the progress acks that keep a message held here from being delivered again.
 
 use std::time::Duration;
 
@@ -68,15 +69,13 @@ impl Acks {
         deadline: &mut AckDeadline,
     ) {
         let (Some(confirm), Some(reply)) = (&self.confirm, message.reply.clone()) else {
-            if let Err(e) = message.ack_with(AckKind::Progress).await {
-                tracing::debug!(error = %e, "could not send a progress ack");
-            }
+            progress(message).await;
             return;
         };
         let sent = Instant::now();
         let Some(left) = deadline.0.checked_duration_since(sent) else {
             // Too late to be confirmed in time: still ask the server to hold it.
-            let _ = message.ack_with(AckKind::Progress).await;
+            progress(message).await;
             return;
         };
         let request = async_nats::Request::new()
@@ -132,5 +131,32 @@ impl Acks {
                 tokio::time::sleep(pause.min(left)).await;
             }
         }
+    }
+}
+
+/// Naks `message`: delivered again after `delay` (`None`: at once). Returns whether the nak
+/// was sent; if not, the server delivers the message again after its `ack_wait`.
+pub(super) async fn nak(message: &jetstream::Message, delay: Option<Duration>) -> bool {
+    match message.ack_with(AckKind::Nak(delay)).await {
+        Ok(()) => true,
+        Err(e) => {
+            tracing::warn!(subject = %message.subject, error = %e, "could not nak a message; the server delivers it again after ack_wait");
+            false
+        }
+    }
+}
+
+/// Naks the message delivered with `reply` (its handler was stopped and the message is gone
+/// with it), so that it is delivered again at once rather than after its `ack_wait`.
+pub(super) async fn nak_reply(client: &async_nats::Client, reply: async_nats::Subject) {
+    if let Err(e) = client.publish(reply, AckKind::Nak(None).into()).await {
+        tracing::warn!(error = %e, "could not return a message whose handler was stopped; the server delivers it again after ack_wait");
+    }
+}
+
+/// Asks the server to hold `message` for another `ack_wait` (fire-and-forget).
+pub(super) async fn progress(message: &jetstream::Message) {
+    if let Err(e) = message.ack_with(AckKind::Progress).await {
+        tracing::debug!(error = %e, "could not send a progress ack");
     }
 }

@@ -1,7 +1,8 @@
 //! One message, from fetched to settled, top to bottom: read its delivery metadata once, run
 //! the handler (which decodes the payload) with progress acks while it runs and a panic
-//! caught as a failure, then settle it exactly once: ack; nak with a delay; or publish a dead
-//! letter and terminate.
+//! caught as a failure, then settle it exactly once (ack; nak with a delay; or publish a dead
+//! letter and terminate) and say how it ended ([`Outcome`]), which the session's observer
+//! accounts for.
 
 use std::panic::AssertUnwindSafe;
 use std::pin::pin;
@@ -12,19 +13,18 @@ use async_nats::jetstream::{self, AckKind};
 use futures::FutureExt;
 use tracing::Instrument;
 
-use super::ack::{AckDeadline, Acks};
-use super::resume::Settled;
+use super::ack::{self, AckDeadline, Acks};
+use super::dead_letter::publish_dead_letter;
+use super::outcome::{Observer, Outcome};
 use crate::handler::{Context, HandlerError, Incoming, Scope};
-use crate::health::Slot;
 use crate::registry::SharedHandler;
-use crate::retry::{Failed, RetryPolicy};
-use crate::telemetry::{self, ConsumerMetrics};
+use crate::retry::RetryPolicy;
+use crate::telemetry;
 
-/// What dispatching needs to settle a consumer's messages.
-pub(super) struct Settle {
+/// What one session of a consumer needs to handle and settle its messages.
+pub(super) struct Session {
     pub(super) handler: SharedHandler,
     pub(super) scope: Arc<Scope>,
-    pub(super) slot: Arc<Slot>,
     /// The consumer's redelivery limit (`None`: unlimited).
     pub(super) max_deliver: Option<u64>,
     /// The declared backoff, applied by naks (never sent to the server).
@@ -35,38 +35,35 @@ pub(super) struct Settle {
     /// How publishing a dead letter is retried, and how often at most.
     pub(super) dead_letter_retry: RetryPolicy,
     pub(super) dead_letter_attempts: u32,
-    /// Where handlers stopped before they finished record their message (see [`Unsettled`]).
-    pub(super) abandoned: Abandoned,
-    /// Telemetry: counters, duration, in flight (the `metrics` facade).
-    pub(super) metrics: ConsumerMetrics,
+    /// Where handlers stopped before they finished leave their message (see [`Unfinished`]).
+    pub(super) stopped: StoppedHandlers,
+    /// Accounts for each message as it starts and ends.
+    pub(super) observer: Observer,
     /// How acks, terms and progress acks are sent.
     pub(super) acks: Acks,
-    /// A queue consumer's record of what it settled, for a re-created consumer's start
-    /// (`None` for a relay, whose handlers record their progress themselves).
-    pub(super) settled: Option<Arc<Settled>>,
 }
 
 /// The reply subjects of messages whose handler was stopped before it finished (a drain's
 /// grace period ran out): nothing settled them, so the drain naks them.
-pub(super) type Abandoned = Arc<std::sync::Mutex<Vec<async_nats::Subject>>>;
+pub(super) type StoppedHandlers = Arc<std::sync::Mutex<Vec<async_nats::Subject>>>;
 
 /// A message's delivery metadata, read once from its reply subject.
 #[derive(Clone, Copy)]
-struct Delivery {
+pub(super) struct MessageMeta {
     /// This delivery's number (1 for the first).
-    delivered: u64,
+    pub(super) delivered: u64,
     /// The message's stream sequence (`None` if the reply subject could not be read).
-    stream_sequence: Option<u64>,
+    pub(super) stream_sequence: Option<u64>,
 }
 
-impl Delivery {
+impl MessageMeta {
     fn of(message: &jetstream::Message) -> Self {
         match message.info() {
-            Ok(info) => Delivery {
+            Ok(info) => MessageMeta {
                 delivered: u64::try_from(info.delivered).unwrap_or(1),
                 stream_sequence: Some(info.stream_sequence),
             },
-            Err(_) => Delivery {
+            Err(_) => MessageMeta {
                 delivered: 1,
                 stream_sequence: None,
             },
@@ -74,47 +71,62 @@ impl Delivery {
     }
 }
 
+/// Runs the handler on one message, settles it, and has the session's observer account for
+/// how it ended.
+pub(super) async fn handle(
+    message: jetstream::Message,
+    deadline: AckDeadline,
+    session: Arc<Session>,
+) {
+    let (meta, outcome) = dispatch(message, deadline, &session).await;
+    session.observer.ended(meta.stream_sequence, outcome);
+}
+
 /// Runs the handler on one message and settles it: ack, nak with a delay, or dead-letter
-/// and terminate. Every message ends in exactly one of the three.
+/// and terminate. Every message ends in exactly one of the three; returns which.
 pub(super) async fn dispatch(
     message: jetstream::Message,
     mut deadline: AckDeadline,
-    settle: Arc<Settle>,
-) {
-    let delivery = Delivery::of(&message);
+    session: &Session,
+) -> (MessageMeta, Outcome) {
+    let meta = MessageMeta::of(&message);
     let span = tracing::info_span!(
         "message",
-        stream = %settle.scope.stream,
-        consumer = %settle.scope.consumer,
+        stream = %session.scope.stream,
+        consumer = %session.scope.consumer,
         subject = %message.subject,
-        sequence = delivery.stream_sequence.unwrap_or(0),
-        delivered = delivery.delivered,
+        sequence = meta.stream_sequence.unwrap_or(0),
+        delivered = meta.delivered,
     );
-    telemetry::continue_trace(&span, message.headers.as_ref()); // telemetry hook (otel)
-    async move {
-        let mut unsettled = Unsettled {
+    // The caller's trace goes on in this span (with the `otel` feature).
+    telemetry::continue_trace(&span, message.headers.as_ref());
+    let outcome = async move {
+        let mut unfinished = Unfinished {
             reply: message.reply.clone(),
-            abandoned: settle.abandoned.clone(),
+            stopped: session.stopped.clone(),
         };
-        let running = settle.metrics.start(delivery.delivered); // telemetry hook
-        let outcome = run_handler(&message, &settle, delivery, &mut deadline).await;
-        drop(running); // telemetry hook
-        unsettled.handled();
-        match outcome {
-            Ok(()) => acknowledge(&message, &settle, delivery, deadline).await,
-            Err(error) => fail(&message, &settle, delivery, &error, deadline).await,
+        let running = session
+            .observer
+            .started(meta.stream_sequence, meta.delivered);
+        let result = run_handler(&message, session, meta, &mut deadline).await;
+        drop(running);
+        unfinished.handled();
+        match result {
+            Ok(()) => acknowledge(&message, session, deadline).await,
+            Err(error) => fail(&message, session, meta, &error, deadline).await,
         }
     }
     .instrument(span)
-    .await
+    .await;
+    (meta, outcome)
 }
 
 /// Calls the handler (it decodes the payload), sending progress acks while it runs; a panic
 /// is a failure.
 async fn run_handler(
     message: &jetstream::Message,
-    settle: &Settle,
-    delivery: Delivery,
+    session: &Session,
+    meta: MessageMeta,
     deadline: &mut AckDeadline,
 ) -> Result<(), HandlerError> {
     let incoming = Incoming {
@@ -122,13 +134,13 @@ async fn run_handler(
         context: Context {
             subject: message.subject.clone(),
             headers: message.headers.clone(),
-            delivered: delivery.delivered,
-            stream_sequence: delivery.stream_sequence.unwrap_or(0),
-            scope: settle.scope.clone(),
+            delivered: meta.delivered,
+            stream_sequence: meta.stream_sequence.unwrap_or(0),
+            scope: session.scope.clone(),
             publishes: Default::default(),
         },
     };
-    let handler = &settle.handler;
+    let handler = &session.handler;
     let outcome = match std::panic::catch_unwind(AssertUnwindSafe(|| handler(incoming))) {
         Ok(future) => {
             let mut future = pin!(AssertUnwindSafe(future).catch_unwind());
@@ -138,8 +150,8 @@ async fn run_handler(
                 None => loop {
                     tokio::select! {
                         r = &mut future => break r,
-                        _ = tokio::time::sleep_until(settle.acks.next_progress(*deadline)) => {
-                            settle.acks.keep_alive(message, deadline).await;
+                        _ = tokio::time::sleep_until(session.acks.next_progress(*deadline)) => {
+                            session.acks.keep_alive(message, deadline).await;
                         }
                     }
                 },
@@ -159,33 +171,20 @@ async fn run_handler(
 /// confirmed acks, once the server has confirmed it.
 async fn acknowledge(
     message: &jetstream::Message,
-    settle: &Settle,
-    delivery: Delivery,
+    session: &Session,
     deadline: AckDeadline,
-) {
-    match settle.acks.settle(message, AckKind::Ack, deadline).await {
-        Ok(()) => {
-            settle.record_settled(delivery);
-            Slot::count(&settle.slot.handled);
-            settle.metrics.handled(); // telemetry hook
-        }
+) -> Outcome {
+    match session.acks.settle(message, AckKind::Ack, deadline).await {
+        Ok(()) => Outcome::Handled { acked: true },
         Err(e) => {
-            settle.metrics.ack_failed(); // telemetry hook
             tracing::warn!(
-                stream = %settle.scope.stream,
-                consumer = %settle.scope.consumer,
+                stream = %session.scope.stream,
+                consumer = %session.scope.consumer,
                 subject = %message.subject,
                 error = %e,
                 "could not acknowledge a handled message; the server redelivers it after ack_wait"
-            )
-        }
-    }
-}
-
-impl Settle {
-    fn record_settled(&self, delivery: Delivery) {
-        if let (Some(settled), Some(sequence)) = (&self.settled, delivery.stream_sequence) {
-            settled.record(sequence);
+            );
+            Outcome::Handled { acked: false }
         }
     }
 }
@@ -194,51 +193,39 @@ impl Settle {
 /// terminated; otherwise the message is naked with a delay from the backoff.
 async fn fail(
     message: &jetstream::Message,
-    settle: &Settle,
-    delivery: Delivery,
+    session: &Session,
+    meta: MessageMeta,
     error: &HandlerError,
     deadline: AckDeadline,
-) {
-    Slot::count(&settle.slot.failed);
-    settle.metrics.failed(); // telemetry hook
-    let last = settle
-        .max_deliver
-        .is_some_and(|max| delivery.delivered >= max);
+) -> Outcome {
+    let last = session.max_deliver.is_some_and(|max| meta.delivered >= max);
     if error.is_permanent() || last {
-        terminate(message, settle, (delivery, deadline), last, error).await;
-        return;
+        return terminate(message, session, (meta, deadline), last, error).await;
     }
-    let delay = redelivery_delay(&settle.backoff, &settle.redelivery, delivery.delivered);
-    tracing::debug!(subject = %message.subject, delivered = delivery.delivered, ?delay, %error, "handler failed; redelivering later");
-    match message.ack_with(AckKind::Nak(Some(delay))).await {
-        Ok(()) => {
-            Slot::count(&settle.slot.retried);
-            settle.metrics.retried(); // telemetry hook
-        }
-        Err(e) => {
-            tracing::warn!(error = %e, "could not nak a failed message; it is redelivered after ack_wait")
-        }
-    }
+    let delay = redelivery_delay(&session.backoff, &session.redelivery, meta.delivered);
+    tracing::debug!(subject = %message.subject, delivered = meta.delivered, ?delay, %error, "handler failed; redelivering later");
+    let naked = ack::nak(message, Some(delay)).await;
+    Outcome::Retried { delay, naked }
 }
 
 /// Publishes the message to the dead-letter subject (if declared), then terminates it. If the
 /// dead letter cannot be published, the message is naked instead: nothing is lost.
 async fn terminate(
     message: &jetstream::Message,
-    settle: &Settle,
-    (delivery, deadline): (Delivery, AckDeadline),
+    session: &Session,
+    (meta, deadline): (MessageMeta, AckDeadline),
     last: bool,
     error: &HandlerError,
-) {
-    if let Some(subject) = settle.dead_letter
-        && let Err(failed) = publish_dead_letter(message, settle, subject, delivery, error).await
+) -> Outcome {
+    if let Some(subject) = session.dead_letter
+        && let Err(failed) = publish_dead_letter(message, session, subject, meta, error).await
     {
         let (attempts, e) = (failed.attempts, failed.error);
         if last {
             tracing::error!(
                 dead_letter = subject,
-                stream = %settle.scope.stream,
-                consumer = %settle.scope.consumer,
+                stream = %session.scope.stream,
+                consumer = %session.scope.consumer,
                 error = %e,
                 "could not publish a dead letter after {attempts} attempts; this was the last \
                  delivery, so the message stays unacknowledged in the stream (the server emits a \
@@ -246,75 +233,18 @@ async fn terminate(
             );
         } else {
             tracing::error!(dead_letter = subject, error = %e, "could not publish a dead letter; the message is redelivered instead");
-            let nak = AckKind::Nak(Some(settle.dead_letter_retry.cap));
-            let _ = message.ack_with(nak).await;
+            ack::nak(message, Some(session.dead_letter_retry.cap)).await;
         }
-        return;
+        return Outcome::DeadLetterUnpublished { last };
     }
-    tracing::warn!(subject = %message.subject, stream = %settle.scope.stream, consumer = %settle.scope.consumer, delivered = delivery.delivered, %error, "message terminated");
-    match settle.acks.settle(message, AckKind::Term, deadline).await {
-        Ok(()) => {
-            settle.record_settled(delivery);
-            Slot::count(&settle.slot.dead_lettered);
-            settle.metrics.dead_lettered(); // telemetry hook
-        }
+    tracing::warn!(subject = %message.subject, stream = %session.scope.stream, consumer = %session.scope.consumer, delivered = meta.delivered, %error, "message terminated");
+    match session.acks.settle(message, AckKind::Term, deadline).await {
+        Ok(()) => Outcome::DeadLettered { terminated: true },
         Err(e) => {
-            settle.metrics.ack_failed(); // telemetry hook
-            tracing::warn!(error = %e, "could not terminate a message; the server redelivers it after ack_wait")
+            tracing::warn!(error = %e, "could not terminate a message; the server redelivers it after ack_wait");
+            Outcome::DeadLettered { terminated: false }
         }
     }
-}
-
-/// Publishes the message, with headers saying where it came from and why it failed, to
-/// `subject`, and waits for the stream's ack. A failed publish is retried under the
-/// dead-letter policy while the message is held with progress acks: on its last delivery a
-/// nak would not bring it back.
-async fn publish_dead_letter(
-    message: &jetstream::Message,
-    settle: &Settle,
-    subject: &'static str,
-    delivery: Delivery,
-    error: &HandlerError,
-) -> Result<(), Failed<async_nats::jetstream::context::PublishError>> {
-    let mut headers = message.headers.clone().unwrap_or_default();
-    headers.insert("Nats-Topology-Subject", message.subject.as_str());
-    headers.insert("Nats-Topology-Stream", settle.scope.stream.as_str());
-    headers.insert("Nats-Topology-Consumer", settle.scope.consumer.as_str());
-    if let Some(sequence) = delivery.stream_sequence {
-        headers.insert("Nats-Topology-Sequence", sequence.to_string().as_str());
-        // A dead letter published again (its term lost, or its publish retried after a reply
-        // that timed out) is dropped by the target stream's duplicate window. Position 0: no
-        // handler publish has it.
-        if headers.get(async_nats::header::NATS_MESSAGE_ID).is_none() {
-            let id = crate::handler::msg_id(&settle.scope, sequence, 0);
-            headers.insert(async_nats::header::NATS_MESSAGE_ID, id.as_str());
-        }
-    }
-    let delivered = delivery.delivered.to_string();
-    headers.insert("Nats-Topology-Delivered", delivered.as_str());
-    let error = error.to_string().replace(['\r', '\n'], " ");
-    headers.insert("Nats-Topology-Error", error.as_str());
-    let publish = || async {
-        let js = &settle.scope.jetstream;
-        let published = async {
-            js.publish_with_headers(subject, headers.clone(), message.payload.clone())
-                .await?
-                .await
-        }
-        .await;
-        if published.is_err() {
-            // Keep holding the message while the next attempt waits.
-            let _ = message.ack_with(AckKind::Progress).await;
-        }
-        published
-    };
-    settle
-        .dead_letter_retry
-        .backoff()
-        .max_attempts(settle.dead_letter_attempts)
-        .run(publish, |_| true)
-        .await
-        .map(|_| ())
 }
 
 /// The delay before redelivery: the declared backoff for this attempt (the last entry
@@ -332,25 +262,25 @@ fn redelivery_delay(backoff: &[Duration], redelivery: &RetryPolicy, delivered: u
     }
 }
 
-/// Records its message as abandoned if dropped before [`Unsettled::handled`]: a handler task
+/// Records its message as stopped if dropped before [`Unfinished::handled`]: a handler task
 /// aborted, or an inline handler dropped, at the end of a drain's grace period. Once the
 /// handler has returned, settling is under way (ack, nak or dead letter and term), and a
 /// drop no longer records anything: a message is never settled twice.
-struct Unsettled {
+struct Unfinished {
     reply: Option<async_nats::Subject>,
-    abandoned: Abandoned,
+    stopped: StoppedHandlers,
 }
 
-impl Unsettled {
+impl Unfinished {
     fn handled(&mut self) {
         self.reply = None;
     }
 }
 
-impl Drop for Unsettled {
+impl Drop for Unfinished {
     fn drop(&mut self) {
         if let Some(reply) = self.reply.take() {
-            self.abandoned
+            self.stopped
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .push(reply);

@@ -10,6 +10,8 @@ use async_nats::jetstream::{self, consumer::push};
 use futures::{FutureExt, StreamExt};
 use tokio_util::sync::CancellationToken;
 
+use super::flow::Flow;
+use super::loss::Loss;
 use super::pull::Puller;
 use crate::handler::Scope;
 
@@ -30,25 +32,18 @@ pub(super) enum Feed {
 }
 
 impl Feed {
-    /// How many messages this consumer may hold (in flight and waiting to start) at once.
-    pub(super) fn capacity(&self, concurrency: usize) -> usize {
-        match self {
-            Feed::Pull(puller) => puller.batch().max(concurrency),
-            Feed::Push(_) => concurrency,
-        }
-    }
-
     /// Whether the server sends only what was asked for: a pull feed may be read while every
-    /// handler is busy (it asks for no more than `room`); a push feed may not.
+    /// handler is busy (it asks for no more than `flow` wants); a push feed may not.
     pub(super) fn asks(&self) -> bool {
         matches!(self, Feed::Pull(_))
     }
 
-    /// The next message, or why the consumer is lost. `room` is how many more messages this
-    /// instance can take now: a pull feed asks the server for no more than that. Cancel-safe.
-    pub(super) async fn next(&mut self, room: usize) -> Result<Fetched, String> {
+    /// The next message, or why the consumer is lost. `held`: how many messages this instance
+    /// is running or holding; a pull feed asks the server for what `flow` wants on top of
+    /// them. Cancel-safe.
+    pub(super) async fn next(&mut self, flow: &Flow, held: usize) -> Result<Fetched, Loss> {
         match self {
-            Feed::Pull(puller) => puller.next(room).await,
+            Feed::Pull(puller) => puller.next(flow, held).await,
             Feed::Push(pusher) => pusher.next().await.map(|message| Fetched {
                 message,
                 delivered_after: tokio::time::Instant::now(),
@@ -75,13 +70,13 @@ impl Feed {
 /// (a push subscription never reports it).
 pub(super) struct Pusher {
     messages: push::Messages,
-    gone: Pin<Box<dyn Future<Output = String> + Send>>,
+    gone: Pin<Box<dyn Future<Output = Loss> + Send>>,
 }
 
 impl Pusher {
     pub(super) fn new(
         messages: push::Messages,
-        gone: impl Future<Output = String> + Send + 'static,
+        gone: impl Future<Output = Loss> + Send + 'static,
     ) -> Self {
         Pusher {
             messages,
@@ -89,7 +84,7 @@ impl Pusher {
         }
     }
 
-    async fn next(&mut self) -> Result<jetstream::Message, String> {
+    async fn next(&mut self) -> Result<jetstream::Message, Loss> {
         loop {
             let next = tokio::select! {
                 biased;
@@ -101,12 +96,12 @@ impl Pusher {
                 Some(Err(e)) => match e.kind() {
                     push::MessagesErrorKind::ConsumerDeleted
                     | push::MessagesErrorKind::PullBasedConsumer => {
-                        return Err(format!("push delivery failed: {e}"));
+                        return Err(Loss::PushFailed(e.to_string()));
                     }
                     // Grouped members see spurious missed heartbeats; deletion is polled.
                     _ => {}
                 },
-                None => return Err("the push subscription ended".to_owned()),
+                None => return Err(Loss::SubscriptionEnded("push")),
             }
         }
     }
@@ -129,7 +124,7 @@ pub(super) async fn consumer_gone(
     scope: Arc<Scope>,
     every: Duration,
     cancel: CancellationToken,
-) -> String {
+) -> Loss {
     let mut every = tokio::time::interval(every);
     every.tick().await;
     loop {
@@ -145,7 +140,7 @@ pub(super) async fn consumer_gone(
                     | jetstream::context::ConsumerInfoErrorKind::StreamNotFound
             )
         {
-            return format!("the consumer disappeared from the server: {e}");
+            return Loss::Gone(format!("it disappeared from the server: {e}"));
         }
     }
 }

@@ -17,9 +17,13 @@
 
 mod ack;
 mod builder;
+mod dead_letter;
 mod denied;
 mod dispatch;
 mod feed;
+mod flow;
+mod loss;
+mod outcome;
 mod pull;
 mod pump;
 mod reach;

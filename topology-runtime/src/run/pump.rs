@@ -1,9 +1,6 @@
-//! Flow control: how many messages a consumer holds and starts at once. At most
-//! `concurrency` handlers run; a pull feed holds and asks for at most its capacity, the larger
-//! of the concurrency and the pull batch, so by default nothing is fetched that cannot start at
-//! once. A larger batch is fetched ahead (a handler that finishes finds its next message here
-//! rather than a round trip away); messages waiting to start get progress acks, so their
-//! `ack_wait` does not run out here.
+//! A consumer session's loop: receives messages from its feed, starts them as its flow
+//! control allows (`flow`), keeps the ones waiting to start alive with progress acks, and
+//! hands back what it did not start when the session ends.
 //!
 //! Every handler is first polled inline, on this task: one that finishes without waiting (a
 //! no-op, a handler that only computes) costs no task, no cross-thread wake-up and no timer.
@@ -17,16 +14,19 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_nats::jetstream::{self, AckKind};
+use async_nats::jetstream;
 use futures::stream::FuturesUnordered;
 use futures::{FutureExt, StreamExt};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use super::ack;
 use super::ack::AckDeadline;
-use super::dispatch::{Settle, dispatch};
+use super::dispatch::{Session, handle};
 use super::feed::Feed;
+use super::flow::Flow;
+use super::loss::Loss;
 use crate::health::{ConsumerState, Slot};
 
 /// Why consuming stopped.
@@ -34,7 +34,7 @@ pub(super) enum Exit {
     /// Shutdown: drained.
     Drained,
     /// The consumer, its stream or the connection was lost: ensure again and resume.
-    Lost(String),
+    Lost(Loss),
 }
 
 /// A handler that did not finish on its first poll.
@@ -48,62 +48,80 @@ struct Waiting {
     kept: Instant,
 }
 
-/// Reads messages and dispatches them, at most `concurrency` at once, until shutdown or loss.
-/// Handlers still running when the session ends go into `in_flight`, which outlives it (the
-/// grace period is applied to them by [`finish_in_flight`]).
+/// What woke the session loop.
+enum Step {
+    Cancelled,
+    /// A handler finished: there is room for more.
+    Finished,
+    KeepAlive,
+    /// A message arrived (it waits to start).
+    Received,
+    Lost(Loss),
+}
+
+/// Reads messages and dispatches them as `flow` allows, until shutdown or loss. Handlers
+/// still running when the session ends go into `in_flight`, which outlives it (the grace
+/// period is applied to them by [`finish_in_flight`]).
 pub(super) async fn pump(
     mut feed: Feed,
-    settle: Arc<Settle>,
-    concurrency: usize,
+    session: Arc<Session>,
+    mut flow: Flow,
     cancel: &CancellationToken,
     in_flight: &mut JoinSet<()>,
 ) -> Exit {
-    let capacity = feed.capacity(concurrency);
-    // Received and not started yet: none by default; up to the batch beyond the concurrency
-    // when a larger pull batch is set.
+    // Received and not started yet: what `flow` holds ahead.
     let mut waiting: VecDeque<Waiting> = VecDeque::new();
     // Handlers of this session that waited on their first poll, polled by this task.
     let mut running: FuturesUnordered<Running> = FuturesUnordered::new();
     // Every half progress interval, messages that waited at least that long are kept alive:
     // a progress ack at most every `progress_every`, as for a running handler.
-    let keep_every = (settle.acks.progress_every / 2).max(Duration::from_millis(10));
+    let keep_every = (session.acks.progress_every / 2).max(Duration::from_millis(10));
     let mut keep_alive_tick = tokio::time::interval_at(Instant::now() + keep_every, keep_every);
     keep_alive_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let exit = loop {
-        while in_flight.try_join_next().is_some() {}
-        while running.len() + in_flight.len() < concurrency
+        while in_flight.try_join_next().is_some() {
+            flow.finished();
+        }
+        while flow.may_start(running.len() + in_flight.len())
             && let Some(next) = waiting.pop_front()
         {
             let mut handler: Running =
-                Box::pin(dispatch(next.message, next.deadline, settle.clone()));
+                Box::pin(handle(next.message, next.deadline, session.clone()));
             // Most handlers finish without waiting: run them here, with no task.
             if handler.as_mut().now_or_never().is_none() {
                 running.push(handler);
+            } else {
+                flow.finished();
             }
         }
         let started = running.len() + in_flight.len();
-        let room = capacity.saturating_sub(started + waiting.len());
-        let readable = feed.asks() || started < concurrency;
-        let next = tokio::select! {
+        let held = started + waiting.len();
+        let readable = feed.asks() || flow.may_start(started);
+        let step = tokio::select! {
             biased;
-            _ = cancel.cancelled() => break Exit::Drained,
-            // A handler finished: there is room for more.
-            Some(()) = running.next(), if !running.is_empty() => continue,
-            Some(_) = in_flight.join_next(), if !in_flight.is_empty() => continue,
-            _ = keep_alive_tick.tick(), if !waiting.is_empty() => {
-                keep_waiting(&mut waiting, &settle, keep_every).await;
-                continue;
-            }
-            next = feed.next(room), if readable => next,
+            _ = cancel.cancelled() => Step::Cancelled,
+            Some(()) = running.next(), if !running.is_empty() => Step::Finished,
+            Some(_) = in_flight.join_next(), if !in_flight.is_empty() => Step::Finished,
+            _ = keep_alive_tick.tick(), if !waiting.is_empty() => Step::KeepAlive,
+            next = feed.next(&flow, held), if readable => match next {
+                // Started at the top of the loop, as soon as there is room.
+                Ok(fetched) => {
+                    waiting.push_back(Waiting {
+                        message: fetched.message,
+                        deadline: session.acks.deadline(fetched.delivered_after),
+                        kept: Instant::now(),
+                    });
+                    Step::Received
+                }
+                Err(loss) => Step::Lost(loss),
+            },
         };
-        match next {
-            // Started at the top of the loop, as soon as there is room.
-            Ok(fetched) => waiting.push_back(Waiting {
-                message: fetched.message,
-                deadline: settle.acks.deadline(fetched.delivered_after),
-                kept: Instant::now(),
-            }),
-            Err(reason) => break Exit::Lost(reason),
+        match step {
+            Step::Cancelled => break Exit::Drained,
+            Step::Finished => flow.finished(),
+            Step::KeepAlive => keep_waiting(&mut waiting, &session, keep_every).await,
+            Step::Received => {}
+            Step::Lost(loss) => break Exit::Lost(loss),
         }
     };
     // Handlers still running go on as tasks: a lost consumer is ensured again while they
@@ -112,26 +130,24 @@ pub(super) async fn pump(
         in_flight.spawn(handler);
     }
     if matches!(exit, Exit::Drained) {
-        settle.slot.transition(ConsumerState::Draining);
+        session.observer.slot.transition(ConsumerState::Draining);
     }
     // Hand back what was received but not started, so that another instance takes it at once.
     let mut unstarted: Vec<jetstream::Message> = waiting.into_iter().map(|w| w.message).collect();
     unstarted.extend(feed.close().await);
     for message in unstarted {
-        if let Err(e) = message.ack_with(AckKind::Nak(None)).await {
-            tracing::warn!(error = %e, "could not return an unstarted message");
-        }
+        ack::nak(&message, None).await;
     }
     exit
 }
 
 /// Sends a progress ack for each waiting message not kept alive for `every`, so that its
 /// `ack_wait` does not run out while it waits here for a free handler.
-async fn keep_waiting(waiting: &mut VecDeque<Waiting>, settle: &Settle, every: Duration) {
+async fn keep_waiting(waiting: &mut VecDeque<Waiting>, session: &Session, every: Duration) {
     let now = Instant::now();
     for w in waiting.iter_mut().filter(|w| now >= w.kept + every) {
         w.kept = now;
-        settle.acks.keep_alive(&w.message, &mut w.deadline).await;
+        session.acks.keep_alive(&w.message, &mut w.deadline).await;
     }
 }
 

@@ -8,9 +8,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use async_nats::jetstream::consumer;
 
-use crate::handler::{HandlerFuture, Incoming};
 use crate::provision::{ResumePoint, StreamInstance};
-use crate::registry::SharedHandler;
 
 /// Where one supervised consumer would resume, across its sessions.
 pub(super) struct Resume {
@@ -138,13 +136,13 @@ struct ProgressState {
 }
 
 impl Progress {
-    fn started(&self, sequence: u64) {
+    pub(super) fn started(&self, sequence: u64) {
         lock(&self.state).unsettled.insert(sequence);
     }
 
-    /// The handler succeeded, or failed for good (the message is dead-lettered and
-    /// terminated: never delivered again).
-    fn settled(&self, sequence: u64) {
+    /// The message is done with: handled, or failed for good (dead-lettered and terminated,
+    /// or left on its last delivery): never handled here again.
+    pub(super) fn settled(&self, sequence: u64) {
         let mut state = lock(&self.state);
         state.unsettled.remove(&sequence);
         state.handled_max = state.handled_max.max(sequence);
@@ -161,37 +159,6 @@ impl Progress {
             after,
         }
     }
-}
-
-/// `handler`, recording into `progress` which stream sequences it started and settled.
-/// `max_deliver` tells a failure that ends in a dead letter (settled) from one redelivered
-/// later (not settled).
-pub(super) fn tracked(
-    handler: SharedHandler,
-    progress: Arc<Progress>,
-    max_deliver: Option<u64>,
-) -> SharedHandler {
-    Arc::new(move |incoming: Incoming| -> HandlerFuture {
-        let sequence = incoming.context().stream_sequence();
-        let delivered = incoming.context().delivered();
-        // 0: the delivery metadata could not be read; nothing to resume by.
-        if sequence > 0 {
-            progress.started(sequence);
-        }
-        let handled = handler(incoming);
-        let progress = progress.clone();
-        Box::pin(async move {
-            let outcome = handled.await;
-            let settled = match &outcome {
-                Ok(()) => true,
-                Err(e) => e.is_permanent() || max_deliver.is_some_and(|max| delivered >= max),
-            };
-            if settled && sequence > 0 {
-                progress.settled(sequence);
-            }
-            outcome
-        })
-    })
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {

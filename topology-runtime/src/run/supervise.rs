@@ -12,13 +12,16 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use super::Inner;
-use super::ack::{Acks, Confirm};
-use super::dispatch::{Abandoned, Settle};
+use super::ack::{self, Acks, Confirm};
+use super::dispatch::{Session, StoppedHandlers};
 use super::feed::{Feed, Pusher, consumer_gone};
+use super::flow::Flow;
+use super::loss::Loss;
+use super::outcome::{Observer, Record};
 use super::pull::{Puller, Watch};
 use super::pump::{Exit, finish_in_flight, pump};
 use super::relay::relay_name;
-use super::resume::{Progress, Resume, Settled, tracked};
+use super::resume::{Progress, Resume, Settled};
 use crate::handler::Scope;
 use crate::health::{ConsumerState, Slot};
 use crate::provision::{Advisories, Ensured, ProvisionError, StreamInstance, UpdateMode};
@@ -55,7 +58,7 @@ pub(super) async fn supervise(
     // Handlers outlive the session that started them: a lost consumer is re-ensured at once,
     // while they finish and settle their messages (their acks go to the same durable).
     let mut in_flight = JoinSet::new();
-    let abandoned = Abandoned::default();
+    let stopped = StoppedHandlers::default();
     // A failure no retry can fix ends the loop too, through the same drain.
     let mut stopped_by: Option<ProvisionError> = None;
     loop {
@@ -95,7 +98,7 @@ pub(super) async fn supervise(
                         (info, progress, &instance),
                         &cancel,
                         &mut in_flight,
-                        (&abandoned, relay.is_none().then(|| resume.settled())),
+                        (&stopped, relay.is_none().then(|| resume.settled())),
                     ) => exit,
                     never = follow_ack_floor(
                         &inner,
@@ -127,7 +130,7 @@ pub(super) async fn supervise(
                             backoff.reset();
                             at_once = true;
                         }
-                        reason
+                        reason.to_string()
                     }
                 }
             }
@@ -162,15 +165,9 @@ pub(super) async fn supervise(
     finish_in_flight(&mut in_flight, inner.settings.grace_period, &slot).await;
     // Handlers stopped by the grace period settled nothing: return their messages now rather
     // than after their ack_wait.
-    let abandoned = std::mem::take(&mut *abandoned.lock().unwrap_or_else(|e| e.into_inner()));
-    for reply in abandoned {
-        if let Err(e) = inner
-            .client
-            .publish(reply, bytes::Bytes::from_static(b"-NAK"))
-            .await
-        {
-            tracing::warn!(error = %e, "could not return a message whose handler was stopped");
-        }
+    let stopped = std::mem::take(&mut *stopped.lock().unwrap_or_else(|e| e.into_inner()));
+    for reply in stopped {
+        ack::nak_reply(&inner.client, reply).await;
     }
     if let Some(relay) = &relay {
         let deleted = tokio::time::timeout(
@@ -256,7 +253,7 @@ async fn consume(
     in_flight: &mut JoinSet<()>,
     // Where stopped handlers leave their messages, and (a queue consumer) where handlers
     // record what they settled.
-    (abandoned, settled): (&Abandoned, Option<Arc<Settled>>),
+    (stopped, settled): (&StoppedHandlers, Option<Arc<Settled>>),
 ) -> Exit {
     let settings = &inner.settings;
     let js = inner.ensurer.provisioner().jetstream().clone();
@@ -264,13 +261,14 @@ async fn consume(
     let max_deliver = u64::try_from(info.config.max_deliver)
         .ok()
         .filter(|n| *n > 0);
-    // A relay counts what its handlers handled, to resume after it when re-created.
-    let handler = match progress {
-        Some(progress) => tracked(consumer.handler.clone(), progress, max_deliver),
-        None => consumer.handler.clone(),
+    // What it handled, to resume after it when re-created: a relay counts it here, a queue
+    // consumer above its ack floor.
+    let record = match (progress, settled) {
+        (Some(progress), _) => Some(Record::Relay(progress)),
+        (None, settled) => settled.map(Record::Queue),
     };
-    let settle = Arc::new(Settle {
-        handler,
+    let session = Arc::new(Session {
+        handler: consumer.handler.clone(),
         scope: Arc::new(Scope {
             stream: info.stream_name.clone(),
             consumer: info.name.clone(),
@@ -280,7 +278,6 @@ async fn consume(
             stream_missing: inner.health.shared.stream_missing.clone(),
             publish_retry: settings.publish_retry,
         }),
-        slot: slot.clone(),
         max_deliver,
         // The declared backoff (never sent to the server: there it would replace ack_wait).
         backoff: queue.map(|q| q.backoff.to_vec()).unwrap_or_default(),
@@ -288,8 +285,12 @@ async fn consume(
         dead_letter: queue.and_then(|q| q.dead_letter),
         dead_letter_retry: settings.dead_letter,
         dead_letter_attempts: settings.dead_letter_attempts,
-        abandoned: abandoned.clone(),
-        metrics: ConsumerMetrics::new(&info.stream_name, consumer_label(&consumer.decl)),
+        stopped: stopped.clone(),
+        observer: Observer {
+            slot: slot.clone(),
+            metrics: ConsumerMetrics::new(&info.stream_name, consumer_label(&consumer.decl)),
+            record,
+        },
         acks: Acks {
             // Relays have no setting: their consumer dies with the instance (see `AckMode`).
             confirm: (queue.map(|q| q.ack.unwrap_or(settings.ack)) == Some(AckMode::Confirmed))
@@ -300,36 +301,36 @@ async fn consume(
             ack_wait: info.config.ack_wait,
             progress_every: (info.config.ack_wait / 2).max(Duration::from_millis(100)),
         },
-        settled,
     });
     let concurrency = consumer.decl.effective_concurrency().max(1) as usize;
+    let flow = Flow::new(concurrency, settings.pull_batch, settings.pull_ahead);
     let push = queue.is_some_and(|q| q.delivery == Delivery::Push);
     let feed = if push {
         let handle = match push::Config::try_from_consumer_config(info.config.clone()) {
             Ok(config) => consumer::Consumer::new(config, info, js.clone()),
-            Err(e) => return Exit::Lost(format!("not a push consumer: {e}")),
+            Err(e) => return Exit::Lost(Loss::Client(format!("not a push consumer: {e}"))),
         };
         // A queue subscription on the deliver subject, in the consumer's deliver group.
         let messages = match handle.messages().await {
             Ok(m) => m,
-            Err(e) => return Exit::Lost(format!("could not subscribe: {e}")),
+            Err(e) => return Exit::Lost(Loss::Client(format!("could not subscribe: {e}"))),
         };
         let every = settings.expires.max(Duration::from_secs(1));
-        let gone = consumer_gone(js, settle.scope.clone(), every, cancel.clone());
+        let gone = consumer_gone(js, session.scope.clone(), every, cancel.clone());
         Feed::Push(Box::new(Pusher::new(messages, gone)))
     } else {
-        let batch = settings.pull_batch.unwrap_or(concurrency);
+        let batch = flow.batch();
         // With confirmed acks, a message is confirmed only before its ack_wait could have run
         // out counted from when its pull request was sent: a request that expires within half
         // of it leaves a message at least that half.
-        let expires = match settle.acks.confirm {
-            Some(_) => settings.expires.min(settle.acks.ack_wait / 2),
+        let expires = match session.acks.confirm {
+            Some(_) => settings.expires.min(session.acks.ack_wait / 2),
             None => settings.expires,
         };
         let api = inner.ensurer.provisioner().jetstream_api();
         let watch = Watch {
             slot: slot.clone(),
-            stalls: settle.metrics.stalls.clone(),
+            stalls: session.observer.metrics.stalls.clone(),
             advisories: Advisories::of(api),
         };
         match Puller::start(
@@ -343,11 +344,11 @@ async fn consume(
         .await
         {
             Ok(puller) => Feed::Pull(Box::new(puller)),
-            Err(e) => return Exit::Lost(format!("could not start pulling: {e}")),
+            Err(loss) => return Exit::Lost(loss),
         }
     };
     // Running once the server delivers to this instance: a pull feed's first request reached
     // the consumer, a push feed's subscription is in place.
     slot.transition(ConsumerState::Running);
-    pump(feed, settle, concurrency, cancel, in_flight).await
+    pump(feed, session, flow, cancel, in_flight).await
 }

@@ -13,7 +13,9 @@ mod metrics;
 #[cfg(feature = "otel")]
 mod trace;
 
-pub(crate) use metrics::{ConsumerMetrics, LagGauges, consumer_label, permission_violation};
+pub(crate) use metrics::{
+    ConsumerMetrics, LagGauges, Running, consumer_label, permission_violation,
+};
 pub use metrics::{describe, names};
 #[cfg(feature = "otel")]
 pub(crate) use trace::{continue_trace, inject_current};

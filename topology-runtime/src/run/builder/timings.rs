@@ -15,6 +15,7 @@ pub(crate) struct Settings {
     pub(crate) heartbeat: Duration,
     pub(crate) expires: Duration,
     pub(crate) pull_batch: Option<usize>,
+    pub(crate) pull_ahead: Duration,
     pub(crate) pull_close_wait: Duration,
     pub(crate) reconnect_check: Duration,
     pub(crate) down_alarm: Duration,
@@ -33,6 +34,7 @@ impl Default for Settings {
             heartbeat: Duration::from_secs(5),
             expires: Duration::from_secs(30),
             pull_batch: None,
+            pull_ahead: Duration::from_millis(10),
             pull_close_wait: Duration::from_secs(1),
             reconnect_check: Duration::from_secs(1),
             down_alarm: Duration::from_secs(60),
@@ -92,14 +94,24 @@ impl RuntimeBuilder {
         self
     }
 
-    /// The most messages one pull request asks for (default: the consumer's concurrency).
-    /// The runtime asks only for what it can start now, so by default nothing waits in this
-    /// instance while its `ack_wait` runs. A batch larger than the concurrency trades that for
-    /// fewer round trips: up to a batch of messages is held and asked for, so that a handler
-    /// that finishes finds its next message here rather than a round trip away. Those waiting
-    /// get progress acks (their `ack_wait` does not run out here), and a drain returns them.
+    /// The most messages one pull request asks for (default: the consumer's concurrency),
+    /// and, set larger than the concurrency, how many this instance holds: up to a batch,
+    /// whatever the handlers' pace (instead of [`pull_ahead`](Self::pull_ahead)'s). Messages
+    /// waiting to start get progress acks (their `ack_wait` does not run out here), and a
+    /// drain returns them.
     pub fn pull_batch(mut self, batch: usize) -> Self {
         self.settings.pull_batch = Some(batch.max(1));
+        self
+    }
+
+    /// How far ahead a pull consumer fetches when no [`pull_batch`](Self::pull_batch) is set
+    /// (default 10 ms): beyond its running handlers, it holds what they finish within this
+    /// time, at most its concurrency. Fast handlers then find their next message here rather
+    /// than a round trip away; slow ones hold nothing they cannot start at once, so no message
+    /// waits on a busy instance while another is idle. A message fetched ahead waits about
+    /// this long before it starts. `Duration::ZERO`: fetch only what can start at once.
+    pub fn pull_ahead(mut self, horizon: Duration) -> Self {
+        self.settings.pull_ahead = horizon;
         self
     }
 

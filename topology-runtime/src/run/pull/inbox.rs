@@ -6,6 +6,7 @@
 //! is unavailable, or a leader is being elected). The 408/409 of a request that delivered
 //! part of its batch carry how many it did not (`Nats-Pending-Messages`).
 
+use crate::run::loss::Loss;
 use async_nats::StatusCode;
 
 /// One thing the server sent to the inbox.
@@ -27,7 +28,7 @@ pub(super) enum Inbox {
     /// The consumer cannot be pulled from any more (deleted, push based, a request limit
     /// exceeded), or an answer that asking again at once could repeat in a hot loop: the
     /// session ends and the supervisor ensures the consumer again, with its backoff.
-    Lost(String),
+    Lost(Loss),
 }
 
 impl Inbox {
@@ -47,7 +48,7 @@ impl Inbox {
             || description == "Consumer is push based"
             || description.starts_with("Exceeded MaxRequest")
         {
-            return Inbox::Lost(format!("pull request ended: {status} {description}"));
+            return Inbox::Lost(Loss::PullEnded(format!("{status} {description}")));
         }
         if description == "Leadership Change" {
             return Inbox::LeaderChanged;
@@ -61,9 +62,7 @@ impl Inbox {
         } else if description.starts_with("Exceeded MaxWaiting") {
             Inbox::NewestRefused
         } else {
-            Inbox::Lost(format!(
-                "unexpected answer to a pull request: {status} {description}"
-            ))
+            Inbox::Lost(Loss::UnexpectedAnswer(format!("{status} {description}")))
         }
     }
 }

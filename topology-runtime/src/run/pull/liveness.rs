@@ -7,6 +7,7 @@
 //! leader's advisory makes the session pull again at once (the old leader took the open
 //! requests with it).
 
+use crate::run::loss::Loss;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -26,7 +27,7 @@ pub(super) enum Event {
     /// connection.
     Answered,
     /// The consumer or its stream is gone: the session ends.
-    Gone(String),
+    Gone(Loss),
 }
 
 /// A probe's outcome.
@@ -170,7 +171,7 @@ impl Liveness {
                             self.rtt = rtt;
                             return Event::Answered;
                         }
-                        Probe::Gone(why) => return Event::Gone(why),
+                        Probe::Gone(why) => return Event::Gone(Loss::Gone(why)),
                         Probe::Unanswered(why) if self.stalled => self.report(
                             heard,
                             format!(
@@ -278,7 +279,7 @@ async fn probe(
                         ..
                     },
                 ),
-        }) => Probe::Gone(format!("the consumer is gone: {}", e.description)),
+        }) => Probe::Gone(e.description),
         Ok(Answer { error: Some(e) }) => {
             Probe::Unanswered(format!("{} (error {})", e.description, e.err_code))
         }

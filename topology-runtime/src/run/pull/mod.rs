@@ -21,6 +21,8 @@ use tokio::time::Instant;
 
 use super::Settings;
 use super::feed::Fetched;
+use super::flow::Flow;
+use super::loss::Loss;
 use inbox::Inbox;
 pub(in crate::run) use liveness::Watch;
 use liveness::{Event, Liveness};
@@ -105,12 +107,12 @@ impl Puller {
         (batch, expires): (usize, Duration),
         settings: &Settings,
         watch: Watch,
-    ) -> Result<Puller, String> {
+    ) -> Result<Puller, Loss> {
         let inbox = async_nats::Subject::from(client.new_inbox());
         let subscriber = client
             .subscribe(inbox.clone())
             .await
-            .map_err(|e| format!("could not subscribe to the pull inbox: {e}"))?;
+            .map_err(|e| Loss::Client(format!("could not subscribe to the pull inbox: {e}")))?;
         let expires = expires.max(Duration::from_millis(100));
         // The server refuses a heartbeat longer than half the expiry.
         let heartbeat = settings
@@ -161,7 +163,7 @@ impl Puller {
     /// pulling (a marker published to our own inbox would need echo on and a publish
     /// permission on the inbox). A `no_wait` request would be answered at once only while
     /// the consumer can deliver: at its `max_ack_pending` it is held until an ack frees room.
-    async fn reach(&mut self, window: Duration) -> Result<(), String> {
+    async fn reach(&mut self, window: Duration) -> Result<(), Loss> {
         let until = Instant::now() + window;
         let mut pause = REFUSED_PAUSE.0;
         loop {
@@ -170,7 +172,7 @@ impl Puller {
                 .await?;
             let first = match tokio::time::timeout_at(until, self.subscriber.next()).await {
                 Ok(Some(message)) => message,
-                Ok(None) => return Err("the pull subscription ended".to_owned()),
+                Ok(None) => return Err(Loss::SubscriptionEnded("pull")),
                 // Unanswered, not refused: the request or its answer is slow or lost, which
                 // the heartbeats of the requests that follow watch like any other silence.
                 Err(_) => {
@@ -189,9 +191,7 @@ impl Puller {
             }
             self.requests.oldest_ended();
             if Instant::now() + pause >= until {
-                return Err(format!(
-                    "no responders to the pull requests for {window:?}: the consumer, its stream or JetStream is unavailable"
-                ));
+                return Err(Loss::NoResponders(window));
             }
             tracing::debug!(subject = %self.subject, ?pause, "no responder to the first pull request yet; asking again");
             tokio::time::sleep(pause).await;
@@ -199,15 +199,9 @@ impl Puller {
         }
     }
 
-    /// The most one request asks for.
-    pub(super) fn batch(&self) -> usize {
-        self.batch
-    }
-
-    /// Asks for what `room` allows beyond what is already asked for, in requests of at most a
-    /// batch: at once when nothing is asked for, else once half a batch can be asked for (not a
-    /// request per finished handler). Nothing while refused requests wait to be sent again.
-    async fn top_up(&mut self, room: usize) -> Result<(), String> {
+    /// Asks for what `flow` wants while `held` messages are running or waiting to start.
+    /// Nothing while refused requests wait to be sent again.
+    async fn top_up(&mut self, flow: &Flow, held: usize) -> Result<(), Loss> {
         if self
             .refused
             .as_ref()
@@ -216,9 +210,8 @@ impl Puller {
             return Ok(());
         }
         loop {
-            let asked = self.requests.asked();
-            let want = room.saturating_sub(asked).min(self.batch);
-            if want == 0 || (asked > 0 && want < self.batch.div_ceil(2)) {
+            let want = flow.want(held, self.requests.asked());
+            if want == 0 {
                 return Ok(());
             }
             self.send(want, self.expires, self.heartbeat).await?;
@@ -232,7 +225,7 @@ impl Puller {
         want: usize,
         expires: Duration,
         heartbeat: Duration,
-    ) -> Result<(), String> {
+    ) -> Result<(), Loss> {
         let nanos = |d: Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
         let request = serde_json::json!({
             "batch": want,
@@ -243,7 +236,7 @@ impl Puller {
         self.client
             .publish_with_reply(self.subject.clone(), self.inbox.clone(), payload)
             .await
-            .map_err(|e| format!("could not send a pull request: {e}"))?;
+            .map_err(|e| Loss::Client(format!("could not send a pull request: {e}")))?;
         if self.requests.is_empty() {
             self.heard = Instant::now();
         }
@@ -251,14 +244,14 @@ impl Puller {
         Ok(())
     }
 
-    /// The next message, or why the consumer is lost. `room` is how many more messages this
-    /// instance can take now: no more than that is asked for. Cancel-safe.
-    pub(super) async fn next(&mut self, room: usize) -> Result<Fetched, String> {
+    /// The next message, or why the consumer is lost. `held`: how many messages this
+    /// instance is running or holding; `flow` says how many more to ask for. Cancel-safe.
+    pub(super) async fn next(&mut self, flow: &Flow, held: usize) -> Result<Fetched, Loss> {
         if let Some(fetched) = self.arrived.pop_front() {
             return Ok(fetched);
         }
         loop {
-            self.top_up(room).await?;
+            self.top_up(flow, held).await?;
             // What has arrived already needs no timer.
             if let Some(arrived) = self.subscriber.next().now_or_never() {
                 match arrived {
@@ -266,7 +259,7 @@ impl Puller {
                         Some(fetched) => return Ok(fetched),
                         None => continue,
                     },
-                    None => return Err("the pull subscription ended".to_owned()),
+                    None => return Err(Loss::SubscriptionEnded("pull")),
                 }
             }
             // A request the server should have ended by now (with a 408) was lost with a
@@ -288,7 +281,7 @@ impl Puller {
                             return Ok(fetched);
                         }
                     }
-                    None => return Err("the pull subscription ended".to_owned()),
+                    None => return Err(Loss::SubscriptionEnded("pull")),
                 },
                 event = self.liveness.next_event(self.heard, open) => match event {
                     Event::LeaderElected => {
@@ -327,7 +320,7 @@ impl Puller {
 
     /// Accounts for one thing the server sent to the inbox: a message is returned; a status
     /// updates the open requests, or reports the consumer lost.
-    fn take(&mut self, message: async_nats::Message) -> Result<Option<Fetched>, String> {
+    fn take(&mut self, message: async_nats::Message) -> Result<Option<Fetched>, Loss> {
         self.heard = Instant::now();
         let inbox = Inbox::of(message);
         if !matches!(inbox, Inbox::NoResponders) {
@@ -366,9 +359,7 @@ impl Puller {
                     again_at: now,
                 });
                 if refused.since.elapsed() >= REACH_WINDOW {
-                    return Err(format!(
-                        "no responders to the pull requests for {REACH_WINDOW:?}: the consumer, its stream or JetStream is unavailable"
-                    ));
+                    return Err(Loss::NoResponders(REACH_WINDOW));
                 }
                 refused.again_at = now + refused.pause;
                 refused.pause = (refused.pause * 2).min(REFUSED_PAUSE.1);

@@ -1,0 +1,46 @@
+//! Why a consumer's session ended before shutdown ([`Loss`]): its supervisor ensures the
+//! consumer again and resumes, and health shows the reason while it does.
+
+use std::fmt;
+use std::time::Duration;
+
+/// Why a consumer's session was lost.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Loss {
+    /// The consumer or its stream is gone from the server (a probe's or a poll's answer).
+    Gone(String),
+    /// The server ended the session's pull requests for good (the consumer deleted, turned
+    /// push-based, or its request limits exceeded): status and description.
+    PullEnded(String),
+    /// The server answered a pull request with a status this runtime does not know.
+    UnexpectedAnswer(String),
+    /// No consumer leader took the pull requests for this long.
+    NoResponders(Duration),
+    /// A push consumer's delivery failed for good.
+    PushFailed(String),
+    /// The subscription the messages arrive on ended (the connection closed): `"pull"` or
+    /// `"push"`.
+    SubscriptionEnded(&'static str),
+    /// The session could not be opened or go on: subscribing, or sending a pull request.
+    Client(String),
+}
+
+impl fmt::Display for Loss {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Loss::Gone(why) => write!(f, "the consumer is gone: {why}"),
+            Loss::PullEnded(status) => write!(f, "pull request ended: {status}"),
+            Loss::UnexpectedAnswer(status) => {
+                write!(f, "unexpected answer to a pull request: {status}")
+            }
+            Loss::NoResponders(window) => write!(
+                f,
+                "no responders to the pull requests for {window:?}: the consumer, its stream or \
+                 JetStream is unavailable"
+            ),
+            Loss::PushFailed(why) => write!(f, "push delivery failed: {why}"),
+            Loss::SubscriptionEnded(kind) => write!(f, "the {kind} subscription ended"),
+            Loss::Client(why) => f.write_str(why),
+        }
+    }
+}
