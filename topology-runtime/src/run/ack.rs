@@ -31,6 +31,11 @@ pub(super) struct Confirm {
     pub(super) attempt: Duration,
 }
 
+/// How long a confirmed ack refused at once waits before it is sent again: this, times the
+/// attempt, up to [`REFUSED_ACK_STEPS`] times this (50 ms up to 1 s).
+const REFUSED_ACK_PAUSE: Duration = Duration::from_millis(50);
+const REFUSED_ACK_STEPS: u32 = 20;
+
 /// Until when a delivery surely has not been given to anyone else: its `ack_wait` counted
 /// from no later than the server delivered it (see [`Fetched::delivered_after`]), pushed
 /// further by each progress ack the server confirmed before it. A confirmation received
@@ -127,7 +132,7 @@ impl Acks {
             if error.kind() != async_nats::RequestErrorKind::TimedOut {
                 // Refused at once: no consumer leader takes acks now (an election, or the
                 // consumer is gone), or the connection is being re-established. Pause first.
-                let pause = Duration::from_millis(50 * u64::from(attempt.min(20)));
+                let pause = REFUSED_ACK_PAUSE * attempt.min(REFUSED_ACK_STEPS);
                 tokio::time::sleep(pause.min(left)).await;
             }
         }

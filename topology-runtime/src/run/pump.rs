@@ -37,6 +37,9 @@ pub(super) enum Exit {
     Lost(Loss),
 }
 
+/// The shortest interval at which waiting messages are checked for a progress ack.
+const KEEP_ALIVE_FLOOR: Duration = Duration::from_millis(10);
+
 /// A handler that did not finish on its first poll.
 type Running = Pin<Box<dyn Future<Output = ()> + Send>>;
 
@@ -75,7 +78,7 @@ pub(super) async fn pump(
     let mut running: FuturesUnordered<Running> = FuturesUnordered::new();
     // Every half progress interval, messages that waited at least that long are kept alive:
     // a progress ack at most every `progress_every`, as for a running handler.
-    let keep_every = (session.acks.progress_every / 2).max(Duration::from_millis(10));
+    let keep_every = (session.acks.progress_every / 2).max(KEEP_ALIVE_FLOOR);
     let mut keep_alive_tick = tokio::time::interval_at(Instant::now() + keep_every, keep_every);
     keep_alive_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let exit = loop {

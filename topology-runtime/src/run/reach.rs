@@ -107,6 +107,9 @@ pub(super) async fn watch_reach(inner: Arc<Inner>, cancel: CancellationToken) {
     }
 }
 
+/// How often a move to another server checks whether the client has reconnected.
+const RECONNECT_POLL: Duration = Duration::from_millis(10);
+
 /// How long the leader of a JetStream group may go without hearing from a peer before that
 /// peer counts as cut off from it: three of Raft's 1 s heartbeats (a follower answers each).
 const PEERS_SILENT: Duration = Duration::from_secs(3);
@@ -218,7 +221,7 @@ async fn move_away(
                 }
                 break;
             }
-            tokio::time::sleep(Duration::from_millis(10)).await;
+            tokio::time::sleep(RECONNECT_POLL).await;
         }
     }
     None

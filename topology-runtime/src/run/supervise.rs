@@ -192,6 +192,12 @@ pub(super) async fn supervise(
     }
 }
 
+/// Progress acks are sent every half `ack_wait`, and no more often than this.
+const PROGRESS_FLOOR: Duration = Duration::from_millis(100);
+
+/// A push consumer's deletion is polled every pull expiry, and no more often than this.
+const PUSH_GONE_POLL_FLOOR: Duration = Duration::from_secs(1);
+
 /// A relay session that ran this long was not lost at once: its loss is re-ensured without
 /// waiting.
 const HEALTHY_SESSION: Duration = Duration::from_secs(1);
@@ -299,7 +305,7 @@ async fn consume(
                     attempt: inner.ensurer.policy().request_timeout,
                 }),
             ack_wait: info.config.ack_wait,
-            progress_every: (info.config.ack_wait / 2).max(Duration::from_millis(100)),
+            progress_every: (info.config.ack_wait / 2).max(PROGRESS_FLOOR),
         },
     });
     let concurrency = consumer.decl.effective_concurrency().max(1) as usize;
@@ -315,7 +321,7 @@ async fn consume(
             Ok(m) => m,
             Err(e) => return Exit::Lost(Loss::Client(format!("could not subscribe: {e}"))),
         };
-        let every = settings.expires.max(Duration::from_secs(1));
+        let every = settings.expires.max(PUSH_GONE_POLL_FLOOR);
         let gone = consumer_gone(js, session.scope.clone(), every, cancel.clone());
         Feed::Push(Box::new(Pusher::new(messages, gone)))
     } else {

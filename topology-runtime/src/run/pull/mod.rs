@@ -1,5 +1,5 @@
-//! A pull consumer read through our own pull requests, so that the server is never asked for
-//! more messages than this instance can start.
+//! A pull consumer read through our own pull requests, so that the server is asked for no
+//! more than the flow control (`flow`) wants.
 //!
 //! - [`Puller`] (here): the requests, what they may still deliver, and a session's first
 //!   request, confirmed before the consumer is reported running;
@@ -29,10 +29,11 @@ use liveness::{Event, Liveness};
 use requests::Requests;
 
 /// A pull consumer read through our own pull requests on one inbox, so that the server is
-/// never asked for more messages than this instance can start: async-nats's `messages()`
-/// pulls a new batch when half of the last one arrived, which fetches up to a batch more than
-/// can be handled; those messages wait in the client while their `ack_wait` runs out, then
-/// are delivered again (and handled twice), or are stranded by a drain until `ack_wait`.
+/// asked for no more than the flow control wants: async-nats's `messages()` pulls a new batch
+/// when half of the last one arrived, whatever the handlers' pace; those messages wait in the
+/// client while their `ack_wait` runs out, then are delivered again (and handled twice), or
+/// are stranded by a drain until `ack_wait`. Here what waits gets progress acks and a drain
+/// hands it back.
 pub(super) struct Puller {
     client: async_nats::Client,
     context: jetstream::Context,
@@ -82,6 +83,10 @@ struct Refused {
 /// open requests with a 409, and answers probes with "not found"); the window leaves room for
 /// a slow election on a loaded cluster.
 const REACH_WINDOW: Duration = Duration::from_secs(5);
+
+/// How long past its expiry an open request is taken as lost (no 408 came: a server restart
+/// or a connection loss took it): two heartbeats, and at least this.
+const OVERDUE_MARGIN_FLOOR: Duration = Duration::from_secs(1);
 
 /// The first and the longest pause before a refused request is sent again.
 const REFUSED_PAUSE: (Duration, Duration) = (Duration::from_millis(5), Duration::from_millis(250));
@@ -264,7 +269,7 @@ impl Puller {
             }
             // A request the server should have ended by now (with a 408) was lost with a
             // server restart or a connection loss: forget it, and ask again.
-            let margin = (self.heartbeat * 2).max(Duration::from_secs(1));
+            let margin = (self.heartbeat * 2).max(OVERDUE_MARGIN_FLOOR);
             let overdue = self.requests.oldest_expiry().map(|at| at + margin);
             // A refused request is asked again at the top of the loop once its pause is over.
             let refused_until = self
