@@ -84,6 +84,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .with_writer(std::io::stderr)
         .init();
 
+    if let Some(flag) = std::env::args().nth(1) {
+        return Err(unknown_argument(&flag).into());
+    }
+
     // An embedded server unless NATS_URL names one; it stops when `_server` drops.
     let (url, _server) = match std::env::var("NATS_URL") {
         Ok(url) => (url, None),
@@ -103,9 +107,6 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     let (done_tx, mut done) = mpsc::unbounded_channel::<u32>();
     let runtime = Runtime::builder(client.clone()).state(done_tx).build()?;
-    if let Some(flag) = std::env::args().nth(1) {
-        return Err(unknown_argument(&flag).into());
-    }
     let health = runtime.health();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let running = tokio::spawn(runtime.run_until(async move {
