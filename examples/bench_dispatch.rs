@@ -331,13 +331,24 @@ async fn main() -> Result<(), BoxError> {
         let ours = Variant::OursConfirmed(c);
         rate(p, ours) / rate(p, ours.reference(waits))
     };
-    let tuned_ratio = |p: usize, c: u32, waits: bool| {
-        let ours = Variant::OursTuned(c);
-        rate(p, ours) / rate(p, ours.reference(waits))
-    };
+    // ours_tuned_c{C}[_wait]_msgs_per_sec and ratio_tuned_c{C}_{noop|wait}.
+    let mut tuned = Vec::new();
+    for (p, phase) in [(noop, ""), (wait, "_wait")] {
+        for c in [8, 64] {
+            let r = rate(p, Variant::OursTuned(c));
+            tuned.push(format!("\"ours_tuned_c{c}{phase}_msgs_per_sec\":{r:.0}"));
+        }
+    }
+    for (p, phase, waits) in [(noop, "noop", false), (wait, "wait", true)] {
+        for c in [8, 64] {
+            let ours = Variant::OursTuned(c);
+            let r = rate(p, ours) / rate(p, ours.reference(waits));
+            tuned.push(format!("\"ratio_tuned_c{c}_{phase}\":{r:.3}"));
+        }
+    }
     let cost = |p: usize, c: u32| rate(p, Variant::OursConfirmed(c)) / rate(p, Variant::Ours(c));
     let json = format!(
-        "{{\"messages\":{},\"wait_messages\":{},\"work_us\":{},\"batch\":{},\"reps\":{},\"raw_msgs_per_sec\":{:.0},\"raw_c8_msgs_per_sec\":{:.0},\"raw_c64_msgs_per_sec\":{:.0},\"ours_c1_msgs_per_sec\":{:.0},\"ours_c8_msgs_per_sec\":{:.0},\"ours_c64_msgs_per_sec\":{:.0},\"raw_wait_msgs_per_sec\":{:.0},\"raw_c8_wait_msgs_per_sec\":{:.0},\"raw_c64_wait_msgs_per_sec\":{:.0},\"ours_c1_wait_msgs_per_sec\":{:.0},\"ours_c8_wait_msgs_per_sec\":{:.0},\"ours_c64_wait_msgs_per_sec\":{:.0},\"ratio\":{:.3},\"ratio_c8_noop\":{:.3},\"ratio_c64_noop\":{:.3},\"ratio_c8_wait\":{:.3},\"ratio_c64_wait\":{:.3},\"ours_tuned_c8_msgs_per_sec\":{:.0},\"ours_tuned_c64_msgs_per_sec\":{:.0},\"ours_tuned_c8_wait_msgs_per_sec\":{:.0},\"ours_tuned_c64_wait_msgs_per_sec\":{:.0},\"ratio_tuned_c8_noop\":{:.3},\"ratio_tuned_c64_noop\":{:.3},\"ratio_tuned_c8_wait\":{:.3},\"ratio_tuned_c64_wait\":{:.3}}}",
+        "{{\"messages\":{},\"wait_messages\":{},\"work_us\":{},\"batch\":{},\"reps\":{},\"raw_msgs_per_sec\":{:.0},\"raw_c8_msgs_per_sec\":{:.0},\"raw_c64_msgs_per_sec\":{:.0},\"ours_c1_msgs_per_sec\":{:.0},\"ours_c8_msgs_per_sec\":{:.0},\"ours_c64_msgs_per_sec\":{:.0},\"raw_wait_msgs_per_sec\":{:.0},\"raw_c8_wait_msgs_per_sec\":{:.0},\"raw_c64_wait_msgs_per_sec\":{:.0},\"ours_c1_wait_msgs_per_sec\":{:.0},\"ours_c8_wait_msgs_per_sec\":{:.0},\"ours_c64_wait_msgs_per_sec\":{:.0},\"ratio\":{:.3},\"ratio_c8_noop\":{:.3},\"ratio_c64_noop\":{:.3},\"ratio_c8_wait\":{:.3},\"ratio_c64_wait\":{:.3},{}}}",
         args.messages,
         args.wait_messages,
         args.work_us,
@@ -360,14 +371,7 @@ async fn main() -> Result<(), BoxError> {
         ratio(noop, 64, false),
         ratio(wait, 8, true),
         ratio(wait, 64, true),
-        rate(noop, Variant::OursTuned(8)),
-        rate(noop, Variant::OursTuned(64)),
-        rate(wait, Variant::OursTuned(8)),
-        rate(wait, Variant::OursTuned(64)),
-        tuned_ratio(noop, 8, false),
-        tuned_ratio(noop, 64, false),
-        tuned_ratio(wait, 8, true),
-        tuned_ratio(wait, 64, true),
+        tuned.join(","),
     );
     let confirmed = format!(
         "{{\"raw_double_msgs_per_sec\":{:.0},\"raw_double_c8_msgs_per_sec\":{:.0},\"raw_double_c64_msgs_per_sec\":{:.0},\"ours_confirmed_c1_msgs_per_sec\":{:.0},\"ours_confirmed_c8_msgs_per_sec\":{:.0},\"ours_confirmed_c64_msgs_per_sec\":{:.0},\"raw_double_wait_msgs_per_sec\":{:.0},\"raw_double_c8_wait_msgs_per_sec\":{:.0},\"raw_double_c64_wait_msgs_per_sec\":{:.0},\"ours_confirmed_c1_wait_msgs_per_sec\":{:.0},\"ours_confirmed_c8_wait_msgs_per_sec\":{:.0},\"ours_confirmed_c64_wait_msgs_per_sec\":{:.0},\"ratio_confirmed\":{:.3},\"ratio_confirmed_c8_noop\":{:.3},\"ratio_confirmed_c64_noop\":{:.3},\"ratio_confirmed_c8_wait\":{:.3},\"ratio_confirmed_c64_wait\":{:.3},\"confirmed_cost_c1_noop\":{:.3},\"confirmed_cost_c8_noop\":{:.3},\"confirmed_cost_c64_noop\":{:.3},\"confirmed_cost_c1_wait\":{:.3},\"confirmed_cost_c8_wait\":{:.3},\"confirmed_cost_c64_wait\":{:.3}}}",
