@@ -271,8 +271,10 @@ async fn a_stalled_link_is_noticed_its_work_goes_to_the_other_replica_and_it_com
     )
     .await;
 
-    links[0].heal();
+    // Taken before the heal: the stalled bytes flow at once, and this thread may be
+    // descheduled between the two lines on a busy machine.
     let healed = Instant::now();
+    links[0].heal();
     runs[0].ready(Duration::from_secs(10)).await;
     eventually(
         Duration::from_secs(30),
