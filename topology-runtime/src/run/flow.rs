@@ -4,20 +4,24 @@
 //! At most `concurrency` handlers run. Beyond them a feed holds messages fetched ahead, so
 //! that a handler that finishes finds its next message here rather than a round trip away:
 //!
-//! - at the defaults (no `pull_batch`), what the handlers finish within the *horizon*
-//!   ([`RuntimeBuilder::pull_ahead`](crate::RuntimeBuilder::pull_ahead), 10 ms by default),
-//!   at most the concurrency. Fast handlers keep a round trip's worth of work in hand; slow
-//!   ones hold nothing they cannot start at once, so no message waits on a busy instance while
-//!   another is idle. A message fetched ahead waits about the horizon before it starts.
+//! - at the defaults (no `pull_batch`), as many as wait no longer than the *horizon*
+//!   ([`RuntimeBuilder::pull_ahead`](crate::RuntimeBuilder::pull_ahead), 10 ms by default)
+//!   for a free handler, at the handlers' measured pace: `horizon x concurrency / mean
+//!   handler time`, at most [`AHEAD_CAP`] (or the concurrency, if larger). Fast handlers keep
+//!   a round trip's worth of work in hand; slow ones hold nothing they cannot start at once,
+//!   so no message waits on a busy instance while another is idle. Nothing is held ahead
+//!   before a handler has finished.
 //! - with `pull_batch` set larger than the concurrency, up to one batch, fixed.
 //!
 //! Requests ask for what the room allows, at most a batch each, and (while one is open) only
-//! once half a batch can be asked for: not a request per finished handler. Messages waiting
-//! to start get progress acks, and a drain returns them (see `pump`).
+//! once half of what may be held can be asked for: not a request per finished handler.
+//! Messages waiting to start get progress acks, and a drain returns them (see `pump`).
 
 use std::time::Duration;
 
-use tokio::time::Instant;
+/// At the defaults, the most messages held ahead (and asked for in one request) when the
+/// concurrency is lower.
+pub(super) const AHEAD_CAP: usize = 64;
 
 /// One consumer's flow control.
 pub(super) struct Flow {
@@ -31,13 +35,14 @@ pub(super) struct Flow {
 enum Ahead {
     /// Up to this many, whatever the handlers' pace (`pull_batch` set).
     Fixed(usize),
-    /// What the handlers finished in the last horizon, at most `cap`.
+    /// What the handlers' pace starts within the horizon, at most `cap`.
     Paced { cap: usize, pace: Pace },
 }
 
 impl Flow {
     /// The flow of a consumer running `concurrency` handlers. `pull_batch`: the batch set on
-    /// the runtime, if any; `horizon`: how far ahead the defaults fetch (zero: nothing ahead).
+    /// the runtime, if any; `horizon`: how long a message fetched ahead may wait for a free
+    /// handler at the defaults (zero: nothing ahead).
     pub(super) fn new(concurrency: usize, pull_batch: Option<usize>, horizon: Duration) -> Self {
         let concurrency = concurrency.max(1);
         match pull_batch {
@@ -46,18 +51,22 @@ impl Flow {
                 batch: batch.max(1),
                 ahead: Ahead::Fixed(batch.saturating_sub(concurrency)),
             },
-            None => Flow {
+            None if horizon.is_zero() => Flow {
                 concurrency,
                 batch: concurrency,
-                ahead: if horizon.is_zero() {
-                    Ahead::Fixed(0)
-                } else {
-                    Ahead::Paced {
-                        cap: concurrency,
-                        pace: Pace::new(horizon),
-                    }
-                },
+                ahead: Ahead::Fixed(0),
             },
+            None => {
+                let cap = concurrency.max(AHEAD_CAP);
+                Flow {
+                    concurrency,
+                    batch: cap,
+                    ahead: Ahead::Paced {
+                        cap,
+                        pace: Pace::new(horizon),
+                    },
+                }
+            }
         }
     }
 
@@ -66,27 +75,25 @@ impl Flow {
         started < self.concurrency
     }
 
-    /// The most one request asks for (a session's first request asks for this).
-    pub(super) fn batch(&self) -> usize {
-        self.batch
-    }
-
     /// How many more messages to ask for, while `held` are running or waiting and `asked`
-    /// are asked for and not delivered yet: none until half a batch can be asked for (unless
-    /// nothing is asked for), never more than a batch in one request.
+    /// are asked for and not delivered yet: never more than a batch in one request, and while
+    /// a request is open, none until half of what may be held (at most a batch) can be asked
+    /// for. A session's first request asks for `want(0, 0)`.
     pub(super) fn want(&self, held: usize, asked: usize) -> usize {
-        let room = self.capacity().saturating_sub(held + asked);
-        let want = room.min(self.batch);
-        if want == 0 || (asked > 0 && want < self.batch.div_ceil(2)) {
+        let capacity = self.capacity();
+        let want = capacity.saturating_sub(held + asked).min(self.batch);
+        let half = capacity.min(self.batch).div_ceil(2);
+        if want == 0 || (asked > 0 && want < half) {
             return 0;
         }
         want
     }
 
-    /// A handler finished (settled or not): the pace the defaults fetch ahead by.
-    pub(super) fn finished(&mut self) {
-        if let Ahead::Paced { pace, .. } = &mut self.ahead {
-            pace.finished(Instant::now());
+    /// A handler finished (settled or not) after running `took`; `None` when it is not known
+    /// (a handler of an earlier session).
+    pub(super) fn finished(&mut self, took: Option<Duration>) {
+        if let (Ahead::Paced { pace, .. }, Some(took)) = (&mut self.ahead, took) {
+            pace.finished(took);
         }
     }
 
@@ -94,60 +101,53 @@ impl Flow {
     fn capacity(&self) -> usize {
         let ahead = match &self.ahead {
             Ahead::Fixed(n) => *n,
-            Ahead::Paced { cap, pace } => pace.per_horizon(Instant::now()).min(*cap),
+            Ahead::Paced { cap, pace } => pace.ahead(self.concurrency).min(*cap),
         };
         self.concurrency + ahead
     }
 }
 
-/// How many handlers finish per horizon: counted over the current window of one horizon and
-/// the one before it (the larger of the two, so that a pause of a moment does not empty
-/// what is held).
+/// The handlers' mean running time (a moving average), and from it how many messages start
+/// within the horizon.
 struct Pace {
     horizon: Duration,
-    since: Instant,
-    now: usize,
-    before: usize,
+    /// In nanoseconds; `None` until a handler finished.
+    mean: Option<f64>,
 }
 
 impl Pace {
+    /// The weight of the newest handler's time in the mean.
+    const WEIGHT: f64 = 1.0 / 8.0;
+
     fn new(horizon: Duration) -> Self {
         Pace {
             horizon,
-            since: Instant::now(),
-            now: 0,
-            before: 0,
+            mean: None,
         }
     }
 
-    fn roll(&mut self, at: Instant) {
-        let elapsed = at.saturating_duration_since(self.since);
-        if elapsed < self.horizon {
-            return;
-        }
-        // A window with nothing finished in between says the pace is what the last one saw.
-        self.before = if elapsed < self.horizon * 2 {
-            self.now
-        } else {
-            0
-        };
-        self.now = 0;
-        self.since = at;
+    fn finished(&mut self, took: Duration) {
+        let took = took.as_nanos() as f64;
+        self.mean = Some(match self.mean {
+            Some(mean) => mean + (took - mean) * Self::WEIGHT,
+            None => took,
+        });
     }
 
-    fn finished(&mut self, at: Instant) {
-        self.roll(at);
-        self.now += 1;
-    }
-
-    fn per_horizon(&self, at: Instant) -> usize {
-        let elapsed = at.saturating_duration_since(self.since);
-        if elapsed >= self.horizon * 2 {
-            0
-        } else if elapsed >= self.horizon {
-            self.now
-        } else {
-            self.now.max(self.before)
+    /// How many messages `concurrency` handlers start within the horizon, beyond those
+    /// running (a handler frees every `mean / concurrency` on average).
+    fn ahead(&self, concurrency: usize) -> usize {
+        match self.mean {
+            None => 0,
+            Some(mean) if mean < 1.0 => usize::MAX,
+            Some(mean) => {
+                let ahead = self.horizon.as_nanos() as f64 * concurrency as f64 / mean;
+                if ahead >= usize::MAX as f64 {
+                    usize::MAX
+                } else {
+                    ahead as usize
+                }
+            }
         }
     }
 }
@@ -183,52 +183,75 @@ mod tests {
     }
 
     #[test]
-    fn at_the_defaults_nothing_is_held_ahead_before_handlers_finish() {
+    fn at_the_defaults_nothing_is_held_ahead_before_a_handler_finished() {
         let flow = Flow::new(64, None, 10 * MS);
-        assert_eq!(flow.want(0, 0), 64);
-        assert_eq!(flow.capacity(), 64, "no pace measured: only what can start");
-        let flow = Flow::new(64, None, Duration::ZERO);
+        assert_eq!(flow.want(0, 0), 64, "a first request: what can start");
+        assert_eq!(flow.capacity(), 64);
+        let flow = Flow::new(1, None, 10 * MS);
+        assert_eq!(flow.want(0, 0), 1);
+        let mut flow = Flow::new(64, None, Duration::ZERO);
+        flow.finished(Some(Duration::ZERO));
         assert_eq!(flow.capacity(), 64, "a zero horizon never holds ahead");
     }
 
     #[test]
-    fn the_pace_is_what_finished_within_the_horizon() {
-        let start = Instant::now();
-        let mut pace = Pace::new(10 * MS);
-        pace.since = start;
-        for i in 0..30 {
-            pace.finished(start + MS * i / 10);
-        }
-        assert_eq!(pace.per_horizon(start + 5 * MS), 30);
-        // The next window: the last one's count holds until this one has seen more.
-        pace.finished(start + 11 * MS);
-        assert_eq!(pace.per_horizon(start + 12 * MS), 30);
-        // A whole window with nothing finished: the pace fell.
-        assert_eq!(pace.per_horizon(start + 25 * MS), 1);
-        assert_eq!(pace.per_horizon(start + 40 * MS), 0);
-        pace.finished(start + 40 * MS);
-        assert_eq!(
-            pace.per_horizon(start + 41 * MS),
-            1,
-            "an idle gap forgets the old pace"
-        );
-    }
-
-    #[test]
-    fn fast_handlers_are_held_ahead_up_to_the_concurrency() {
-        let mut flow = Flow::new(4, None, Duration::from_secs(3600));
-        for _ in 0..3 {
-            flow.finished();
-        }
-        assert_eq!(flow.capacity(), 4 + 3, "three finished within the horizon");
+    fn slow_handlers_hold_nothing_ahead() {
+        let mut flow = Flow::new(2, None, 10 * MS);
         for _ in 0..10 {
-            flow.finished();
+            flow.finished(Some(Duration::from_secs(3)));
         }
         assert_eq!(
             flow.capacity(),
-            4 + 4,
-            "never more ahead than the concurrency"
+            2,
+            "a free handler every 1.5 s: nothing within 10 ms"
         );
-        assert_eq!(flow.want(4, 0), 4);
+        assert_eq!(flow.want(2, 0), 0);
+        assert_eq!(flow.want(1, 0), 1, "one free handler: one message");
+    }
+
+    #[test]
+    fn fast_handlers_hold_what_starts_within_the_horizon() {
+        let mut flow = Flow::new(64, None, 10 * MS);
+        flow.finished(Some(10 * MS));
+        assert_eq!(flow.capacity(), 64 + 64, "64 start every 10 ms");
+        let mut flow = Flow::new(4, None, 10 * MS);
+        flow.finished(Some(20 * MS));
+        assert_eq!(
+            flow.capacity(),
+            4 + 2,
+            "a free handler every 5 ms: 2 within 10 ms"
+        );
+        for _ in 0..5 {
+            flow.finished(Some(Duration::ZERO));
+        }
+        flow.finished(None);
+        assert_eq!(flow.capacity(), 4 + 3, "faster: more ahead");
+        for _ in 0..100 {
+            flow.finished(Some(Duration::ZERO));
+        }
+        assert_eq!(
+            flow.capacity(),
+            4 + AHEAD_CAP,
+            "never more ahead than the cap"
+        );
+        assert_eq!(flow.want(4, 0), AHEAD_CAP);
+        assert_eq!(flow.want(4, 33), 0, "less than half while one is open");
+        assert_eq!(flow.want(4, 32), 32);
+    }
+
+    #[test]
+    fn the_pace_follows_the_handlers() {
+        let mut pace = Pace::new(10 * MS);
+        assert_eq!(pace.ahead(8), 0);
+        pace.finished(80 * MS);
+        assert_eq!(pace.ahead(8), 1);
+        for _ in 0..50 {
+            pace.finished(MS);
+        }
+        let ahead = pace.ahead(8);
+        assert!(
+            (70..=80).contains(&ahead),
+            "about 80 start within 10 ms: {ahead}"
+        );
     }
 }

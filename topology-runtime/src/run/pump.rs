@@ -40,8 +40,8 @@ pub(super) enum Exit {
 /// The shortest interval at which waiting messages are checked for a progress ack.
 const KEEP_ALIVE_FLOOR: Duration = Duration::from_millis(10);
 
-/// A handler that did not finish on its first poll.
-type Running = Pin<Box<dyn Future<Output = ()> + Send>>;
+/// A handler that did not finish on its first poll; it resolves to how long it ran.
+type Running = Pin<Box<dyn Future<Output = Duration> + Send>>;
 
 /// A message received and not started yet.
 struct Waiting {
@@ -54,8 +54,8 @@ struct Waiting {
 /// What woke the session loop.
 enum Step {
     Cancelled,
-    /// A handler finished: there is room for more.
-    Finished,
+    /// A handler finished (after running this long, if known): there is room for more.
+    Finished(Option<Duration>),
     KeepAlive,
     /// A message arrived (it waits to start).
     Received,
@@ -83,18 +83,21 @@ pub(super) async fn pump(
     keep_alive_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let exit = loop {
         while in_flight.try_join_next().is_some() {
-            flow.finished();
+            flow.finished(None);
         }
         while flow.may_start(running.len() + in_flight.len())
             && let Some(next) = waiting.pop_front()
         {
-            let mut handler: Running =
-                Box::pin(handle(next.message, next.deadline, session.clone()));
+            let handled = handle(next.message, next.deadline, session.clone());
+            let started = Instant::now();
+            let mut handler: Running = Box::pin(async move {
+                handled.await;
+                started.elapsed()
+            });
             // Most handlers finish without waiting: run them here, with no task.
-            if handler.as_mut().now_or_never().is_none() {
-                running.push(handler);
-            } else {
-                flow.finished();
+            match handler.as_mut().now_or_never() {
+                Some(took) => flow.finished(Some(took)),
+                None => running.push(handler),
             }
         }
         let started = running.len() + in_flight.len();
@@ -103,8 +106,8 @@ pub(super) async fn pump(
         let step = tokio::select! {
             biased;
             _ = cancel.cancelled() => Step::Cancelled,
-            Some(()) = running.next(), if !running.is_empty() => Step::Finished,
-            Some(_) = in_flight.join_next(), if !in_flight.is_empty() => Step::Finished,
+            Some(took) = running.next(), if !running.is_empty() => Step::Finished(Some(took)),
+            Some(_) = in_flight.join_next(), if !in_flight.is_empty() => Step::Finished(None),
             _ = keep_alive_tick.tick(), if !waiting.is_empty() => Step::KeepAlive,
             next = feed.next(&flow, held), if readable => match next {
                 // Started at the top of the loop, as soon as there is room.
@@ -121,7 +124,7 @@ pub(super) async fn pump(
         };
         match step {
             Step::Cancelled => break Exit::Drained,
-            Step::Finished => flow.finished(),
+            Step::Finished(took) => flow.finished(took),
             Step::KeepAlive => keep_waiting(&mut waiting, &session, keep_every).await,
             Step::Received => {}
             Step::Lost(loss) => break Exit::Lost(loss),
@@ -130,7 +133,7 @@ pub(super) async fn pump(
     // Handlers still running go on as tasks: a lost consumer is ensured again while they
     // finish, and a drain waits for them within its grace period.
     for handler in running {
-        in_flight.spawn(handler);
+        in_flight.spawn(handler.map(|_| ()));
     }
     if matches!(exit, Exit::Drained) {
         session.observer.slot.transition(ConsumerState::Draining);

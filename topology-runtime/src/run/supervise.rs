@@ -325,7 +325,7 @@ async fn consume(
         let gone = consumer_gone(js, session.scope.clone(), every, cancel.clone());
         Feed::Push(Box::new(Pusher::new(messages, gone)))
     } else {
-        let batch = flow.batch();
+        let first = flow.want(0, 0);
         // With confirmed acks, a message is confirmed only before its ack_wait could have run
         // out counted from when its pull request was sent: a request that expires within half
         // of it leaves a message at least that half.
@@ -343,7 +343,7 @@ async fn consume(
             &inner.client,
             js,
             (&api.prefix(), &info),
-            (batch, expires),
+            (first, expires),
             settings,
             watch,
         )

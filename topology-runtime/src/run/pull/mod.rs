@@ -40,8 +40,8 @@ pub(super) struct Puller {
     subject: String,
     inbox: async_nats::Subject,
     subscriber: async_nats::Subscriber,
-    /// The most one request asks for.
-    batch: usize,
+    /// What a session's first request asks for.
+    first: usize,
     expires: Duration,
     heartbeat: Duration,
     requests: Requests,
@@ -103,13 +103,14 @@ impl Puller {
     /// Starts pulling from the consumer `info` describes, sending pull requests under
     /// `api_prefix` (the runtime's JetStream domain or API prefix, e.g. `$JS.API`). Returns
     /// once the consumer holds a first request (see [`Puller::reach`]), so that a consumer
-    /// reported running is one the server delivers to. Requests ask for at most `batch`
-    /// messages and expire after `expires`.
+    /// reported running is one the server delivers to. The first request asks for `first`
+    /// messages (what the flow control wants of an empty session); requests expire after
+    /// `expires`.
     pub(super) async fn start(
         client: &async_nats::Client,
         context: jetstream::Context,
         (api_prefix, info): (&str, &consumer::Info),
-        (batch, expires): (usize, Duration),
+        (first, expires): (usize, Duration),
         settings: &Settings,
         watch: Watch,
     ) -> Result<Puller, Loss> {
@@ -135,7 +136,7 @@ impl Puller {
             ),
             inbox,
             subscriber,
-            batch: batch.max(1),
+            first: first.max(1),
             expires,
             heartbeat,
             requests: Requests::new(expires, heartbeat * 2),
@@ -173,7 +174,7 @@ impl Puller {
         let mut pause = REFUSED_PAUSE.0;
         loop {
             let sent = Instant::now();
-            self.send(self.batch, FIRST_EXPIRES, FIRST_HEARTBEAT)
+            self.send(self.first, FIRST_EXPIRES, FIRST_HEARTBEAT)
                 .await?;
             let first = match tokio::time::timeout_at(until, self.subscriber.next()).await {
                 Ok(Some(message)) => message,
