@@ -116,7 +116,8 @@ impl RuntimeBuilder {
     }
 
     /// Runs this topology instead of the one the macros registered.
-    pub fn topology(mut self, topology: Topology) -> Self {
+    pub fn topology(mut self, mut topology: Topology) -> Self {
+        topology.settle();
         self.topology = Some(topology);
         self
     }
