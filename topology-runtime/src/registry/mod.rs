@@ -87,15 +87,15 @@ pub struct Topology {
 }
 
 impl Keyed for StreamDecl {
-    type Key<'a> = &'static str;
+    type Key = &'static str;
     fn key(&self) -> &'static str {
         self.name
     }
 }
 
 impl Keyed for Consumer {
-    type Key<'a> = (&'static str, &'static str);
-    fn key(&self) -> Self::Key<'_> {
+    type Key = (&'static str, &'static str);
+    fn key(&self) -> Self::Key {
         (self.decl.stream.name(), self.decl.handler)
     }
 }

@@ -5,10 +5,8 @@ use std::sync::OnceLock;
 
 /// What an [`Ordered`] list is sorted by.
 pub(super) trait Keyed: Clone {
-    type Key<'a>: Ord
-    where
-        Self: 'a;
-    fn key(&self) -> Self::Key<'_>;
+    type Key: Ord;
+    fn key(&self) -> Self::Key;
 }
 
 /// Items in order by [`Keyed::key`], those with equal keys in the order they were added:
@@ -63,7 +61,7 @@ impl<T: Keyed> Ordered<T> {
         }
         self.sorted.get_or_init(|| {
             let mut sorted = self.items.clone();
-            sorted.sort_by(|a, b| a.key().cmp(&b.key()));
+            sort(&mut sorted);
             sorted
         })
     }
@@ -76,13 +74,19 @@ impl<T: Keyed> Ordered<T> {
                 Some(sorted) => sorted,
                 None => {
                     let mut items = std::mem::take(&mut self.items);
-                    items.sort_by(|a, b| a.key().cmp(&b.key()));
+                    sort(&mut items);
                     items
                 }
             };
             self.in_order = true;
         }
     }
+}
+
+/// Sorts stably by key, moving each item at most twice (a merge sort of the items would
+/// move each of them, a few hundred bytes, once per pass).
+fn sort<T: Keyed>(items: &mut [T]) {
+    items.sort_by_cached_key(T::key);
 }
 
 #[cfg(test)]
@@ -94,7 +98,7 @@ mod tests {
     struct Item(u8, usize);
 
     impl Keyed for Item {
-        type Key<'a> = u8;
+        type Key = u8;
         fn key(&self) -> u8 {
             self.0
         }
