@@ -4,6 +4,7 @@
 
 mod timings;
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use super::relay::relay_name;
@@ -265,15 +266,15 @@ impl RuntimeBuilder {
                 .with_older(ensurer.provisioner().older_declarations().clone())
                 .bind_only(self.bind_only),
         );
-        let slots: Vec<Arc<Slot>> = ensurer
+        let slots: Arc<[Arc<Slot>]> = ensurer
             .topology()
             .consumers()
             .iter()
             .enumerate()
             .map(|(index, c)| {
                 let (name, queue) = match &c.decl.kind {
-                    ConsumerKind::Queue(q) => (q.group.to_owned(), true),
-                    ConsumerKind::Broadcast(_) => (relay_name(&instance, index), false),
+                    ConsumerKind::Queue(q) => (Cow::Borrowed(q.group), true),
+                    ConsumerKind::Broadcast(_) => (Cow::Owned(relay_name(&instance, index)), false),
                 };
                 Arc::new(Slot::new(
                     c.decl.stream.name(),
@@ -291,10 +292,7 @@ impl RuntimeBuilder {
                 ensurer,
                 state: self.state,
                 settings: self.settings,
-                health: Health {
-                    slots: slots.into(),
-                    shared,
-                },
+                health: Health { slots, shared },
                 instance,
                 #[cfg(feature = "test-hooks")]
                 panic_supervisor: std::sync::Mutex::new(self.panic_supervisor),
