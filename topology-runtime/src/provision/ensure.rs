@@ -81,11 +81,10 @@ impl Ensurer {
     /// The streams no consumer reads (this service only publishes to them): they are ensured
     /// too.
     pub(crate) fn unread_streams(&self) -> Vec<StreamDecl> {
-        let consumers = self.topology.consumers();
         self.topology
             .streams()
             .iter()
-            .filter(|s| !consumers.iter().any(|c| c.decl.stream.name() == s.name))
+            .filter(|s| self.topology.consumers_of(s.name).is_empty())
             .copied()
             .collect()
     }

@@ -7,14 +7,15 @@
 //!
 //! It grows with the number of declarations, not with the number of pairs of them: overlaps
 //! between streams, and between the consumers of a work-queue stream, are found through a
-//! subject tree (`index`), and consumers are grouped by stream once.
+//! subject tree (`index`); consumers come sorted by stream, so each stream's are a run of
+//! the list, looked up once and grouped by sorting the run.
 
 mod index;
 
 use std::collections::BTreeMap;
 use std::fmt;
 
-use crate::registry::Topology;
+use crate::registry::{Consumer, Topology};
 use topology_core::model::{ConsumerDecl, ConsumerKind, Retention, StreamDecl};
 use topology_core::{rules, subject};
 
@@ -100,35 +101,10 @@ pub fn validate(topology: &Topology) -> Result<(), ValidationError> {
         }
     }
     check_owned_overlaps(&streams, &mut problems);
-    for consumer in topology.consumers() {
-        let decl = &consumer.decl;
-        if let Err(e) = rules::check_consumer(decl) {
-            problems.push(consumer_at(decl), e.message());
-        }
-        let name = decl.stream.name();
-        let Some(stream) = streams.get(name) else {
-            problems.push(
-                consumer_at(decl),
-                format!(
-                    "no stream named `{name}` is declared; declare it with \
-                     `#[stream(name = \"{name}\", subjects = [...])]`, adding `external` if \
-                     another service owns it"
-                ),
-            );
-            continue;
-        };
-        match rules::check_consumer_on_stream(decl, stream) {
-            Ok(()) => {}
-            Err(rules::FitError::SubjectNotCovered { index }) => problems.push(
-                consumer_at(decl),
-                format!(
-                    "subject `{}` is not covered by the stream's subjects {:?}, so it would \
-                     never receive a message; add it to the stream or change the consumer's \
-                     subject",
-                    decl.subjects[index], stream.subjects
-                ),
-            ),
-            Err(e) => problems.push(consumer_at(decl), e.message()),
+    for consumers in by_stream(topology) {
+        let stream = streams.get(consumers[0].decl.stream.name());
+        for consumer in consumers {
+            check_consumer(&consumer.decl, stream.copied(), &mut problems);
         }
     }
     check_groups(topology, &mut problems);
@@ -139,6 +115,44 @@ pub fn validate(topology: &Topology) -> Result<(), ValidationError> {
         Err(ValidationError {
             problems: problems.0,
         })
+    }
+}
+
+/// The consumers of each stream, in stream name order (the topology sorts them by stream).
+fn by_stream(topology: &Topology) -> impl Iterator<Item = &[Consumer]> {
+    topology
+        .consumers()
+        .chunk_by(|a, b| a.decl.stream.name() == b.decl.stream.name())
+}
+
+/// One consumer's own rules, and how it fits its stream (`None`: not declared).
+fn check_consumer(decl: &ConsumerDecl, stream: Option<&StreamDecl>, problems: &mut Problems) {
+    if let Err(e) = rules::check_consumer(decl) {
+        problems.push(consumer_at(decl), e.message());
+    }
+    let Some(stream) = stream else {
+        let name = decl.stream.name();
+        problems.push(
+            consumer_at(decl),
+            format!(
+                "no stream named `{name}` is declared; declare it with \
+                     `#[stream(name = \"{name}\", subjects = [...])]`, adding `external` if \
+                     another service owns it"
+            ),
+        );
+        return;
+    };
+    match rules::check_consumer_on_stream(decl, stream) {
+        Ok(()) => {}
+        Err(rules::FitError::SubjectNotCovered { index }) => problems.push(
+            consumer_at(decl),
+            format!(
+                "subject `{}` is not covered by the stream's subjects {:?}, so it would never \
+                 receive a message; add it to the stream or change the consumer's subject",
+                decl.subjects[index], stream.subjects
+            ),
+        ),
+        Err(e) => problems.push(consumer_at(decl), e.message()),
     }
 }
 
@@ -175,36 +189,40 @@ fn check_owned_overlaps(streams: &BTreeMap<&str, &StreamDecl>, problems: &mut Pr
 
 /// One durable (stream + group) declared by several handlers.
 fn check_groups(topology: &Topology, problems: &mut Problems) {
-    let mut groups: BTreeMap<(&str, &str), Vec<&ConsumerDecl>> = BTreeMap::new();
-    for consumer in topology.consumers() {
-        if let ConsumerKind::Queue(q) = &consumer.decl.kind {
-            groups
-                .entry((consumer.decl.stream.name(), q.group))
-                .or_default()
-                .push(&consumer.decl);
-        }
-    }
-    for ((stream, group), decls) in groups {
-        if decls.len() < 2 {
-            continue;
-        }
-        let handlers: Vec<&str> = decls.iter().map(|d| d.handler).collect();
-        let same_shape = decls
-            .windows(2)
-            .all(|w| w[0].kind == w[1].kind && w[0].subjects == w[1].subjects);
-        let what = if same_shape {
-            "a group is one durable, and messages would be split between the handlers at random"
-        } else {
-            "with different shapes, each start-up would rewrite the other's configuration"
-        };
-        problems.push(
-            format!("stream `{stream}`, queue consumer `{group}`"),
-            format!(
-                "declared by {} handlers ({}); {what}: give each handler its own group",
-                handlers.len(),
-                handlers.join(", ")
-            ),
+    let mut groups: Vec<(&str, &ConsumerDecl)> = Vec::new();
+    for consumers in by_stream(topology) {
+        groups.clear();
+        groups.extend(
+            consumers
+                .iter()
+                .filter_map(|c| c.decl.as_queue().map(|q| (q.group, &c.decl))),
         );
+        // Stable: each group's handlers stay in consumer order.
+        groups.sort_by_key(|&(group, _)| group);
+        for decls in groups.chunk_by(|a, b| a.0 == b.0) {
+            if decls.len() < 2 {
+                continue;
+            }
+            let (stream, group) = (consumers[0].decl.stream.name(), decls[0].0);
+            let handlers: Vec<&str> = decls.iter().map(|(_, d)| d.handler).collect();
+            let same_shape = decls
+                .windows(2)
+                .all(|w| w[0].1.kind == w[1].1.kind && w[0].1.subjects == w[1].1.subjects);
+            let what = if same_shape {
+                "a group is one durable, and messages would be split between the handlers at \
+                 random"
+            } else {
+                "with different shapes, each start-up would rewrite the other's configuration"
+            };
+            problems.push(
+                format!("stream `{stream}`, queue consumer `{group}`"),
+                format!(
+                    "declared by {} handlers ({}); {what}: give each handler its own group",
+                    handlers.len(),
+                    handlers.join(", ")
+                ),
+            );
+        }
     }
 }
 
@@ -215,21 +233,21 @@ fn check_work_queues(
     streams: &BTreeMap<&str, &StreamDecl>,
     problems: &mut Problems,
 ) {
-    let mut by_stream: BTreeMap<&str, Vec<&ConsumerDecl>> = BTreeMap::new();
-    for consumer in topology.consumers() {
-        let decl = &consumer.decl;
-        if decl.as_queue().is_some()
-            && streams
-                .get(decl.stream.name())
-                .is_some_and(|s| s.retention == Some(Retention::WorkQueue))
-        {
-            by_stream.entry(decl.stream.name()).or_default().push(decl);
-        }
-    }
-    for stream in streams.values() {
-        let Some(consumers) = by_stream.get(stream.name) else {
+    let mut consumers: Vec<&ConsumerDecl> = Vec::new();
+    for of_stream in by_stream(topology) {
+        let Some(stream) = streams
+            .get(of_stream[0].decl.stream.name())
+            .filter(|s| s.retention == Some(Retention::WorkQueue))
+        else {
             continue;
         };
+        consumers.clear();
+        consumers.extend(
+            of_stream
+                .iter()
+                .map(|c| &c.decl)
+                .filter(|d| d.as_queue().is_some()),
+        );
         // A consumer without filters reads the whole stream: it overlaps every other one.
         let mut index = SubjectIndex::new();
         let mut pairs = Vec::new();

@@ -4,6 +4,7 @@
 
 mod timings;
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use super::relay::relay_name;
@@ -116,7 +117,8 @@ impl RuntimeBuilder {
     }
 
     /// Runs this topology instead of the one the macros registered.
-    pub fn topology(mut self, topology: Topology) -> Self {
+    pub fn topology(mut self, mut topology: Topology) -> Self {
+        topology.settle();
         self.topology = Some(topology);
         self
     }
@@ -264,15 +266,15 @@ impl RuntimeBuilder {
                 .with_older(ensurer.provisioner().older_declarations().clone())
                 .bind_only(self.bind_only),
         );
-        let slots: Vec<Arc<Slot>> = ensurer
+        let slots: Arc<[Arc<Slot>]> = ensurer
             .topology()
             .consumers()
             .iter()
             .enumerate()
             .map(|(index, c)| {
                 let (name, queue) = match &c.decl.kind {
-                    ConsumerKind::Queue(q) => (q.group.to_owned(), true),
-                    ConsumerKind::Broadcast(_) => (relay_name(&instance, index), false),
+                    ConsumerKind::Queue(q) => (Cow::Borrowed(q.group), true),
+                    ConsumerKind::Broadcast(_) => (Cow::Owned(relay_name(&instance, index)), false),
                 };
                 Arc::new(Slot::new(
                     c.decl.stream.name(),
@@ -290,10 +292,7 @@ impl RuntimeBuilder {
                 ensurer,
                 state: self.state,
                 settings: self.settings,
-                health: Health {
-                    slots: slots.into(),
-                    shared,
-                },
+                health: Health { slots, shared },
                 instance,
                 #[cfg(feature = "test-hooks")]
                 panic_supervisor: std::sync::Mutex::new(self.panic_supervisor),

@@ -1,8 +1,16 @@
 //! The declarations that `#[stream]`, `#[queue_consumer]` and `#[broadcast]` register through
 //! `inventory`, read once into a sorted, deterministic [`Topology`].
 
-use crate::handler::HandlerFn;
+mod ordered;
+
+use std::collections::HashMap;
+use std::collections::hash_map::Entry;
+use std::fmt;
+use std::sync::Arc;
+
+use crate::handler::{HandlerFn, HandlerFuture, Incoming};
 use crate::state::StateKey;
+use ordered::{Keyed, Ordered};
 use topology_core::model::{ConsumerDecl, StreamDecl};
 
 /// A stream registered by `#[stream]`.
@@ -22,11 +30,6 @@ pub struct ConsumerRegistration {
 
 inventory::collect!(StreamRegistration);
 inventory::collect!(ConsumerRegistration);
-
-use std::fmt;
-use std::sync::Arc;
-
-use crate::handler::{HandlerFuture, Incoming};
 
 /// A handler as the runtime holds it: a registered `fn` or any closure.
 pub type SharedHandler = Arc<dyn Fn(Incoming) -> HandlerFuture + Send + Sync + 'static>;
@@ -71,10 +74,39 @@ impl fmt::Debug for Consumer {
 /// );
 /// assert_eq!(topology.consumers().len(), 1);
 /// ```
-#[derive(Clone, Default, Debug)]
+#[derive(Clone, Default)]
 pub struct Topology {
-    streams: Vec<StreamDecl>,
-    consumers: Vec<Consumer>,
+    /// By name; two *different* declarations under one name stay, so that validation can
+    /// report them.
+    streams: Ordered<StreamDecl>,
+    /// The first declaration in `streams` under each name: a stream seen twice (registered,
+    /// and referenced by each of its consumers) is one stream.
+    declared: HashMap<&'static str, StreamDecl>,
+    /// By stream, then handler.
+    consumers: Ordered<Consumer>,
+}
+
+impl Keyed for StreamDecl {
+    type Key = &'static str;
+    fn key(&self) -> &'static str {
+        self.name
+    }
+}
+
+impl Keyed for Consumer {
+    type Key = (&'static str, &'static str);
+    fn key(&self) -> Self::Key {
+        (self.decl.stream.name(), self.decl.handler)
+    }
+}
+
+impl fmt::Debug for Topology {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Topology")
+            .field("streams", &self.streams())
+            .field("consumers", &self.consumers())
+            .finish()
+    }
 }
 
 impl Topology {
@@ -87,24 +119,16 @@ impl Topology {
     /// stream, then handler path. Streams referenced by a consumer's type path are included
     /// even if nothing else registered them.
     pub fn from_registry() -> Self {
-        // In inventory's (arbitrary) order: collected first, then sorted once.
+        // In inventory's (arbitrary) order, then sorted once.
         let mut topology = Topology::new();
         for registration in inventory::iter::<StreamRegistration> {
-            topology.streams.push(*registration.decl);
+            topology.add_stream(*registration.decl);
         }
         for registration in inventory::iter::<ConsumerRegistration> {
-            let decl = *registration.decl;
-            if let topology_core::model::StreamRef::Declared(stream) = decl.stream {
-                topology.streams.push(*stream);
-            }
             let handler = registration.handler;
-            topology.consumers.push(Consumer {
-                decl,
-                handler: Arc::new(handler),
-                states: registration.states,
-            });
+            topology.add_consumer(*registration.decl, Arc::new(handler), registration.states);
         }
-        topology.sort();
+        topology.settle();
         topology
     }
 
@@ -119,81 +143,78 @@ impl Topology {
     where
         F: Fn(Incoming) -> HandlerFuture + Send + Sync + 'static,
     {
-        self.add_consumer(decl, Arc::new(handler));
+        self.add_consumer(decl, Arc::new(handler), &[]);
         self
     }
 
     /// The streams, sorted by name.
     pub fn streams(&self) -> &[StreamDecl] {
-        &self.streams
+        self.streams.get()
     }
 
     /// The consumers, sorted by stream, then handler.
     pub fn consumers(&self) -> &[Consumer] {
-        &self.consumers
+        self.consumers.get()
+    }
+
+    /// The consumers of the stream named `stream` (adjacent, since sorted by stream).
+    pub(crate) fn consumers_of(&self, stream: &str) -> &[Consumer] {
+        let consumers = self.consumers();
+        let first = consumers.partition_point(|c| c.decl.stream.name() < stream);
+        let end = first + consumers[first..].partition_point(|c| c.decl.stream.name() == stream);
+        &consumers[first..end]
     }
 
     /// The subjects this topology's consumers consume from the stream named `stream`: what
     /// that stream must carry.
     pub fn consumed_subjects(&self, stream: &str) -> Vec<&'static str> {
-        self.consumers
+        self.consumers_of(stream)
             .iter()
-            .filter(|c| c.decl.stream.name() == stream)
             .flat_map(|c| c.decl.subjects.iter().copied())
             .collect()
     }
 
     /// The stream declared under `name`, if any.
     pub fn find_stream(&self, name: &str) -> Option<&StreamDecl> {
-        let first = self.streams.partition_point(|s| s.name < name);
-        self.streams.get(first).filter(|s| s.name == name)
+        let streams = self.streams();
+        let first = streams.partition_point(|s| s.name < name);
+        streams.get(first).filter(|s| s.name == name)
     }
 
-    // Both lists stay sorted as they grow: each declaration goes where a stable sort would
-    // put it (after those with the same key), found by binary search, so adding n
-    // declarations costs O(n log n) comparisons instead of a sort per addition.
+    /// Sorts what was added out of order now, keeping one copy (a read sorts a copy).
+    pub(crate) fn settle(&mut self) {
+        self.streams.settle();
+        self.consumers.settle();
+    }
 
     fn add_stream(&mut self, decl: StreamDecl) {
-        // A stream seen twice (registered and referenced) is one stream; two *different*
-        // declarations under one name stay, so that validation can report them.
-        let first = self.streams.partition_point(|s| s.name < decl.name);
-        let end = first + self.streams[first..].partition_point(|s| s.name == decl.name);
-        if !self.streams[first..end].contains(&decl) {
-            self.streams.insert(end, decl);
+        let seen = match self.declared.entry(decl.name) {
+            Entry::Vacant(first) => {
+                first.insert(decl);
+                false
+            }
+            Entry::Occupied(first) if *first.get() == decl => true,
+            // A name declared differently (which validation reports): look at them all.
+            Entry::Occupied(_) => self.streams.iter_added().any(|s| *s == decl),
+        };
+        if !seen {
+            self.streams.push(decl);
         }
     }
 
-    fn add_consumer(&mut self, decl: ConsumerDecl, handler: SharedHandler) {
+    fn add_consumer(
+        &mut self,
+        decl: ConsumerDecl,
+        handler: SharedHandler,
+        states: &'static [StateKey],
+    ) {
         if let topology_core::model::StreamRef::Declared(stream) = decl.stream {
             self.add_stream(*stream);
         }
-        let key = (decl.stream.name(), decl.handler);
-        let at = self
-            .consumers
-            .partition_point(|c| (c.decl.stream.name(), c.decl.handler) <= key);
-        self.consumers.insert(
-            at,
-            Consumer {
-                decl,
-                handler,
-                states: &[],
-            },
-        );
-    }
-
-    /// Sorts both lists (stably) and keeps one of each identical stream declaration.
-    fn sort(&mut self) {
-        self.streams.sort_by(|a, b| a.name.cmp(b.name));
-        let mut kept: Vec<StreamDecl> = Vec::with_capacity(self.streams.len());
-        for decl in self.streams.drain(..) {
-            let first = kept.partition_point(|s| s.name < decl.name);
-            if !kept[first..].contains(&decl) {
-                kept.push(decl);
-            }
-        }
-        self.streams = kept;
-        self.consumers.sort_by(|a, b| {
-            (a.decl.stream.name(), a.decl.handler).cmp(&(b.decl.stream.name(), b.decl.handler))
+        self.consumers.push(Consumer {
+            decl,
+            handler,
+            states,
         });
     }
 }
