@@ -24,13 +24,7 @@ pub(crate) fn msg_id(scope: &Scope, sequence: u64, n: u32) -> String {
 
 /// A short, stable token for a stream instance's creation time.
 pub(crate) fn stream_epoch(created: &str) -> String {
-    // FNV-1a: stable across builds and platforms (std's hasher is not).
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    for byte in created.bytes() {
-        hash ^= u64::from(byte);
-        hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    format!("{hash:016x}")
+    format!("{:016x}", crate::hash::fnv1a(created.as_bytes()))
 }
 
 #[cfg(test)]
