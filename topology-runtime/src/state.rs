@@ -1,4 +1,4 @@
-//! Application state: the map the builder is given ([`StateMap`], one value per type), the
+//! Application state: the map the builder is given (`StateMap`, one value per type), the
 //! handler argument that reads it ([`State<T>`]), and the requirement each such argument places
 //! on the runtime ([`StateKey`], checked by [`RuntimeBuilder::build`]).
 //!
