@@ -137,12 +137,12 @@ pub mod __private {
         PayloadSchema, PayloadSchemaRegistration, SchemaFallback, SchemaProbe, SchemaSpecialized,
     };
     pub use topology_runtime::handler::glue::{
-        HandlerContext, RawPayload, assert_send, context, decode_json, decode_raw, into_result,
+        HandlerContext, RawPayload, StateArg, assert_send, context, decode_json, decode_raw,
+        into_result, state,
     };
     pub use topology_runtime::handler::{HandlerError, HandlerFuture, Incoming};
     pub use topology_runtime::registry::{ConsumerRegistration, StreamRegistration};
     pub use topology_runtime::state::StateKey;
-    pub use topology_runtime::state::glue::{StateArg, state};
     pub use topology_runtime::{Relay, Runtime};
     // The rules that generated `const _` assertions call (the same functions the macros call
     // at expansion time and the runtime at start-up).

@@ -80,8 +80,16 @@ pub const CONCURRENCY: IntRange = IntRange {
     max: u32::MAX as i128,
 };
 
+/// [`MAX_DESCRIPTION_LEN`] as a literal, for the `concat!`ed messages (`concat!` takes
+/// literals only): the number is written once.
+macro_rules! max_description_len {
+    () => {
+        4096
+    };
+}
+
 /// The longest description the server accepts, in bytes.
-pub const MAX_DESCRIPTION_LEN: usize = 4096;
+pub const MAX_DESCRIPTION_LEN: usize = max_description_len!();
 
 /// Whether a description fits the server's limit.
 pub const fn description_fits(description: &str) -> bool {
@@ -211,7 +219,13 @@ impl StreamError {
             StreamError::DuplicateWindowExceedsMaxAge => {
                 "duplicate_window cannot be longer than max_age"
             }
-            StreamError::DescriptionTooLong => "a description cannot be longer than 4096 bytes",
+            StreamError::DescriptionTooLong => {
+                concat!(
+                    "a description cannot be longer than ",
+                    max_description_len!(),
+                    " bytes"
+                )
+            }
             StreamError::ExternalWithSettings => {
                 "an external stream is never created or changed here, so it takes no settings but its name, subjects and retention"
             }
@@ -392,7 +406,13 @@ impl ConsumerError {
             ConsumerError::MigrateFromItself => {
                 "migrate_from names the consumer's own group; name the previous consumer"
             }
-            ConsumerError::DescriptionTooLong => "a description cannot be longer than 4096 bytes",
+            ConsumerError::DescriptionTooLong => {
+                concat!(
+                    "a description cannot be longer than ",
+                    max_description_len!(),
+                    " bytes"
+                )
+            }
         }
     }
 }
@@ -576,6 +596,14 @@ mod tests {
         StreamRef::Named("ORDERS"),
         QueueDecl::new("billing"),
     );
+
+    #[test]
+    fn the_description_messages_state_the_limit() {
+        assert_eq!(MAX_DESCRIPTION_LEN, 4096);
+        let expected = "a description cannot be longer than 4096 bytes";
+        assert_eq!(StreamError::DescriptionTooLong.message(), expected);
+        assert_eq!(ConsumerError::DescriptionTooLong.message(), expected);
+    }
 
     #[test]
     fn ranges() {

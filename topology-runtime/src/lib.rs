@@ -3,13 +3,15 @@
 //! `nats-topology-testkit` crate.)
 //!
 //! Modules depend one way: `model` <- `validate` <- `provision` <- `report` <- `run`;
-//! `handler`, `health` and `retry` are the ground every layer stands on. `run/` and
-//! `provision/` are folders, one concern per file (their `mod.rs` lists them).
+//! `handler`, `state`, `health`, `retry` and `hash` are the ground every layer stands on.
+//! `run/`, `provision/` and `handler/` are folders, one concern per file (their `mod.rs` lists
+//! them).
 
 pub mod connect;
 mod events;
 pub mod export;
 pub mod handler;
+mod hash;
 pub mod health;
 mod jsapi;
 pub mod provision;

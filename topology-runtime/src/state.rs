@@ -1,9 +1,11 @@
-//! Application state as a handler argument: [`State<T>`], and the requirements a handler's
-//! `State` arguments place on the runtime, checked by [`RuntimeBuilder::build`].
+//! Application state: the map the builder is given (`StateMap`, one value per type), the
+//! handler argument that reads it ([`State<T>`]), and the requirement each such argument places
+//! on the runtime ([`StateKey`], checked by [`RuntimeBuilder::build`]).
 //!
 //! [`RuntimeBuilder::build`]: crate::RuntimeBuilder::build
 
 use std::any::{Any, TypeId};
+use std::collections::HashMap;
 use std::fmt;
 use std::ops::Deref;
 use std::sync::Arc;
@@ -104,44 +106,25 @@ impl PartialEq for StateKey {
 
 impl Eq for StateKey {}
 
-/// Helpers for generated code. Not public API.
-#[doc(hidden)]
-pub mod glue {
-    use super::{State, StateKey};
-    use crate::handler::{HandlerError, Incoming};
+/// Application state given to [`RuntimeBuilder::state`](crate::RuntimeBuilder::state), one value
+/// per type.
+#[derive(Clone, Default)]
+pub(crate) struct StateMap(Arc<HashMap<TypeId, Arc<dyn Any + Send + Sync>>>);
 
-    /// The handler arguments after the payload that are application state: `State<T>` alone.
-    #[diagnostic::on_unimplemented(
-        message = "a handler's arguments after the payload are its `Context` and `State<T>` values, not `{Self}`",
-        label = "expected `nats_topology::State<T>` here",
-        note = "a handler takes one payload argument, then optionally `cx: Context`, then any number of `State<T>` (state given to `Runtime::builder(..).state(..)`): to receive several values in the message, make the payload a struct that holds them"
-    )]
-    pub trait StateArg: Sized {
-        /// What the runtime must have been given.
-        const KEY: StateKey;
-
-        /// The value, from the runtime's state.
-        fn from_incoming(incoming: &Incoming) -> Result<Self, HandlerError>;
+impl StateMap {
+    pub(crate) fn insert<T: Any + Send + Sync>(&mut self, value: T) {
+        Arc::make_mut(&mut self.0).insert(TypeId::of::<T>(), Arc::new(value));
     }
 
-    impl<T: std::any::Any + Send + Sync> StateArg for State<T> {
-        const KEY: StateKey = StateKey::of::<T>();
-
-        fn from_incoming(incoming: &Incoming) -> Result<Self, HandlerError> {
-            // `RuntimeBuilder::build` refuses a runtime that lacks it, so this is found; the
-            // error is for a handler registered behind the builder's back.
-            match incoming.context().state_arc::<T>() {
-                Some(value) => Ok(State(value)),
-                None => Err(HandlerError::permanent(format!(
-                    "the handler takes `State<{}>` but the runtime was given no such state: add `.state(..)` with a value of that type to `Runtime::builder`",
-                    std::any::type_name::<T>()
-                ))),
-            }
-        }
+    pub(crate) fn get<T: Any + Send + Sync>(&self) -> Option<&T> {
+        self.0.get(&TypeId::of::<T>())?.downcast_ref::<T>()
     }
 
-    /// A handler's `State` argument.
-    pub fn state<S: StateArg>(incoming: &Incoming) -> Result<S, HandlerError> {
-        S::from_incoming(incoming)
+    pub(crate) fn get_arc<T: Any + Send + Sync>(&self) -> Option<Arc<T>> {
+        self.0.get(&TypeId::of::<T>())?.clone().downcast::<T>().ok()
+    }
+
+    pub(crate) fn contains(&self, id: TypeId) -> bool {
+        self.0.contains_key(&id)
     }
 }

@@ -116,8 +116,9 @@ fn consumer(
         let n = n.value as u32;
         quote!(.concurrency(#n))
     });
-    // The declaring crate's version, stamped on the server (expanded in the user's crate).
-    let concurrency = quote!(#concurrency .version(::core::env!("CARGO_PKG_VERSION")));
+    // The builder calls both kinds of consumer share: the concurrency, if given, and the
+    // declaring crate's version, stamped on the server (expanded in the user's crate).
+    let common_builders = quote!(#concurrency .version(::core::env!("CARGO_PKG_VERSION")));
 
     let mut checks = TokenStream::new();
     let (stream_item, stream_ref) = match stream {
@@ -190,7 +191,7 @@ fn consumer(
                     #decl,
                 )
                 .subjects(&[#(#subjects),*])
-                #concurrency;
+                #common_builders;
             #glue
             __nats_topology::inventory::submit! {
                 __nats_topology::ConsumerRegistration {

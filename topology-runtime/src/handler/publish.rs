@@ -1,4 +1,8 @@
-//! How a handler's publish is sent, and sent again while the stream does not answer.
+//! How a handler publishes: the [`Publish`] builder behind [`Context::publisher`] and its
+//! shorthands, the headers every publish carries (trace context, message id), and the send
+//! that is repeated while the stream does not answer.
+
+use std::sync::atomic::Ordering;
 
 use async_nats::HeaderMap;
 use async_nats::jetstream;
@@ -7,6 +11,95 @@ use bytes::Bytes;
 use super::{Context, HandlerError};
 
 impl Context {
+    /// Publishes `value` as JSON to `subject` and waits for the stream's acknowledgement,
+    /// with a `Nats-Msg-Id` derived from the message being handled (see
+    /// [deduplicated outputs](Context#deduplicated-outputs)).
+    pub async fn publish<T: serde::Serialize + ?Sized>(
+        &self,
+        subject: impl Into<async_nats::Subject>,
+        value: &T,
+    ) -> Result<jetstream::publish::PublishAck, HandlerError> {
+        self.publisher(subject).json(value).await
+    }
+
+    /// Publishes raw bytes to `subject` and waits for the stream's acknowledgement, with a
+    /// derived `Nats-Msg-Id` (see [deduplicated outputs](Context#deduplicated-outputs)). A
+    /// publish that finds no stream makes the runtime check at once the streams it owns and
+    /// are not consumed here (one deleted out of band is created again). With the `otel` feature, every publish of a
+    /// handler carries the current span's trace context (`traceparent`, `tracestate`), which
+    /// the handler that receives it continues.
+    pub async fn publish_bytes(
+        &self,
+        subject: impl Into<async_nats::Subject>,
+        payload: Bytes,
+    ) -> Result<jetstream::publish::PublishAck, HandlerError> {
+        self.publisher(subject).bytes(payload).await
+    }
+
+    /// Publishes raw bytes with `headers` to `subject` and waits for the stream's
+    /// acknowledgement. A `Nats-Msg-Id` among `headers` is kept; without one, the derived id
+    /// is added (see [deduplicated outputs](Context#deduplicated-outputs)).
+    pub async fn publish_with_headers(
+        &self,
+        subject: impl Into<async_nats::Subject>,
+        headers: HeaderMap,
+        payload: Bytes,
+    ) -> Result<jetstream::publish::PublishAck, HandlerError> {
+        self.publisher(subject)
+            .headers(headers)
+            .bytes(payload)
+            .await
+    }
+
+    /// A publish to `subject` to set up: headers, an explicit message id, or no id at all.
+    ///
+    /// ```
+    /// use nats_topology::{Context, HandlerError};
+    ///
+    /// async fn on_order(order: serde_json::Value, cx: Context) -> Result<(), HandlerError> {
+    ///     // Deduplicated by a business key rather than by position.
+    ///     cx.publisher("orders.billed")
+    ///         .header("Order-Source", "web")
+    ///         .msg_id(format!("billed-{}", order["id"]))
+    ///         .json(&order)
+    ///         .await?;
+    ///     // A notification that may go out twice: no message id.
+    ///     cx.publisher("orders.seen").without_dedup().bytes("seen".into()).await?;
+    ///     Ok(())
+    /// }
+    /// ```
+    pub fn publisher(&self, subject: impl Into<async_nats::Subject>) -> Publish<'_> {
+        Publish {
+            cx: self,
+            subject: subject.into(),
+            headers: HeaderMap::new(),
+            msg_id: MsgId::Derived,
+        }
+    }
+
+    /// The headers of an outgoing message: the one place they are built, so that any header
+    /// the runtime adds (the trace context, the message id) is added to every publish of a
+    /// handler.
+    fn outgoing_headers(&self, mut headers: HeaderMap, id: MsgId) -> HeaderMap {
+        // Counted whether or not this publish carries a derived id: the id is positional,
+        // and a handler that gives one publish its own id keeps the others' positions.
+        let n = self.publishes.fetch_add(1, Ordering::Relaxed) + 1;
+        // The current span's W3C trace context (with the `otel` feature).
+        crate::telemetry::inject_current(&mut headers);
+        if headers.get(async_nats::header::NATS_MESSAGE_ID).is_some() {
+            return headers;
+        }
+        let id = match id {
+            MsgId::Derived => self.derived_msg_id(n),
+            MsgId::Given(id) => Some(id),
+            MsgId::Without => None,
+        };
+        if let Some(id) = id {
+            headers.insert(async_nats::header::NATS_MESSAGE_ID, id.as_str());
+        }
+        headers
+    }
+
     /// Publishes and waits for the stream's acknowledgement, sending the publish again under
     /// the runtime's publish retry policy while the stream does not answer: no responder (a
     /// stream leader being elected, the stream being created again) or, for a publish with a
@@ -59,5 +152,81 @@ impl Context {
                 }
             ))),
         }
+    }
+}
+
+/// Which message id a [`Publish`] sends.
+#[derive(Debug, Clone)]
+enum MsgId {
+    /// Derived from the message being handled (the default).
+    Derived,
+    /// Given by the caller.
+    Given(String),
+    /// None: the target stream keeps every copy.
+    Without,
+}
+
+/// A publish being set up by a handler; see [`Context::publisher`]. Nothing is sent until
+/// [`json`](Publish::json) or [`bytes`](Publish::bytes) is awaited.
+#[must_use = "a publish is sent only by `.json(..)` or `.bytes(..)`"]
+pub struct Publish<'a> {
+    cx: &'a Context,
+    subject: async_nats::Subject,
+    headers: HeaderMap,
+    msg_id: MsgId,
+}
+
+impl Publish<'_> {
+    /// Adds a header (a second value of a name is appended).
+    pub fn header(
+        mut self,
+        name: impl async_nats::header::IntoHeaderName,
+        value: impl async_nats::header::IntoHeaderValue,
+    ) -> Self {
+        self.headers.append(name, value);
+        self
+    }
+
+    /// Adds every header of `headers`. A `Nats-Msg-Id` among them is the message id.
+    pub fn headers(mut self, headers: HeaderMap) -> Self {
+        for (name, values) in headers.iter() {
+            for value in values {
+                self.headers.append(name.clone(), value.clone());
+            }
+        }
+        self
+    }
+
+    /// Sends `id` as the `Nats-Msg-Id`: the target stream drops a later message with the same
+    /// id within its `duplicate_window`. Use an id of the output itself (a business key) when
+    /// a handler's outputs do not come in the same order on every delivery.
+    pub fn msg_id(mut self, id: impl Into<String>) -> Self {
+        self.msg_id = MsgId::Given(id.into());
+        self
+    }
+
+    /// Sends no `Nats-Msg-Id`: the target stream keeps every copy, so a redelivered handler
+    /// publishes this output again.
+    pub fn without_dedup(mut self) -> Self {
+        self.msg_id = MsgId::Without;
+        self
+    }
+
+    /// Sends `value` as JSON and waits for the stream's acknowledgement.
+    pub async fn json<T: serde::Serialize + ?Sized>(
+        self,
+        value: &T,
+    ) -> Result<jetstream::publish::PublishAck, HandlerError> {
+        let payload = serde_json::to_vec(value)?;
+        self.bytes(payload.into()).await
+    }
+
+    /// Sends `payload` and waits for the stream's acknowledgement.
+    pub async fn bytes(
+        self,
+        payload: Bytes,
+    ) -> Result<jetstream::publish::PublishAck, HandlerError> {
+        let headers = self.cx.outgoing_headers(self.headers, self.msg_id);
+        self.cx.send(self.subject, headers, payload).await
     }
 }

@@ -75,11 +75,8 @@ pub(crate) fn stamp(
     if let Some(v) = runtime.or(declared) {
         return v.to_owned();
     }
-    // FNV-1a over the declaration's Debug form: the same declaration, the same stamp.
-    let text = format!("{decl:?}");
-    let hash = text.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
-        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
-    });
+    // A hash of the declaration's Debug form: the same declaration, the same stamp.
+    let hash = crate::hash::fnv1a(format!("{decl:?}").as_bytes());
     format!("decl-{hash:016x}")
 }
 

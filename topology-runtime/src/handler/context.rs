@@ -1,0 +1,164 @@
+//! What a handler knows about the message it handles ([`Context`], shared per consumer through
+//! [`Scope`]) and what generated code hands it ([`Incoming`]).
+
+use std::any::Any;
+use std::fmt;
+use std::sync::Arc;
+use std::sync::atomic::AtomicU32;
+
+use async_nats::HeaderMap;
+use async_nats::jetstream;
+use bytes::Bytes;
+
+use crate::state::StateMap;
+
+/// What a handler knows about the message it handles, and what it can reach.
+///
+/// Take it as the optional second argument of a handler:
+///
+/// ```
+/// use nats_topology::{Context, HandlerError};
+///
+/// struct Db;
+///
+/// async fn on_event(event: serde_json::Value, cx: Context) -> Result<(), HandlerError> {
+///     let _db: &Db = cx.state::<Db>().expect("Db given to Runtime::builder().state(..)");
+///     println!("{} #{} (attempt {})", cx.subject(), cx.stream_sequence(), cx.delivered());
+///     Ok(())
+/// }
+/// ```
+///
+/// # Deduplicated outputs
+///
+/// A handler that publishes a result and is then redelivered (it failed after publishing,
+/// its process was killed before its ack, its ack was lost) publishes the result again.
+/// [`publish`](Context::publish), [`publish_bytes`](Context::publish_bytes),
+/// [`publish_with_headers`](Context::publish_with_headers) and [`publisher`](Context::publisher)
+/// therefore send a `Nats-Msg-Id` derived from the message being handled: its stream (and that
+/// stream's instance), its stream sequence, the consumer, and *n*, the position of the publish
+/// in this handler call (1 for the first). Every delivery of one message gives its n-th
+/// publish the same id, so the target stream stores it once and acknowledges the repeats as
+/// duplicates (`PublishAck::duplicate`).
+///
+/// - **The window.** The target stream drops a repeated id only within its
+///   `duplicate_window` (`#[stream(duplicate_window = "..")]`; the server's default is
+///   2 minutes). A redelivery later than that (a long `backoff`, an `ack_wait` longer than the
+///   window, a consumer stopped for longer) publishes again, and the copy is stored. Keep the
+///   window above `ack_wait` plus the longest backoff step.
+/// - **Positions.** Ids are positional: a handler must publish its outputs in the same order
+///   on every delivery. One that publishes a different number of messages on a redelivery
+///   has its first outputs deduplicated by position, and any further ones stored; one whose
+///   outputs differ between deliveries keeps the first delivery's output at each position.
+///   When outputs are not deterministic, give each an id of its own ([`Publish::msg_id`], a
+///   business key). Publishes of one call made concurrently (clones of one `Context`,
+///   `join!`) take positions in the order they are sent: give them ids.
+/// - **Broadcasts.** A relay's id names its own per-instance consumer, so the same message
+///   relayed by every instance yields different ids: each instance's publish is kept. This is
+///   deliberate: a relay publishes what its own instance knows (its sessions), and a shared id
+///   would keep one instance's output and silently drop the others'. Work that must be
+///   published once belongs in a `#[queue_consumer]`.
+/// - **No stream.** The id is honoured by JetStream streams only. A subject no stream captures
+///   is refused by these methods (the publish has no stream to acknowledge it); publishing it
+///   on core NATS (`async_nats::Client::publish`) cannot be deduplicated at all.
+/// - **Opting out.** [`Publish::without_dedup`] sends no id, and an explicit
+///   `Nats-Msg-Id` (in [`Publish::msg_id`] or the headers) is sent as given.
+///
+/// [`Publish::msg_id`]: super::Publish::msg_id
+/// [`Publish::without_dedup`]: super::Publish::without_dedup
+#[derive(Clone)]
+pub struct Context {
+    pub(crate) subject: async_nats::Subject,
+    pub(crate) headers: Option<HeaderMap>,
+    pub(crate) delivered: u64,
+    pub(crate) stream_sequence: u64,
+    pub(crate) scope: Arc<Scope>,
+    /// How many publishes this handler call made (shared by the clones of its context).
+    pub(crate) publishes: Arc<AtomicU32>,
+}
+
+/// What every message of one consumer shares: names, application state, a JetStream context.
+pub(crate) struct Scope {
+    pub(crate) stream: String,
+    pub(crate) consumer: String,
+    pub(crate) state: StateMap,
+    pub(crate) jetstream: jetstream::Context,
+    /// A token of the stream instance's creation time (see [`stream_epoch`](super::stream_epoch)), part of every
+    /// derived message id.
+    pub(crate) stream_epoch: String,
+    /// Woken when a publish finds no stream: the runtime then checks the streams it owns.
+    pub(crate) stream_missing: Arc<tokio::sync::Notify>,
+    /// How a publish whose acknowledgement did not come is sent again.
+    pub(crate) publish_retry: crate::retry::RetryPolicy,
+}
+
+impl Context {
+    /// The subject the message was published to.
+    pub fn subject(&self) -> &str {
+        &self.subject
+    }
+
+    /// The message's headers, if any.
+    pub fn headers(&self) -> Option<&HeaderMap> {
+        self.headers.as_ref()
+    }
+
+    /// Which delivery this is, starting at 1.
+    pub fn delivered(&self) -> u64 {
+        self.delivered
+    }
+
+    /// The message's sequence number in its stream.
+    pub fn stream_sequence(&self) -> u64 {
+        self.stream_sequence
+    }
+
+    /// The stream the message came from.
+    pub fn stream(&self) -> &str {
+        &self.scope.stream
+    }
+
+    /// The consumer that delivered it.
+    pub fn consumer(&self) -> &str {
+        &self.scope.consumer
+    }
+
+    /// Application state of type `T`, if the builder was given one.
+    pub fn state<T: Any + Send + Sync>(&self) -> Option<&T> {
+        self.scope.state.get::<T>()
+    }
+
+    /// Application state of type `T`, shared (what a [`State<T>`](crate::State) argument holds).
+    pub(crate) fn state_arc<T: Any + Send + Sync>(&self) -> Option<Arc<T>> {
+        self.scope.state.get_arc::<T>()
+    }
+}
+
+impl fmt::Debug for Context {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Context")
+            .field("subject", &self.subject)
+            .field("stream", &self.scope.stream)
+            .field("consumer", &self.scope.consumer)
+            .field("stream_sequence", &self.stream_sequence)
+            .field("delivered", &self.delivered)
+            .finish_non_exhaustive()
+    }
+}
+
+/// One message on its way to a handler: its payload and its [`Context`].
+pub struct Incoming {
+    pub(crate) payload: Bytes,
+    pub(crate) context: Context,
+}
+
+impl Incoming {
+    /// The raw payload.
+    pub fn payload(&self) -> &Bytes {
+        &self.payload
+    }
+
+    /// The message's context.
+    pub fn context(&self) -> &Context {
+        &self.context
+    }
+}

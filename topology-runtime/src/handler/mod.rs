@@ -1,0 +1,28 @@
+//! What a handler sees and returns: the error it returns ([`HandlerError`]), the [`Context`] of
+//! the message it handles, its publishes ([`Publish`], under message ids derived from that
+//! message so that a redelivery does not publish twice), and the glue generated code calls.
+
+mod context;
+mod error;
+#[doc(hidden)]
+pub mod glue;
+mod msg_id;
+mod publish;
+
+use std::future::Future;
+use std::pin::Pin;
+
+pub(crate) use context::Scope;
+pub use context::{Context, Incoming};
+pub use error::{DecodeError, HandlerError};
+pub(crate) use msg_id::{msg_id, stream_epoch};
+pub use publish::Publish;
+
+/// The state map, at the path `run/` imports it from (it lives in [`crate::state`]).
+pub(crate) use crate::state::StateMap;
+
+/// The boxed future a registered handler returns.
+pub type HandlerFuture = Pin<Box<dyn Future<Output = Result<(), HandlerError>> + Send + 'static>>;
+
+/// The type-erased entry point that generated code registers for each handler.
+pub type HandlerFn = fn(Incoming) -> HandlerFuture;
