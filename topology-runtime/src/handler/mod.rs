@@ -18,9 +18,6 @@ pub use error::{DecodeError, HandlerError};
 pub(crate) use msg_id::{msg_id, stream_epoch};
 pub use publish::Publish;
 
-/// The state map, at the path `run/` imports it from (it lives in [`crate::state`]).
-pub(crate) use crate::state::StateMap;
-
 /// The boxed future a registered handler returns.
 pub type HandlerFuture = Pin<Box<dyn Future<Output = Result<(), HandlerError>> + Send + 'static>>;
 

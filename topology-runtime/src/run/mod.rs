@@ -40,7 +40,7 @@ use std::time::Duration;
 
 use tokio::sync::mpsc;
 
-use crate::handler::StateMap;
+use crate::state::StateMap;
 use crate::health::Health;
 use crate::provision::{Ensurer, ProvisionError};
 use crate::registry::Topology;

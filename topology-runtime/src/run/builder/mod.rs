@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use super::relay::relay_name;
 use super::{Inner, Runtime};
-use crate::handler::StateMap;
+use crate::state::StateMap;
 use crate::health::{Health, Shared, Slot};
 use crate::jsapi::JetStreamApi;
 use crate::provision::{Ensurer, Provisioner};
