@@ -2,8 +2,8 @@
 
 use std::fmt;
 
-/// What kind of problem [`options_from`] or [`connect_from_env`](super::connect_from_env)
-/// found; see [`EnvError::kind`].
+/// What kind of problem [`options_from`](crate::connect::options_from) or
+/// [`connect_from_env`](crate::connect_from_env) found; see [`EnvError::kind`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum EnvErrorKind {
