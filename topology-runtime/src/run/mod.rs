@@ -40,11 +40,11 @@ use std::time::Duration;
 
 use tokio::sync::mpsc;
 
-use crate::state::StateMap;
 use crate::health::Health;
 use crate::provision::{Ensurer, ProvisionError};
 use crate::registry::Topology;
 use crate::report::{self, Inspection, Plan, ProvisionReport};
+use crate::state::StateMap;
 
 pub use builder::RuntimeBuilder;
 pub(crate) use builder::Settings;

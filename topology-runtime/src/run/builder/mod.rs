@@ -9,12 +9,12 @@ use std::sync::Arc;
 
 use super::relay::relay_name;
 use super::{Inner, Runtime};
-use crate::state::StateMap;
 use crate::health::{Health, Shared, Slot};
 use crate::jsapi::JetStreamApi;
 use crate::provision::{Ensurer, Provisioner};
 use crate::registry::Topology;
 use crate::retry::RetryPolicy;
+use crate::state::StateMap;
 use crate::validate::{self, Problem, ValidationError};
 use topology_core::model::{AckMode, ConsumerKind};
 

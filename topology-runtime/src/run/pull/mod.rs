@@ -161,14 +161,10 @@ impl Puller {
     /// which the consumer answers within a heartbeat whatever its state (with messages, or a
     /// heartbeat when it has none to give: idle, paused, or at its `max_ack_pending`) and the
     /// server refuses with a 503 while no responder is known. Refused requests are sent again
-    /// after a short pause (5 ms, doubling up to 250 ms) for at most `window`; messages
+    /// after a short pause ([`REFUSED_PAUSE`]) for at most `window`; messages
     /// delivered meanwhile wait in `arrived`. The answer's delay is the round trip that
-    /// silence is measured beyond.
-    ///
-    /// The answer travels the path every later request takes and needs no permission beyond
-    /// pulling (a marker published to our own inbox would need echo on and a publish
-    /// permission on the inbox). A `no_wait` request would be answered at once only while
-    /// the consumer can deliver: at its `max_ack_pending` it is held until an ack frees room.
+    /// silence is measured beyond. The answer travels the path every later request takes,
+    /// and needs no permission beyond pulling.
     async fn reach(&mut self, window: Duration) -> Result<(), Loss> {
         let until = Instant::now() + window;
         let mut pause = REFUSED_PAUSE.0;
