@@ -5,11 +5,8 @@ use async_nats::jetstream::{ErrorCode, consumer, stream};
 use serde::Serialize;
 
 use super::config::apply_editable_consumer_fields;
-use super::drift::consumer_drift;
-use super::version::{
-    MIGRATED_FROM_KEY, OlderDeclaration, Precedence, VERSION_KEY, precedence, stamp,
-    stamped_consumer_config,
-};
+use super::reconcile::{self, Action};
+use super::version::{MIGRATED_FROM_KEY, VERSION_KEY, stamped_consumer_config};
 use super::{
     ApiError, Failure, ProvisionError, ProvisionErrorKind, Provisioner, ResumePoint, Start,
     StreamInstance, UpdateMode, rejected,
@@ -99,11 +96,6 @@ impl Provisioner {
         relay_name: Option<&str>,
     ) -> consumer::Config {
         stamped_consumer_config(stream, decl, relay_name, self.version.as_deref())
-    }
-
-    /// The version a consumer declaration is stamped with.
-    pub(crate) fn consumer_stamp(&self, decl: &ConsumerDecl) -> String {
-        stamp(self.version.as_deref(), decl.version, decl)
     }
 
     /// After a loss: refuses to create `name` again when a consumer on the stream says a newer
@@ -235,8 +227,12 @@ impl Provisioner {
             // earlier session resumed): it delivers from its own state either way.
             compared.deliver_policy = info.config.deliver_policy;
         }
-        let drift = consumer_drift(decl, &compared, &info.config);
-        if !drift.immutable.is_empty() {
+        let action = reconcile::consumer(decl, &compared, Some(&info.config), false, mode);
+        if matches!(mode, UpdateMode::CreateOnly { .. }) && action == Action::Nothing {
+            // After a loss: what exists is accepted as it is.
+            return Ok(info);
+        }
+        let conflict = |fields| {
             let hint = match &decl.kind {
                 ConsumerKind::Queue(_) => format!(
                     "the consumer on the server cannot be changed in place to the declared shape; \
@@ -248,51 +244,14 @@ impl Provisioner {
                         .to_owned()
                 }
             };
-            return Err(
-                ProvisionError::new(ProvisionErrorKind::Conflict, stream, hint)
-                    .consumer(name)
-                    .fields(drift.immutable)
-                    .into(),
-            );
-        }
-        if matches!(mode, UpdateMode::CreateOnly { .. }) {
+            ProvisionError::new(ProvisionErrorKind::Conflict, stream, hint)
+                .consumer(name)
+                .fields(fields)
+        };
+        let Some(changes) = self.without_writes(action, stream, Some(name), conflict)? else {
             return Ok(info);
-        }
-        let mut drift = drift;
-        if decl.as_queue().is_some() {
-            let declared = config
-                .metadata
-                .get(VERSION_KEY)
-                .cloned()
-                .unwrap_or_default();
-            let server = info.config.metadata.get(VERSION_KEY);
-            match precedence(&declared, server.map(String::as_str)) {
-                Precedence::Older => {
-                    if !drift.editable.is_empty() {
-                        let older = OlderDeclaration {
-                            stream: stream.to_owned(),
-                            consumer: Some(name.to_owned()),
-                            declared,
-                            server: server.cloned().unwrap_or_default(),
-                        };
-                        tracing::warn!(stream, consumer = name, changes = ?drift.editable, "{older}");
-                        self.older.record(older);
-                    }
-                    return Ok(info);
-                }
-                Precedence::Same => {}
-                _ => drift.editable.push(crate::provision::FieldDiff {
-                    field: "metadata.nats-topology.version",
-                    server: format!("{server:?}"),
-                    declared: format!("{declared:?}"),
-                }),
-            }
-            self.older.clear(stream, Some(name));
-        }
-        if drift.editable.is_empty() {
-            return Ok(info);
-        }
-        tracing::info!(stream, consumer = name, changes = ?drift.editable, "updating consumer to match its declaration");
+        };
+        tracing::info!(stream, consumer = name, changes = ?changes, "updating consumer to match its declaration");
         let mut updated = info.config.clone();
         apply_editable_consumer_fields(config, &mut updated);
         for key in [VERSION_KEY, MIGRATED_FROM_KEY] {

@@ -25,6 +25,7 @@ mod error;
 mod instance;
 mod leader;
 mod migrate;
+pub(crate) mod reconcile;
 mod stream;
 mod version;
 
@@ -35,13 +36,13 @@ use serde::de::DeserializeOwned;
 use crate::retry::{Failed, RetryPolicy};
 
 pub(crate) use config::push_deliver_subject;
-pub(crate) use drift::{Drift, consumer_drift, stream_drift};
 pub(crate) use ensure::{Ensured, Ensurer};
 pub(crate) use error::{ApiError, Failure, rejected};
 pub use error::{FieldDiff, ProvisionError, ProvisionErrorKind};
 pub(crate) use instance::Start;
 pub use instance::{ResumePoint, StreamInstance};
 pub(crate) use leader::{ADVISORY_PREFIX, Advisories, FLEET_PREFIX};
+pub use reconcile::Action;
 pub(crate) use stream::uncovered;
 pub use version::{MIGRATED_FROM_KEY, OlderDeclaration, Precedence, VERSION_KEY, precedence};
 pub(crate) use version::{OlderDeclarations, stamped_consumer_config, stamped_stream_config};

@@ -4,10 +4,9 @@
 use async_nats::jetstream::{ErrorCode, stream};
 
 use super::config::apply_stream_decl;
-use super::drift::stream_drift;
-use super::version::{
-    OlderDeclaration, Precedence, VERSION_KEY, precedence, set_stamp, stamp, stamped_stream_config,
-};
+use super::drift::extra_subjects;
+use super::reconcile::{self, Action};
+use super::version::{set_stamp, stamp, stamped_stream_config};
 use super::{Failure, ProvisionError, ProvisionErrorKind, Provisioner, rejected};
 use topology_core::model::StreamDecl;
 
@@ -65,53 +64,29 @@ impl Provisioner {
         }
         // Exists with a different configuration: compare what the declaration sets.
         let info = self.stream_info(decl.name).await?;
-        let drift = stream_drift(decl, &info.config);
-        if !drift.immutable.is_empty() {
-            return Err(ProvisionError::new(
+        let action = reconcile::stream(decl, &stamp, &[], Some(&info.config));
+        let extra = extra_subjects(decl, &info.config);
+        if !extra.is_empty() && !matches!(action, Action::Conflict(_)) {
+            tracing::warn!(
+                stream = decl.name,
+                subjects = ?extra,
+                "the stream on the server has subjects the declaration lacks; keeping them"
+            );
+        }
+        let conflict = |fields| {
+            ProvisionError::new(
                 ProvisionErrorKind::Conflict,
                 decl.name,
                 "the stream on the server differs from the declaration in fields that cannot be \
                  changed in place; create a stream under a new name and move consumers to it, or \
                  change the declaration to match the server",
             )
-            .fields(drift.immutable)
-            .into());
-        }
-        if !drift.extra_subjects.is_empty() {
-            tracing::warn!(
-                stream = decl.name,
-                subjects = ?drift.extra_subjects,
-                "the stream on the server has subjects the declaration lacks; keeping them"
-            );
-        }
-        let mut drift = drift;
-        let server = info.config.metadata.get(VERSION_KEY);
-        match precedence(&stamp, server.map(String::as_str)) {
-            Precedence::Older => {
-                if !drift.editable.is_empty() {
-                    let older = OlderDeclaration {
-                        stream: decl.name.to_owned(),
-                        consumer: None,
-                        declared: stamp,
-                        server: server.cloned().unwrap_or_default(),
-                    };
-                    tracing::warn!(stream = decl.name, changes = ?drift.editable, "{older}");
-                    self.older.record(older);
-                }
-                return Ok(info);
-            }
-            Precedence::Same => {}
-            _ => drift.editable.push(super::FieldDiff {
-                field: "metadata.nats-topology.version",
-                server: format!("{server:?}"),
-                declared: format!("{stamp:?}"),
-            }),
-        }
-        self.older.clear(decl.name, None);
-        if drift.editable.is_empty() {
+            .fields(fields)
+        };
+        let Some(changes) = self.without_writes(action, decl.name, None, conflict)? else {
             return Ok(info);
-        }
-        tracing::info!(stream = decl.name, changes = ?drift.editable, "updating stream to match its declaration");
+        };
+        tracing::info!(stream = decl.name, changes = ?changes, "updating stream to match its declaration");
         let mut updated = info.config.clone();
         apply_stream_decl(decl, &mut updated);
         set_stamp(&mut updated.metadata, &stamp);
@@ -201,6 +176,7 @@ impl Provisioner {
                 return Err(rejected("reading the external stream", decl.name, None, e).into());
             }
         };
+        // Bind-only verifies an owned stream the same way: exists and covers.
         if let Err(why) = uncovered(&info.config, consumed) {
             return Err(ProvisionError::new(
                 ProvisionErrorKind::ExternalNotReady,
