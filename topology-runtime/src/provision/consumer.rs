@@ -13,8 +13,16 @@ use super::{
 };
 use topology_core::model::{ConsumerDecl, ConsumerKind};
 
+/// A consumer that a migration created from another one (its `migrated-from` metadata).
+struct Successor {
+    name: String,
+    /// Its version stamp (`unknown` when it has none).
+    version: String,
+}
+
 impl Provisioner {
-    /// Ensures a consumer on `stream` and returns its info. A queue consumer is the durable
+    /// Reconciles a consumer on `stream` with the server (CREATE, then what
+    /// `reconcile::consumer` decides) and returns its info. A queue consumer is the durable
     /// named by its group; a broadcast relay is an ephemeral named `relay_name`.
     ///
     /// A queue consumer declaring `migrate_from = "old"` first moves from `old` if it exists,
@@ -27,7 +35,7 @@ impl Provisioner {
     /// an older version than the server's stamp is not applied (recorded for health). After a
     /// loss ([`UpdateMode::CreateOnly`]) a queue consumer that a newer declaration migrated
     /// away from is not created again ([`ProvisionErrorKind::Superseded`]).
-    pub async fn ensure_consumer(
+    pub async fn reconcile_consumer(
         &self,
         stream: &stream::Info,
         decl: &ConsumerDecl,
@@ -65,26 +73,34 @@ impl Provisioner {
         if matches!(mode, UpdateMode::CreateOnly { .. }) && decl.as_queue().is_some() {
             self.refuse_to_resurrect(stream_name, &name).await?;
         }
-        self.retry(stream_name, Some(&name), || async {
-            match self
-                .ensure_consumer_once(stream_name, &name, decl, &config, declared_start, mode)
-                .await
-            {
-                // Just after a work-queue migration deleted the old consumer, the server may
-                // still count it as overlapping the new one (10099/10100): try again.
-                Err(Failure::Fatal(e))
-                    if workqueue
-                        && migrating.is_some()
-                        && e.server_code().is_some_and(|code| {
-                            code == ErrorCode(10099) || code == ErrorCode(10100)
-                        }) =>
+        self.client
+            .retry(stream_name, Some(&name), || async {
+                match self
+                    .reconcile_consumer_once(
+                        stream_name,
+                        &name,
+                        decl,
+                        &config,
+                        declared_start,
+                        mode,
+                    )
+                    .await
                 {
-                    Err(Failure::Transient(ApiError::Retry(e.to_string())))
+                    // Just after a work-queue migration deleted the old consumer, the server may
+                    // still count it as overlapping the new one (10099/10100): try again.
+                    Err(Failure::Fatal(e))
+                        if workqueue
+                            && migrating.is_some()
+                            && e.server_code().is_some_and(|code| {
+                                code == ErrorCode(10099) || code == ErrorCode(10100)
+                            }) =>
+                    {
+                        Err(Failure::Transient(ApiError::Retry(e.to_string())))
+                    }
+                    other => other,
                 }
-                other => other,
-            }
-        })
-        .await
+            })
+            .await
     }
 
     /// The configuration a declaration creates, a queue consumer's stamped with the declaring
@@ -106,30 +122,28 @@ impl Provisioner {
         if self.read_consumer(stream, name).await?.is_some() {
             return Ok(());
         }
-        let successors = self.consumers_migrated_from(stream, name).await?;
-        let Some(successor) = successors.first() else {
+        let Some(successor) = self.successor(stream, name).await? else {
             return Ok(());
         };
         Err(ProvisionError::new(
             ProvisionErrorKind::Superseded,
             stream,
             format!(
-                "consumer `{successor}` (version {}) migrated from this one, which was then \
-                 deleted; not creating it again: this instance runs an older declaration, stop \
-                 it (or deploy the newer version)",
-                successors.get(1).map_or("unknown", String::as_str)
+                "consumer `{}` (version {}) migrated from this one, which was then deleted; \
+                 not creating it again: this instance runs an older declaration, stop it (or \
+                 deploy the newer version)",
+                successor.name, successor.version,
             ),
         )
         .consumer(name))
     }
 
-    /// The first consumer on `stream` whose metadata says it migrated from `old`, and its
-    /// version stamp (empty when none).
-    async fn consumers_migrated_from(
+    /// The first consumer on `stream` whose metadata says it migrated from `old`.
+    async fn successor(
         &self,
         stream: &str,
         old: &str,
-    ) -> Result<Vec<String>, ProvisionError> {
+    ) -> Result<Option<Successor>, ProvisionError> {
         #[derive(serde::Deserialize)]
         struct Page {
             #[serde(default)]
@@ -140,10 +154,12 @@ impl Provisioner {
         let mut offset = 0;
         loop {
             let page = self
+                .client
                 .retry(stream, Some(old), || async {
                     let body = serde_json::json!({ "offset": offset });
                     match self
-                        .api::<Page>(format!("CONSUMER.LIST.{stream}"), &body)
+                        .client
+                        .request::<Page>(format!("CONSUMER.LIST.{stream}"), &body)
                         .await
                     {
                         Ok(page) => Ok(page),
@@ -159,24 +175,24 @@ impl Provisioner {
                 .iter()
                 .find(|c| c.config.metadata.get(MIGRATED_FROM_KEY).map(String::as_str) == Some(old))
             {
-                return Ok(vec![
-                    found.name.clone(),
-                    found
+                return Ok(Some(Successor {
+                    name: found.name.clone(),
+                    version: found
                         .config
                         .metadata
                         .get(VERSION_KEY)
                         .cloned()
                         .unwrap_or_else(|| "unknown".to_owned()),
-                ]);
+                }));
             }
             offset += consumers.len();
             if consumers.is_empty() || offset >= page.total {
-                return Ok(Vec::new());
+                return Ok(None);
             }
         }
     }
 
-    async fn ensure_consumer_once(
+    async fn reconcile_consumer_once(
         &self,
         stream: &str,
         name: &str,
@@ -204,7 +220,8 @@ impl Provisioner {
             return Err(rejected("creating the consumer", stream, Some(name), error).into());
         }
         let info = match self
-            .api_empty::<consumer::Info>(format!("CONSUMER.INFO.{stream}.{name}"))
+            .client
+            .request_empty::<consumer::Info>(format!("CONSUMER.INFO.{stream}.{name}"))
             .await
         {
             Ok(info) => info,
@@ -286,31 +303,34 @@ impl Provisioner {
             config: &'a consumer::Config,
             action: &'a str,
         }
-        self.api(
-            subject,
-            &Request {
-                stream_name: stream,
-                config,
-                action,
-            },
-        )
-        .await
+        self.client
+            .request(
+                subject,
+                &Request {
+                    stream_name: stream,
+                    config,
+                    action,
+                },
+            )
+            .await
     }
 
     /// Deletes a consumer, retrying transient failures; a consumer already gone is not an
     /// error.
     pub async fn delete_consumer(&self, stream: &str, name: &str) -> Result<(), ProvisionError> {
-        self.retry(stream, Some(name), || {
-            self.delete_consumer_once(stream, name)
-        })
-        .await
+        self.client
+            .retry(stream, Some(name), || {
+                self.delete_consumer_once(stream, name)
+            })
+            .await
     }
 
     async fn delete_consumer_once(&self, stream: &str, name: &str) -> Result<(), Failure> {
         #[derive(serde::Deserialize)]
         struct Deleted {}
         match self
-            .api_empty::<Deleted>(format!("CONSUMER.DELETE.{stream}.{name}"))
+            .client
+            .request_empty::<Deleted>(format!("CONSUMER.DELETE.{stream}.{name}"))
             .await
         {
             Ok(_) => Ok(()),

@@ -9,9 +9,9 @@ use async_nats::jetstream::{consumer, stream as js_stream};
 use topology_core::model::{ConsumerDecl, StreamDecl};
 
 use super::drift::{Drift, consumer_drift, stream_drift};
-use super::version::OlderDeclaration;
 use super::version::{Precedence, VERSION_KEY, precedence};
 use super::{FieldDiff, ProvisionError, Provisioner, UpdateMode, uncovered};
+use crate::health::OlderDeclaration;
 
 /// What provisioning does (or, in a plan, would do) to one stream or consumer.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -11,9 +11,10 @@ use super::{Failure, ProvisionError, ProvisionErrorKind, Provisioner, rejected};
 use topology_core::model::StreamDecl;
 
 impl Provisioner {
-    /// Ensures a stream: created if absent, editable differences updated, immutable ones
-    /// reported. An external stream is only verified: it must exist and cover `subjects`.
-    pub async fn ensure_stream(
+    /// Reconciles a stream with the server, on every call (a runtime ensures each stream
+    /// once, through its cache): created if absent, then what `reconcile::stream` decides.
+    /// An external stream is only verified: it must exist and cover `consumed`.
+    pub async fn reconcile_stream(
         &self,
         decl: &StreamDecl,
         consumed: &[&str],
@@ -21,10 +22,12 @@ impl Provisioner {
         self.warn_if_server_too_old();
         if decl.external || self.bind_only {
             return self
+                .client
                 .retry(decl.name, None, || self.verify_external(decl, consumed))
                 .await;
         }
-        self.retry(decl.name, None, || self.ensure_owned_stream(decl))
+        self.client
+            .retry(decl.name, None, || self.ensure_owned_stream(decl))
             .await
     }
 
@@ -32,7 +35,8 @@ impl Provisioner {
         let config = stamped_stream_config(decl, self.version.as_deref());
         let stamp = self.stream_stamp(decl);
         let created = self
-            .api::<stream::Info>(format!("STREAM.CREATE.{}", decl.name), &config)
+            .client
+            .request::<stream::Info>(format!("STREAM.CREATE.{}", decl.name), &config)
             .await;
         let error = match created {
             Ok(info) => return Ok(info),
@@ -91,7 +95,8 @@ impl Provisioner {
         apply_stream_decl(decl, &mut updated);
         set_stamp(&mut updated.metadata, &stamp);
         match self
-            .api::<stream::Info>(format!("STREAM.UPDATE.{}", decl.name), &updated)
+            .client
+            .request::<stream::Info>(format!("STREAM.UPDATE.{}", decl.name), &updated)
             .await
         {
             Ok(info) => Ok(info),
@@ -116,7 +121,11 @@ impl Provisioner {
         let mut names = Vec::new();
         for subject in decl.subjects {
             let body = serde_json::json!({ "subject": subject });
-            if let Ok(found) = self.api::<Names>("STREAM.NAMES".to_owned(), &body).await {
+            if let Ok(found) = self
+                .client
+                .request::<Names>("STREAM.NAMES".to_owned(), &body)
+                .await
+            {
                 for name in found.streams.unwrap_or_default() {
                     if name != decl.name && !names.contains(&name) {
                         names.push(name);
@@ -129,7 +138,8 @@ impl Provisioner {
 
     async fn stream_info(&self, name: &str) -> Result<stream::Info, Failure> {
         match self
-            .api_empty::<stream::Info>(format!("STREAM.INFO.{name}"))
+            .client
+            .request_empty::<stream::Info>(format!("STREAM.INFO.{name}"))
             .await
         {
             Ok(info) => Ok(info),
@@ -147,7 +157,8 @@ impl Provisioner {
         consumed: &[&str],
     ) -> Result<stream::Info, Failure> {
         let info = match self
-            .api_empty::<stream::Info>(format!("STREAM.INFO.{}", decl.name))
+            .client
+            .request_empty::<stream::Info>(format!("STREAM.INFO.{}", decl.name))
             .await
         {
             Ok(info) => info,
