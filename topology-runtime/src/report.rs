@@ -8,107 +8,11 @@ use std::fmt;
 
 use std::time::Duration;
 
-use crate::provision::{
-    Drift, FieldDiff, Precedence, ProvisionError, Provisioner, VERSION_KEY, consumer_drift,
-    precedence, stream_drift, uncovered,
-};
+pub use crate::provision::Action;
+use crate::provision::{ProvisionError, Provisioner, UpdateMode, VERSION_KEY, reconcile};
 use crate::registry::Topology;
 use crate::retry::RetryPolicy;
 use topology_core::model::ConsumerKind;
-
-/// What provisioning would do to one stream or consumer.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Action {
-    /// It does not exist: it would be created.
-    Create,
-    /// It exists as declared: nothing to do.
-    Nothing,
-    /// It exists; these editable fields would be updated.
-    Update(Vec<FieldDiff>),
-    /// It exists with fields that cannot be changed in place: provisioning would fail.
-    Conflict(Vec<FieldDiff>),
-    /// An external stream: verified only. `Ok` if it exists and covers what is consumed.
-    Verify(Result<(), String>),
-    /// The consumer would be created from `from` at its ack floor, and `from` deleted.
-    Migrate {
-        /// The consumer migrated from.
-        from: String,
-    },
-    /// A broadcast relay: each instance creates its own at start-up.
-    PerInstance,
-    /// It exists, and the version stamped on it is newer than this declaration's: these
-    /// editable differences would not be applied ("declared by an older version").
-    OlderVersion {
-        /// This declaration's version.
-        declared: String,
-        /// The version stamped on the server.
-        server: String,
-        /// The differences left as the newer version set them.
-        fields: Vec<FieldDiff>,
-    },
-}
-
-impl Action {
-    fn from_drift(drift: Drift) -> Self {
-        if !drift.immutable.is_empty() {
-            Action::Conflict(drift.immutable)
-        } else if !drift.editable.is_empty() {
-            Action::Update(drift.editable)
-        } else {
-            Action::Nothing
-        }
-    }
-}
-
-impl fmt::Display for Action {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let fields = |f: &mut fmt::Formatter<'_>, diffs: &[FieldDiff]| {
-            diffs
-                .iter()
-                .enumerate()
-                .try_for_each(|(i, d)| write!(f, "{}{d}", if i == 0 { "" } else { "; " }))
-        };
-        match self {
-            Action::Create => f.write_str("create"),
-            Action::Nothing => f.write_str("nothing to do"),
-            Action::Update(diffs) => {
-                f.write_str("update: ")?;
-                fields(f, diffs)
-            }
-            Action::Conflict(diffs) => {
-                f.write_str("CONFLICT (cannot change in place): ")?;
-                fields(f, diffs)
-            }
-            Action::Verify(Ok(())) => {
-                f.write_str("external: exists and covers the consumed subjects")
-            }
-            Action::Verify(Err(why)) => write!(f, "external, NOT READY: {why}"),
-            Action::Migrate { from } => {
-                write!(
-                    f,
-                    "pause `{from}`, wait until what it delivered is acknowledged, create at its \
-                     ack floor + 1 (work-queue: delete `{from}`, create delivering what is left); \
-                     `{from}` is deleted once no instance pulls from it"
-                )
-            }
-            Action::OlderVersion {
-                declared,
-                server,
-                fields: diffs,
-            } => {
-                write!(
-                    f,
-                    "declared by an older version ({declared} here, {server} on the server): \
-                     not applied: "
-                )?;
-                fields(f, diffs)
-            }
-            Action::PerInstance => {
-                f.write_str("created by each instance at start-up (ephemeral relay)")
-            }
-        }
-    }
-}
 
 /// One line of a [`Plan`].
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -176,17 +80,12 @@ pub(crate) async fn plan_with(
     let mut items = Vec::new();
     for decl in topology.streams() {
         let server = provisioner.read_stream(decl.name).await?;
-        let consumed = topology.consumed_subjects(decl.name);
-        let action = match (&server, decl.external) {
-            (None, true) => Action::Verify(Err("the stream does not exist".to_owned())),
-            (Some(info), true) => Action::Verify(uncovered(&info.config, &consumed)),
-            (None, false) => Action::Create,
-            (Some(info), false) => versioned(
-                stream_drift(decl, &info.config),
-                &provisioner.stream_stamp(decl),
-                &info.config.metadata,
-            ),
-        };
+        let action = reconcile::stream(
+            decl,
+            &provisioner.stream_stamp(decl),
+            &topology.consumed_subjects(decl.name),
+            server.as_ref().map(|i| &i.config),
+        );
         items.push(PlanItem {
             stream: decl.name.to_owned(),
             consumer: None,
@@ -209,27 +108,20 @@ pub(crate) async fn plan_with(
                 Some(_) => provisioner.read_consumer(decl.name, queue.group).await?,
                 None => None,
             };
-            let action = match existing {
-                Some(info) => {
-                    let declared = provisioner.declared_consumer_config(decl.name, &c.decl, None);
-                    versioned(
-                        consumer_drift(&c.decl, &declared, &info.config),
-                        &provisioner.consumer_stamp(&c.decl),
-                        &info.config.metadata,
-                    )
+            let migrate_from_exists = match queue.migrate_from {
+                Some(old) if existing.is_none() && server.is_some() => {
+                    provisioner.read_consumer(decl.name, old).await?.is_some()
                 }
-                None => match queue.migrate_from {
-                    Some(old)
-                        if server.is_some()
-                            && provisioner.read_consumer(decl.name, old).await?.is_some() =>
-                    {
-                        Action::Migrate {
-                            from: old.to_owned(),
-                        }
-                    }
-                    _ => Action::Create,
-                },
+                _ => false,
             };
+            let declared = provisioner.declared_consumer_config(decl.name, &c.decl, None);
+            let action = reconcile::consumer(
+                &c.decl,
+                &declared,
+                existing.as_ref().map(|i| &i.config),
+                migrate_from_exists,
+                &UpdateMode::Update,
+            );
             items.push(PlanItem {
                 stream: decl.name.to_owned(),
                 consumer: Some(queue.group.to_owned()),
@@ -238,27 +130,6 @@ pub(crate) async fn plan_with(
         }
     }
     Ok(Plan { items })
-}
-
-/// The action for `drift` by a declaration stamped `declared` against what the server's
-/// `metadata` stamps: an older declaration's editable differences are not applied.
-fn versioned(
-    drift: Drift,
-    declared: &str,
-    metadata: &std::collections::HashMap<String, String>,
-) -> Action {
-    let server = metadata.get(VERSION_KEY);
-    if drift.immutable.is_empty()
-        && !drift.editable.is_empty()
-        && precedence(declared, server.map(String::as_str)) == Precedence::Older
-    {
-        return Action::OlderVersion {
-            declared: declared.to_owned(),
-            server: server.cloned().unwrap_or_default(),
-            fields: drift.editable,
-        };
-    }
-    Action::from_drift(drift)
 }
 
 /// The state of one declared queue consumer on the server.

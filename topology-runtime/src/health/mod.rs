@@ -2,9 +2,12 @@
 //!
 //! - `state`: [`ConsumerState`] and the [`ConsumerStatus`] snapshot;
 //! - `slot`: one consumer's live state, as its supervisor and handlers change it;
-//! - `reach`: whether JetStream answers through the connection's server.
+//! - `reach`: whether JetStream answers through the connection's server;
+//! - `older`: declarations older than the version stamped on the server (provisioning
+//!   records them).
 
 mod denied;
+mod older;
 mod reach;
 mod slot;
 mod state;
@@ -18,6 +21,8 @@ use tokio::sync::watch;
 
 pub(crate) use denied::Denials;
 pub use denied::PermissionDenial;
+pub use older::OlderDeclaration;
+pub(crate) use older::OlderDeclarations;
 pub use reach::JetStreamStatus;
 pub(crate) use slot::Slot;
 pub use state::{ConsumerState, ConsumerStatus};
@@ -33,7 +38,7 @@ pub(crate) struct Shared {
     /// Woken when a handler's publish finds no stream.
     pub(crate) stream_missing: Arc<tokio::sync::Notify>,
     /// Declarations older than the version stamped on the server (not applied).
-    older: crate::provision::OlderDeclarations,
+    older: OlderDeclarations,
     /// Whether JetStream answers through the connection's server.
     pub(crate) reach: reach::Reach,
     /// Permission violations the server reported, with who needs the subject.
@@ -69,7 +74,7 @@ impl Shared {
     }
 
     /// Shows in health the older declarations `older` records.
-    pub(crate) fn with_older(mut self, older: crate::provision::OlderDeclarations) -> Self {
+    pub(crate) fn with_older(mut self, older: OlderDeclarations) -> Self {
         self.older = older;
         self
     }
@@ -195,7 +200,7 @@ impl Health {
     /// stamped on the server ("declared by an older version"): their editable settings were
     /// left as the newer version set them. Expected while a rolling deploy runs old and new
     /// versions side by side; an instance still listing them afterwards runs old code.
-    pub fn older_declarations(&self) -> Vec<crate::provision::OlderDeclaration> {
+    pub fn older_declarations(&self) -> Vec<OlderDeclaration> {
         self.shared.older.all()
     }
 

@@ -5,19 +5,24 @@ use async_nats::jetstream::{ErrorCode, consumer, stream};
 use serde::Serialize;
 
 use super::config::apply_editable_consumer_fields;
-use super::drift::consumer_drift;
-use super::version::{
-    MIGRATED_FROM_KEY, OlderDeclaration, Precedence, VERSION_KEY, precedence, stamp,
-    stamped_consumer_config,
-};
+use super::reconcile::{self, Action};
+use super::version::{MIGRATED_FROM_KEY, VERSION_KEY, stamped_consumer_config};
 use super::{
     ApiError, Failure, ProvisionError, ProvisionErrorKind, Provisioner, ResumePoint, Start,
     StreamInstance, UpdateMode, rejected,
 };
 use topology_core::model::{ConsumerDecl, ConsumerKind};
 
+/// A consumer that a migration created from another one (its `migrated-from` metadata).
+struct Successor {
+    name: String,
+    /// Its version stamp (`unknown` when it has none).
+    version: String,
+}
+
 impl Provisioner {
-    /// Ensures a consumer on `stream` and returns its info. A queue consumer is the durable
+    /// Reconciles a consumer on `stream` with the server (CREATE, then what
+    /// `reconcile::consumer` decides) and returns its info. A queue consumer is the durable
     /// named by its group; a broadcast relay is an ephemeral named `relay_name`.
     ///
     /// A queue consumer declaring `migrate_from = "old"` first moves from `old` if it exists,
@@ -30,7 +35,7 @@ impl Provisioner {
     /// an older version than the server's stamp is not applied (recorded for health). After a
     /// loss ([`UpdateMode::CreateOnly`]) a queue consumer that a newer declaration migrated
     /// away from is not created again ([`ProvisionErrorKind::Superseded`]).
-    pub async fn ensure_consumer(
+    pub async fn reconcile_consumer(
         &self,
         stream: &stream::Info,
         decl: &ConsumerDecl,
@@ -68,26 +73,34 @@ impl Provisioner {
         if matches!(mode, UpdateMode::CreateOnly { .. }) && decl.as_queue().is_some() {
             self.refuse_to_resurrect(stream_name, &name).await?;
         }
-        self.retry(stream_name, Some(&name), || async {
-            match self
-                .ensure_consumer_once(stream_name, &name, decl, &config, declared_start, mode)
-                .await
-            {
-                // Just after a work-queue migration deleted the old consumer, the server may
-                // still count it as overlapping the new one (10099/10100): try again.
-                Err(Failure::Fatal(e))
-                    if workqueue
-                        && migrating.is_some()
-                        && e.server_code().is_some_and(|code| {
-                            code == ErrorCode(10099) || code == ErrorCode(10100)
-                        }) =>
+        self.client
+            .retry(stream_name, Some(&name), || async {
+                match self
+                    .reconcile_consumer_once(
+                        stream_name,
+                        &name,
+                        decl,
+                        &config,
+                        declared_start,
+                        mode,
+                    )
+                    .await
                 {
-                    Err(Failure::Transient(ApiError::Retry(e.to_string())))
+                    // Just after a work-queue migration deleted the old consumer, the server may
+                    // still count it as overlapping the new one (10099/10100): try again.
+                    Err(Failure::Fatal(e))
+                        if workqueue
+                            && migrating.is_some()
+                            && e.server_code().is_some_and(|code| {
+                                code == ErrorCode(10099) || code == ErrorCode(10100)
+                            }) =>
+                    {
+                        Err(Failure::Transient(ApiError::Retry(e.to_string())))
+                    }
+                    other => other,
                 }
-                other => other,
-            }
-        })
-        .await
+            })
+            .await
     }
 
     /// The configuration a declaration creates, a queue consumer's stamped with the declaring
@@ -101,11 +114,6 @@ impl Provisioner {
         stamped_consumer_config(stream, decl, relay_name, self.version.as_deref())
     }
 
-    /// The version a consumer declaration is stamped with.
-    pub(crate) fn consumer_stamp(&self, decl: &ConsumerDecl) -> String {
-        stamp(self.version.as_deref(), decl.version, decl)
-    }
-
     /// After a loss: refuses to create `name` again when a consumer on the stream says a newer
     /// declaration migrated from it (this instance is of the old fleet; the consumer was
     /// retired because nobody pulled from it). Transient: the instance stays unready, saying
@@ -114,30 +122,28 @@ impl Provisioner {
         if self.read_consumer(stream, name).await?.is_some() {
             return Ok(());
         }
-        let successors = self.consumers_migrated_from(stream, name).await?;
-        let Some(successor) = successors.first() else {
+        let Some(successor) = self.successor(stream, name).await? else {
             return Ok(());
         };
         Err(ProvisionError::new(
             ProvisionErrorKind::Superseded,
             stream,
             format!(
-                "consumer `{successor}` (version {}) migrated from this one, which was then \
-                 deleted; not creating it again: this instance runs an older declaration, stop \
-                 it (or deploy the newer version)",
-                successors.get(1).map_or("unknown", String::as_str)
+                "consumer `{}` (version {}) migrated from this one, which was then deleted; \
+                 not creating it again: this instance runs an older declaration, stop it (or \
+                 deploy the newer version)",
+                successor.name, successor.version,
             ),
         )
         .consumer(name))
     }
 
-    /// The first consumer on `stream` whose metadata says it migrated from `old`, and its
-    /// version stamp (empty when none).
-    async fn consumers_migrated_from(
+    /// The first consumer on `stream` whose metadata says it migrated from `old`.
+    async fn successor(
         &self,
         stream: &str,
         old: &str,
-    ) -> Result<Vec<String>, ProvisionError> {
+    ) -> Result<Option<Successor>, ProvisionError> {
         #[derive(serde::Deserialize)]
         struct Page {
             #[serde(default)]
@@ -148,10 +154,12 @@ impl Provisioner {
         let mut offset = 0;
         loop {
             let page = self
+                .client
                 .retry(stream, Some(old), || async {
                     let body = serde_json::json!({ "offset": offset });
                     match self
-                        .api::<Page>(format!("CONSUMER.LIST.{stream}"), &body)
+                        .client
+                        .request::<Page>(format!("CONSUMER.LIST.{stream}"), &body)
                         .await
                     {
                         Ok(page) => Ok(page),
@@ -167,24 +175,24 @@ impl Provisioner {
                 .iter()
                 .find(|c| c.config.metadata.get(MIGRATED_FROM_KEY).map(String::as_str) == Some(old))
             {
-                return Ok(vec![
-                    found.name.clone(),
-                    found
+                return Ok(Some(Successor {
+                    name: found.name.clone(),
+                    version: found
                         .config
                         .metadata
                         .get(VERSION_KEY)
                         .cloned()
                         .unwrap_or_else(|| "unknown".to_owned()),
-                ]);
+                }));
             }
             offset += consumers.len();
             if consumers.is_empty() || offset >= page.total {
-                return Ok(Vec::new());
+                return Ok(None);
             }
         }
     }
 
-    async fn ensure_consumer_once(
+    async fn reconcile_consumer_once(
         &self,
         stream: &str,
         name: &str,
@@ -212,7 +220,8 @@ impl Provisioner {
             return Err(rejected("creating the consumer", stream, Some(name), error).into());
         }
         let info = match self
-            .api_empty::<consumer::Info>(format!("CONSUMER.INFO.{stream}.{name}"))
+            .client
+            .request_empty::<consumer::Info>(format!("CONSUMER.INFO.{stream}.{name}"))
             .await
         {
             Ok(info) => info,
@@ -235,8 +244,12 @@ impl Provisioner {
             // earlier session resumed): it delivers from its own state either way.
             compared.deliver_policy = info.config.deliver_policy;
         }
-        let drift = consumer_drift(decl, &compared, &info.config);
-        if !drift.immutable.is_empty() {
+        let action = reconcile::consumer(decl, &compared, Some(&info.config), false, mode);
+        if matches!(mode, UpdateMode::CreateOnly { .. }) && action == Action::Nothing {
+            // After a loss: what exists is accepted as it is.
+            return Ok(info);
+        }
+        let conflict = |fields| {
             let hint = match &decl.kind {
                 ConsumerKind::Queue(_) => format!(
                     "the consumer on the server cannot be changed in place to the declared shape; \
@@ -248,51 +261,14 @@ impl Provisioner {
                         .to_owned()
                 }
             };
-            return Err(
-                ProvisionError::new(ProvisionErrorKind::Conflict, stream, hint)
-                    .consumer(name)
-                    .fields(drift.immutable)
-                    .into(),
-            );
-        }
-        if matches!(mode, UpdateMode::CreateOnly { .. }) {
+            ProvisionError::new(ProvisionErrorKind::Conflict, stream, hint)
+                .consumer(name)
+                .fields(fields)
+        };
+        let Some(changes) = self.without_writes(action, stream, Some(name), conflict)? else {
             return Ok(info);
-        }
-        let mut drift = drift;
-        if decl.as_queue().is_some() {
-            let declared = config
-                .metadata
-                .get(VERSION_KEY)
-                .cloned()
-                .unwrap_or_default();
-            let server = info.config.metadata.get(VERSION_KEY);
-            match precedence(&declared, server.map(String::as_str)) {
-                Precedence::Older => {
-                    if !drift.editable.is_empty() {
-                        let older = OlderDeclaration {
-                            stream: stream.to_owned(),
-                            consumer: Some(name.to_owned()),
-                            declared,
-                            server: server.cloned().unwrap_or_default(),
-                        };
-                        tracing::warn!(stream, consumer = name, changes = ?drift.editable, "{older}");
-                        self.older.record(older);
-                    }
-                    return Ok(info);
-                }
-                Precedence::Same => {}
-                _ => drift.editable.push(crate::provision::FieldDiff {
-                    field: "metadata.nats-topology.version",
-                    server: format!("{server:?}"),
-                    declared: format!("{declared:?}"),
-                }),
-            }
-            self.older.clear(stream, Some(name));
-        }
-        if drift.editable.is_empty() {
-            return Ok(info);
-        }
-        tracing::info!(stream, consumer = name, changes = ?drift.editable, "updating consumer to match its declaration");
+        };
+        tracing::info!(stream, consumer = name, changes = ?changes, "updating consumer to match its declaration");
         let mut updated = info.config.clone();
         apply_editable_consumer_fields(config, &mut updated);
         for key in [VERSION_KEY, MIGRATED_FROM_KEY] {
@@ -327,31 +303,34 @@ impl Provisioner {
             config: &'a consumer::Config,
             action: &'a str,
         }
-        self.api(
-            subject,
-            &Request {
-                stream_name: stream,
-                config,
-                action,
-            },
-        )
-        .await
+        self.client
+            .request(
+                subject,
+                &Request {
+                    stream_name: stream,
+                    config,
+                    action,
+                },
+            )
+            .await
     }
 
     /// Deletes a consumer, retrying transient failures; a consumer already gone is not an
     /// error.
     pub async fn delete_consumer(&self, stream: &str, name: &str) -> Result<(), ProvisionError> {
-        self.retry(stream, Some(name), || {
-            self.delete_consumer_once(stream, name)
-        })
-        .await
+        self.client
+            .retry(stream, Some(name), || {
+                self.delete_consumer_once(stream, name)
+            })
+            .await
     }
 
     async fn delete_consumer_once(&self, stream: &str, name: &str) -> Result<(), Failure> {
         #[derive(serde::Deserialize)]
         struct Deleted {}
         match self
-            .api_empty::<Deleted>(format!("CONSUMER.DELETE.{stream}.{name}"))
+            .client
+            .request_empty::<Deleted>(format!("CONSUMER.DELETE.{stream}.{name}"))
             .await
         {
             Ok(_) => Ok(()),

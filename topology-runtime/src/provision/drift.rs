@@ -14,7 +14,16 @@ use topology_core::model::{ConsumerDecl, Discard, StreamDecl};
 pub(crate) struct Drift {
     pub(crate) editable: Vec<FieldDiff>,
     pub(crate) immutable: Vec<FieldDiff>,
-    pub(crate) extra_subjects: Vec<String>,
+}
+
+/// The subjects of the stream on the server that its declaration lacks (kept, said at WARN).
+pub(crate) fn extra_subjects(decl: &StreamDecl, server: &stream::Config) -> Vec<String> {
+    server
+        .subjects
+        .iter()
+        .filter(|s| !decl.subjects.contains(&s.as_str()))
+        .cloned()
+        .collect()
 }
 
 fn diff(field: &'static str, server: impl fmt::Debug, declared: impl fmt::Debug) -> FieldDiff {
@@ -39,12 +48,6 @@ pub(crate) fn stream_drift(decl: &StreamDecl, server: &stream::Config) -> Drift 
             .editable
             .push(diff("subjects", &server.subjects, decl.subjects));
     }
-    drift.extra_subjects = server
-        .subjects
-        .iter()
-        .filter(|s| !decl.subjects.contains(&s.as_str()))
-        .cloned()
-        .collect();
     if let Some(replicas) = decl.replicas
         && server.num_replicas.max(1) != usize::from(replicas)
     {

@@ -124,7 +124,7 @@ impl Ensurer {
             return Ok(info.clone());
         }
         let consumed = self.topology.consumed_subjects(stream.name);
-        let info = self.provisioner.ensure_stream(stream, &consumed).await?;
+        let info = self.provisioner.reconcile_stream(stream, &consumed).await?;
         *ensured = Some(info.clone());
         Ok(info)
     }
@@ -145,7 +145,7 @@ impl Ensurer {
             None => {
                 *ensured = None;
                 let consumed = self.topology.consumed_subjects(stream.name);
-                self.provisioner.ensure_stream(stream, &consumed).await?
+                self.provisioner.reconcile_stream(stream, &consumed).await?
             }
         };
         *ensured = Some(info.clone());
@@ -168,7 +168,7 @@ impl Ensurer {
         };
         let result = self
             .provisioner
-            .ensure_consumer(&info, &consumer.decl, relay, mode)
+            .reconcile_consumer(&info, &consumer.decl, relay, mode)
             .await;
         if let Err(e) = &result
             && e.kind() == ProvisionErrorKind::StreamMissing

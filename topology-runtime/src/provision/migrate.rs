@@ -55,7 +55,7 @@ impl Provisioner {
         new: &str,
         old: &str,
     ) -> Result<(), ProvisionError> {
-        let version = self.js.client().server_info().version;
+        let version = self.client.jetstream().client().server_info().version;
         if has_pause(&version) == Some(false) {
             return Err(ProvisionError::new(
                 ProvisionErrorKind::Unsupported,
@@ -101,25 +101,26 @@ impl Provisioner {
         from_floor.deliver_policy = consumer::DeliverPolicy::ByStartSequence {
             start_sequence: start,
         };
-        self.retry(stream, Some(new), || async {
-            match self
-                .create_consumer(stream, new, &from_floor, "create")
-                .await
-            {
-                Ok(_) => Ok(()),
-                // Created already, by another new instance (or before a crash): it stands.
-                Err(e) if e.code() == Some(ErrorCode::CONSUMER_ALREADY_EXISTS) => Ok(()),
-                Err(e) if e.is_transient() => Err(Failure::Transient(e)),
-                Err(e) => Err(rejected(
-                    "creating the consumer at the old ack floor",
-                    stream,
-                    Some(new),
-                    e,
-                )
-                .into()),
-            }
-        })
-        .await?;
+        self.client
+            .retry(stream, Some(new), || async {
+                match self
+                    .create_consumer(stream, new, &from_floor, "create")
+                    .await
+                {
+                    Ok(_) => Ok(()),
+                    // Created already, by another new instance (or before a crash): it stands.
+                    Err(e) if e.code() == Some(ErrorCode::CONSUMER_ALREADY_EXISTS) => Ok(()),
+                    Err(e) if e.is_transient() => Err(Failure::Transient(e)),
+                    Err(e) => Err(rejected(
+                        "creating the consumer at the old ack floor",
+                        stream,
+                        Some(new),
+                        e,
+                    )
+                    .into()),
+                }
+            })
+            .await?;
         tracing::info!(
             stream,
             from = old,
@@ -141,31 +142,33 @@ impl Provisioner {
         if info.paused {
             return Ok(());
         }
-        self.retry(stream, Some(old), || async {
-            let body = serde_json::json!({ "pause_until": PAUSED_UNTIL });
-            match self
-                .api::<serde_json::Value>(format!("CONSUMER.PAUSE.{stream}.{old}"), &body)
-                .await
-            {
-                Ok(_) => Ok(()),
-                // Gone meanwhile (another new instance finished a work-queue migration).
-                Err(e) if e.code() == Some(ErrorCode::CONSUMER_NOT_FOUND) => Ok(()),
-                Err(e) if e.is_transient() => Err(Failure::Transient(e)),
-                Err(e) => {
-                    Err(
-                        rejected("pausing the consumer to migrate from", stream, Some(old), e)
-                            .into(),
-                    )
+        self.client
+            .retry(stream, Some(old), || async {
+                let body = serde_json::json!({ "pause_until": PAUSED_UNTIL });
+                match self
+                    .client
+                    .request::<serde_json::Value>(format!("CONSUMER.PAUSE.{stream}.{old}"), &body)
+                    .await
+                {
+                    Ok(_) => Ok(()),
+                    // Gone meanwhile (another new instance finished a work-queue migration).
+                    Err(e) if e.code() == Some(ErrorCode::CONSUMER_NOT_FOUND) => Ok(()),
+                    Err(e) if e.is_transient() => Err(Failure::Transient(e)),
+                    Err(e) => {
+                        Err(
+                            rejected("pausing the consumer to migrate from", stream, Some(old), e)
+                                .into(),
+                        )
+                    }
                 }
-            }
-        })
-        .await?;
+            })
+            .await?;
         tracing::info!(
             stream,
             consumer = old,
             "paused the consumer to migrate from"
         );
-        let deadline = tokio::time::Instant::now() + self.policy.deadline;
+        let deadline = tokio::time::Instant::now() + self.client.policy().deadline;
         loop {
             match self.read_consumer(stream, old).await? {
                 None => return Ok(()),
@@ -178,7 +181,7 @@ impl Provisioner {
                             "the consumer to migrate from did not report paused within {:?}; \
                              check the cluster's health (the migration resumes on the next \
                              attempt)",
-                            self.policy.deadline
+                            self.client.policy().deadline
                         ),
                     )
                     .consumer(old));

@@ -4,17 +4,17 @@
 use async_nats::jetstream::{ErrorCode, stream};
 
 use super::config::apply_stream_decl;
-use super::drift::stream_drift;
-use super::version::{
-    OlderDeclaration, Precedence, VERSION_KEY, precedence, set_stamp, stamp, stamped_stream_config,
-};
+use super::drift::extra_subjects;
+use super::reconcile::{self, Action};
+use super::version::{set_stamp, stamp, stamped_stream_config};
 use super::{Failure, ProvisionError, ProvisionErrorKind, Provisioner, rejected};
 use topology_core::model::StreamDecl;
 
 impl Provisioner {
-    /// Ensures a stream: created if absent, editable differences updated, immutable ones
-    /// reported. An external stream is only verified: it must exist and cover `subjects`.
-    pub async fn ensure_stream(
+    /// Reconciles a stream with the server, on every call (a runtime ensures each stream
+    /// once, through its cache): created if absent, then what `reconcile::stream` decides.
+    /// An external stream is only verified: it must exist and cover `consumed`.
+    pub async fn reconcile_stream(
         &self,
         decl: &StreamDecl,
         consumed: &[&str],
@@ -22,10 +22,12 @@ impl Provisioner {
         self.warn_if_server_too_old();
         if decl.external || self.bind_only {
             return self
+                .client
                 .retry(decl.name, None, || self.verify_external(decl, consumed))
                 .await;
         }
-        self.retry(decl.name, None, || self.ensure_owned_stream(decl))
+        self.client
+            .retry(decl.name, None, || self.ensure_owned_stream(decl))
             .await
     }
 
@@ -33,7 +35,8 @@ impl Provisioner {
         let config = stamped_stream_config(decl, self.version.as_deref());
         let stamp = self.stream_stamp(decl);
         let created = self
-            .api::<stream::Info>(format!("STREAM.CREATE.{}", decl.name), &config)
+            .client
+            .request::<stream::Info>(format!("STREAM.CREATE.{}", decl.name), &config)
             .await;
         let error = match created {
             Ok(info) => return Ok(info),
@@ -65,58 +68,35 @@ impl Provisioner {
         }
         // Exists with a different configuration: compare what the declaration sets.
         let info = self.stream_info(decl.name).await?;
-        let drift = stream_drift(decl, &info.config);
-        if !drift.immutable.is_empty() {
-            return Err(ProvisionError::new(
+        let action = reconcile::stream(decl, &stamp, &[], Some(&info.config));
+        let extra = extra_subjects(decl, &info.config);
+        if !extra.is_empty() && !matches!(action, Action::Conflict(_)) {
+            tracing::warn!(
+                stream = decl.name,
+                subjects = ?extra,
+                "the stream on the server has subjects the declaration lacks; keeping them"
+            );
+        }
+        let conflict = |fields| {
+            ProvisionError::new(
                 ProvisionErrorKind::Conflict,
                 decl.name,
                 "the stream on the server differs from the declaration in fields that cannot be \
                  changed in place; create a stream under a new name and move consumers to it, or \
                  change the declaration to match the server",
             )
-            .fields(drift.immutable)
-            .into());
-        }
-        if !drift.extra_subjects.is_empty() {
-            tracing::warn!(
-                stream = decl.name,
-                subjects = ?drift.extra_subjects,
-                "the stream on the server has subjects the declaration lacks; keeping them"
-            );
-        }
-        let mut drift = drift;
-        let server = info.config.metadata.get(VERSION_KEY);
-        match precedence(&stamp, server.map(String::as_str)) {
-            Precedence::Older => {
-                if !drift.editable.is_empty() {
-                    let older = OlderDeclaration {
-                        stream: decl.name.to_owned(),
-                        consumer: None,
-                        declared: stamp,
-                        server: server.cloned().unwrap_or_default(),
-                    };
-                    tracing::warn!(stream = decl.name, changes = ?drift.editable, "{older}");
-                    self.older.record(older);
-                }
-                return Ok(info);
-            }
-            Precedence::Same => {}
-            _ => drift.editable.push(super::FieldDiff {
-                field: "metadata.nats-topology.version",
-                server: format!("{server:?}"),
-                declared: format!("{stamp:?}"),
-            }),
-        }
-        self.older.clear(decl.name, None);
-        if drift.editable.is_empty() {
+            .fields(fields)
+        };
+        let Some(changes) = self.without_writes(action, decl.name, None, conflict)? else {
             return Ok(info);
-        }
-        tracing::info!(stream = decl.name, changes = ?drift.editable, "updating stream to match its declaration");
+        };
+        tracing::info!(stream = decl.name, changes = ?changes, "updating stream to match its declaration");
         let mut updated = info.config.clone();
         apply_stream_decl(decl, &mut updated);
         set_stamp(&mut updated.metadata, &stamp);
         match self
-            .api::<stream::Info>(format!("STREAM.UPDATE.{}", decl.name), &updated)
+            .client
+            .request::<stream::Info>(format!("STREAM.UPDATE.{}", decl.name), &updated)
             .await
         {
             Ok(info) => Ok(info),
@@ -141,7 +121,11 @@ impl Provisioner {
         let mut names = Vec::new();
         for subject in decl.subjects {
             let body = serde_json::json!({ "subject": subject });
-            if let Ok(found) = self.api::<Names>("STREAM.NAMES".to_owned(), &body).await {
+            if let Ok(found) = self
+                .client
+                .request::<Names>("STREAM.NAMES".to_owned(), &body)
+                .await
+            {
                 for name in found.streams.unwrap_or_default() {
                     if name != decl.name && !names.contains(&name) {
                         names.push(name);
@@ -154,7 +138,8 @@ impl Provisioner {
 
     async fn stream_info(&self, name: &str) -> Result<stream::Info, Failure> {
         match self
-            .api_empty::<stream::Info>(format!("STREAM.INFO.{name}"))
+            .client
+            .request_empty::<stream::Info>(format!("STREAM.INFO.{name}"))
             .await
         {
             Ok(info) => Ok(info),
@@ -172,7 +157,8 @@ impl Provisioner {
         consumed: &[&str],
     ) -> Result<stream::Info, Failure> {
         let info = match self
-            .api_empty::<stream::Info>(format!("STREAM.INFO.{}", decl.name))
+            .client
+            .request_empty::<stream::Info>(format!("STREAM.INFO.{}", decl.name))
             .await
         {
             Ok(info) => info,
@@ -201,6 +187,7 @@ impl Provisioner {
                 return Err(rejected("reading the external stream", decl.name, None, e).into());
             }
         };
+        // Bind-only verifies an owned stream the same way: exists and covers.
         if let Err(why) = uncovered(&info.config, consumed) {
             return Err(ProvisionError::new(
                 ProvisionErrorKind::ExternalNotReady,

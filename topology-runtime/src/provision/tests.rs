@@ -64,20 +64,21 @@ async fn an_answer_of_an_unexpected_shape_is_reported_after_a_few_attempts() {
     let provisioner = Provisioner::new(client, policy);
     let stream = topology_core::model::StreamDecl::new("ODD", &["odd.>"]);
     provisioner
-        .ensure_stream(&stream, &[])
+        .reconcile_stream(&stream, &[])
         .await
         .expect("created");
     let error = provisioner
+        .client
         .read::<OtherShape>(
             "ODD",
             None,
             "STREAM.INFO.ODD".to_owned(),
-            ErrorCode::STREAM_NOT_FOUND,
+            async_nats::jetstream::ErrorCode::STREAM_NOT_FOUND,
         )
         .await
         .expect_err("not the shape asked for");
     assert_eq!(error.kind(), ProvisionErrorKind::UnexpectedAnswer);
-    assert_eq!(error.attempts(), UNEXPECTED_ANSWER_ATTEMPTS);
+    assert_eq!(error.attempts(), client::UNEXPECTED_ANSWER_ATTEMPTS);
     assert!(error.is_transient(), "a supervisor retries it with backoff");
     let text = error.to_string();
     assert!(text.contains("$JS.API.STREAM.INFO.ODD"), "{text}");

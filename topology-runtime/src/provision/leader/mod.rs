@@ -1,52 +1,18 @@
 //! The leader watch: wakes provisioning retries that wait for a JetStream leader as soon as
-//! one is elected, instead of letting them sleep out their full-jitter window (or an
-//! unanswered request's whole timeout).
-//!
-//! What the server says, and to whom (nats-server `server/jetstream_cluster.go`,
-//! `sendDomainLeaderElectAdvisory`, `sendStreamLeaderElectAdvisory`,
-//! `sendConsumerLeaderElectAdvisory`):
-//!
-//! - a new **meta** leader: `$JS.EVENT.ADVISORY.DOMAIN.LEADER_ELECTED`, published to the
-//!   **system account only**;
-//! - a new **stream** leader: `$JS.EVENT.ADVISORY.STREAM.LEADER_ELECTED.<stream>`, and a
-//!   consumer's: `$JS.EVENT.ADVISORY.CONSUMER.LEADER_ELECTED.<stream>.<consumer>`, both to the
-//!   stream's account (and to the system account).
-//!
-//! An application connection usually lives in an ordinary account, where no meta-leader
-//! advisory ever arrives. So while a retry waits, the watch also asks the meta leader
-//! itself: a `$JS.API.INFO` request (answered by the meta leader only; by a follower with
-//! 10008 once it knows there is none). A probe answered after one that was not is the
-//! election, seen from this account. It probes at once, then less and less often
-//! ([`PROBES`]), and a fleet of replicas waiting together shares what its probes find
-//! (`fleet`: one replica's answered probe wakes them all), so that each of N probes only
-//! about every N x [`FLEET_INTERVAL`]: what the fleet sends during an election stays about
-//! the same whatever its size, when the new leader has the most to do. Both the advisories
-//! and the probe exist only while at least one retry waits: the first waiter starts one
-//! task that subscribes and probes; it stops [`LINGER`] after the last one leaves (so that
-//! the moment between a backoff sleep and the next attempt does not restart it and forget
-//! that the leader was gone).
-//!
-//! The watch remembers when it last saw each election (and the newest answered probe): a
-//! retry asks what came since its attempt started. Any election that concerns a stream
-//! wakes its retries that sleep; a request in flight is given up only when it was sent
-//! before the meta leader took office or before its stream's leader was elected
-//! ([`Election`]), or when it is still unanswered [`IN_FLIGHT_GRACE`] after it was sent
-//! (longer while the API answers slowly: [`PATIENCE`]) although probes sent after it were
-//! answered. That one is made again at once: no election woke a crowd, so there is
-//! nothing to spread.
-//!
-//! **The herd.** One election wakes every waiting replica at once. Each retries after a
-//! random delay in `[0, WAKE_SPREAD]` (and never later than its own backoff would have):
-//! requests of N replicas arrive over 100 ms rather than in one instant. That is enough
-//! because what they send is CREATE first: concurrent identical CREATEs are answered
-//! idempotently (DESIGN.md §4); the spread only keeps the meta leader's queue short in its
-//! first moments, and a longer one would add its whole length to the time to ready.
+//! one is elected, instead of letting them sleep out their full-jitter window or an
+//! unanswered request's whole timeout. While a retry waits, it listens to the leader-election
+//! advisories (`advisories`, `election`) and probes the meta leader with `$JS.API.INFO`
+//! (`probe`), sharing what its probes find with the other replicas of the fleet (`fleet`);
+//! `wake` is what a retry is given, `timings` how long it all waits ([`LeaderTimings`]).
+//! Why it works this way, with the measurements: docs/PERFORMANCE.md, "The leader watch".
 
 mod advisories;
 mod election;
 mod fleet;
 mod probe;
+mod timings;
 mod wake;
+mod waking;
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -61,7 +27,9 @@ pub(crate) use advisories::{ADVISORY_PREFIX, Advisories};
 pub(crate) use election::Election;
 pub(crate) use fleet::{FLEET_PREFIX, Fleet};
 pub(crate) use probe::ProbeSchedule;
+pub use timings::LeaderTimings;
 pub(crate) use wake::StreamWake;
+pub(crate) use waking::run_waking;
 
 /// When a replica that has heard no other asks whether a meta leader answers, while a
 /// retry waits: at once, then fast at first and slower the longer it runs (the fleet's
@@ -85,10 +53,9 @@ const FLEET_COUNTED: usize = (FLEET_MAX.as_millis() / FLEET_INTERVAL.as_millis()
 /// the same instant tell the others over this, so that those that already heard enough can
 /// keep quiet.
 const NOTE_SPREAD: Duration = Duration::from_millis(100);
-/// How long one probe waits for its answer, at least (see [`PATIENCE`]).
-const PROBE_TIMEOUT: Duration = Duration::from_millis(1000);
 /// How long a probe may go unanswered (at least: [`PATIENCE`]) before its replica tells the
-/// fleet that it waits, without waiting for [`PROBE_TIMEOUT`]: until replicas hear each
+/// fleet that it waits, without waiting for its timeout
+/// ([`LeaderTimings::probe_timeout`]): until replicas hear each
 /// other each probes on its own fast schedule, and in a fleet of hundreds those first
 /// probes are most of what the outage costs the cluster. A healthy meta leader answers
 /// `INFO` in a few milliseconds; a wrong note only slows the fleet's probes down.
@@ -98,25 +65,6 @@ const SILENT_AFTER: Duration = Duration::from_millis(100);
 /// loaded meta leader answers slowly but answers (an identical CREATE is answered only once
 /// its proposal commits); taking its queue for a lost leader re-sends every request in it.
 const PATIENCE: u32 = 4;
-/// The spread of the retries one election wakes (see the module documentation).
-pub(crate) const WAKE_SPREAD: Duration = Duration::from_millis(100);
-/// How long a first request may go unanswered before it also waits for an election: a
-/// healthy create of a replicated stream is answered in tens of milliseconds (about 60 ms on
-/// 2.11.2 and later, nats-facts §6.1).
-pub(crate) const IN_FLIGHT_GRACE: Duration = Duration::from_millis(250);
-/// How long the watch outlives its last waiter.
-const LINGER: Duration = Duration::from_secs(1);
-/// The longest wait before retrying a request refused for want of a peer ("no suitable
-/// peers for placement, peer offline", 10005), for the first [`PEER_POLL_FOR`] of such
-/// refusals. The meta leader answers so when a replicated stream's placement needs a node
-/// it knows to be offline: typically a node that is restarting and not yet caught up, back
-/// within a few hundred milliseconds. Nothing announces its return to an application's
-/// account, so a retry asks again within this (a cheap refusal, about ten a second per
-/// replica), rather than over its growing full-jitter window. Past [`PEER_POLL_FOR`] (a node
-/// down for longer) the usual backoff resumes.
-pub(crate) const PEER_POLL: Duration = Duration::from_millis(200);
-/// See [`PEER_POLL`].
-pub(crate) const PEER_POLL_FOR: Duration = Duration::from_secs(3);
 
 /// One per provisioner (clones share it): the elections seen while some retry waits.
 #[derive(Clone)]
@@ -126,6 +74,7 @@ pub(crate) struct LeaderWatch {
 
 struct Inner {
     js: jetstream::Context,
+    timings: LeaderTimings,
     advisories: Advisories,
     fleet: Fleet,
     elections: broadcast::Sender<Election>,
@@ -195,11 +144,17 @@ impl State {
 }
 
 impl LeaderWatch {
-    pub(crate) fn new(js: jetstream::Context, advisories: Advisories, fleet: Fleet) -> Self {
+    pub(crate) fn new(
+        js: jetstream::Context,
+        advisories: Advisories,
+        fleet: Fleet,
+        timings: LeaderTimings,
+    ) -> Self {
         let (elections, _) = broadcast::channel(64);
         LeaderWatch {
             inner: Arc::new(Inner {
                 js,
+                timings,
                 advisories,
                 fleet,
                 elections,
@@ -319,7 +274,7 @@ impl LeaderWatch {
         self.inner.state.lock().unwrap().last_request_rtt = rtt;
     }
 
-    /// A [`Wake`](crate::retry::Wake) for the retries of one stream (or its consumers).
+    /// A [`Wake`](waking::Wake) for the retries of one stream (or its consumers).
     pub(crate) fn wake_for<'a>(
         &'a self,
         stream: &'a str,
@@ -330,7 +285,7 @@ impl LeaderWatch {
 }
 
 /// Counts one waiting retry; the first starts the watch (which stops by itself once none
-/// has waited for [`LINGER`]).
+/// has waited for [`LeaderTimings::linger`]).
 struct Waiter(Arc<Inner>);
 
 impl Waiter {
@@ -344,6 +299,7 @@ impl Waiter {
                 state.starts += 1;
                 tokio::spawn(probe::watch(
                     inner.js.clone(),
+                    inner.timings.probe_timeout,
                     inner.advisories.clone(),
                     inner.fleet.clone(),
                     inner.elections.clone(),
@@ -366,14 +322,17 @@ impl Drop for Waiter {
     }
 }
 
-/// Whether the watch should stop: no retry has waited for [`LINGER`], or the provisioner is
+/// Whether the watch should stop: no retry has waited for [`LeaderTimings::linger`], or the provisioner is
 /// gone. Marks it stopped under the lock, so that a new waiter starts a new one.
 fn should_stop(inner: &Weak<Inner>) -> bool {
     let Some(inner) = inner.upgrade() else {
         return true;
     };
     let mut state = inner.state.lock().unwrap();
-    let idle = state.waiters == 0 && state.idle_since.is_none_or(|t| t.elapsed() >= LINGER);
+    let idle = state.waiters == 0
+        && state
+            .idle_since
+            .is_none_or(|t| t.elapsed() >= inner.timings.linger);
     if idle {
         state.running = false;
     }

@@ -12,8 +12,8 @@ use tokio::time::Instant;
 
 use super::fleet::{Census, Fleet, Note};
 use super::{
-    ADVISORY_PREFIX, Advisories, Election, Inner, NOTE_SPREAD, PROBE_TIMEOUT, PROBES, SILENT_AFTER,
-    announce, patience, probe_sent, should_stop,
+    ADVISORY_PREFIX, Advisories, Election, Inner, NOTE_SPREAD, PROBES, SILENT_AFTER, announce,
+    patience, probe_sent, should_stop,
 };
 use crate::retry::full_jitter;
 
@@ -64,6 +64,7 @@ struct Newest {
 /// unsubscribes.
 pub(super) async fn watch(
     js: jetstream::Context,
+    probe_timeout: Duration,
     accepted: Advisories,
     fleet: Fleet,
     elections: broadcast::Sender<Election>,
@@ -179,7 +180,7 @@ pub(super) async fn watch(
                     return;
                 }
                 let patience = patience(&inner);
-                let timeout = PROBE_TIMEOUT.max(patience);
+                let timeout = probe_timeout.max(patience);
                 last_sent_at = Instant::now();
                 probes.push(probe(js.clone(), sent, last_sent_at, timeout));
                 probe_sent(&inner);

@@ -8,8 +8,8 @@ use std::time::Duration;
 use async_nats::jetstream;
 use tokio::time::Instant;
 
-use super::{IN_FLIGHT_GRACE, LeaderWatch, PEER_POLL, PEER_POLL_FOR, WAKE_SPREAD};
-use crate::retry::Wake;
+use super::LeaderWatch;
+use super::waking::Wake;
 
 /// The [`Wake`] of one stream's provisioning retries.
 pub(crate) struct StreamWake<'a> {
@@ -31,7 +31,8 @@ impl<'a> StreamWake<'a> {
         }
     }
 
-    /// Records why the last attempt failed (transiently): see [`PEER_POLL`].
+    /// Records why the last attempt failed (transiently): see
+    /// [`LeaderTimings::peer_poll`](super::LeaderTimings::peer_poll).
     pub(crate) fn failed(&self, cause: &crate::provision::error::ApiError) {
         let mut since = self.peer_missing_since.lock().unwrap();
         if cause.code() == Some(jetstream::ErrorCode::CLUSTER_NO_PEERS) {
@@ -63,7 +64,7 @@ impl Wake for StreamWake<'_> {
     }
 
     fn spread(&self) -> Duration {
-        WAKE_SPREAD
+        self.watch.inner.timings.wake_spread
     }
 
     fn event_seen_since(&self, since: Instant) -> bool {
@@ -74,13 +75,14 @@ impl Wake for StreamWake<'_> {
     }
 
     fn in_flight_grace(&self) -> Duration {
-        IN_FLIGHT_GRACE
+        self.watch.inner.timings.in_flight_grace
     }
 
     fn backoff_cap(&self) -> Option<Duration> {
+        let timings = &self.watch.inner.timings;
         let since = *self.peer_missing_since.lock().unwrap();
         since
-            .is_some_and(|since| since.elapsed() < PEER_POLL_FOR)
-            .then_some(PEER_POLL)
+            .is_some_and(|since| since.elapsed() < timings.peer_poll_for)
+            .then_some(timings.peer_poll)
     }
 }

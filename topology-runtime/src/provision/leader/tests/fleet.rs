@@ -13,6 +13,7 @@ async fn replica(server: &nats_topology_testkit::NatsServer) -> LeaderWatch {
         api.context(client, Duration::from_secs(5)),
         Advisories::None,
         Fleet::new(FAKE_API),
+        LeaderTimings::default(),
     )
 }
 
@@ -233,9 +234,10 @@ async fn a_probe_gone_silent_tells_the_fleet_before_it_times_out() {
         .expect("subscribed");
     let after = first_at.elapsed();
     assert!(
-        after < PROBE_TIMEOUT,
+        after < LeaderTimings::default().probe_timeout,
         "the note comes while the first probe is still unanswered, {after:?} after it \
-         (its timeout: {PROBE_TIMEOUT:?})"
+         (its timeout: {:?})",
+        LeaderTimings::default().probe_timeout
     );
     drop(waiting);
 }

@@ -46,6 +46,7 @@ async fn unconnected_watch() -> LeaderWatch {
         jetstream::new(client),
         Advisories::All,
         Fleet::new("$JS.API"),
+        LeaderTimings::default(),
     )
 }
 
@@ -218,3 +219,4 @@ async fn an_election_wakes_every_retry_of_its_stream_but_gives_up_only_what_it_l
 }
 
 mod fleet;
+mod waking;
