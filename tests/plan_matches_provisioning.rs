@@ -1,7 +1,7 @@
 //! `plan` says what provisioning then does, for every drift case: missing, the same, editable
 //! drift, immutable drift (stream and consumer), an older, a newer, an unordered and a
-//! missing version stamp, extra subjects on the server, a migration, and external streams
-//! (covering and not). Each case reads the plan, provisions, and compares what changed on the
+//! missing version stamp, extra subjects on the server, a migration, external streams
+//! (covering and not), and a bind-only runtime's verification (missing, drifted). Each case reads the plan, provisions, and compares what changed on the
 //! server (and what failed, and what health says) with the plan's action.
 
 mod fixture;
@@ -161,7 +161,10 @@ async fn plan_then_provision(fx: &Fixture, runtime: Runtime) -> Plan {
                     .unwrap();
                 assert!(info.paused, "the old consumer is paused: {old}; {what}");
             }
-            Action::Verify(Err(_)) => {
+            Action::Bound(Ok(_)) => {
+                assert_eq!(before, after, "used as it is, never changed here: {what}");
+            }
+            Action::Verify(Err(_)) | Action::Bound(Err(_)) => {
                 let error = provisioned.as_ref().expect_err("not ready fails");
                 assert_eq!(error.kind(), ProvisionErrorKind::ExternalNotReady, "{what}");
                 assert_eq!(before, after, "{what}");
@@ -193,13 +196,14 @@ fn kinds(plan: &Plan) -> Vec<String> {
             let fields = match &i.action {
                 Action::Update(f)
                 | Action::Conflict(f)
-                | Action::OlderVersion { fields: f, .. } => {
+                | Action::OlderVersion { fields: f, .. }
+                | Action::Bound(Ok(f)) => {
                     let names: Vec<&str> = f.iter().map(|d| d.field).collect();
                     format!(" {}", names.join(","))
                 }
                 _ => String::new(),
             };
-            format!("{}{fields}", &kind[..end])
+            format!("{}{fields}", &kind[..end]).trim_end().to_owned()
         })
         .collect()
 }
@@ -397,6 +401,41 @@ async fn plan_says_what_provisioning_does_with_external_streams() {
     assert_eq!(kinds(&plan)[0], "Verify");
     assert!(
         matches!(plan.items[0].action, Action::Verify(Err(_))),
+        "{plan}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plan_says_what_a_bind_only_runtime_does() {
+    let fx = Fixture::start().await;
+    let bound = |t: Topology, client: async_nats::Client| {
+        Runtime::builder(client)
+            .topology(t)
+            .retry(quick())
+            .version("1.0.0")
+            .bind_only()
+            .build()
+            .expect("a valid topology")
+    };
+    // Nothing provisioned yet: not ready, and nothing created.
+    let (_, t) = topology(&fx, "PLAN_BOUND", 3600, 3);
+    let plan = plan_then_provision(&fx, bound(t, fx.connect().await)).await;
+    assert_eq!(kinds(&plan), ["Bound", "Bound"]);
+    assert!(
+        plan.items
+            .iter()
+            .all(|i| matches!(i.action, Action::Bound(Err(_)))),
+        "{plan}"
+    );
+    // Provisioned by the operator; this declaration differs in max_deliver: used as it is.
+    let (_, t) = topology(&fx, "PLAN_BOUND", 3600, 3);
+    plan_then_provision(&fx, runtime(fx.connect().await, t, "1.0.0")).await;
+    let (_, t) = topology(&fx, "PLAN_BOUND", 3600, 5);
+    let plan = plan_then_provision(&fx, bound(t, fx.connect().await)).await;
+    assert_eq!(kinds(&plan), ["Bound", "Bound max_deliver"]);
+    assert_eq!(
+        plan.items[0].action,
+        Action::Bound(Ok(Vec::new())),
         "{plan}"
     );
 }

@@ -80,12 +80,13 @@ pub(crate) async fn plan_with(
     let mut items = Vec::new();
     for decl in topology.streams() {
         let server = provisioner.read_stream(decl.name).await?;
-        let action = reconcile::stream(
-            decl,
-            &provisioner.stream_stamp(decl),
-            &topology.consumed_subjects(decl.name),
-            server.as_ref().map(|i| &i.config),
-        );
+        let consumed = topology.consumed_subjects(decl.name);
+        let on_server = server.as_ref().map(|i| &i.config);
+        let action = if provisioner.is_bind_only() && !decl.external {
+            reconcile::bound_stream(&consumed, on_server)
+        } else {
+            reconcile::stream(decl, &provisioner.stream_stamp(decl), &consumed, on_server)
+        };
         items.push(PlanItem {
             stream: decl.name.to_owned(),
             consumer: None,
@@ -108,13 +109,25 @@ pub(crate) async fn plan_with(
                 Some(_) => provisioner.read_consumer(decl.name, queue.group).await?,
                 None => None,
             };
+            let declared = provisioner.declared_consumer_config(decl.name, &c.decl, None);
+            if provisioner.is_bind_only() {
+                items.push(PlanItem {
+                    stream: decl.name.to_owned(),
+                    consumer: Some(queue.group.to_owned()),
+                    action: reconcile::bound_consumer(
+                        &c.decl,
+                        &declared,
+                        existing.as_ref().map(|i| &i.config),
+                    ),
+                });
+                continue;
+            }
             let migrate_from_exists = match queue.migrate_from {
                 Some(old) if existing.is_none() && server.is_some() => {
                     provisioner.read_consumer(decl.name, old).await?.is_some()
                 }
                 _ => false,
             };
-            let declared = provisioner.declared_consumer_config(decl.name, &c.decl, None);
             let action = reconcile::consumer(
                 &c.decl,
                 &declared,

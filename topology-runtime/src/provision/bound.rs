@@ -4,12 +4,13 @@
 use async_nats::jetstream::consumer;
 use topology_core::model::ConsumerDecl;
 
-use super::drift::consumer_drift;
+use super::reconcile::{self, Action};
 use super::{ProvisionError, ProvisionErrorKind, Provisioner};
 
 impl Provisioner {
     /// Bind-only: the queue consumer must be there (an operator provisioned it); differences
-    /// from the declaration are the operator's to apply, and said in the log.
+    /// from the declaration are the operator's to apply, and said in the log (what
+    /// [`reconcile::bound_consumer`] decides, which `plan` prints).
     pub(super) async fn verify_bound(
         &self,
         stream: &str,
@@ -17,7 +18,9 @@ impl Provisioner {
         decl: &ConsumerDecl,
         declared: &consumer::Config,
     ) -> Result<consumer::Info, ProvisionError> {
-        let Some(info) = self.read_consumer(stream, name).await? else {
+        let info = self.read_consumer(stream, name).await?;
+        let action = reconcile::bound_consumer(decl, declared, info.as_ref().map(|i| &i.config));
+        let (Some(info), Action::Bound(Ok(differences))) = (info, action) else {
             return Err(ProvisionError::new(
                 ProvisionErrorKind::ExternalNotReady,
                 stream,
@@ -28,12 +31,11 @@ impl Provisioner {
             )
             .consumer(name));
         };
-        let drift = consumer_drift(decl, declared, &info.config);
-        if !drift.immutable.is_empty() || !drift.editable.is_empty() {
+        if !differences.is_empty() {
             tracing::warn!(
                 stream,
                 consumer = name,
-                differences = ?drift,
+                ?differences,
                 "the consumer on the server differs from the declaration; bind-only: not \
                  changed here (provision it again with the operator's credentials)"
             );

@@ -34,6 +34,10 @@ pub enum Action {
     },
     /// A broadcast relay: each instance creates its own at start-up.
     PerInstance,
+    /// Bind-only ([`RuntimeBuilder::bind_only`](crate::RuntimeBuilder::bind_only)): verified,
+    /// never created or changed here. `Ok`: it exists, with the differences from the
+    /// declaration (if any) left for an operator to apply; `Err`: not ready, and why.
+    Bound(Result<Vec<FieldDiff>, String>),
     /// It exists, and the version stamped on it is newer than this declaration's: these
     /// editable differences are not applied ("declared by an older version").
     OlderVersion {
@@ -92,6 +96,14 @@ impl fmt::Display for Action {
             Action::PerInstance => {
                 f.write_str("created by each instance at start-up (ephemeral relay)")
             }
+            Action::Bound(Ok(diffs)) if diffs.is_empty() => {
+                f.write_str("bind-only: exists as declared (verified, never changed here)")
+            }
+            Action::Bound(Ok(diffs)) => {
+                f.write_str("bind-only: exists; not changed here (an operator's to apply): ")?;
+                fields(f, diffs)
+            }
+            Action::Bound(Err(why)) => write!(f, "bind-only, NOT READY: {why}"),
         }
     }
 }
@@ -110,6 +122,37 @@ pub(crate) fn stream(
         Some(server) if decl.external => Action::Verify(uncovered(server, consumed)),
         None => Action::Create,
         Some(server) => versioned(stream_drift(decl, server), stamp, &server.metadata),
+    }
+}
+
+/// What a bind-only runtime does with an owned stream: verifies that it exists and covers
+/// the subjects `consumed` from it, as an external stream's.
+pub(crate) fn bound_stream(consumed: &[&str], on_server: Option<&js_stream::Config>) -> Action {
+    match on_server {
+        None => Action::Bound(Err(
+            "the stream does not exist; an operator provisions it".to_owned()
+        )),
+        Some(server) => Action::Bound(uncovered(server, consumed).map(|()| Vec::new())),
+    }
+}
+
+/// What a bind-only runtime does with a queue consumer declared as `decl` (configured as
+/// `declared`): uses it as it is on the server, or waits for an operator to provision it.
+pub(crate) fn bound_consumer(
+    decl: &ConsumerDecl,
+    declared: &consumer::Config,
+    on_server: Option<&consumer::Config>,
+) -> Action {
+    match on_server {
+        None => Action::Bound(Err(
+            "the consumer does not exist; an operator provisions it".to_owned(),
+        )),
+        Some(server) => {
+            let drift = consumer_drift(decl, declared, server);
+            let mut differences = drift.immutable;
+            differences.extend(drift.editable);
+            Action::Bound(Ok(differences))
+        }
     }
 }
 
