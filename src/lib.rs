@@ -118,6 +118,9 @@ pub use topology_runtime::run::CLEANUP_WAIT;
 
 pub use topology_runtime::telemetry;
 
+/// How the leader watch paces itself ([`RuntimeBuilder::leader_timings`]).
+pub use topology_runtime::provision::LeaderTimings;
+
 /// The NATS client this crate is built on. Use it through this path (`nats_topology::async_nats`)
 /// rather than a direct dependency, so that the [`Client`](async_nats::Client) given to
 /// [`Runtime::builder`] is always of the version the runtime expects.

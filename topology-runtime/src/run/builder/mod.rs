@@ -4,6 +4,7 @@
 
 mod timings;
 
+use crate::provision::LeaderTimings;
 use std::borrow::Cow;
 use std::sync::Arc;
 
@@ -259,6 +260,10 @@ impl RuntimeBuilder {
         let provisioner = Provisioner::with_api(self.client.clone(), self.retry, api)
             .with_version(self.version)
             .bind_only(self.bind_only);
+        let provisioner = match self.settings.leader == LeaderTimings::default() {
+            true => provisioner,
+            false => provisioner.with_leader_timings(self.settings.leader),
+        };
         let ensurer = Ensurer::new(topology, provisioner);
         let unread = ensurer.unread_streams();
         let shared = Arc::new(

@@ -1,6 +1,7 @@
 //! The runtime's timings ([`Settings`]): each a value with a documented default, set through
 //! [`RuntimeBuilder`], and refused at `build` when it would make the runtime misbehave.
 
+use crate::provision::LeaderTimings;
 use std::time::Duration;
 
 use super::RuntimeBuilder;
@@ -25,6 +26,7 @@ pub(crate) struct Settings {
     pub(crate) dead_letter_attempts: u32,
     pub(crate) publish_retry: RetryPolicy,
     pub(crate) ack: AckMode,
+    pub(crate) leader: LeaderTimings,
 }
 
 impl Default for Settings {
@@ -57,6 +59,7 @@ impl Default for Settings {
                 ..RetryPolicy::default()
             },
             ack: AckMode::FireAndForget,
+            leader: LeaderTimings::default(),
         }
     }
 }
@@ -101,6 +104,26 @@ impl RuntimeBuilder {
     /// drain returns them.
     pub fn pull_batch(mut self, batch: usize) -> Self {
         self.settings.pull_batch = Some(batch.max(1));
+        self
+    }
+
+    /// How the leader watch, which wakes provisioning retries waiting for a JetStream leader
+    /// as soon as one is elected, paces itself (default [`LeaderTimings::default`]).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use nats_topology::LeaderTimings;
+    ///
+    /// # async fn demo(client: nats_topology::async_nats::Client) -> Result<(), Box<dyn std::error::Error>> {
+    /// let quick = LeaderTimings {
+    ///     wake_spread: Duration::from_millis(20),
+    ///     ..LeaderTimings::default()
+    /// };
+    /// let runtime = nats_topology::Runtime::builder(client).leader_timings(quick).build()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn leader_timings(mut self, timings: LeaderTimings) -> Self {
+        self.settings.leader = timings;
         self
     }
 
