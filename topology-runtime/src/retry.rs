@@ -208,20 +208,26 @@ impl Backoff {
                 Ok(value) => return Ok((value, attempts)),
                 Err(error) => error,
             };
-            let gave_up = if !transient(&error) {
-                GaveUp::Final
-            } else if let Some(delay) = self.fail() {
-                tokio::time::sleep(delay).await;
-                continue;
-            } else {
-                GaveUp::Exhausted
-            };
-            return Err(Failed {
-                error,
-                attempts,
-                gave_up,
-            });
+            match self.after(transient(&error)) {
+                Ok(delay) => tokio::time::sleep(delay).await,
+                Err(gave_up) => {
+                    return Err(Failed {
+                        error,
+                        attempts,
+                        gave_up,
+                    });
+                }
+            }
         }
+    }
+
+    /// After a failed attempt (`transient` or not): the delay before the next, or why there
+    /// is none.
+    pub(crate) fn after(&mut self, transient: bool) -> Result<Duration, GaveUp> {
+        if !transient {
+            return Err(GaveUp::Final);
+        }
+        self.fail().ok_or(GaveUp::Exhausted)
     }
 
     /// The deadline no wait may pass (`None`: none).

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::retry::{Backoff, Failed, GaveUp, full_jitter};
+use crate::retry::{Backoff, Failed, full_jitter};
 
 /// An event after which a retry is worth making before its backoff ends: "a JetStream
 /// leader was elected" ([`StreamWake`](super::StreamWake); tests use their own). A retry
@@ -132,43 +132,41 @@ where
                 continue;
             }
         };
-        let gave_up = if !transient(&error) {
-            GaveUp::Final
-        } else if let Some(delay) = backoff.fail() {
-            let delay = match wake.backoff_cap() {
-                Some(cap) if cap < delay => full_jitter(cap),
-                _ => delay,
-            };
-            // An event while the failed attempt was answered counts: the
-            // failure may predate it (a request that reached no leader).
-            let event = wake.event_since(started);
-            let slept = Instant::now();
-            tokio::select! {
-                () = tokio::time::sleep(delay) => tracing::debug!(
-                    attempt = attempts,
-                    delay_ms = delay.as_millis() as u64,
-                    "backoff slept out; trying again"
-                ),
-                () = event => {
-                    let spread = full_jitter(wake.spread()).min(delay);
-                    tracing::debug!(
-                        attempt = attempts,
-                        waited_ms = slept.elapsed().as_millis() as u64,
-                        spread_ms = spread.as_millis() as u64,
-                        "backoff woken by a leader event"
-                    );
-                    tokio::time::sleep(spread).await;
-                }
+        let delay = match backoff.after(transient(&error)) {
+            Ok(delay) => delay,
+            Err(gave_up) => {
+                return Err(Failed {
+                    error,
+                    attempts,
+                    gave_up,
+                });
             }
-            continue;
-        } else {
-            GaveUp::Exhausted
         };
-        return Err(Failed {
-            error,
-            attempts,
-            gave_up,
-        });
+        let delay = match wake.backoff_cap() {
+            Some(cap) if cap < delay => full_jitter(cap),
+            _ => delay,
+        };
+        // An event while the failed attempt was answered counts: the
+        // failure may predate it (a request that reached no leader).
+        let event = wake.event_since(started);
+        let slept = Instant::now();
+        tokio::select! {
+            () = tokio::time::sleep(delay) => tracing::debug!(
+                attempt = attempts,
+                delay_ms = delay.as_millis() as u64,
+                "backoff slept out; trying again"
+            ),
+            () = event => {
+                let spread = full_jitter(wake.spread()).min(delay);
+                tracing::debug!(
+                    attempt = attempts,
+                    waited_ms = slept.elapsed().as_millis() as u64,
+                    spread_ms = spread.as_millis() as u64,
+                    "backoff woken by a leader event"
+                );
+                tokio::time::sleep(spread).await;
+            }
+        }
     }
 }
 
