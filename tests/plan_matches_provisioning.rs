@@ -63,6 +63,18 @@ async fn on_server(js: &jetstream::Context, item: &PlanItem) -> Option<Value> {
     Some(config.expect("a configuration serializes"))
 }
 
+/// A stream's configuration on the server.
+async fn stream_config(js: &jetstream::Context, name: &str) -> stream::Config {
+    js.get_stream(name)
+        .await
+        .expect("the stream exists")
+        .info()
+        .await
+        .expect("its info")
+        .config
+        .clone()
+}
+
 /// The value of a field as `plan` names it (`metadata.nats-topology.version` included).
 fn field<'a>(config: &'a Value, name: &str) -> &'a Value {
     match name.split_once('.') {
@@ -245,15 +257,7 @@ async fn plan_says_what_provisioning_does_with_versions_and_editable_drift() {
     let plan = plan_then_provision(fx, run("1.0.0", 7200, 5).await).await;
     assert_eq!(kinds(&plan), ["Nothing", "Nothing"]);
     // An unordered stamp on the server (set by hand): the declaration is applied.
-    let mut config = js
-        .get_stream(decl.name)
-        .await
-        .unwrap()
-        .info()
-        .await
-        .unwrap()
-        .config
-        .clone();
+    let mut config = stream_config(&js, decl.name).await;
     config.metadata.insert(KEY.to_owned(), "by-hand".to_owned());
     js.update_stream(&config).await.unwrap();
     let plan = plan_then_provision(fx, run("1.1.0", 7200, 5).await).await;
@@ -291,15 +295,7 @@ async fn plan_says_what_provisioning_does_with_conflicts_extra_subjects_and_migr
     // Extra subjects on the server: kept, nothing to do.
     let (decl, t) = topology(&fx, "PLAN_EXTRA", 3600, 3);
     plan_then_provision(&fx, runtime(fx.connect().await, t, "1.0.0")).await;
-    let mut config = js
-        .get_stream(decl.name)
-        .await
-        .unwrap()
-        .info()
-        .await
-        .unwrap()
-        .config
-        .clone();
+    let mut config = stream_config(&js, decl.name).await;
     config.subjects.push("plan_extra_more.>".to_owned());
     js.update_stream(&config).await.unwrap();
     let (_, t) = topology(&fx, "PLAN_EXTRA", 3600, 3);
