@@ -136,19 +136,11 @@ impl Pace {
 
     /// How many messages `concurrency` handlers start within the horizon, beyond those
     /// running (a handler frees every `mean / concurrency` on average).
+    /// A float-to-integer cast saturates: a mean of zero gives `usize::MAX`.
     fn ahead(&self, concurrency: usize) -> usize {
-        match self.mean {
-            None => 0,
-            Some(mean) if mean < 1.0 => usize::MAX,
-            Some(mean) => {
-                let ahead = self.horizon.as_nanos() as f64 * concurrency as f64 / mean;
-                if ahead >= usize::MAX as f64 {
-                    usize::MAX
-                } else {
-                    ahead as usize
-                }
-            }
-        }
+        self.mean.map_or(0, |mean| {
+            (self.horizon.as_nanos() as f64 * concurrency as f64 / mean) as usize
+        })
     }
 }
 

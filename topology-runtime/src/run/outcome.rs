@@ -61,14 +61,14 @@ pub(super) struct Observer {
     pub(super) slot: Arc<Slot>,
     /// Telemetry: counters, duration, in flight (the `metrics` facade).
     pub(super) metrics: ConsumerMetrics,
-    pub(super) record: Option<Record>,
+    pub(super) record: Record,
 }
 
 impl Observer {
     /// A handler starts on the `delivered`-th delivery of the message at `sequence`: it is in
     /// flight until the returned guard drops.
     pub(super) fn started(&self, sequence: Option<u64>, delivered: u64) -> Running<'_> {
-        if let (Some(Record::Relay(progress)), Some(sequence)) = (&self.record, sequence) {
+        if let (Record::Relay(progress), Some(sequence)) = (&self.record, sequence) {
             progress.started(sequence);
         }
         self.metrics.start(delivered)
@@ -110,8 +110,8 @@ impl Observer {
             return;
         };
         match &self.record {
-            Some(Record::Queue(settled)) if outcome.settled() => settled.record(sequence),
-            Some(Record::Relay(progress)) if outcome.done() => progress.settled(sequence),
+            Record::Queue(settled) if outcome.settled() => settled.record(sequence),
+            Record::Relay(progress) if outcome.done() => progress.settled(sequence),
             _ => {}
         }
     }

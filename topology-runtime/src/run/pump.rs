@@ -21,8 +21,7 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::ack;
-use super::ack::AckDeadline;
+use super::ack::{self, AckDeadline};
 use super::dispatch::{Session, handle};
 use super::feed::Feed;
 use super::flow::Flow;

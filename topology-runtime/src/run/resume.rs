@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use async_nats::jetstream::consumer;
 
+use super::outcome::Record;
 use crate::provision::{ResumePoint, StreamInstance};
 
 /// Where one supervised consumer would resume, across its sessions.
@@ -47,11 +48,6 @@ impl Resume {
         }
     }
 
-    /// Where a queue consumer's handlers record what they settled.
-    pub(super) fn settled(&self) -> Arc<Settled> {
-        self.settled.clone()
-    }
-
     /// Where a consumer re-created now should start after (`None`: as declared).
     pub(super) fn point(&self) -> Option<ResumePoint> {
         if self.relay {
@@ -67,16 +63,13 @@ impl Resume {
 
     /// A session begins on `info`, ensured in `stream`: its ack floor is where it stands (a
     /// consumer just created at a resume point has its floor there). Returns the floor now
-    /// held, and a relay's progress for the session's handlers to record into.
-    pub(super) fn begin(
-        &self,
-        stream: &StreamInstance,
-        info: &consumer::Info,
-    ) -> (u64, Option<Arc<Progress>>) {
+    /// held, and where the session records what it handled: a queue consumer's settled
+    /// sequences, a relay's progress.
+    pub(super) fn begin(&self, stream: &StreamInstance, info: &consumer::Info) -> (u64, Record) {
         let floor = info.ack_floor.stream_sequence;
         let held = self.follow(stream, floor);
         if !self.relay {
-            return (held, None);
+            return (held, Record::Queue(self.settled.clone()));
         }
         let progress = Arc::new(Progress {
             stream: stream.clone(),
@@ -87,7 +80,7 @@ impl Resume {
             }),
         });
         *lock(&self.session) = Some(progress.clone());
-        (held, Some(progress))
+        (held, Record::Relay(progress))
     }
 
     /// The ack floor read on the server in `stream`: it only moves forward within one stream
@@ -218,7 +211,7 @@ mod tests {
     fn a_queue_consumer_resumes_after_what_it_settled_above_the_floor_read() {
         let resume = Resume::new(false);
         resume.follow(&instance("t1"), 100);
-        let settled = resume.settled();
+        let settled = resume.settled.clone();
         for sequence in [101, 102, 103, 105] {
             settled.record(sequence);
         }

@@ -21,7 +21,7 @@ use super::outcome::{Observer, Record};
 use super::pull::{Puller, Watch};
 use super::pump::{Exit, finish_in_flight, pump};
 use super::relay::relay_name;
-use super::resume::{Progress, Resume, Settled};
+use super::resume::Resume;
 use crate::handler::Scope;
 use crate::health::{ConsumerState, Slot};
 use crate::provision::{Advisories, Ensured, ProvisionError, StreamInstance, UpdateMode};
@@ -83,7 +83,7 @@ pub(super) async fn supervise(
                 stream: instance,
             }) => {
                 ensured_once = true;
-                let (floor, progress) = resume.begin(&instance, &info);
+                let (floor, record) = resume.begin(&instance, &info);
                 if relay.is_none() {
                     slot.ack_floor.store(floor, Ordering::Relaxed);
                 }
@@ -95,10 +95,10 @@ pub(super) async fn supervise(
                         &inner,
                         consumer,
                         &slot,
-                        (info, progress, &instance),
+                        (info, record, &instance),
                         &cancel,
                         &mut in_flight,
-                        (&stopped, relay.is_none().then(|| resume.settled())),
+                        &stopped,
                     ) => exit,
                     never = follow_ack_floor(
                         &inner,
@@ -252,14 +252,13 @@ async fn consume(
     inner: &Arc<Inner>,
     consumer: &Consumer,
     slot: &Arc<Slot>,
-    // The consumer as ensured, (a relay) where its handlers record their progress, and the
-    // stream instance it reads.
-    (info, progress, instance): (consumer::Info, Option<Arc<Progress>>, &StreamInstance),
+    // The consumer as ensured, where its session records what it handled (to resume after it
+    // when re-created), and the stream instance it reads.
+    (info, record, instance): (consumer::Info, Record, &StreamInstance),
     cancel: &CancellationToken,
     in_flight: &mut JoinSet<()>,
-    // Where stopped handlers leave their messages, and (a queue consumer) where handlers
-    // record what they settled.
-    (stopped, settled): (&StoppedHandlers, Option<Arc<Settled>>),
+    // Where stopped handlers leave their messages.
+    stopped: &StoppedHandlers,
 ) -> Exit {
     let settings = &inner.settings;
     let js = inner.ensurer.provisioner().jetstream().clone();
@@ -267,12 +266,6 @@ async fn consume(
     let max_deliver = u64::try_from(info.config.max_deliver)
         .ok()
         .filter(|n| *n > 0);
-    // What it handled, to resume after it when re-created: a relay counts it here, a queue
-    // consumer above its ack floor.
-    let record = match (progress, settled) {
-        (Some(progress), _) => Some(Record::Relay(progress)),
-        (None, settled) => settled.map(Record::Queue),
-    };
     let session = Arc::new(Session {
         handler: consumer.handler.clone(),
         scope: Arc::new(Scope {
