@@ -100,31 +100,29 @@ pub(crate) fn parse_version(version: &str) -> Option<(u64, u64, u64)> {
 impl Provisioner {
     /// A provisioner on `client` with `policy` (its `request_timeout` bounds each request).
     pub fn new(client: async_nats::Client, policy: RetryPolicy) -> Self {
-        Self::with_api(client, policy, crate::jsapi::JetStreamApi::Local)
+        Self::with_api(
+            client,
+            policy,
+            crate::jsapi::JetStreamApi::Local,
+            LeaderTimings::default(),
+        )
     }
 
-    /// A provisioner whose requests go to `api` (a JetStream domain or API prefix).
+    /// A provisioner whose requests go to `api` (a JetStream domain or API prefix), its
+    /// leader watch paced by `timings`.
     pub(crate) fn with_api(
         client: async_nats::Client,
         policy: RetryPolicy,
         api: crate::jsapi::JetStreamApi,
+        timings: LeaderTimings,
     ) -> Self {
         Provisioner {
-            client: client::ApiClient::new(client, policy, api, LeaderTimings::default()),
+            client: client::ApiClient::new(client, policy, api, timings),
             warned_version: Default::default(),
             version: None,
             older: OlderDeclarations::default(),
             bind_only: false,
         }
-    }
-
-    /// Runs the leader watch (which wakes retries waiting for a JetStream leader) with
-    /// `timings` instead of [`LeaderTimings::default`].
-    pub fn with_leader_timings(mut self, timings: LeaderTimings) -> Self {
-        let api = self.client.jetstream_api().clone();
-        let client = self.client.jetstream().client();
-        self.client = client::ApiClient::new(client, *self.client.policy(), api, timings);
-        self
     }
 
     /// Verifies owned streams and queue consumers instead of creating or updating them (an

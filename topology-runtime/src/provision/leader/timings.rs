@@ -1,9 +1,9 @@
-//! [`LeaderTimings`]: how the leader watch waits, as settings with today's values as
-//! defaults (the measurements behind them: docs/PERFORMANCE.md, "The leader watch").
+//! [`LeaderTimings`]: how the leader watch waits, as settings with defaults (the
+//! measurements behind them: docs/PERFORMANCE.md, "The leader watch").
 
 use std::time::Duration;
 
-/// The leader watch's timings ([`Provisioner::with_leader_timings`](crate::provision::Provisioner::with_leader_timings)).
+/// The leader watch's timings ([`RuntimeBuilder::leader_timings`](crate::RuntimeBuilder::leader_timings)).
 ///
 /// ```
 /// use std::time::Duration;

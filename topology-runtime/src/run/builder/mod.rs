@@ -4,7 +4,6 @@
 
 mod timings;
 
-use crate::provision::LeaderTimings;
 use std::borrow::Cow;
 use std::sync::Arc;
 
@@ -257,13 +256,10 @@ impl RuntimeBuilder {
         }
         let instance = instance_id();
         let api = api.unwrap_or_default();
-        let provisioner = Provisioner::with_api(self.client.clone(), self.retry, api)
-            .with_version(self.version)
-            .bind_only(self.bind_only);
-        let provisioner = match self.settings.leader == LeaderTimings::default() {
-            true => provisioner,
-            false => provisioner.with_leader_timings(self.settings.leader),
-        };
+        let provisioner =
+            Provisioner::with_api(self.client.clone(), self.retry, api, self.settings.leader)
+                .with_version(self.version)
+                .bind_only(self.bind_only);
         let ensurer = Ensurer::new(topology, provisioner);
         let unread = ensurer.unread_streams();
         let shared = Arc::new(
