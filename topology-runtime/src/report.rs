@@ -92,11 +92,7 @@ pub(crate) async fn plan_with(
             consumer: None,
             action,
         });
-        for c in topology
-            .consumers()
-            .iter()
-            .filter(|c| c.decl.stream.name() == decl.name)
-        {
+        for c in topology.consumers_of(decl.name) {
             let ConsumerKind::Queue(queue) = &c.decl.kind else {
                 items.push(PlanItem {
                     stream: decl.name.to_owned(),
