@@ -91,6 +91,13 @@ macro_rules! max_description_len {
 /// The longest description the server accepts, in bytes.
 pub const MAX_DESCRIPTION_LEN: usize = max_description_len!();
 
+/// What a stream's or a consumer's description over [`MAX_DESCRIPTION_LEN`] is told.
+const DESCRIPTION_TOO_LONG: &str = concat!(
+    "a description cannot be longer than ",
+    max_description_len!(),
+    " bytes"
+);
+
 /// Whether a description fits the server's limit.
 pub const fn description_fits(description: &str) -> bool {
     description.len() <= MAX_DESCRIPTION_LEN
@@ -219,13 +226,7 @@ impl StreamError {
             StreamError::DuplicateWindowExceedsMaxAge => {
                 "duplicate_window cannot be longer than max_age"
             }
-            StreamError::DescriptionTooLong => {
-                concat!(
-                    "a description cannot be longer than ",
-                    max_description_len!(),
-                    " bytes"
-                )
-            }
+            StreamError::DescriptionTooLong => DESCRIPTION_TOO_LONG,
             StreamError::ExternalWithSettings => {
                 "an external stream is never created or changed here, so it takes no settings but its name, subjects and retention"
             }
@@ -406,13 +407,7 @@ impl ConsumerError {
             ConsumerError::MigrateFromItself => {
                 "migrate_from names the consumer's own group; name the previous consumer"
             }
-            ConsumerError::DescriptionTooLong => {
-                concat!(
-                    "a description cannot be longer than ",
-                    max_description_len!(),
-                    " bytes"
-                )
-            }
+            ConsumerError::DescriptionTooLong => DESCRIPTION_TOO_LONG,
         }
     }
 }

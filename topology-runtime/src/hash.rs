@@ -19,17 +19,4 @@ mod tests {
         assert_eq!(fnv1a(b"a"), 0xaf63_dc4c_8601_ec8c);
         assert_eq!(fnv1a(b"foobar"), 0x8594_4171_f739_67e8);
     }
-
-    #[test]
-    fn a_version_stamp_does_not_change() {
-        // What `provision::version::stamp` stores on servers for a declaration without a
-        // version (the hash of its Debug form).
-        assert_eq!(
-            format!(
-                "decl-{:016x}",
-                fnv1a(format!("{:?}", "declaration").as_bytes())
-            ),
-            "decl-996942c32b5469a3"
-        );
-    }
 }
