@@ -9,7 +9,7 @@
 //! ```
 //!
 //! `--pull-ahead-ms` sets `RuntimeBuilder::pull_ahead` on every variant of ours (the default
-//! is the runtime's; `0` fetches only what can start at once, as before the setting existed).
+//! is the runtime's; `0` fetches only what can start at once).
 //!
 //! Every variant consumes the same stream through its own durable pull consumer (explicit
 //! ack, deliver all) with the same expiry, and acks every message. The raw loops pull in

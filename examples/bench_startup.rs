@@ -124,11 +124,11 @@ struct Run {
 
 /// Runs `topology` on `client` until ready; the times are counted from `run_until`.
 async fn run(client: &async_nats::Client, topology: Topology) -> Result<Run, BoxError> {
-    let n = topology.consumers().len();
     let runtime = Runtime::builder(client.clone())
         .topology(topology)
         .build()?;
     let health = runtime.health();
+    let n = health.consumers().len();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let started = Instant::now();
     let running = tokio::spawn(runtime.run_until(async move {

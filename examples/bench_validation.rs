@@ -85,15 +85,12 @@ fn topology(streams: &[&'static StreamDecl], consumers: &[ConsumerDecl]) -> Topo
     topology
 }
 
-/// `items` in a fixed pseudo-random order (xorshift, Fisher-Yates).
+/// `items` in a fixed pseudo-random order (Fisher-Yates).
 fn shuffled<T: Copy>(items: &[T]) -> Vec<T> {
     let mut items = items.to_vec();
-    let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+    let mut rng = topology_core::xorshift::Rng(0x9e37_79b9_7f4a_7c15);
     for i in (1..items.len()).rev() {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        items.swap(i, (seed % (i as u64 + 1)) as usize);
+        items.swap(i, rng.below(i + 1));
     }
     items
 }

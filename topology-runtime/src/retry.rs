@@ -15,9 +15,8 @@ use tokio::time::Instant;
 /// How an operation is retried: full-jitter waits over a doubling window, until a deadline.
 /// Provisioning uses it for transient failures (request timeouts, no responders, JetStream
 /// temporarily unavailable, no leader); the runtime also uses it for redelivery delays and
-/// dead-letter publishing. Configuration conflicts are never retried. The defaults (base
-/// 250 ms, cap 5 s, deadline 60 s, request timeout 5 s) and the measurements behind them:
-/// docs/PERFORMANCE.md, "Retry defaults".
+/// dead-letter publishing. Configuration conflicts are never retried. The measurements
+/// behind the defaults: docs/PERFORMANCE.md, "Retry defaults".
 ///
 /// ```
 /// use std::time::Duration;

@@ -307,7 +307,7 @@ mod tests {
         );
     }
 
-    /// The plan bug: a stamp that differs (or is missing) is an update of its own.
+    /// A stamp that differs (or is missing) is an update of its own.
     #[test]
     fn a_missing_or_older_stamp_alone_is_an_update() {
         for server in [None, Some("0.9.0"), Some("decl-0123456789abcdef")] {
