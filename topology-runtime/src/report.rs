@@ -82,11 +82,7 @@ pub(crate) async fn plan_with(
         let server = provisioner.read_stream(decl.name).await?;
         let consumed = topology.consumed_subjects(decl.name);
         let on_server = server.as_ref().map(|i| &i.config);
-        let action = if provisioner.is_bind_only() && !decl.external {
-            reconcile::bound_stream(&consumed, on_server)
-        } else {
-            reconcile::stream(decl, &provisioner.stream_stamp(decl), &consumed, on_server)
-        };
+        let action = provisioner.stream_action(decl, &consumed, on_server);
         items.push(PlanItem {
             stream: decl.name.to_owned(),
             consumer: None,

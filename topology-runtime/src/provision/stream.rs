@@ -105,6 +105,21 @@ impl Provisioner {
         }
     }
 
+    /// What this provisioner does with the stream `decl` consumed as `consumed`, given its
+    /// configuration on the server: an external stream, and any owned one when bind-only, is
+    /// verified; another is reconciled. What `plan` prints and verification executes.
+    pub(crate) fn stream_action(
+        &self,
+        decl: &StreamDecl,
+        consumed: &[&str],
+        on_server: Option<&stream::Config>,
+    ) -> Action {
+        if self.bind_only && !decl.external {
+            return reconcile::bound_stream(consumed, on_server);
+        }
+        reconcile::stream(decl, &self.stream_stamp(decl), consumed, on_server)
+    }
+
     /// The version a stream declaration is stamped with.
     pub(crate) fn stream_stamp(&self, decl: &StreamDecl) -> String {
         stamp(self.version.as_deref(), decl.version, decl)
@@ -161,42 +176,32 @@ impl Provisioner {
             .request_empty::<stream::Info>(format!("STREAM.INFO.{}", decl.name))
             .await
         {
-            Ok(info) => info,
-            Err(e) if e.code() == Some(ErrorCode::STREAM_NOT_FOUND) && !decl.external => {
-                return Err(ProvisionError::new(
-                    ProvisionErrorKind::ExternalNotReady,
-                    decl.name,
-                    "the stream does not exist, and this runtime is bind-only (its streams and \
-                     consumers are provisioned by an operator, never here): provision it with \
-                     the operator's credentials (the CLI's `provision`, or infrastructure as \
-                     code); this consumer waits, not ready, until it is there",
-                )
-                .into());
-            }
-            Err(e) if e.code() == Some(ErrorCode::STREAM_NOT_FOUND) => {
-                return Err(ProvisionError::new(
-                    ProvisionErrorKind::ExternalNotReady,
-                    decl.name,
-                    "the external stream does not exist; it is owned elsewhere and is never \
-                     created here: deploy its owner (this consumer waits, not ready, until it does)",
-                )
-                .into());
-            }
+            Ok(info) => Some(info),
+            Err(e) if e.code() == Some(ErrorCode::STREAM_NOT_FOUND) => None,
             Err(e) if e.is_transient() => return Err(Failure::Transient(e)),
             Err(e) => {
                 return Err(rejected("reading the external stream", decl.name, None, e).into());
             }
         };
-        // Bind-only verifies an owned stream the same way: exists and covers.
-        if let Err(why) = uncovered(&info.config, consumed) {
-            return Err(ProvisionError::new(
-                ProvisionErrorKind::ExternalNotReady,
-                decl.name,
-                format!("{why}; ask its owner to add them, or change the consumer's subjects"),
-            )
-            .into());
-        }
-        Ok(info)
+        let action = self.stream_action(decl, consumed, info.as_ref().map(|i| &i.config));
+        let why = match (info, action) {
+            (Some(_), Action::Verify(Err(why)) | Action::Bound(Err(why))) => {
+                format!("{why}; ask its owner to add them, or change the consumer's subjects")
+            }
+            (Some(info), _) => return Ok(info),
+            (None, Action::Bound(_)) => {
+                "the stream does not exist, and this runtime is bind-only (its streams and \
+                 consumers are provisioned by an operator, never here): provision it with the \
+                 operator's credentials (the CLI's `provision`, or infrastructure as code); this \
+                 consumer waits, not ready, until it is there"
+                    .to_owned()
+            }
+            (None, _) => "the external stream does not exist; it is owned elsewhere and is never \
+                          created here: deploy its owner (this consumer waits, not ready, until \
+                          it does)"
+                .to_owned(),
+        };
+        Err(ProvisionError::new(ProvisionErrorKind::ExternalNotReady, decl.name, why).into())
     }
 }
 
