@@ -95,9 +95,9 @@ pub use topology_runtime::handler::HandlerFuture;
 pub use topology_runtime::{
     ConsumerState, ConsumerStatus, Context, HandlerError, Health, Incoming, Inspection,
     JetStreamStatus, NotReady, OlderDeclaration, PermissionDenial, Plan, Problem, ProvisionError,
-    ProvisionErrorKind, ProvisionReport, Publish, Relay, RelayError, RetryPolicy, RunError,
-    Runtime, RuntimeBuilder, State, StreamStatus, Topology, ValidationError, export, inspect,
-    model, plan, report, retry,
+    ProvisionErrorKind, ProvisionReport, Publish, Relay, RelayError, Request, RequestContext,
+    RetryPolicy, RunError, Runtime, RuntimeBuilder, ServiceError, State, StreamStatus, Topology,
+    ValidationError, export, inspect, model, plan, report, retry,
 };
 
 #[cfg(feature = "cli")]
@@ -144,7 +144,19 @@ pub mod __private {
         into_result, state,
     };
     pub use topology_runtime::handler::{HandlerError, HandlerFuture, Incoming};
-    pub use topology_runtime::registry::{ConsumerRegistration, StreamRegistration};
+    pub use topology_core::service::{
+        EndpointDecl, Fanout, ServiceDecl, ServiceDef, SubscriptionDecl,
+    };
+    pub use topology_runtime::registry::{
+        ConsumerRegistration, EndpointRegistration, ServiceRegistration, StreamRegistration,
+        SubscriptionRegistration,
+    };
+    pub use topology_runtime::service::glue::{
+        EndpointContext, IntoServiceError, RawReply, ReplyBody, assert_send_reply,
+        decode_message_json, decode_request_json, decode_request_raw, encode_json, encode_raw,
+        into_service_error, message_state, request_context, request_state,
+    };
+    pub use topology_runtime::service::{EndpointFn, ReplyFuture, Request, SubscriptionFn};
     pub use topology_runtime::state::StateKey;
     pub use topology_runtime::{Relay, Runtime};
     // The rules that generated `const _` assertions call (the same functions the macros call

@@ -8,6 +8,7 @@
 //! - [`model`]: the declarations.
 //! - [`names`], [`subject`], [`duration`]: the leaf rules (names, subjects and filters,
 //!   duration literals).
+//! - [`service`]: services, endpoints and core subscriptions (request/reply), with their rules.
 //! - [`rules`]: ranges and cross-field rules, and whole-declaration checks built from the leaf
 //!   rules ([`rules::check_stream`], [`rules::check_consumer`],
 //!   [`rules::check_consumer_on_stream`]).
@@ -20,6 +21,7 @@ pub mod duration;
 pub mod model;
 pub mod names;
 pub mod rules;
+pub mod service;
 pub mod subject;
 #[doc(hidden)]
 pub mod xorshift;

@@ -6,6 +6,8 @@
 
 use core::time::Duration;
 
+pub use crate::service::{EndpointDecl, Fanout, ServiceDecl, ServiceDef, SubscriptionDecl};
+
 /// Where a stream keeps its messages.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Storage {

@@ -92,7 +92,7 @@ macro_rules! max_description_len {
 pub const MAX_DESCRIPTION_LEN: usize = max_description_len!();
 
 /// What a stream's or a consumer's description over [`MAX_DESCRIPTION_LEN`] is told.
-const DESCRIPTION_TOO_LONG: &str = concat!(
+pub(crate) const DESCRIPTION_TOO_LONG: &str = concat!(
     "a description cannot be longer than ",
     max_description_len!(),
     " bytes"

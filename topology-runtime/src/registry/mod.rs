@@ -1,5 +1,6 @@
-//! The declarations that `#[stream]`, `#[queue_consumer]` and `#[broadcast]` register through
-//! `inventory`, read once into a sorted, deterministic [`Topology`].
+//! The declarations that `#[stream]`, `#[queue_consumer]`, `#[broadcast]`, `#[service]`,
+//! `#[endpoint]` and `#[subscription]` register through `inventory`, read once into a sorted,
+//! deterministic [`Topology`].
 
 mod ordered;
 
@@ -9,9 +10,11 @@ use std::fmt;
 use std::sync::Arc;
 
 use crate::handler::{HandlerFn, HandlerFuture, Incoming};
+use crate::service::{EndpointFn, ReplyFuture, Request, SubscriptionFn};
 use crate::state::StateKey;
 use ordered::{Keyed, Ordered};
 use topology_core::model::{ConsumerDecl, StreamDecl};
+use topology_core::service::{EndpointDecl, ServiceDecl, SubscriptionDecl};
 
 /// A stream registered by `#[stream]`.
 #[doc(hidden)]
@@ -28,11 +31,80 @@ pub struct ConsumerRegistration {
     pub states: &'static [StateKey],
 }
 
+/// A service registered by `#[service]`.
+#[doc(hidden)]
+pub struct ServiceRegistration {
+    pub decl: &'static ServiceDecl,
+}
+
+/// An endpoint registered by `#[endpoint]`.
+#[doc(hidden)]
+pub struct EndpointRegistration {
+    pub decl: &'static EndpointDecl,
+    pub handler: EndpointFn,
+    /// The application state the handler's `State<T>` arguments need.
+    pub states: &'static [StateKey],
+}
+
+/// A core subscription registered by `#[subscription]`.
+#[doc(hidden)]
+pub struct SubscriptionRegistration {
+    pub decl: &'static SubscriptionDecl,
+    pub handler: SubscriptionFn,
+    /// The application state the handler's `State<T>` arguments need.
+    pub states: &'static [StateKey],
+}
+
 inventory::collect!(StreamRegistration);
 inventory::collect!(ConsumerRegistration);
+inventory::collect!(ServiceRegistration);
+inventory::collect!(EndpointRegistration);
+inventory::collect!(SubscriptionRegistration);
 
 /// A handler as the runtime holds it: a registered `fn` or any closure.
 pub type SharedHandler = Arc<dyn Fn(Incoming) -> HandlerFuture + Send + Sync + 'static>;
+
+/// An endpoint handler as the runtime holds it.
+pub type SharedEndpointHandler = Arc<dyn Fn(Request) -> ReplyFuture + Send + Sync + 'static>;
+
+/// A subscription handler as the runtime holds it.
+pub type SharedSubscriptionHandler = Arc<dyn Fn(Request) -> HandlerFuture + Send + Sync + 'static>;
+
+/// An endpoint declaration with its handler.
+#[derive(Clone)]
+pub struct Endpoint {
+    /// The declaration.
+    pub decl: EndpointDecl,
+    pub(crate) handler: SharedEndpointHandler,
+    pub(crate) states: &'static [StateKey],
+}
+
+impl fmt::Debug for Endpoint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Endpoint")
+            .field("decl", &self.decl)
+            .field("states", &self.states)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A core subscription declaration with its handler.
+#[derive(Clone)]
+pub struct Subscription {
+    /// The declaration.
+    pub decl: SubscriptionDecl,
+    pub(crate) handler: SharedSubscriptionHandler,
+    pub(crate) states: &'static [StateKey],
+}
+
+impl fmt::Debug for Subscription {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Subscription")
+            .field("decl", &self.decl)
+            .field("states", &self.states)
+            .finish_non_exhaustive()
+    }
+}
 
 /// A consumer declaration with its handler.
 #[derive(Clone)]
@@ -84,6 +156,12 @@ pub struct Topology {
     declared: HashMap<&'static str, StreamDecl>,
     /// By stream, then handler.
     consumers: Ordered<Consumer>,
+    /// By name; as for streams, two different declarations under one name stay.
+    services: Ordered<ServiceDecl>,
+    /// By service, then subject, then handler.
+    endpoints: Ordered<Endpoint>,
+    /// By subject, then handler.
+    subscriptions: Ordered<Subscription>,
 }
 
 impl Keyed for StreamDecl {
@@ -100,11 +178,35 @@ impl Keyed for Consumer {
     }
 }
 
+impl Keyed for ServiceDecl {
+    type Key = (&'static str, &'static str);
+    fn key(&self) -> Self::Key {
+        (self.name, self.version)
+    }
+}
+
+impl Keyed for Endpoint {
+    type Key = (&'static str, &'static str, &'static str);
+    fn key(&self) -> Self::Key {
+        (self.decl.service.name, self.decl.subject, self.decl.handler)
+    }
+}
+
+impl Keyed for Subscription {
+    type Key = (&'static str, &'static str);
+    fn key(&self) -> Self::Key {
+        (self.decl.subject, self.decl.handler)
+    }
+}
+
 impl fmt::Debug for Topology {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Topology")
             .field("streams", &self.streams())
             .field("consumers", &self.consumers())
+            .field("services", &self.services())
+            .field("endpoints", &self.endpoints())
+            .field("subscriptions", &self.subscriptions())
             .finish()
     }
 }
@@ -128,6 +230,17 @@ impl Topology {
             let handler = registration.handler;
             topology.add_consumer(*registration.decl, Arc::new(handler), registration.states);
         }
+        for registration in inventory::iter::<ServiceRegistration> {
+            topology.add_service(*registration.decl);
+        }
+        for registration in inventory::iter::<EndpointRegistration> {
+            let handler = registration.handler;
+            topology.add_endpoint(*registration.decl, Arc::new(handler), registration.states);
+        }
+        for registration in inventory::iter::<SubscriptionRegistration> {
+            let handler = registration.handler;
+            topology.add_subscription(*registration.decl, Arc::new(handler), registration.states);
+        }
         topology.settle();
         topology
     }
@@ -145,6 +258,60 @@ impl Topology {
     {
         self.add_consumer(decl, Arc::new(handler), &[]);
         self
+    }
+
+    /// Adds a service (its endpoints add it too).
+    pub fn service(mut self, decl: ServiceDecl) -> Self {
+        self.add_service(decl);
+        self
+    }
+
+    /// Adds an endpoint and its handler (and the endpoint's service).
+    ///
+    /// ```
+    /// use nats_topology::{ServiceError, Topology};
+    /// use nats_topology::model::{EndpointDecl, ServiceDecl};
+    ///
+    /// static MEMBERS: ServiceDecl = ServiceDecl::new("members", "1.0.0");
+    ///
+    /// let topology = Topology::new().endpoint(
+    ///     EndpointDecl::new("app::get_member", &MEMBERS, "get", "members.get"),
+    ///     |request| Box::pin(async move {
+    ///         Ok::<_, ServiceError>(request.payload().clone()) // an echo
+    ///     }),
+    /// );
+    /// assert_eq!(topology.services().len(), 1);
+    /// ```
+    pub fn endpoint<F>(mut self, decl: EndpointDecl, handler: F) -> Self
+    where
+        F: Fn(Request) -> ReplyFuture + Send + Sync + 'static,
+    {
+        self.add_endpoint(decl, Arc::new(handler), &[]);
+        self
+    }
+
+    /// Adds a core subscription and its handler.
+    pub fn subscription<F>(mut self, decl: SubscriptionDecl, handler: F) -> Self
+    where
+        F: Fn(Request) -> HandlerFuture + Send + Sync + 'static,
+    {
+        self.add_subscription(decl, Arc::new(handler), &[]);
+        self
+    }
+
+    /// The services, sorted by name.
+    pub fn services(&self) -> &[ServiceDecl] {
+        self.services.get()
+    }
+
+    /// The endpoints, sorted by service, then subject, then handler.
+    pub fn endpoints(&self) -> &[Endpoint] {
+        self.endpoints.get()
+    }
+
+    /// The core subscriptions that are not endpoints, sorted by subject, then handler.
+    pub fn subscriptions(&self) -> &[Subscription] {
+        self.subscriptions.get()
     }
 
     /// The streams, sorted by name.
@@ -185,6 +352,9 @@ impl Topology {
     pub(crate) fn settle(&mut self) {
         self.streams.settle();
         self.consumers.settle();
+        self.services.settle();
+        self.endpoints.settle();
+        self.subscriptions.settle();
     }
 
     fn add_stream(&mut self, decl: StreamDecl) {
@@ -200,6 +370,39 @@ impl Topology {
         if !seen {
             self.streams.push(decl);
         }
+    }
+
+    fn add_service(&mut self, decl: ServiceDecl) {
+        if !self.services.iter_added().any(|s| *s == decl) {
+            self.services.push(decl);
+        }
+    }
+
+    fn add_endpoint(
+        &mut self,
+        decl: EndpointDecl,
+        handler: SharedEndpointHandler,
+        states: &'static [StateKey],
+    ) {
+        self.add_service(*decl.service);
+        self.endpoints.push(Endpoint {
+            decl,
+            handler,
+            states,
+        });
+    }
+
+    fn add_subscription(
+        &mut self,
+        decl: SubscriptionDecl,
+        handler: SharedSubscriptionHandler,
+        states: &'static [StateKey],
+    ) {
+        self.subscriptions.push(Subscription {
+            decl,
+            handler,
+            states,
+        });
     }
 
     fn add_consumer(

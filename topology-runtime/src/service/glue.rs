@@ -1,0 +1,149 @@
+//! What generated code calls to turn a [`Request`] into the user's endpoint or subscription
+//! arguments, and the return value into a reply. Not public API: the facade re-exports it under
+//! `__private`. Each bound carries an `on_unimplemented` message, so a wrong signature is
+//! reported at the user's tokens in the user's terms.
+
+use std::future::Future;
+
+use bytes::Bytes;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use super::{Request, RequestContext, ServiceError};
+use crate::handler::HandlerError;
+use crate::handler::glue::RawPayload;
+use crate::state::State;
+
+/// Decodes a JSON request; a failure is a 400 naming the type.
+pub fn decode_request_json<T: DeserializeOwned>(request: &Request) -> Result<T, ServiceError> {
+    serde_json::from_slice(&request.payload).map_err(|e| {
+        ServiceError::bad_request(format!(
+            "cannot decode the request as {}: {e}",
+            std::any::type_name::<T>()
+        ))
+    })
+}
+
+/// Passes a raw request through (`Vec<u8>` or `Bytes`).
+pub fn decode_request_raw<T: RawPayload>(request: &Request) -> T {
+    T::from_bytes(request.payload.clone())
+}
+
+/// The handler's context: the second argument, which must be a [`RequestContext`].
+pub fn request_context<C: EndpointContext>(request: &Request) -> C {
+    C::from_request(request)
+}
+
+/// The types an endpoint's second argument may have: [`RequestContext`] alone.
+#[diagnostic::on_unimplemented(
+    message = "the second argument of an endpoint or subscription handler is its `RequestContext`, not `{Self}`",
+    label = "expected `nats_topology::RequestContext` here",
+    note = "a handler takes one payload argument, then optionally `cx: RequestContext` (by value), then any number of `State<T>`: to receive several values, make the payload a struct that holds them"
+)]
+pub trait EndpointContext: Sized {
+    /// The context of `request`.
+    fn from_request(request: &Request) -> Self;
+}
+
+impl EndpointContext for RequestContext {
+    fn from_request(request: &Request) -> Self {
+        request.context.clone()
+    }
+}
+
+/// A handler's `State<T>` argument, from the runtime's state (`RuntimeBuilder::build` checked
+/// that it is there).
+pub fn request_state<T: std::any::Any + Send + Sync>(
+    request: &Request,
+) -> Result<State<T>, ServiceError> {
+    match request.context.state_map().get_arc::<T>() {
+        Some(value) => Ok(State(value)),
+        None => Err(ServiceError::internal(format!(
+            "the handler takes `State<{}>` but the runtime was given no such state",
+            std::any::type_name::<T>()
+        ))),
+    }
+}
+
+/// The body of a reply: `Serialize` types as JSON, `Bytes` and `Vec<u8>` as they are (chosen
+/// by the macro from the written type, as for payloads).
+pub fn encode_json<T: Serialize>(value: &T) -> Result<Bytes, ServiceError> {
+    serde_json::to_vec(value).map(Bytes::from).map_err(|e| {
+        ServiceError::internal(format!(
+            "cannot encode the reply ({}) as JSON: {e}",
+            std::any::type_name::<T>()
+        ))
+    })
+}
+
+/// A raw reply body.
+pub fn encode_raw<T: RawReply>(value: T) -> Bytes {
+    value.into_bytes()
+}
+
+/// Reply types sent without encoding.
+pub trait RawReply {
+    /// The bytes.
+    fn into_bytes(self) -> Bytes;
+}
+
+impl RawReply for Bytes {
+    fn into_bytes(self) -> Bytes {
+        self
+    }
+}
+
+impl RawReply for Vec<u8> {
+    fn into_bytes(self) -> Bytes {
+        self.into()
+    }
+}
+
+/// Converts an endpoint's error.
+pub fn into_service_error<E: IntoServiceError>(error: E) -> ServiceError {
+    error.into_service_error()
+}
+
+/// `Into<ServiceError>` under a name whose failure says what an endpoint may return.
+#[diagnostic::on_unimplemented(
+    message = "an endpoint's error type must convert into `ServiceError`; `{Self}` does not",
+    label = "not an error type an endpoint can return",
+    note = "return `Result<T, E>` with `E` = `ServiceError` (a code and a description), or any `std::error::Error + Send + Sync + 'static` (answered as a 500)"
+)]
+pub trait IntoServiceError {
+    /// The conversion.
+    fn into_service_error(self) -> ServiceError;
+}
+
+impl<E: Into<ServiceError>> IntoServiceError for E {
+    fn into_service_error(self) -> ServiceError {
+        self.into()
+    }
+}
+
+/// Requires an endpoint's reply to be `Serialize` (or raw bytes).
+#[diagnostic::on_unimplemented(
+    message = "an endpoint's reply type must be `serde::Serialize` (sent as JSON), `Bytes` or `Vec<u8>`; `{Self}` is neither",
+    label = "not a reply an endpoint can send",
+    note = "return `Result<T, E>` with `T: serde::Serialize`"
+)]
+pub trait ReplyBody {}
+
+impl<T: Serialize> ReplyBody for T {}
+
+/// A subscription handler's decode failure, as the `HandlerError` it returns.
+pub fn decode_message_json<T: DeserializeOwned>(request: &Request) -> Result<T, HandlerError> {
+    decode_request_json::<T>(request).map_err(|e| HandlerError::permanent(e.description().to_owned()))
+}
+
+/// A subscription handler's `State<T>` argument.
+pub fn message_state<T: std::any::Any + Send + Sync>(
+    request: &Request,
+) -> Result<State<T>, HandlerError> {
+    request_state::<T>(request).map_err(|e| HandlerError::permanent(e.description().to_owned()))
+}
+
+/// Requires a handler's future to be `Send` (the runtime runs it on any worker thread).
+pub fn assert_send_reply<F: Future + Send>(future: F) -> F {
+    future
+}
