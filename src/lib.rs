@@ -136,17 +136,18 @@ pub mod __private {
         AckMode, BroadcastDecl, ConsumerDecl, ConsumerKind, DeliverPolicy, Delivery, Discard,
         QueueDecl, Retention, Storage, StreamDecl, StreamDef, StreamRef,
     };
+    pub use topology_core::service::{
+        EndpointDecl, Fanout, ServiceDecl, ServiceDef, SubscriptionDecl,
+    };
     pub use topology_runtime::export::{
-        PayloadSchema, PayloadSchemaRegistration, SchemaFallback, SchemaProbe, SchemaSpecialized,
+        PayloadSchema, PayloadSchemaRegistration, ReplySchemaRegistration, SchemaFallback,
+        SchemaProbe, SchemaSpecialized,
     };
     pub use topology_runtime::handler::glue::{
         HandlerContext, RawPayload, StateArg, assert_send, context, decode_json, decode_raw,
         into_result, state,
     };
     pub use topology_runtime::handler::{HandlerError, HandlerFuture, Incoming};
-    pub use topology_core::service::{
-        EndpointDecl, Fanout, ServiceDecl, ServiceDef, SubscriptionDecl,
-    };
     pub use topology_runtime::registry::{
         ConsumerRegistration, EndpointRegistration, ServiceRegistration, StreamRegistration,
         SubscriptionRegistration,

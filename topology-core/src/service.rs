@@ -270,7 +270,9 @@ impl ServiceDeclError {
                 "subjects starting with `$SRV.` (answered by every service instance) or `_INBOX.` (where replies travel) cannot be subscribed to for work; choose an application subject"
             }
             ServiceDeclError::ConcurrencyZero => "`concurrency` must be at least 1",
-            ServiceDeclError::TimeoutZero => "a zero `timeout` would answer every request with an error; omit it, or give a positive duration",
+            ServiceDeclError::TimeoutZero => {
+                "a zero `timeout` would answer every request with an error; omit it, or give a positive duration"
+            }
         }
     }
 }
@@ -491,8 +493,21 @@ mod tests {
             assert_eq!(check_version(ok), Ok(()), "{ok}");
         }
         for bad in [
-            "", "1", "1.2", "1.2.3.4", "01.2.3", "1.02.3", "1.2.03", "1.2.3-", "1.2.3+", "1.2.3-01",
-            "1.2.3-a..b", "v1.2.3", "1.2.3 ", "1.2.3-é", "a.b.c",
+            "",
+            "1",
+            "1.2",
+            "1.2.3.4",
+            "01.2.3",
+            "1.02.3",
+            "1.2.03",
+            "1.2.3-",
+            "1.2.3+",
+            "1.2.3-01",
+            "1.2.3-a..b",
+            "v1.2.3",
+            "1.2.3 ",
+            "1.2.3-é",
+            "a.b.c",
         ] {
             assert_eq!(
                 check_version(bad),
@@ -510,8 +525,14 @@ mod tests {
         assert_eq!(check_name("a b"), Err(ServiceDeclError::NameInvalid));
         assert_eq!(check_queue_group("q"), Ok(()));
         assert_eq!(check_queue_group("workers.eu"), Ok(()));
-        assert_eq!(check_queue_group(""), Err(ServiceDeclError::QueueGroupInvalid));
-        assert_eq!(check_queue_group("a b"), Err(ServiceDeclError::QueueGroupInvalid));
+        assert_eq!(
+            check_queue_group(""),
+            Err(ServiceDeclError::QueueGroupInvalid)
+        );
+        assert_eq!(
+            check_queue_group("a b"),
+            Err(ServiceDeclError::QueueGroupInvalid)
+        );
         assert_eq!(check_work_subject("members.*.get"), Ok(()));
         assert_eq!(
             check_work_subject("$SRV.PING"),

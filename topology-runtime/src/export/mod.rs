@@ -56,7 +56,10 @@ pub use schema::PayloadSchema;
 #[cfg(feature = "schemars")]
 pub use schema::schema_of;
 #[doc(hidden)]
-pub use schema::{PayloadSchemaRegistration, SchemaFallback, SchemaProbe, SchemaSpecialized};
+pub use schema::{
+    PayloadSchemaRegistration, ReplySchemaRegistration, SchemaFallback, SchemaProbe,
+    SchemaSpecialized,
+};
 
 /// An owned stream's configuration, as the runtime creates it.
 #[derive(Debug, Clone, PartialEq)]

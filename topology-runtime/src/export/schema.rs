@@ -26,9 +26,30 @@ pub struct PayloadSchemaRegistration {
 
 inventory::collect!(PayloadSchemaRegistration);
 
-/// The registered schema of `handler`'s payload, if any.
+/// Registered by `#[endpoint]` next to its request's [`PayloadSchemaRegistration`]: the
+/// schema of its reply. Not public API.
+pub struct ReplySchemaRegistration {
+    /// The handler's path, as in its `EndpointDecl`.
+    pub handler: &'static str,
+    /// Its reply's schema, if known.
+    pub schema: fn() -> Option<PayloadSchema>,
+}
+
+inventory::collect!(ReplySchemaRegistration);
+
+/// The registered schema of `handler`'s payload (a consumer's message, an endpoint's request),
+/// if any.
 pub(crate) fn registered(handler: &str) -> Option<PayloadSchema> {
     inventory::iter::<PayloadSchemaRegistration>
+        .into_iter()
+        .find(|r| r.handler == handler)
+        .and_then(|r| (r.schema)())
+}
+
+/// The registered schema of the endpoint `handler`'s reply, if any.
+#[allow(dead_code)] // read by the AsyncAPI export's request/reply operations
+pub(crate) fn registered_reply(handler: &str) -> Option<PayloadSchema> {
+    inventory::iter::<ReplySchemaRegistration>
         .into_iter()
         .find(|r| r.handler == handler)
         .and_then(|r| (r.schema)())

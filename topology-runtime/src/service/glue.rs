@@ -133,7 +133,8 @@ impl<T: Serialize> ReplyBody for T {}
 
 /// A subscription handler's decode failure, as the `HandlerError` it returns.
 pub fn decode_message_json<T: DeserializeOwned>(request: &Request) -> Result<T, HandlerError> {
-    decode_request_json::<T>(request).map_err(|e| HandlerError::permanent(e.description().to_owned()))
+    decode_request_json::<T>(request)
+        .map_err(|e| HandlerError::permanent(e.description().to_owned()))
 }
 
 /// A subscription handler's `State<T>` argument.
