@@ -37,6 +37,23 @@ pub enum Served {
 
 /// An endpoint or core subscription in a [`Plan`]: served by every instance, with nothing to
 /// provision on the server.
+///
+/// ```
+/// use nats_topology::report::{Served, ServedItem};
+///
+/// let item = ServedItem {
+///     served: Served::Subscription,
+///     subject: "cache.invalidate".into(),
+///     queue_group: None,
+///     concurrency: 1,
+///     handler: "app::invalidate".into(),
+/// };
+/// assert_eq!(
+///     item.to_string(),
+///     "subscription on `cache.invalidate`, each_instance (every instance receives every \
+///      message), concurrency 1 (handler `app::invalidate`)"
+/// );
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ServedItem {
     /// Which.

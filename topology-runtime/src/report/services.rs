@@ -166,6 +166,21 @@ struct StatsEndpoint {
 /// Asks every service declared in `topology` for its instances (`$SRV.PING.<name>`, answers
 /// gathered for `window`), then each instance for its stats (each answer awaited for
 /// `window`). Never fails: what could not be read is said in the report.
+///
+/// ```no_run
+/// # async fn example(client: async_nats::Client) {
+/// use std::time::Duration;
+/// use nats_topology::Topology;
+/// use nats_topology::report::inspect_services;
+///
+/// for service in inspect_services(&client, &Topology::from_registry(), Duration::from_secs(1)).await {
+///     print!("{service}"); // "  `members` 1.2.0 (endpoints get): 2 instance(s)", then each
+///     if service.instances.is_empty() {
+///         eprintln!("no instance of `{}` answers", service.name);
+///     }
+/// }
+/// # }
+/// ```
 pub async fn inspect_services(
     client: &async_nats::Client,
     topology: &Topology,

@@ -177,6 +177,26 @@ pub struct Permissions {
 /// let block = permissions.server_config("s3cret-from-a-vault");
 /// assert!(block.contains("\"$JS.API.STREAM.CREATE.ORDERS\""));
 /// ```
+///
+/// An endpoint is received in its queue group only, and answered through `allow_responses`:
+///
+/// ```
+/// use nats_topology::export::{self, Action, Role};
+/// use nats_topology::model::{EndpointDecl, ServiceDecl};
+/// use nats_topology::{ServiceError, Topology};
+///
+/// static MEMBERS: ServiceDecl = ServiceDecl::new("members", "1.2.0");
+/// let topology = Topology::new().endpoint(
+///     EndpointDecl::new("app::get_member", &MEMBERS, "get", "members.get"),
+///     |request| Box::pin(async move { Ok::<_, ServiceError>(request.payload().clone()) }),
+/// );
+/// let permissions = export::permissions(&topology, &Role::owner("members"));
+/// assert!(permissions.allows_queue("members.get", "q"));
+/// assert!(!permissions.allows(Action::Subscribe, "members.get")); // not without the group
+/// assert!(permissions.allows(Action::Subscribe, "$SRV.PING.members.Yq2w8"));
+/// assert!(permissions.allows_responses());
+/// assert!(permissions.permissions_map().contains("\"members.get q\","));
+/// ```
 pub fn permissions(topology: &Topology, role: &Role) -> Permissions {
     let mut walk = Walk {
         role,
