@@ -245,3 +245,43 @@ async fn inspect_shows_each_services_live_instances_or_that_none_answers() {
     })
     .await;
 }
+
+/// Start-up validation sees the services: the runtime is not built, and every problem is
+/// named at once.
+#[tokio::test]
+async fn build_refuses_a_captured_endpoint_and_a_misspelt_group_at_once() {
+    use nats_topology::model::StreamDecl;
+    static MEMBER_EVENTS: StreamDecl = StreamDecl::new("MEMBER_EVENTS", &["members.events.>"]);
+    let server = NatsServer::start().await.expect("nats-server starts");
+    let client = async_nats::connect(server.url()).await.unwrap();
+    let topology = topology()
+        .stream(MEMBER_EVENTS)
+        .endpoint(
+            EndpointDecl::new("app::replay", &MEMBERS, "replay", "members.events.replay"),
+            |request| Box::pin(async move { Ok::<_, ServiceError>(request.payload().clone()) }),
+        )
+        .endpoint(
+            EndpointDecl::new("app::get_member_v2", &MEMBERS, "get2", "members.get").group("qq"),
+            |request| Box::pin(async move { Ok::<_, ServiceError>(request.payload().clone()) }),
+        );
+    let Err(error) = Runtime::builder(client).topology(topology).build() else {
+        panic!("the runtime was built");
+    };
+    let locations: Vec<&str> = error.problems.iter().map(|p| p.location.as_str()).collect();
+    assert_eq!(
+        locations,
+        [
+            "service `members`, endpoint `replay` (handler `app::replay`)",
+            "service `members`, endpoint `get` (handler `app::get_member`)",
+        ],
+        "{error}"
+    );
+    assert!(
+        error.problems[0].message.contains("stream `MEMBER_EVENTS`"),
+        "{error}"
+    );
+    assert!(
+        error.problems[1].message.contains("`q` here, `qq` there"),
+        "{error}"
+    );
+}

@@ -60,6 +60,7 @@ pub(super) fn check(topology: &Topology, streams: &[&StreamDecl], problems: &mut
             problems.push(subscription_at(decl), e.message());
         }
     }
+    check_duplicate_names(&endpoints, problems);
     // Overlaps only mean something between valid subjects.
     let valid = |s: &str| service::check_work_subject(s).is_ok();
     let endpoints: Vec<&EndpointDecl> =
@@ -69,7 +70,6 @@ pub(super) fn check(topology: &Topology, streams: &[&StreamDecl], problems: &mut
         .filter(|s| valid(s.subject))
         .collect();
     check_captured(&endpoints, &subscriptions, streams, problems);
-    check_duplicate_names(&endpoints, problems);
     check_shared_subjects(&endpoints, &subscriptions, problems);
 }
 
