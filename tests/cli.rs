@@ -8,9 +8,12 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use async_nats::jetstream::{self, consumer};
+use nats_topology::cli::Cli;
 use nats_topology::export::{self, Action, Permissions, Role};
-use nats_topology::model::{ConsumerDecl, QueueDecl, StreamDecl, StreamRef};
-use nats_topology::{HandlerError, Runtime, Topology};
+use nats_topology::model::{
+    ConsumerDecl, EndpointDecl, QueueDecl, ServiceDecl, StreamDecl, StreamRef, SubscriptionDecl,
+};
+use nats_topology::{HandlerError, Runtime, ServiceError, Topology};
 use nats_topology_testkit::{NatsLeafTopology, NatsServer, eventually};
 
 /// The quickstart binary, built once per test run with the features this test has.
@@ -406,7 +409,7 @@ fn subjects(permissions: &Permissions) -> [Vec<String>; 2] {
     [Action::Publish, Action::Subscribe].map(|action| {
         permissions
             .of(action)
-            .map(|entry| entry.subject.clone())
+            .map(|entry| entry.pattern())
             .collect()
     })
 }
@@ -641,5 +644,75 @@ async fn cli_export_permissions_operator_role_serves_the_cli() {
     // Without the inbox prefix the block allows, the replies are denied: the error says so.
     let denied = run(&["plan", "--timeout", "10"], &env[..3]).await;
     denied.says(1, &["_INBOX", "Permissions Violation"]);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+static LOOKUPS: ServiceDecl = ServiceDecl::new("lookups", "3.0.1");
+
+/// The quickstart's topology with an endpoint and a core subscription: what a service with
+/// both would declare.
+fn served_topology() -> Topology {
+    quickstart_topology()
+        .endpoint(
+            EndpointDecl::new("lookups::find", &LOOKUPS, "find", "quickstart.lookups.find"),
+            |request| Box::pin(async move { Ok::<_, ServiceError>(request.payload().clone()) }),
+        )
+        .subscription(
+            SubscriptionDecl::each_instance("lookups::invalidate", "quickstart.cache.invalidate"),
+            |_| Box::pin(async { Ok::<(), HandlerError>(()) }),
+        )
+}
+
+/// `export` writes the endpoint and the subscription into the AsyncAPI document and the
+/// permissions; `plan` and `inspect` run with them (what they print is tested in
+/// `tests/service_reports.rs`: these are the same reports).
+#[tokio::test]
+async fn cli_export_plan_and_inspect_see_endpoints_and_subscriptions() {
+    let dir = scratch("served");
+    let cli = || Cli::new().topology(served_topology());
+    let code = cli()
+        .run([
+            "app",
+            "export",
+            "--service",
+            "lookups",
+            dir.to_str().unwrap(),
+        ])
+        .await;
+    assert_eq!(code, Some(std::process::ExitCode::SUCCESS));
+
+    let doc = read_json(dir.join("asyncapi.json"));
+    let find = &doc["operations"]["lookups.find"];
+    assert_eq!(find["bindings"]["nats"]["queue"], "q");
+    assert_eq!(find["x-nats-service"]["name"], "lookups");
+    assert_eq!(
+        find["reply"]["channel"]["$ref"],
+        "#/channels/lookups.find.reply"
+    );
+    assert_eq!(
+        doc["operations"]["lookups.invalidate"]["x-nats-subscription"]["fanout"],
+        "each_instance"
+    );
+
+    let conf = std::fs::read_to_string(dir.join("permissions.conf")).unwrap();
+    for line in [
+        "\"quickstart.lookups.find q\",",
+        "\"quickstart.cache.invalidate\",",
+        "\"$SRV.PING.lookups.*\",",
+        "allow_responses = { max: 1, expires: \"120000ms\" }",
+    ] {
+        assert!(conf.contains(line), "{line}:\n{conf}");
+    }
+    let json = read_json(dir.join("permissions.json"));
+    let expected = export::permissions(&served_topology(), &Role::owner("lookups"));
+    assert_eq!(allow_lists(&json), subjects(&expected));
+    assert_eq!(json["resp"]["max"], 1);
+
+    let server = NatsServer::start().await.expect("nats-server starts");
+    let url = server.url();
+    for command in ["plan", "inspect"] {
+        let code = cli().run(["app", command, "--server", url.as_str()]).await;
+        assert_eq!(code, Some(std::process::ExitCode::SUCCESS), "{command}");
+    }
     std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -9,8 +9,11 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use nats_topology::export::{self, ApiInfo};
-use nats_topology::{Context, HandlerError, Runtime, Topology, broadcast, queue_consumer, stream};
+use nats_topology::export::{self, ApiInfo, PayloadSchema};
+use nats_topology::model::{EndpointDecl, ServiceDecl, SubscriptionDecl};
+use nats_topology::{
+    Context, HandlerError, Runtime, ServiceError, Topology, broadcast, queue_consumer, stream,
+};
 use nats_topology_testkit::NatsServer;
 use serde::Deserialize;
 use serde_json::Value;
@@ -90,6 +93,65 @@ async fn send_mail(raw: Vec<u8>) -> Result<(), HandlerError> {
 async fn relay_status(status: String) -> Result<(), HandlerError> {
     let _ = status;
     Ok(())
+}
+
+// An endpoint and core subscriptions, added by hand to what the macros registered, with the
+// endpoint's request and reply schemas registered as `#[endpoint]` registers them.
+
+static MEMBERS: ServiceDecl = ServiceDecl::new("export-members", "2.1.0")
+    .description("member lookups, as the export test declares them");
+
+#[derive(Deserialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+#[allow(dead_code)]
+struct MemberQuery {
+    member: u64,
+}
+
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+#[allow(dead_code)]
+struct MemberCard {
+    name: String,
+    active: bool,
+}
+
+fn query_schema() -> Option<PayloadSchema> {
+    #[cfg(feature = "schemars")]
+    return Some(export::schema_of::<MemberQuery>());
+    #[cfg(not(feature = "schemars"))]
+    None
+}
+
+fn card_schema() -> Option<PayloadSchema> {
+    #[cfg(feature = "schemars")]
+    return Some(export::schema_of::<MemberCard>());
+    #[cfg(not(feature = "schemars"))]
+    None
+}
+
+nats_topology::__private::inventory::submit! {
+    nats_topology::__private::PayloadSchemaRegistration { handler: "export::get_member", schema: query_schema }
+}
+nats_topology::__private::inventory::submit! {
+    nats_topology::__private::ReplySchemaRegistration { handler: "export::get_member", schema: card_schema }
+}
+
+fn with_services(topology: Topology) -> Topology {
+    topology
+        .endpoint(
+            EndpointDecl::new("export::get_member", &MEMBERS, "get", "export.members.get")
+                .group("export-lookups")
+                .concurrency(3),
+            |request| Box::pin(async move { Ok::<_, ServiceError>(request.payload().clone()) }),
+        )
+        .subscription(
+            SubscriptionDecl::each_instance("export::invalidate", "export.cache.invalidate"),
+            |_| Box::pin(async { Ok::<(), HandlerError>(()) }),
+        )
+        .subscription(
+            SubscriptionDecl::group("export::audit_member", "export.members.audit", "auditors"),
+            |_| Box::pin(async { Ok::<(), HandlerError>(()) }),
+        )
 }
 
 // -------------------------------------------------------------------------------------------
@@ -202,7 +264,7 @@ fn lines(stdout: &str) -> Vec<Value> {
 
 #[test]
 fn export_asyncapi_is_valid_for_the_official_parser() {
-    let topology = Topology::from_registry();
+    let topology = with_services(Topology::from_registry());
     let doc = export::asyncapi(&topology, &ApiInfo::new("export-test", "1.2.3"));
     let dir = temp_dir("asyncapi");
     let files = doc.write_to(&dir).expect("the document is written");
@@ -225,21 +287,26 @@ fn export_asyncapi_is_valid_for_the_official_parser() {
     }
     assert!(ok, "the parser reported errors: {stdout}");
 
-    // A channel per declared subject: stream subjects, filters, the dead-letter subject.
+    // A channel per declared subject: stream subjects, filters, the dead-letter subject,
+    // served subjects; and the endpoint's reply channel, whose address is dynamic (null).
     let mut addresses: Vec<&str> = channels
         .values()
-        .map(|c| c["address"].as_str().unwrap())
+        .map(|c| c["address"].as_str().unwrap_or("(null)"))
         .collect();
     addresses.sort();
     assert_eq!(
         addresses,
         [
+            "(null)",
             "export.audit.*",
+            "export.cache.invalidate",
             "export.dead.billing",
             "export.jobs.>",
             "export.jobs.run",
             "export.mail.>",
             "export.mail.send",
+            "export.members.audit",
+            "export.members.get",
             "export.orders.>",
             "export.orders.amended",
             "export.orders.placed",
@@ -260,8 +327,11 @@ fn export_asyncapi_is_valid_for_the_official_parser() {
     assert_eq!(
         queues,
         [
+            ("export.audit_member".to_owned(), group("auditors")),
             ("export.bill_order.1".to_owned(), group("export-billing")),
             ("export.bill_order.2".to_owned(), group("export-billing")),
+            ("export.get_member".to_owned(), group("export-lookups")),
+            ("export.invalidate".to_owned(), None),
             ("export.relay_status".to_owned(), None),
             ("export.run_job".to_owned(), group("export-worker")),
             ("export.send_mail".to_owned(), group("export-mailer")),
@@ -270,7 +340,57 @@ fn export_asyncapi_is_valid_for_the_official_parser() {
     // The parser saw the same bindings.
     let mut parsed_queues: Vec<Value> = results[0]["queues"].as_array().unwrap().clone();
     parsed_queues.sort_by_key(|q| q.to_string());
-    assert_eq!(parsed_queues.iter().filter(|q| q.is_string()).count(), 4);
+    assert_eq!(parsed_queues.iter().filter(|q| q.is_string()).count(), 6);
+    // The parser read the endpoint's reply and the service.
+    let get = &results[0]["endpoint"];
+    assert_eq!(get["id"], "export.get_member", "{}", results[0]);
+    assert_eq!(get["reply_channel_address"], Value::Null);
+    assert_eq!(get["reply_messages"], 1);
+    assert_eq!(get["tags"], serde_json::json!(["service:export-members"]));
+
+    // The endpoint: its service, its queue group, its request and reply.
+    let operation = &operations["export.get_member"];
+    assert_eq!(
+        operation["x-nats-service"],
+        serde_json::json!({
+            "name": "export-members",
+            "version": "2.1.0",
+            "description": "member lookups, as the export test declares them",
+            "endpoint": "get",
+            "queue_group": "export-lookups",
+            "concurrency": 3,
+        })
+    );
+    assert_eq!(
+        operation["reply"]["channel"]["$ref"],
+        "#/channels/export.get_member.reply"
+    );
+    let request = &channels["export.members.get"]["messages"]["export.get_member.request"];
+    let reply = &channels["export.get_member.reply"]["messages"]["export.get_member.reply"];
+    assert_eq!(reply["title"], "reply of `export::get_member`");
+    if cfg!(feature = "schemars") {
+        assert_eq!(
+            request["payload"]["$ref"],
+            "#/components/schemas/MemberQuery"
+        );
+        assert_eq!(reply["payload"]["$ref"], "#/components/schemas/MemberCard");
+        assert_eq!(
+            value["components"]["schemas"]["MemberCard"]["properties"]["active"]["type"],
+            "boolean"
+        );
+    } else {
+        assert!(reply["payload"].get("$ref").is_none());
+    }
+    // The core subscriptions: one on every instance, one in a queue group.
+    assert_eq!(
+        operations["export.invalidate"]["x-nats-subscription"]["fanout"],
+        "each_instance"
+    );
+    assert!(operations["export.invalidate"].get("bindings").is_none());
+    assert_eq!(
+        operations["export.audit_member"]["x-nats-subscription"]["group"],
+        "auditors"
+    );
 
     // The stream is an extension of its channels, with its configuration when owned.
     let placed = channels

@@ -2,7 +2,7 @@
 //! with drift and migration, queue consumers with confirmed acks and dead letters, outputs
 //! into its own stream, a relay, a consumer lost and re-created, `plan` and `inspect`, the
 //! drain) under exactly the permissions `export::permissions` generates for it, and is
-//! denied nothing; and with any one entry of them removed, its health names the declaration
+//! denied nothing (and a service answers requests and `$SRV` pings under them); and with any one entry of them removed, its health names the declaration
 //! that needs it and the subject the server refused, instead of running on silently.
 
 mod fixture;
@@ -12,12 +12,15 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use async_nats::jetstream::{self, consumer, stream};
+use async_nats::service::ServiceExt;
 use fixture::{Running, admin_of, fast, users_config};
+use futures::StreamExt;
 use nats_topology::export::{self, Permission, Permissions, Role};
 use nats_topology::model::{
-    AckMode, BroadcastDecl, ConsumerDecl, QueueDecl, Retention, StreamDecl, StreamRef,
+    AckMode, BroadcastDecl, ConsumerDecl, EndpointDecl, QueueDecl, Retention, ServiceDecl,
+    StreamDecl, StreamRef, SubscriptionDecl,
 };
-use nats_topology::{HandlerError, Health, PermissionDenial, Runtime, Topology};
+use nats_topology::{HandlerError, Health, PermissionDenial, Runtime, ServiceError, Topology};
 use nats_topology_testkit::{NatsServer, within};
 
 static ORDERS: StreamDecl = StreamDecl::new("PERM_ORDERS", &["perm.orders.>"]);
@@ -602,4 +605,162 @@ async fn another_services_user_cannot_pull_ack_or_delete_this_services_consumers
     .await;
     assert!(running.health.ready(), "{}", running.health);
     running.stop().await.expect("clean drain");
+}
+
+// -------------------------------------------------------------------------------------------
+// Services: an endpoint and a core subscription, served under exactly the generated set.
+// Served here by async-nats' `service` module (the same micro protocol as the runtime's
+// serving, which is not on this branch yet).
+// -------------------------------------------------------------------------------------------
+
+static MEMBERS: ServiceDecl = ServiceDecl::new("members", "1.2.0");
+
+fn served_topology() -> Topology {
+    Topology::new()
+        .endpoint(
+            EndpointDecl::new("perm::get_member", &MEMBERS, "get", "perm.members.get"),
+            |request| Box::pin(async move { Ok::<_, ServiceError>(request.payload().clone()) }),
+        )
+        .subscription(
+            SubscriptionDecl::group("perm::audit", "perm.members.audit", "auditors"),
+            |_| Box::pin(async { Ok::<(), HandlerError>(()) }),
+        )
+}
+
+/// A server whose service user has `permissions`; an instance of `members` on it, echoing;
+/// the subscription's queue subscriber; and the admin client (the world).
+async fn serve_members(
+    permissions: &Permissions,
+) -> (
+    NatsServer,
+    async_nats::service::Service,
+    async_nats::Subscriber,
+    async_nats::Client,
+) {
+    let server = NatsServer::builder()
+        .config(server_config(permissions))
+        .probe_user("admin", "admin")
+        .start()
+        .await
+        .expect("nats-server starts");
+    let client = service_client(&server).await;
+    let service = client
+        .service_builder()
+        .start("members", "1.2.0")
+        .await
+        .expect("the service starts");
+    let mut endpoint = service
+        .endpoint_builder()
+        .name("get")
+        .add("perm.members.get")
+        .await
+        .expect("the endpoint is added");
+    tokio::spawn(async move {
+        while let Some(request) = endpoint.next().await {
+            let payload = request.message.payload.clone();
+            let _ = request.respond(Ok(payload)).await;
+        }
+    });
+    let audit = client
+        .queue_subscribe("perm.members.audit", "auditors".into())
+        .await
+        .unwrap();
+    client.flush().await.unwrap();
+    let admin = admin(&server).await;
+    (server, service, audit, admin)
+}
+
+#[tokio::test]
+async fn a_service_answers_requests_and_pings_under_exactly_its_generated_permissions() {
+    let permissions = export::permissions(&served_topology(), &role());
+    let subscribed: Vec<String> = permissions
+        .of(export::Action::Subscribe)
+        .map(Permission::pattern)
+        .filter(|p| p.starts_with("perm.") || p.starts_with("$SRV."))
+        .collect();
+    assert_eq!(
+        subscribed,
+        [
+            "$SRV.INFO",
+            "$SRV.INFO.members",
+            "$SRV.INFO.members.*",
+            "$SRV.PING",
+            "$SRV.PING.members",
+            "$SRV.PING.members.*",
+            "$SRV.STATS",
+            "$SRV.STATS.members",
+            "$SRV.STATS.members.*",
+            "perm.members.audit auditors",
+            "perm.members.get q",
+        ]
+    );
+    assert!(permissions.responses.is_some());
+    let (_server, service, mut audit, admin) = serve_members(&permissions).await;
+    let id = service.info().await.id;
+
+    let reply = admin
+        .request("perm.members.get", "ada".into())
+        .await
+        .expect("the endpoint answers");
+    assert_eq!(reply.payload.as_ref(), b"ada");
+    for subject in [
+        "$SRV.PING".to_owned(),
+        "$SRV.PING.members".to_owned(),
+        format!("$SRV.INFO.members.{id}"),
+        format!("$SRV.STATS.members.{id}"),
+    ] {
+        let answer = admin
+            .request(subject.clone(), "".into())
+            .await
+            .unwrap_or_else(|e| panic!("{subject}: {e}"));
+        let answer: serde_json::Value = serde_json::from_slice(&answer.payload).unwrap();
+        assert_eq!(
+            (answer["name"].as_str(), answer["id"].as_str()),
+            (Some("members"), Some(id.as_str())),
+            "{subject}"
+        );
+    }
+    admin
+        .publish("perm.members.audit", "seen".into())
+        .await
+        .unwrap();
+    let message = tokio::time::timeout(Duration::from_secs(10), audit.next())
+        .await
+        .expect("the subscription receives")
+        .unwrap();
+    assert_eq!(message.payload.as_ref(), b"seen");
+}
+
+#[tokio::test]
+async fn without_the_right_to_answer_or_the_queue_entry_requests_go_unanswered() {
+    let permissions = export::permissions(&served_topology(), &role());
+
+    // No `allow_responses`: the request reaches the endpoint, whose answer the server drops.
+    let (_server, _service, _audit, admin) = serve_members(&permissions.without_responses()).await;
+    let unanswered = tokio::time::timeout(
+        Duration::from_secs(2),
+        admin.request("perm.members.get", "x".into()),
+    )
+    .await;
+    assert!(
+        matches!(&unanswered, Err(_) | Ok(Err(_))),
+        "answered without the right to: {unanswered:?}"
+    );
+    assert!(
+        !matches!(&unanswered, Ok(Err(e)) if e.kind() == async_nats::RequestErrorKind::NoResponders),
+        "the endpoint should have subscribed: {unanswered:?}"
+    );
+
+    // No `perm.members.get q`: the endpoint's subscription is refused, nobody receives.
+    let index = permissions
+        .entries
+        .iter()
+        .position(|e| e.pattern() == "perm.members.get q")
+        .unwrap();
+    let (_server, _service, _audit, admin) = serve_members(&permissions.without(index)).await;
+    let refused = admin.request("perm.members.get", "x".into()).await;
+    assert!(
+        matches!(&refused, Err(e) if e.kind() == async_nats::RequestErrorKind::NoResponders),
+        "{refused:?}"
+    );
 }

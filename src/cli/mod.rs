@@ -17,9 +17,9 @@
 //!
 //! | subcommand | what it does | exit status |
 //! | --- | --- | --- |
-//! | `plan` | what provisioning would do (create, update which fields, conflicts), changing nothing | 0; 1 on a conflict or an error |
-//! | `inspect` | each queue consumer on the server: exists, consumed by anyone, pending, ack floor | 0; 1 on an error |
-//! | `export [--asyncapi] [--nats-json] [--permissions] DIR` | writes the AsyncAPI document, the stream and consumer JSON and/or the service user's NATS permissions into `DIR`, without a server (all three when no flag is given) | 0; 1 on an error |
+//! | `plan` | what provisioning would do (create, update which fields, conflicts), changing nothing; then each endpoint (service@version, subject, queue group, concurrency) and core subscription (queue group or each_instance), "served, nothing to provision" | 0; 1 on a conflict or an error |
+//! | `inspect` | each queue consumer on the server: exists, consumed by anyone, pending, ack floor; each declared service's live instances (`$SRV.PING`) with their requests, errors and average processing time (`$SRV.STATS`), or "no instance answers" | 0; 1 on an error |
+//! | `export [--asyncapi] [--nats-json] [--permissions] DIR` | writes the AsyncAPI document (endpoints as request/reply operations, core subscriptions as receive operations), the stream and consumer JSON and/or the service user's NATS permissions (endpoints' `subject queue` entries, `$SRV` subjects, `allow_responses`) into `DIR`, without a server (all three when no flag is given) | 0; 1 on an error |
 //! | `provision` | provisions every stream and queue consumer, then exits (an init job) | 0 when done; 1 with the precise provisioning error |
 //! | `health` | provisions nothing; prints each declared stream and queue consumer as the server has it | 0 when every stream exists (external ones covering what is consumed) and every queue consumer exists and is being consumed; 1 otherwise |
 //!

@@ -20,6 +20,19 @@ for (const file of process.argv.slice(2)) {
     version: document ? document.version() : null,
     channels: document ? document.channels().length : 0,
     operations: document ? document.operations().length : 0,
+    // The first operation with a reply, as the parser reads it.
+    endpoint: document
+      ? document
+          .operations()
+          .all()
+          .filter((op) => op.reply() !== undefined)
+          .map((op) => ({
+            id: op.id(),
+            reply_channel_address: op.reply().channel()?.address() ?? null,
+            reply_messages: op.reply().messages().length,
+            tags: op.tags().all().map((t) => t.name()),
+          }))[0] ?? null
+      : null,
     queues: document
       ? document.operations().all().map((op) => {
           const nats = op.bindings().get("nats");

@@ -8,7 +8,10 @@
 //! - [`asyncapi`]: an AsyncAPI 3.0 document (JSON or YAML): a channel per declared subject, a
 //!   `receive` operation per handler (with the NATS `queue` binding for queue consumers), the
 //!   stream's configuration as the `x-nats-stream` extension of its channels, and a payload
-//!   schema per handler (from `schemars::JsonSchema` with the `schemars` feature, else open).
+//!   schema per handler (from `schemars::JsonSchema` with the `schemars` feature, else open);
+//!   endpoints as request/reply operations in their queue group, core subscriptions as
+//!   `receive` operations.
+//! - [`permissions`]: the service user's publish and subscribe allow lists.
 //!
 //! ```
 //! use nats_topology::export;
@@ -50,7 +53,8 @@ use crate::registry::Topology;
 
 pub use asyncapi::{ApiInfo, AsyncApi, asyncapi};
 pub use permissions::{
-    Access, Action, Declaration, Need, Permission, Permissions, Role, permissions,
+    Access, Action, DEFAULT_RESPONSE_EXPIRY, Declaration, Need, Permission, Permissions, Responses,
+    Role, permissions,
 };
 pub use schema::PayloadSchema;
 #[cfg(feature = "schemars")]

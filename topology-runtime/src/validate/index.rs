@@ -69,6 +69,24 @@ impl<'a> SubjectIndex<'a> {
     }
 }
 
+impl SubjectIndex<'_> {
+    /// The owners with a filter overlapping `filter` (checked with [`subject::overlaps`]),
+    /// sorted and without repeats.
+    pub(super) fn owners_overlapping(&self, filter: &str) -> Vec<usize> {
+        let mut found = Vec::new();
+        let tokens: Vec<&str> = filter.split('.').collect();
+        candidates(&self.root, &tokens, &mut found);
+        let mut owners: Vec<usize> = found
+            .into_iter()
+            .filter(|&id| subject::overlaps(filter, self.filters[id]))
+            .map(|id| self.owners[id])
+            .collect();
+        owners.sort_unstable();
+        owners.dedup();
+        owners
+    }
+}
+
 /// Adds to `found` every filter under `node` that may overlap the filter whose remaining
 /// tokens are `rest`.
 fn candidates(node: &Node<'_>, rest: &[&str], found: &mut Vec<usize>) {
@@ -159,6 +177,18 @@ mod tests {
             expected.sort_unstable();
             expected.dedup();
             assert_eq!(index.overlapping_owners(), expected, "{filters:?}");
+            let probe = random_filter(&mut rng);
+            let mut owners: Vec<usize> = filters
+                .iter()
+                .filter(|(_, f)| subject::overlaps(&probe, f))
+                .map(|(owner, _)| *owner)
+                .collect();
+            owners.dedup(); // added by owner, in order
+            assert_eq!(
+                index.owners_overlapping(&probe),
+                owners,
+                "{probe} {filters:?}"
+            );
         }
     }
 }

@@ -8,9 +8,11 @@
 //! It grows with the number of declarations, not with the number of pairs of them: overlaps
 //! between streams, and between the consumers of a work-queue stream, are found through a
 //! subject tree (`index`); consumers come sorted by stream, so each stream's are a run of
-//! the list, looked up once and grouped by sorting the run.
+//! the list, looked up once and grouped by sorting the run. Services, endpoints and core
+//! subscriptions are checked in `services`.
 
 mod index;
+mod services;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -39,7 +41,8 @@ impl fmt::Display for Problem {
 /// Every problem found in a topology.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ValidationError {
-    /// The problems, streams first, then consumers, each in name order.
+    /// The problems: streams first, then consumers, each in name order; then services,
+    /// endpoints and subscriptions.
     pub problems: Vec<Problem>,
 }
 
@@ -109,6 +112,8 @@ pub fn validate(topology: &Topology) -> Result<(), ValidationError> {
     }
     check_groups(topology, &mut problems);
     check_work_queues(topology, &streams, &mut problems);
+    let declared: Vec<&StreamDecl> = streams.values().copied().collect();
+    services::check(topology, &declared, &mut problems);
     if problems.0.is_empty() {
         Ok(())
     } else {
@@ -292,3 +297,6 @@ fn check_work_queues(
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -1,6 +1,7 @@
 //! The NATS permissions one service's user needs, walked from its topology: every subject a
-//! replica publishes to or subscribes to, each with the declarations that need it, and
-//! nothing else.
+//! replica publishes to or subscribes to (with its queue group when it subscribes in one),
+//! each with the declarations that need it, the right to answer requests when it serves
+//! endpoints, and nothing else.
 //!
 //! One walk serves three readers: [`Permissions::server_config`] (a nats-server
 //! `authorization` block), [`Permissions::to_json`] (for account JWT tooling), and the
@@ -9,7 +10,10 @@
 
 mod render;
 mod role;
+mod served;
 mod walk;
+
+use std::time::Duration;
 
 use topology_core::model::StreamRef;
 use topology_core::subject::is_subset;
@@ -43,7 +47,10 @@ impl Action {
 /// What needs a permission: the whole service, one stream, or one consumer.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Declaration {
-    /// Every replica, whatever it consumes (its inboxes, the leader watch).
+    /// Every replica, whatever it consumes (its inboxes, the leader watch), and what every
+    /// replica serves: the micro protocol's `$SRV` subjects of its services, its endpoints
+    /// and its core subscriptions (each [`Need`]'s `why` names the service, endpoint or
+    /// subscription).
     Service,
     /// A stream.
     Stream(String),
@@ -84,16 +91,59 @@ pub struct Permission {
     pub action: Action,
     /// The subject (a pattern with `*` and `>`, as nats-server reads it).
     pub subject: String,
+    /// For a subscription: the only queue group it may be made in (`None`: any, or none).
+    pub queue: Option<String>,
     /// Every declaration that needs it (at least one).
     pub needed_by: Vec<Need>,
 }
 
 impl Permission {
-    /// `"publish $JS.API.STREAM.INFO.ORDERS"`: for messages.
+    /// `"publish $JS.API.STREAM.INFO.ORDERS"`, `"subscribe members.get (queue group q)"`:
+    /// for messages.
     pub fn describe(&self) -> String {
-        format!("{} `{}`", self.action.as_str(), self.subject)
+        match &self.queue {
+            None => format!("{} `{}`", self.action.as_str(), self.subject),
+            Some(queue) => format!(
+                "{} `{}` (queue group `{queue}`)",
+                self.action.as_str(),
+                self.subject
+            ),
+        }
+    }
+
+    /// The entry as nats-server and user JWTs write it: the subject, then the queue group
+    /// after a space when there is one (`"members.get q"`).
+    pub fn pattern(&self) -> String {
+        match &self.queue {
+            None => self.subject.clone(),
+            Some(queue) => format!("{} {queue}", self.subject),
+        }
+    }
+
+    /// Whether this entry grants everything `other` grants (so `other` is not needed).
+    fn covers(&self, other: &Permission) -> bool {
+        self.action == other.action
+            && is_subset(&other.subject, &self.subject)
+            && (self.queue.is_none() || self.queue == other.queue)
     }
 }
+
+/// The right to publish one answer to the reply subject of each request received, whatever
+/// it is (nats-server's `allow_responses`, a user JWT's `resp`): what lets a service answer
+/// requesters whose inboxes it may not publish to otherwise.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Responses {
+    /// Answers allowed per request.
+    pub max: u32,
+    /// How long after a request its answer is allowed: nats-server's default (2 minutes), or
+    /// the longest endpoint `timeout` when that is longer.
+    pub expires: Duration,
+    /// What answers requests: the endpoints, and every service's `$SRV` subjects.
+    pub needed_by: Vec<Need>,
+}
+
+/// nats-server's `allow_responses` expiry when none is given.
+pub const DEFAULT_RESPONSE_EXPIRY: Duration = Duration::from_secs(120);
 
 /// The permissions of one service's user: see [`permissions`].
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -102,6 +152,8 @@ pub struct Permissions {
     pub role: Role,
     /// Every allowed subject, publish first, each once; no entry is covered by another.
     pub entries: Vec<Permission>,
+    /// The right to answer requests, when the topology serves endpoints or services.
+    pub responses: Option<Responses>,
 }
 
 /// The publish and subscribe allow lists of `role`'s user for `topology`: exactly what its
@@ -125,11 +177,32 @@ pub struct Permissions {
 /// let block = permissions.server_config("s3cret-from-a-vault");
 /// assert!(block.contains("\"$JS.API.STREAM.CREATE.ORDERS\""));
 /// ```
+///
+/// An endpoint is received in its queue group only, and answered through `allow_responses`:
+///
+/// ```
+/// use nats_topology::export::{self, Action, Role};
+/// use nats_topology::model::{EndpointDecl, ServiceDecl};
+/// use nats_topology::{ServiceError, Topology};
+///
+/// static MEMBERS: ServiceDecl = ServiceDecl::new("members", "1.2.0");
+/// let topology = Topology::new().endpoint(
+///     EndpointDecl::new("app::get_member", &MEMBERS, "get", "members.get"),
+///     |request| Box::pin(async move { Ok::<_, ServiceError>(request.payload().clone()) }),
+/// );
+/// let permissions = export::permissions(&topology, &Role::owner("members"));
+/// assert!(permissions.allows_queue("members.get", "q"));
+/// assert!(!permissions.allows(Action::Subscribe, "members.get")); // not without the group
+/// assert!(permissions.allows(Action::Subscribe, "$SRV.PING.members.Yq2w8"));
+/// assert!(permissions.allows_responses());
+/// assert!(permissions.permissions_map().contains("\"members.get q\","));
+/// ```
 pub fn permissions(topology: &Topology, role: &Role) -> Permissions {
     let mut walk = Walk {
         role,
         api: role.api_prefix.clone(),
         entries: Vec::new(),
+        responses: Vec::new(),
     };
     walk.service();
     for stream in topology.streams() {
@@ -146,6 +219,7 @@ pub fn permissions(topology: &Topology, role: &Role) -> Permissions {
         }
         walk.consumer(decl);
     }
+    walk.served(topology);
     for subject in &role.publishes {
         walk.add(
             Action::Publish,
@@ -154,22 +228,65 @@ pub fn permissions(topology: &Topology, role: &Role) -> Permissions {
             "declared with `Role::publishes`",
         );
     }
+    let responses = (!walk.responses.is_empty()).then(|| Responses {
+        max: 1,
+        expires: topology
+            .endpoints()
+            .iter()
+            .filter_map(|e| e.decl.timeout)
+            .fold(DEFAULT_RESPONSE_EXPIRY, Duration::max),
+        needed_by: walk.responses,
+    });
     Permissions {
         role: role.clone(),
         entries: minimal(walk.entries),
+        responses,
     }
 }
 
 impl Permissions {
     /// Whether `subject` is allowed for `action` (a literal subject, or a subscription's
-    /// pattern, which every entry must cover as nats-server checks it).
+    /// pattern, which every entry must cover as nats-server checks it); a subscription in no
+    /// queue group.
     pub fn allows(&self, action: Action, subject: &str) -> bool {
         self.entries
             .iter()
-            .any(|e| e.action == action && is_subset(subject, &e.subject))
+            .any(|e| e.action == action && e.queue.is_none() && is_subset(subject, &e.subject))
     }
 
-    /// The entries that allow `action` on `subject`: where a denial of it comes from.
+    /// Whether a subscription to `subject` in queue group `queue` is allowed, as nats-server
+    /// decides it: an entry without a queue group allows it, unless entries with queue groups
+    /// match the subject too, in which case one of them must name `queue`.
+    pub fn allows_queue(&self, subject: &str, queue: &str) -> bool {
+        let matching = || {
+            self.entries
+                .iter()
+                .filter(|e| e.action == Action::Subscribe && is_subset(subject, &e.subject))
+        };
+        let mut grouped = matching().filter_map(|e| e.queue.as_deref()).peekable();
+        if grouped.peek().is_some() {
+            grouped.any(|q| q == queue)
+        } else {
+            matching().any(|e| e.queue.is_none())
+        }
+    }
+
+    /// Whether answering requests is allowed ([`Responses`]).
+    pub fn allows_responses(&self) -> bool {
+        self.responses.is_some()
+    }
+
+    /// These permissions without the right to answer requests (for checking that it is
+    /// needed).
+    pub fn without_responses(&self) -> Permissions {
+        Permissions {
+            responses: None,
+            ..self.clone()
+        }
+    }
+
+    /// The entries that allow `action` on `subject` (in any queue group): where a denial of it
+    /// comes from.
     pub fn granting(&self, action: Action, subject: &str) -> impl Iterator<Item = &Permission> {
         self.entries
             .iter()
@@ -189,6 +306,7 @@ impl Permissions {
         Permissions {
             role: self.role.clone(),
             entries,
+            responses: self.responses.clone(),
         }
     }
 }

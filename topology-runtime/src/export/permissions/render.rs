@@ -5,9 +5,9 @@ use std::fmt::Write as _;
 use super::{Action, Permissions};
 
 impl Permissions {
-    /// The `permissions` map alone (`{ publish = { allow = [..] }, subscribe = { .. } }`),
-    /// one comment per entry saying which declarations need it: to embed in an `accounts`
-    /// block or a user of one's own.
+    /// The `permissions` map alone (`{ publish = { allow = [..] }, subscribe = { .. } }`, and
+    /// `allow_responses` when the service answers requests), one comment per entry saying
+    /// which declarations need it: to embed in an `accounts` block or a user of one's own.
     pub fn permissions_map(&self) -> String {
         let mut out = String::from("{\n");
         for action in [Action::Publish, Action::Subscribe] {
@@ -16,9 +16,20 @@ impl Permissions {
                 for need in &entry.needed_by {
                     let _ = writeln!(out, "      # {}: {}", need.declaration, need.why);
                 }
-                let _ = writeln!(out, "      {},", quoted(&entry.subject));
+                let _ = writeln!(out, "      {},", quoted(&entry.pattern()));
             }
             out.push_str("    ]\n  }\n");
+        }
+        if let Some(responses) = &self.responses {
+            for need in &responses.needed_by {
+                let _ = writeln!(out, "  # {}: {}", need.declaration, need.why);
+            }
+            let _ = writeln!(
+                out,
+                "  allow_responses = {{ max: {}, expires: \"{}ms\" }}",
+                responses.max,
+                responses.expires.as_millis()
+            );
         }
         out.push('}');
         out
@@ -53,12 +64,13 @@ impl Permissions {
     }
 
     /// The same as JSON: `{"service", "role", "inbox_prefix", "pub": {"allow": [..]}, "sub":
-    /// {"allow": [..]}, "needed_by": {subject: [..]}}`, the shape of a user JWT's
-    /// permissions (`nsc` and the JWT libraries read `pub` and `sub`).
+    /// {"allow": [..]}, "resp": {"max", "ttl"}, "needed_by": {subject: [..]}}`, the shape of a
+    /// user JWT's permissions (`nsc` and the JWT libraries read `pub`, `sub` and `resp`, its
+    /// `ttl` in nanoseconds); `resp` only when the service answers requests.
     pub fn to_json(&self) -> serde_json::Value {
         let allow = |action| {
             self.of(action)
-                .map(|e| serde_json::Value::String(e.subject.clone()))
+                .map(|e| serde_json::Value::String(e.pattern()))
                 .collect::<Vec<_>>()
         };
         let needed_by = |action| {
@@ -69,11 +81,11 @@ impl Permissions {
                         .iter()
                         .map(|n| format!("{}: {}", n.declaration, n.why))
                         .collect::<Vec<_>>();
-                    (e.subject.clone(), serde_json::json!(needs))
+                    (e.pattern(), serde_json::json!(needs))
                 })
                 .collect::<serde_json::Map<_, _>>()
         };
-        serde_json::json!({
+        let mut json = serde_json::json!({
             "service": self.role.service,
             "role": self.role.access.as_str(),
             "inbox_prefix": self.role.inbox_prefix,
@@ -83,7 +95,19 @@ impl Permissions {
                 "pub": needed_by(Action::Publish),
                 "sub": needed_by(Action::Subscribe),
             },
-        })
+        });
+        if let Some(responses) = &self.responses {
+            json["resp"] = serde_json::json!({
+                "max": responses.max,
+                "ttl": responses.expires.as_nanos() as u64,
+            });
+            json["needed_by"]["resp"] = responses
+                .needed_by
+                .iter()
+                .map(|n| format!("{}: {}", n.declaration, n.why))
+                .collect();
+        }
+        json
     }
 }
 

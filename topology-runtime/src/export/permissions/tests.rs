@@ -3,12 +3,23 @@ use std::time::Duration;
 use topology_core::model::{
     AckMode, BroadcastDecl, ConsumerDecl, Delivery, QueueDecl, StreamDecl, StreamRef,
 };
+use topology_core::service::{EndpointDecl, ServiceDecl, SubscriptionDecl};
 
 use super::*;
 use crate::HandlerError;
 
 static ORDERS: StreamDecl = StreamDecl::new("ORDERS", &["orders.>"]);
 static AUDIT: StreamDecl = StreamDecl::new("AUDIT", &["audit.>"]).external();
+static MEMBERS: ServiceDecl = ServiceDecl::new("members", "1.2.0");
+static SLOW: ServiceDecl = ServiceDecl::new("slow", "0.1.0").queue_group("slowpokes");
+
+fn reply(_: crate::Request) -> crate::service::ReplyFuture {
+    Box::pin(async { Ok::<_, crate::ServiceError>(bytes::Bytes::new()) })
+}
+
+fn listen(_: crate::Request) -> crate::handler::HandlerFuture {
+    Box::pin(async { Ok::<(), HandlerError>(()) })
+}
 
 fn handler() -> impl Fn(crate::Incoming) -> crate::handler::HandlerFuture + Send + Sync + 'static {
     |_| Box::pin(async { Ok::<(), HandlerError>(()) })
@@ -64,6 +75,27 @@ fn every_kind() -> Topology {
             ),
             handler(),
         )
+        .endpoint(
+            EndpointDecl::new("svc::get_member", &MEMBERS, "get", "members.get"),
+            reply,
+        )
+        .endpoint(
+            EndpointDecl::new("svc::put_member", &MEMBERS, "put", "members.*.put").group("writers"),
+            reply,
+        )
+        .endpoint(
+            EndpointDecl::new("svc::slow", &SLOW, "crawl", "slow.crawl")
+                .timeout(Duration::from_secs(300)),
+            reply,
+        )
+        .subscription(
+            SubscriptionDecl::group("svc::audit_member", "members.audit", "auditors"),
+            listen,
+        )
+        .subscription(
+            SubscriptionDecl::each_instance("svc::invalidate", "cache.invalidate.>"),
+            listen,
+        )
 }
 
 fn needed_by<'a>(p: &'a Permissions, declaration: &'a Declaration) -> Vec<&'a Permission> {
@@ -94,6 +126,79 @@ fn every_declared_kind_contributes_entries() {
             p.permissions_map()
         );
     }
+    // Each service, endpoint and subscription, named in the reasons of what it needs.
+    let mut served = vec!["service `members`".to_owned(), "service `slow`".to_owned()];
+    served.extend(
+        topology
+            .endpoints()
+            .iter()
+            .map(|e| e.decl.handler.to_owned()),
+    );
+    served.extend(
+        topology
+            .subscriptions()
+            .iter()
+            .map(|s| s.decl.handler.to_owned()),
+    );
+    for what in &served {
+        assert!(
+            p.entries
+                .iter()
+                .any(|e| e.needed_by.iter().any(|n| n.why.contains(what.as_str()))),
+            "{what} contributes no entry:\n{}",
+            p.permissions_map()
+        );
+    }
+    let responses = p.responses.as_ref().expect("endpoints answer requests");
+    assert_eq!(responses.max, 1);
+    // The longest endpoint timeout, longer than nats-server's default expiry.
+    assert_eq!(responses.expires, Duration::from_secs(300));
+    for what in [
+        "svc::get_member",
+        "svc::put_member",
+        "svc::slow",
+        "service `members`",
+        "service `slow`",
+    ] {
+        assert!(
+            responses.needed_by.iter().any(|n| n.why.contains(what)),
+            "{what}: {responses:?}"
+        );
+    }
+    for (subject, queue) in [
+        ("members.get", "q"),
+        ("members.7.put", "writers"),
+        ("slow.crawl", "slowpokes"),
+        ("members.audit", "auditors"),
+    ] {
+        assert!(
+            p.allows_queue(subject, queue),
+            "{subject} in {queue} denied"
+        );
+        // Only in its own queue group, and in one.
+        assert!(
+            !p.allows_queue(subject, "other"),
+            "{subject} in other allowed"
+        );
+        assert!(
+            !p.allows(Action::Subscribe, subject),
+            "{subject} without a group allowed"
+        );
+    }
+    for name in ["members", "slow"] {
+        for verb in ["PING", "INFO", "STATS"] {
+            for subject in [
+                format!("$SRV.{verb}"),
+                format!("$SRV.{verb}.{name}"),
+                format!("$SRV.{verb}.{name}.Yq2wnRDjSbKRZDzvKVOmYZ"),
+            ] {
+                assert!(p.allows(Action::Subscribe, &subject), "{subject} denied");
+            }
+        }
+    }
+    assert!(p.allows(Action::Subscribe, "cache.invalidate.members.7"));
+    assert!(!p.allows(Action::Subscribe, "$SRV.PING.other"));
+    assert!(!p.allows(Action::Subscribe, "$SRV.>"));
     // And each setting that uses a subject of its own.
     for (action, subject) in [
         (Action::Publish, "orders.dead"),
@@ -158,7 +263,7 @@ fn no_entry_is_covered_by_another_and_each_is_listed_once() {
     let p = permissions(&every_kind(), &Role::owner("svc"));
     for (i, a) in p.entries.iter().enumerate() {
         for (j, b) in p.entries.iter().enumerate() {
-            if i != j && a.action == b.action {
+            if i != j && a.action == b.action && (b.queue.is_none() || a.queue == b.queue) {
                 assert!(
                     !is_subset(&a.subject, &b.subject),
                     "{} is covered by {}",
@@ -205,6 +310,88 @@ fn roles_differ_in_what_they_may_change() {
     assert!(!operator.allows(Action::Publish, pull) && !operator.allows(Action::Publish, relay));
     assert!(!operator.allows(Action::Publish, "orders.created"));
     assert!(operator.allows(Action::Subscribe, "_INBOX_ops.x"));
+    // The operator inspects the services and serves nothing.
+    assert!(operator.allows(Action::Publish, "$SRV.PING.members"));
+    assert!(operator.allows(Action::Publish, "$SRV.STATS.members.abc"));
+    assert!(!operator.allows(Action::Publish, "$SRV.INFO.members"));
+    assert!(!operator.allows_queue("members.get", "q"));
+    assert!(!operator.allows(Action::Subscribe, "$SRV.PING"));
+    assert!(operator.responses.is_none());
+    // A bind-only replica serves as an owner does.
+    assert!(bind.allows_queue("members.get", "q") && bind.responses.is_some());
+}
+
+#[test]
+fn queue_entries_follow_nats_server_rules() {
+    let topology = Topology::new()
+        .endpoint(
+            EndpointDecl::new("svc::get_member", &MEMBERS, "get", "members.get"),
+            reply,
+        )
+        // Every instance sees everything under `members.`: it covers the endpoint's entry.
+        .subscription(
+            SubscriptionDecl::each_instance("svc::tap", "members.>"),
+            listen,
+        );
+    let p = permissions(&topology, &Role::owner("svc"));
+    let members: Vec<String> = p
+        .of(Action::Subscribe)
+        .filter(|e| e.subject.starts_with("members"))
+        .map(Permission::pattern)
+        .collect();
+    assert_eq!(members, ["members.>"]);
+    assert!(p.allows_queue("members.get", "q") && p.allows_queue("members.get", "any"));
+    let merged = p
+        .of(Action::Subscribe)
+        .find(|e| e.subject == "members.>")
+        .unwrap();
+    assert!(
+        merged
+            .needed_by
+            .iter()
+            .any(|n| n.why.contains("svc::get_member"))
+    );
+    // Without it, the endpoint's own entry is written as nats-server reads it.
+    let alone = permissions(
+        &Topology::new().endpoint(
+            EndpointDecl::new("svc::get_member", &MEMBERS, "get", "members.get"),
+            reply,
+        ),
+        &Role::owner("svc"),
+    );
+    let entry = alone
+        .of(Action::Subscribe)
+        .find(|e| e.subject == "members.get")
+        .unwrap();
+    assert_eq!(entry.pattern(), "members.get q");
+    assert_eq!(
+        entry.describe(),
+        "subscribe `members.get` (queue group `q`)"
+    );
+    let block = alone.server_config("$SVC_PASSWORD");
+    assert!(block.contains("\"members.get q\","), "{block}");
+    assert!(
+        block.contains("allow_responses = { max: 1, expires: \"120000ms\" }"),
+        "{block}"
+    );
+    let json = alone.to_json();
+    assert!(
+        json["sub"]["allow"]
+            .as_array()
+            .unwrap()
+            .contains(&"members.get q".into())
+    );
+    assert_eq!(
+        json["resp"],
+        serde_json::json!({ "max": 1, "ttl": 120_000_000_000u64 })
+    );
+    assert!(alone.without_responses().responses.is_none());
+    // Nothing served: no right to answer.
+    assert!(
+        permissions(&Topology::new(), &Role::owner("svc"))
+            .responses
+            .is_none()
+    );
 }
 
 #[test]
@@ -237,8 +424,18 @@ fn the_server_block_and_the_json_list_the_same_entries_with_their_reasons() {
     let subscribe = json["sub"]["allow"].as_array().unwrap();
     assert_eq!(publish.len() + subscribe.len(), p.entries.len());
     for entry in &p.entries {
-        assert!(block.contains(&quoted(&entry.subject)), "{}", entry.subject);
+        assert!(
+            block.contains(&quoted(&entry.pattern())),
+            "{}",
+            entry.pattern()
+        );
     }
+    assert!(
+        block.contains("allow_responses = { max: 1, expires: \"300000ms\" }"),
+        "{block}"
+    );
+    assert!(block.contains("# every replica: endpoint `crawl` of service `slow` (handler `svc::slow`): answers its requests"), "{block}");
+    assert_eq!(json["resp"]["ttl"], 300_000_000_000u64);
     assert!(!block.contains("s3cret"));
     let literal = p.server_config("pa\"ss");
     assert!(literal.contains("password: \"pa\\\"ss\""));

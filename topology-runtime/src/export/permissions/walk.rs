@@ -1,7 +1,6 @@
 //! The walk: what each declaration kind needs, one function per kind, and the minimal list.
 
 use topology_core::model::{AckMode, ConsumerDecl, ConsumerKind, Delivery};
-use topology_core::subject::is_subset;
 
 use super::{Access, Action, Declaration, Need, Permission, Role};
 use crate::provision::{ADVISORY_PREFIX, FLEET_PREFIX};
@@ -10,6 +9,8 @@ pub(super) struct Walk<'a> {
     pub(super) role: &'a Role,
     pub(super) api: String,
     pub(super) entries: Vec<Permission>,
+    /// What answers requests (`allow_responses`), if anything.
+    pub(super) responses: Vec<Need>,
 }
 
 impl Walk<'_> {
@@ -20,6 +21,18 @@ impl Walk<'_> {
         declaration: Declaration,
         why: &str,
     ) {
+        self.add_in(action, subject, None, declaration, why);
+    }
+
+    /// [`Walk::add`], for a subscription in queue group `queue` when there is one.
+    pub(super) fn add_in(
+        &mut self,
+        action: Action,
+        subject: String,
+        queue: Option<&str>,
+        declaration: Declaration,
+        why: &str,
+    ) {
         let need = Need {
             declaration,
             why: why.to_owned(),
@@ -27,7 +40,7 @@ impl Walk<'_> {
         match self
             .entries
             .iter_mut()
-            .find(|e| e.action == action && e.subject == subject)
+            .find(|e| e.action == action && e.subject == subject && e.queue.as_deref() == queue)
         {
             Some(entry) => {
                 if !entry.needed_by.contains(&need) {
@@ -37,6 +50,7 @@ impl Walk<'_> {
             None => self.entries.push(Permission {
                 action,
                 subject,
+                queue: queue.map(str::to_owned),
                 needed_by: vec![need],
             }),
         }
@@ -47,11 +61,11 @@ impl Walk<'_> {
         self.add(Action::Publish, subject, declaration, why);
     }
 
-    fn owns(&self) -> bool {
+    pub(super) fn owns(&self) -> bool {
         self.role.access != Access::BindOnly
     }
 
-    fn consumes(&self) -> bool {
+    pub(super) fn consumes(&self) -> bool {
         self.role.access != Access::Operator
     }
 
@@ -278,15 +292,13 @@ fn create_subject(stream: &str, name: &str, filters: &[&str]) -> String {
     }
 }
 
-/// Drops every entry another entry of the same action covers, giving its needs to an entry
-/// that covers it and is itself kept; sorted, publish first.
+/// Drops every entry another entry covers (same action, a wider subject, and any queue group
+/// or the same), giving its needs to an entry that covers it and is itself kept; sorted,
+/// publish first.
 pub(super) fn minimal(mut entries: Vec<Permission>) -> Vec<Permission> {
-    entries.sort_by(|a, b| (a.action, &a.subject).cmp(&(b.action, &b.subject)));
-    let covers = |j: usize, i: usize, entries: &[Permission]| {
-        j != i
-            && entries[j].action == entries[i].action
-            && is_subset(&entries[i].subject, &entries[j].subject)
-    };
+    entries.sort_by(|a, b| (a.action, &a.subject, &a.queue).cmp(&(b.action, &b.subject, &b.queue)));
+    let covers =
+        |j: usize, i: usize, entries: &[Permission]| j != i && entries[j].covers(&entries[i]);
     let covered: Vec<bool> = (0..entries.len())
         .map(|i| (0..entries.len()).any(|j| covers(j, i, &entries)))
         .collect();

@@ -1,4 +1,7 @@
-//! The AsyncAPI 3.0 document of a topology.
+//! The AsyncAPI 3.0 document of a topology: streams and consumers here, endpoints and core
+//! subscriptions in `served`.
+
+mod served;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -78,7 +81,7 @@ impl AsyncApi {
 }
 
 /// The version of the NATS bindings of AsyncAPI this document uses.
-const NATS_BINDING_VERSION: &str = "0.1.0";
+pub(super) const NATS_BINDING_VERSION: &str = "0.1.0";
 
 /// The AsyncAPI 3.0 document of `topology` (no server needed):
 ///
@@ -90,7 +93,32 @@ const NATS_BINDING_VERSION: &str = "0.1.0";
 ///   consumer's kind, group and configuration as the `x-nats-consumer` extension;
 /// - per handler a message whose payload is the schema of the handler's payload type when it
 ///   implements `schemars::JsonSchema` and the `schemars` feature is on (its definitions under
-///   `components.schemas`), else an open schema.
+///   `components.schemas`), else an open schema;
+/// - per endpoint a channel of its subject and a `receive` operation with the `nats` binding's
+///   `queue` set to its queue group, a `reply` (the reply's schema, or an open one, on a channel
+///   whose address is the request's reply subject, so `null`: known only at run time), its
+///   service as a tag and as the `x-nats-service` extension (name, version, description,
+///   endpoint, queue group, concurrency);
+/// - per core subscription a `receive` operation, with the `queue` binding when it is in a
+///   queue group, and the `x-nats-subscription` extension saying which (`each_instance`: every
+///   instance receives every message).
+///
+/// ```
+/// use nats_topology::export::{self, ApiInfo};
+/// use nats_topology::model::{EndpointDecl, ServiceDecl};
+/// use nats_topology::{ServiceError, Topology};
+///
+/// static MEMBERS: ServiceDecl = ServiceDecl::new("members", "1.2.0");
+/// let topology = Topology::new().endpoint(
+///     EndpointDecl::new("app::get_member", &MEMBERS, "get", "members.get"),
+///     |request| Box::pin(async move { Ok::<_, ServiceError>(request.payload().clone()) }),
+/// );
+/// let doc = export::asyncapi(&topology, &ApiInfo::new("members", "1.2.0"));
+/// let operation = &doc.as_value()["operations"]["app.get_member"];
+/// assert_eq!(operation["bindings"]["nats"]["queue"], "q");
+/// assert_eq!(operation["x-nats-service"]["version"], "1.2.0");
+/// assert_eq!(operation["reply"]["channel"]["$ref"], "#/channels/app.get_member.reply");
+/// ```
 pub fn asyncapi(topology: &Topology, info: &ApiInfo) -> AsyncApi {
     let mut doc = Document::default();
     for stream in topology.streams() {
@@ -114,7 +142,7 @@ pub fn asyncapi(topology: &Topology, info: &ApiInfo) -> AsyncApi {
         if let Some(schema) = &schema {
             doc.schemas.extend(schema.definitions.clone());
         }
-        let message = message(decl.handler, schema.as_ref());
+        let message = message(decl.handler, "payload", schema.as_ref());
         let mut extension = Map::new();
         extension.insert("stream".into(), json!(stream));
         let mut bindings = None;
@@ -174,6 +202,8 @@ pub fn asyncapi(topology: &Topology, info: &ApiInfo) -> AsyncApi {
             doc.operations.insert(operation_id, operation);
         }
     }
+    served::endpoints(&mut doc, topology);
+    served::subscriptions(&mut doc, topology);
 
     let mut info_value = json!({ "title": info.title, "version": info.version });
     if let Some(description) = &info.description {
@@ -203,6 +233,17 @@ struct Document {
 }
 
 impl Document {
+    /// `base`, or `base.2`, `base.3`... when `base` is taken in `map`.
+    fn unique(map: &BTreeMap<String, Value>, base: String) -> String {
+        let mut id = base.clone();
+        let mut n = 1;
+        while map.contains_key(&id) {
+            n += 1;
+            id = format!("{base}.{n}");
+        }
+        id
+    }
+
     fn channel_mut(&mut self, id: &str) -> &mut Value {
         self.channels
             .get_mut(id)
@@ -227,13 +268,10 @@ impl Document {
         if let Some((id, _)) = self.addresses.iter().find(|(_, k)| **k == key) {
             return id.clone();
         }
-        let base = identifier(subject.or(stream).unwrap_or("unknown"));
-        let mut id = base.clone();
-        let mut n = 1;
-        while self.channels.contains_key(&id) {
-            n += 1;
-            id = format!("{base}.{n}");
-        }
+        let id = Document::unique(
+            &self.channels,
+            identifier(subject.or(stream).unwrap_or("unknown")),
+        );
         let mut channel = json!({ "address": subject, "messages": {} });
         if let Some(stream) = stream {
             channel["x-nats-stream"] = stream_extension(stream, topology.find_stream(stream));
@@ -261,17 +299,22 @@ fn stream_extension(name: &str, decl: Option<&StreamDecl>) -> Value {
     }
 }
 
-fn message(handler: &str, schema: Option<&PayloadSchema>) -> Value {
-    let name = handler.rsplit("::").next().unwrap_or(handler);
+/// The message of `handler`'s `what` (`payload`, `request`, `reply`).
+fn message(handler: &str, what: &str, schema: Option<&PayloadSchema>) -> Value {
+    let last = handler.rsplit("::").next().unwrap_or(handler);
+    let name = match what {
+        "payload" => last.to_owned(),
+        _ => format!("{last}_{what}"),
+    };
     let payload = match schema {
         Some(schema) => schema.schema.clone(),
         None => json!({
-            "description": "Any payload: the handler's payload type has no JSON Schema here (enable the `schemars` feature and derive `schemars::JsonSchema` on it)."
+            "description": format!("Any {what}: its type has no JSON Schema here (enable the `schemars` feature and derive `schemars::JsonSchema` on it).")
         }),
     };
     json!({
         "name": name,
-        "title": format!("payload of `{handler}`"),
+        "title": format!("{what} of `{handler}`"),
         "payload": payload,
     })
 }

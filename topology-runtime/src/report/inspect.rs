@@ -1,141 +1,13 @@
-//! Reports for operators: [`plan`] (what provisioning would do, without doing it) and
-//! [`inspect`] (the state of every declared consumer on the server: does it exist, is anyone
-//! bound or pulling, what is pending). `inspect` is how "the consumer exists, bound by nobody"
-//! becomes visible. And [`ProvisionReport`], what [`Runtime::provision`](crate::Runtime::provision)
-//! did.
+//! [`inspect`]: the state of every declared queue consumer, and the live instances of every
+//! declared service.
 
 use std::fmt;
 
-use std::time::Duration;
-
-pub use crate::provision::Action;
-use crate::provision::{ProvisionError, Provisioner, UpdateMode, VERSION_KEY, reconcile};
+use super::services::{SERVICE_PING_WINDOW, ServiceReport, inspect_services};
+use crate::provision::{ProvisionError, Provisioner, VERSION_KEY};
 use crate::registry::Topology;
 use crate::retry::RetryPolicy;
 use topology_core::model::ConsumerKind;
-
-/// One line of a [`Plan`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PlanItem {
-    /// The stream.
-    pub stream: String,
-    /// The consumer, or `None` for the stream itself.
-    pub consumer: Option<String>,
-    /// What provisioning would do.
-    pub action: Action,
-}
-
-/// What provisioning would do, computed by reading the server only.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Plan {
-    /// Streams first (sorted by name), then their consumers.
-    pub items: Vec<PlanItem>,
-}
-
-impl Plan {
-    /// Whether provisioning would fail on a conflict.
-    pub fn has_conflicts(&self) -> bool {
-        self.items
-            .iter()
-            .any(|i| matches!(i.action, Action::Conflict(_)))
-    }
-}
-
-impl fmt::Display for Plan {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        writeln!(f, "provisioning plan:")?;
-        for item in &self.items {
-            match &item.consumer {
-                None => writeln!(f, "  stream `{}`: {}", item.stream, item.action)?,
-                Some(c) => writeln!(
-                    f,
-                    "    consumer `{c}` on `{}`: {}",
-                    item.stream, item.action
-                )?,
-            }
-        }
-        Ok(())
-    }
-}
-
-/// Computes what provisioning `topology` would do, reading the server and changing nothing.
-/// Reads are retried under [`RetryPolicy::default`]; [`Runtime::plan`](crate::Runtime::plan)
-/// uses the runtime's policy.
-pub async fn plan(
-    client: &async_nats::Client,
-    topology: &Topology,
-) -> Result<Plan, ProvisionError> {
-    plan_with(
-        &Provisioner::new(client.clone(), RetryPolicy::default()),
-        topology,
-    )
-    .await
-}
-
-/// [`plan`] through `provisioner` (its retry policy and request timeout).
-pub(crate) async fn plan_with(
-    provisioner: &Provisioner,
-    topology: &Topology,
-) -> Result<Plan, ProvisionError> {
-    let mut items = Vec::new();
-    for decl in topology.streams() {
-        let server = provisioner.read_stream(decl.name).await?;
-        let consumed = topology.consumed_subjects(decl.name);
-        let on_server = server.as_ref().map(|i| &i.config);
-        let action = provisioner.stream_action(decl, &consumed, on_server);
-        items.push(PlanItem {
-            stream: decl.name.to_owned(),
-            consumer: None,
-            action,
-        });
-        for c in topology.consumers_of(decl.name) {
-            let ConsumerKind::Queue(queue) = &c.decl.kind else {
-                items.push(PlanItem {
-                    stream: decl.name.to_owned(),
-                    consumer: Some(format!("relay of {}", c.decl.handler)),
-                    action: Action::PerInstance,
-                });
-                continue;
-            };
-            let existing = match server {
-                Some(_) => provisioner.read_consumer(decl.name, queue.group).await?,
-                None => None,
-            };
-            let declared = provisioner.declared_consumer_config(decl.name, &c.decl, None);
-            if provisioner.is_bind_only() {
-                items.push(PlanItem {
-                    stream: decl.name.to_owned(),
-                    consumer: Some(queue.group.to_owned()),
-                    action: reconcile::bound_consumer(
-                        &c.decl,
-                        &declared,
-                        existing.as_ref().map(|i| &i.config),
-                    ),
-                });
-                continue;
-            }
-            let migrate_from_exists = match queue.migrate_from {
-                Some(old) if existing.is_none() && server.is_some() => {
-                    provisioner.read_consumer(decl.name, old).await?.is_some()
-                }
-                _ => false,
-            };
-            let action = reconcile::consumer(
-                &c.decl,
-                &declared,
-                existing.as_ref().map(|i| &i.config),
-                migrate_from_exists,
-                &UpdateMode::Update,
-            );
-            items.push(PlanItem {
-                stream: decl.name.to_owned(),
-                consumer: Some(queue.group.to_owned()),
-                action,
-            });
-        }
-    }
-    Ok(Plan { items })
-}
 
 /// The state of one declared queue consumer on the server.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -196,11 +68,14 @@ impl fmt::Display for ServerConsumer {
     }
 }
 
-/// The state of every declared queue consumer: see [`inspect`].
+/// The state of every declared queue consumer, and the live instances of every declared
+/// service: see [`inspect`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Inspection {
     /// One report per declared queue consumer.
     pub consumers: Vec<ConsumerReport>,
+    /// One report per declared service, sorted by name.
+    pub services: Vec<ServiceReport>,
 }
 
 impl fmt::Display for Inspection {
@@ -227,13 +102,20 @@ impl fmt::Display for Inspection {
                 )?;
             }
         }
+        if !self.services.is_empty() {
+            writeln!(f, "services:")?;
+            for service in &self.services {
+                write!(f, "{service}")?;
+            }
+        }
         Ok(())
     }
 }
 
-/// Reads the state of every declared queue consumer. Reads are retried under
+/// Reads the state of every declared queue consumer (reads retried under
 /// [`RetryPolicy::default`]; [`Runtime::inspect`](crate::Runtime::inspect) uses the runtime's
-/// policy.
+/// policy), then asks every declared service for its live instances and their stats
+/// ([`inspect_services`] with [`SERVICE_PING_WINDOW`](super::SERVICE_PING_WINDOW)).
 pub async fn inspect(
     client: &async_nats::Client,
     topology: &Topology,
@@ -275,7 +157,12 @@ pub(crate) async fn inspect_with(
             migrating_from,
         });
     }
-    Ok(Inspection { consumers })
+    let client = provisioner.jetstream().client();
+    let services = inspect_services(&client, topology, SERVICE_PING_WINDOW).await;
+    Ok(Inspection {
+        consumers,
+        services,
+    })
 }
 
 /// What inspect shows of a consumer's info.
@@ -304,16 +191,4 @@ fn server_consumer(info: async_nats::jetstream::consumer::Info) -> ServerConsume
             }
         }
     }
-}
-
-/// What [`Runtime::provision`](crate::Runtime::provision) did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ProvisionReport {
-    /// Provisioning attempts made (one per stream and consumer when nothing failed).
-    pub attempts: u32,
-    /// Requests that went unanswered for the whole
-    /// [`request_timeout`](crate::RetryPolicy::request_timeout).
-    pub timed_out: u32,
-    /// How long it took.
-    pub elapsed: Duration,
 }

@@ -1,0 +1,34 @@
+//! Reports for operators: [`plan`] (what provisioning would do, without doing it, and what is
+//! served with nothing to provision) and [`inspect`] (the state of every declared consumer on
+//! the server: does it exist, is anyone bound or pulling, what is pending; and the live
+//! instances of every declared service). `inspect` is how "the consumer exists, bound by
+//! nobody" and "no instance answers" become visible. And [`ProvisionReport`], what
+//! [`Runtime::provision`](crate::Runtime::provision) did.
+
+mod inspect;
+mod plan;
+mod services;
+
+use std::time::Duration;
+
+pub use crate::provision::Action;
+pub(crate) use inspect::inspect_with;
+pub use inspect::{ConsumerReport, Inspection, ServerConsumer, inspect};
+pub(crate) use plan::plan_with;
+pub use plan::{Plan, PlanItem, Served, ServedItem, plan};
+pub use services::{
+    EndpointStats, InstanceStats, SERVICE_PING_WINDOW, ServiceInstance, ServiceReport,
+    inspect_services,
+};
+
+/// What [`Runtime::provision`](crate::Runtime::provision) did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProvisionReport {
+    /// Provisioning attempts made (one per stream and consumer when nothing failed).
+    pub attempts: u32,
+    /// Requests that went unanswered for the whole
+    /// [`request_timeout`](crate::RetryPolicy::request_timeout).
+    pub timed_out: u32,
+    /// How long it took.
+    pub elapsed: Duration,
+}

@@ -1,0 +1,250 @@
+//! [`plan`]: what provisioning would do, and what is served without provisioning.
+
+use std::fmt;
+
+use super::Action;
+use crate::provision::{ProvisionError, Provisioner, UpdateMode, reconcile};
+use crate::registry::Topology;
+use crate::retry::RetryPolicy;
+use topology_core::model::ConsumerKind;
+
+/// One line of a [`Plan`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlanItem {
+    /// The stream.
+    pub stream: String,
+    /// The consumer, or `None` for the stream itself.
+    pub consumer: Option<String>,
+    /// What provisioning would do.
+    pub action: Action,
+}
+
+/// What is served on core NATS: an endpoint or a core subscription.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Served {
+    /// An endpoint of a service.
+    Endpoint {
+        /// The service's name.
+        service: String,
+        /// The service's version.
+        version: String,
+        /// The endpoint's name.
+        name: String,
+    },
+    /// A core subscription (its queue group, if any, is the item's).
+    Subscription,
+}
+
+/// An endpoint or core subscription in a [`Plan`]: served by every instance, with nothing to
+/// provision on the server.
+///
+/// ```
+/// use nats_topology::report::{Served, ServedItem};
+///
+/// let item = ServedItem {
+///     served: Served::Subscription,
+///     subject: "cache.invalidate".into(),
+///     queue_group: None,
+///     concurrency: 1,
+///     handler: "app::invalidate".into(),
+/// };
+/// assert_eq!(
+///     item.to_string(),
+///     "subscription on `cache.invalidate`, each_instance (every instance receives every \
+///      message), concurrency 1 (handler `app::invalidate`)"
+/// );
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServedItem {
+    /// Which.
+    pub served: Served,
+    /// The subject.
+    pub subject: String,
+    /// The queue group; `None` for a subscription on every instance (`each_instance`).
+    pub queue_group: Option<String>,
+    /// Requests or messages handled at once per instance.
+    pub concurrency: u32,
+    /// The handler.
+    pub handler: String,
+}
+
+/// `endpoint `get` of service `members@1.2.0` on `members.get`, queue group `q`, concurrency 4
+/// (handler `app::get`)`: the form `plan` prints.
+impl fmt::Display for ServedItem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.served {
+            Served::Endpoint {
+                service,
+                version,
+                name,
+            } => write!(
+                f,
+                "endpoint `{name}` of service `{service}@{version}` on `{}`",
+                self.subject
+            )?,
+            Served::Subscription => write!(f, "subscription on `{}`", self.subject)?,
+        }
+        match &self.queue_group {
+            Some(group) => write!(f, ", queue group `{group}`")?,
+            None => write!(f, ", each_instance (every instance receives every message)")?,
+        }
+        write!(
+            f,
+            ", concurrency {} (handler `{}`)",
+            self.concurrency, self.handler
+        )
+    }
+}
+
+/// What provisioning would do, computed by reading the server only.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Plan {
+    /// Streams first (sorted by name), then their consumers.
+    pub items: Vec<PlanItem>,
+    /// Endpoints (by service, then subject), then core subscriptions (by subject): nothing
+    /// to provision, listed so that the plan shows every subscription of the application.
+    pub served: Vec<ServedItem>,
+}
+
+impl Plan {
+    /// Whether provisioning would fail on a conflict.
+    pub fn has_conflicts(&self) -> bool {
+        self.items
+            .iter()
+            .any(|i| matches!(i.action, Action::Conflict(_)))
+    }
+}
+
+impl fmt::Display for Plan {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "provisioning plan:")?;
+        for item in &self.items {
+            match &item.consumer {
+                None => writeln!(f, "  stream `{}`: {}", item.stream, item.action)?,
+                Some(c) => writeln!(
+                    f,
+                    "    consumer `{c}` on `{}`: {}",
+                    item.stream, item.action
+                )?,
+            }
+        }
+        if !self.served.is_empty() {
+            writeln!(f, "served, nothing to provision:")?;
+            for item in &self.served {
+                writeln!(f, "  {item}")?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Computes what provisioning `topology` would do, reading the server and changing nothing.
+/// Reads are retried under [`RetryPolicy::default`]; [`Runtime::plan`](crate::Runtime::plan)
+/// uses the runtime's policy.
+pub async fn plan(
+    client: &async_nats::Client,
+    topology: &Topology,
+) -> Result<Plan, ProvisionError> {
+    plan_with(
+        &Provisioner::new(client.clone(), RetryPolicy::default()),
+        topology,
+    )
+    .await
+}
+
+/// [`plan`] through `provisioner` (its retry policy and request timeout).
+pub(crate) async fn plan_with(
+    provisioner: &Provisioner,
+    topology: &Topology,
+) -> Result<Plan, ProvisionError> {
+    let mut items = Vec::new();
+    for decl in topology.streams() {
+        let server = provisioner.read_stream(decl.name).await?;
+        let consumed = topology.consumed_subjects(decl.name);
+        let on_server = server.as_ref().map(|i| &i.config);
+        let action = provisioner.stream_action(decl, &consumed, on_server);
+        items.push(PlanItem {
+            stream: decl.name.to_owned(),
+            consumer: None,
+            action,
+        });
+        for c in topology.consumers_of(decl.name) {
+            let ConsumerKind::Queue(queue) = &c.decl.kind else {
+                items.push(PlanItem {
+                    stream: decl.name.to_owned(),
+                    consumer: Some(format!("relay of {}", c.decl.handler)),
+                    action: Action::PerInstance,
+                });
+                continue;
+            };
+            let existing = match server {
+                Some(_) => provisioner.read_consumer(decl.name, queue.group).await?,
+                None => None,
+            };
+            let declared = provisioner.declared_consumer_config(decl.name, &c.decl, None);
+            if provisioner.is_bind_only() {
+                items.push(PlanItem {
+                    stream: decl.name.to_owned(),
+                    consumer: Some(queue.group.to_owned()),
+                    action: reconcile::bound_consumer(
+                        &c.decl,
+                        &declared,
+                        existing.as_ref().map(|i| &i.config),
+                    ),
+                });
+                continue;
+            }
+            let migrate_from_exists = match queue.migrate_from {
+                Some(old) if existing.is_none() && server.is_some() => {
+                    provisioner.read_consumer(decl.name, old).await?.is_some()
+                }
+                _ => false,
+            };
+            let action = reconcile::consumer(
+                &c.decl,
+                &declared,
+                existing.as_ref().map(|i| &i.config),
+                migrate_from_exists,
+                &UpdateMode::Update,
+            );
+            items.push(PlanItem {
+                stream: decl.name.to_owned(),
+                consumer: Some(queue.group.to_owned()),
+                action,
+            });
+        }
+    }
+    Ok(Plan {
+        items,
+        served: served(topology),
+    })
+}
+
+/// The endpoints and core subscriptions of `topology`, as [`Plan::served`] lists them.
+fn served(topology: &Topology) -> Vec<ServedItem> {
+    let endpoints = topology.endpoints().iter().map(|e| {
+        let decl = &e.decl;
+        ServedItem {
+            served: Served::Endpoint {
+                service: decl.service.name.to_owned(),
+                version: decl.service.version.to_owned(),
+                name: decl.name.to_owned(),
+            },
+            subject: decl.subject.to_owned(),
+            queue_group: Some(decl.queue_group().to_owned()),
+            concurrency: decl.effective_concurrency(),
+            handler: decl.handler.to_owned(),
+        }
+    });
+    let subscriptions = topology.subscriptions().iter().map(|s| {
+        let decl = &s.decl;
+        ServedItem {
+            served: Served::Subscription,
+            subject: decl.subject.to_owned(),
+            queue_group: decl.queue_group().map(str::to_owned),
+            concurrency: decl.effective_concurrency(),
+            handler: decl.handler.to_owned(),
+        }
+    });
+    endpoints.chain(subscriptions).collect()
+}
