@@ -238,3 +238,21 @@ pub fn queue_consumer(attr: TokenStream, item: TokenStream) -> TokenStream {
 pub fn broadcast(attr: TokenStream, item: TokenStream) -> TokenStream {
     expand::broadcast(attr.into(), item.into()).into()
 }
+
+#[doc = include_str!("../docs/service.md")]
+#[proc_macro_attribute]
+pub fn service(attr: TokenStream, item: TokenStream) -> TokenStream {
+    expand::service(attr.into(), item.into()).into()
+}
+
+#[doc = include_str!("../docs/endpoint.md")]
+#[proc_macro_attribute]
+pub fn endpoint(attr: TokenStream, item: TokenStream) -> TokenStream {
+    expand::endpoint(attr.into(), item.into()).into()
+}
+
+#[doc = include_str!("../docs/subscription.md")]
+#[proc_macro_attribute]
+pub fn subscription(attr: TokenStream, item: TokenStream) -> TokenStream {
+    expand::subscription(attr.into(), item.into()).into()
+}
