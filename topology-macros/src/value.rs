@@ -3,7 +3,7 @@
 
 use core::time::Duration;
 
-use proc_macro2::Span;
+use proc_macro2::{Delimiter, Span};
 use quote::ToTokens;
 use syn::spanned::Spanned;
 use syn::{Expr, ExprLit, Lit, LitStr, Path, UnOp};
@@ -84,7 +84,18 @@ impl<'a> Key<'a> {
         let (tokens, what): (&dyn ToTokens, String) = match &arg.value {
             Value::Expr(expr) => return Some(ungroup(expr)),
             Value::Flag => (&arg.key, format!("needs a value: `{}`", self.example)),
-            Value::Parens(group) => (group, format!("write `{}` (with `=`)", self.example)),
+            Value::Parens(group) => {
+                let message = match group.delimiter() {
+                    Delimiter::Brace => {
+                        format!(
+                            "a `{{ .. }}` block is not a value here; write `{}`",
+                            self.example
+                        )
+                    }
+                    _ => format!("write `{}` (with `=`)", self.example),
+                };
+                (group, message)
+            }
         };
         cx.error_spanned_by(tokens, self.msg(what));
         None

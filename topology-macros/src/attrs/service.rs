@@ -34,9 +34,10 @@ const ENDPOINT_DURABLE: &[&str] = &[
     ENDPOINT_FIX,
 ];
 const SUBSCRIPTION_QUEUE_GROUP: &[&str] = &[
-    "a subscription's queue group is its `group` key; write `group = \"...\"`, or `each_instance` for every instance to receive every message (",
+    "a subscription's queue group is its `group` key, and it cannot be turned off: ",
     N_TIMES,
-    " unless one of them is said)",
+    "; ",
+    SUBSCRIPTION_FIX,
 ];
 const SUBSCRIPTION_PLAIN: &[&str] = &[N_TIMES, "; ", SUBSCRIPTION_FIX];
 const SUBSCRIPTION_EACH: &[&str] = &[
@@ -252,11 +253,11 @@ impl SubscriptionAttrs {
             match each.arg {
                 None => cx.error_at(
                     proc_macro2::Span::call_site(),
-                    format!("`#[{attr}]` needs `group = \"...\"` or `each_instance`: {N_TIMES} unless one of them is said; {SUBSCRIPTION_FIX}"),
+                    format!("`#[{attr}]` needs `group = \"...\"` or `each_instance`: without either it would be a plain subscription, and {N_TIMES}; {SUBSCRIPTION_FIX}"),
                 ),
                 Some(arg) if is_false(arg) => cx.error_spanned_by(
                     &arg.key,
-                    format!("`#[{attr}]` key `each_instance`: `each_instance = false` without a `group` is a plain subscription: {N_TIMES}; {SUBSCRIPTION_FIX}"),
+                    format!("`#[{attr}]` key `each_instance`: `each_instance = false` without a `group` would be a plain subscription, and {N_TIMES}; {SUBSCRIPTION_FIX}"),
                 ),
                 Some(_) => {}
             }

@@ -247,7 +247,7 @@ fn payload_schema(handler: &Handler, fn_name: &str) -> TokenStream {
         return TokenStream::new();
     }
     handler::schema(
-        &handler.payload,
+        (&handler.payload, Span::call_site()),
         "PayloadSchemaRegistration",
         "__nats_topology_schema",
         fn_name,

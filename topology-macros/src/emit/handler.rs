@@ -166,20 +166,24 @@ pub(crate) fn glue(glue: &Glue, handler: &Handler, finish: &str) -> TokenStream 
 
 /// Registers `ty`'s JSON Schema (when it has one) for the export, as a `registration` (a
 /// `PayloadSchemaRegistration` or `ReplySchemaRegistration`) of the handler `fn_name`, through
-/// a function named `schema_fn`.
+/// a function named `schema_fn`. The probe is located at `span`, so that a type the checker
+/// refuses there is reported at the user's token, once.
 pub(crate) fn schema(
-    ty: &impl ToTokens,
+    (ty, span): (&impl ToTokens, Span),
     registration: &str,
     schema_fn: &str,
     fn_name: &str,
 ) -> TokenStream {
     let registration = ident(registration, Span::call_site());
     let schema_fn = ident(schema_fn, Span::call_site());
+    let probe = quote_spanned! {span=>
+        (&&__nats_topology::SchemaProbe::<#ty>::new()).payload_schema()
+    };
     quote! {
         fn #schema_fn() -> ::core::option::Option<__nats_topology::PayloadSchema> {
             #[allow(unused_imports)]
             use __nats_topology::{SchemaFallback as _, SchemaSpecialized as _};
-            (&&__nats_topology::SchemaProbe::<#ty>::new()).payload_schema()
+            #probe
         }
         __nats_topology::inventory::submit! {
             __nats_topology::#registration {

@@ -2,7 +2,7 @@
 //! and `#[subscription]` (the declaration, the glue that calls the handler, the registration,
 //! and the schemas of the request and the reply).
 
-use proc_macro2::TokenStream;
+use proc_macro2::{Span, TokenStream};
 use quote::{quote, quote_spanned};
 use syn::spanned::Spanned;
 use syn::{Ident, LitStr};
@@ -94,7 +94,7 @@ pub(crate) fn endpoint(
     let states = handler::states(&handler::ENDPOINT, handler);
     let request_schema = (!handler.raw).then(|| {
         handler::schema(
-            &handler.payload,
+            (&handler.payload, Span::call_site()),
             "PayloadSchemaRegistration",
             "__nats_topology_request_schema",
             fn_name,
@@ -102,7 +102,7 @@ pub(crate) fn endpoint(
     });
     let reply_schema = (!raw_reply).then(|| {
         handler::schema(
-            &reply,
+            (&reply, output.span()),
             "ReplySchemaRegistration",
             "__nats_topology_reply_schema",
             fn_name,
@@ -164,7 +164,7 @@ pub(crate) fn subscription(
     let states = handler::states(&handler::SUBSCRIPTION, handler);
     let schema = (!handler.raw).then(|| {
         handler::schema(
-            &handler.payload,
+            (&handler.payload, Span::call_site()),
             "PayloadSchemaRegistration",
             "__nats_topology_schema",
             fn_name,
