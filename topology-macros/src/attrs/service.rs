@@ -74,28 +74,12 @@ pub(crate) static SERVICE_SPEC: Spec = Spec {
     ],
 };
 
-/// The keys refused on an endpoint: every way of asking for a plain subscription.
+/// `Refused` entries, a group of keys at a time: `why, answers => [keys];`.
 macro_rules! refused {
-    ($why:expr, $answers:expr; $($key:literal),*) => {
-        [$(Refused { key: $key, why: $why, answers: $answers }),*]
+    ($($why:expr, $answers:expr => [$($key:literal),*];)*) => {
+        &[$($(Refused { key: $key, why: $why, answers: $answers }),*),*]
     };
 }
-
-static ENDPOINT_REFUSED: [Refused; 10] = {
-    let [a, b] = refused!(ENDPOINT_QUEUE_GROUP, None; "queue_group", "queue");
-    let [c, d, e, f, g, h] = refused!(ENDPOINT_PLAIN, None;
-        "no_queue", "no_group", "plain", "each_instance", "all_instances", "broadcast");
-    let [i, j] = refused!(ENDPOINT_DURABLE, None; "durable", "durable_name");
-    [a, b, c, d, e, f, g, h, i, j]
-};
-
-static SUBSCRIPTION_REFUSED: [Refused; 9] = {
-    let [a, b] = refused!(SUBSCRIPTION_QUEUE_GROUP, Some("group"); "queue_group", "queue");
-    let [c, d, e] = refused!(SUBSCRIPTION_PLAIN, Some("group"); "no_queue", "no_group", "plain");
-    let [f, g] = refused!(SUBSCRIPTION_EACH, Some("group"); "all_instances", "broadcast");
-    let [h, i] = refused!(SUBSCRIPTION_DURABLE, Some("group"); "durable", "durable_name");
-    [a, b, c, d, e, f, g, h, i]
-};
 
 pub(crate) static ENDPOINT_SPEC: Spec = Spec {
     attr: "endpoint",
@@ -109,7 +93,14 @@ pub(crate) static ENDPOINT_SPEC: Spec = Spec {
         "metadata",
         "crate",
     ],
-    refused: &ENDPOINT_REFUSED,
+    // Every way of asking for an endpoint outside a queue group.
+    refused: refused![
+        ENDPOINT_QUEUE_GROUP, None => ["queue_group", "queue"];
+        ENDPOINT_PLAIN, None => [
+            "no_queue", "no_group", "plain", "each_instance", "all_instances", "broadcast"
+        ];
+        ENDPOINT_DURABLE, None => ["durable", "durable_name"];
+    ],
     elsewhere: &[
         ("version", "service"),
         ("description", "service"),
@@ -121,7 +112,13 @@ pub(crate) static ENDPOINT_SPEC: Spec = Spec {
 pub(crate) static SUBSCRIPTION_SPEC: Spec = Spec {
     attr: "subscription",
     keys: &["subject", "group", "each_instance", "concurrency", "crate"],
-    refused: &SUBSCRIPTION_REFUSED,
+    // Every way of asking for a plain subscription; each explains the missing `group`.
+    refused: refused![
+        SUBSCRIPTION_QUEUE_GROUP, Some("group") => ["queue_group", "queue"];
+        SUBSCRIPTION_PLAIN, Some("group") => ["no_queue", "no_group", "plain"];
+        SUBSCRIPTION_EACH, Some("group") => ["all_instances", "broadcast"];
+        SUBSCRIPTION_DURABLE, Some("group") => ["durable", "durable_name"];
+    ],
     elsewhere: &[
         ("service", "endpoint"),
         ("name", "endpoint"),
@@ -253,11 +250,11 @@ impl SubscriptionAttrs {
             match each.arg {
                 None => cx.error_at(
                     proc_macro2::Span::call_site(),
-                    format!("`#[{attr}]` needs `group = \"...\"` or `each_instance`: without either it would be a plain subscription, and {N_TIMES}; {SUBSCRIPTION_FIX}"),
+                    format!("`#[{attr}]` needs `group = \"...\"` or `each_instance`: without either, {N_TIMES}; {SUBSCRIPTION_FIX}"),
                 ),
                 Some(arg) if is_false(arg) => cx.error_spanned_by(
                     &arg.key,
-                    format!("`#[{attr}]` key `each_instance`: `each_instance = false` without a `group` would be a plain subscription, and {N_TIMES}; {SUBSCRIPTION_FIX}"),
+                    format!("`#[{attr}]` key `each_instance`: `each_instance = false` without a `group`: {N_TIMES}; {SUBSCRIPTION_FIX}"),
                 ),
                 Some(_) => {}
             }
@@ -291,4 +288,27 @@ fn is_false(arg: &Arg) -> bool {
         ungroup(expr),
         Expr::Lit(ExprLit { lit: Lit::Bool(b), .. }) if !b.value
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{ENDPOINT_SPEC, SERVICE_SPEC, SUBSCRIPTION_SPEC};
+
+    /// A refused key or a key of another macro is never also accepted, and an endpoint refuses
+    /// every word for a plain subscription that `#[subscription]` refuses.
+    #[test]
+    fn specs_are_consistent() {
+        for spec in [&SERVICE_SPEC, &ENDPOINT_SPEC, &SUBSCRIPTION_SPEC] {
+            for refused in spec.refused {
+                assert!(!spec.keys.contains(&refused.key), "{}", refused.key);
+            }
+            for (key, _) in spec.elsewhere {
+                assert!(!spec.keys.contains(key), "{key}");
+            }
+        }
+        for refused in SUBSCRIPTION_SPEC.refused {
+            let on_endpoint = ENDPOINT_SPEC.refused.iter().any(|r| r.key == refused.key);
+            assert!(on_endpoint, "{}", refused.key);
+        }
+    }
 }

@@ -135,17 +135,14 @@ fn check(
     let Err(error) = rule(&lit.value()) else {
         return true;
     };
+    let value = lit.value();
+    let what = match error {
+        ServiceDeclError::SubjectReserved => format!("{value:?} is reserved"),
+        _ => format!("{value:?} is not a valid {what}"),
+    };
     cx.error_spanned_by(
         lit,
-        key_msg(
-            attr,
-            key,
-            format!(
-                "{:?} is not a valid {what}: {}",
-                lit.value(),
-                error.message()
-            ),
-        ),
+        key_msg(attr, key, format!("{what}: {}", error.message())),
     );
     false
 }
