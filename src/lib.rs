@@ -105,7 +105,7 @@ pub mod cli;
 #[cfg(feature = "http")]
 pub mod http;
 
-pub use topology_macros::{broadcast, queue_consumer, stream};
+pub use topology_macros::{broadcast, endpoint, queue_consumer, service, stream, subscription};
 
 pub use topology_runtime::connect::{
     EnvError, EnvErrorKind, EnvOptions, connect, connect_from_env, connect_options, connect_with,
@@ -153,9 +153,10 @@ pub mod __private {
         SubscriptionRegistration,
     };
     pub use topology_runtime::service::glue::{
-        EndpointContext, IntoServiceError, RawReply, ReplyBody, assert_send_reply,
-        decode_message_json, decode_request_json, decode_request_raw, encode_json, encode_raw,
-        into_service_error, message_state, request_context, request_state,
+        EndpointContext, EndpointReturn, IntoServiceError, RawReply, ReplyBody, RequestStateArg,
+        assert_send_reply, decode_message_json, decode_message_raw, decode_request_json,
+        decode_request_raw, encode_json, into_service_error, message_state, reply_json, reply_raw,
+        request_context, request_state,
     };
     pub use topology_runtime::service::{EndpointFn, ReplyFuture, Request, SubscriptionFn};
     pub use topology_runtime::state::StateKey;

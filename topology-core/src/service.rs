@@ -248,6 +248,10 @@ pub enum ServiceDeclError {
     ConcurrencyZero,
     /// A zero timeout.
     TimeoutZero,
+    /// A metadata key is empty.
+    MetadataKeyEmpty,
+    /// A metadata key is given twice.
+    MetadataKeyDuplicate,
 }
 
 impl ServiceDeclError {
@@ -272,6 +276,10 @@ impl ServiceDeclError {
             ServiceDeclError::ConcurrencyZero => "`concurrency` must be at least 1",
             ServiceDeclError::TimeoutZero => {
                 "a zero `timeout` would answer every request with an error; omit it, or give a positive duration"
+            }
+            ServiceDeclError::MetadataKeyEmpty => "a metadata key cannot be empty",
+            ServiceDeclError::MetadataKeyDuplicate => {
+                "a metadata key can be given once (the micro protocol sends metadata as a JSON object); remove the repeated key"
             }
         }
     }
@@ -410,6 +418,31 @@ const fn starts_with(text: &str, prefix: &str) -> bool {
     true
 }
 
+/// Whether `metadata` is a valid metadata map: no empty key, no key twice. The last pair is
+/// the one found wrong first, so that checking growing prefixes points at the offending pair.
+pub const fn check_metadata(metadata: &[(&str, &str)]) -> Result<(), ServiceDeclError> {
+    let mut j = 0;
+    while j < metadata.len() {
+        let key = metadata[j].0;
+        if key.is_empty() {
+            return Err(ServiceDeclError::MetadataKeyEmpty);
+        }
+        let mut i = 0;
+        while i < j {
+            if str_eq(metadata[i].0, key) {
+                return Err(ServiceDeclError::MetadataKeyDuplicate);
+            }
+            i += 1;
+        }
+        j += 1;
+    }
+    Ok(())
+}
+
+const fn str_eq(a: &str, b: &str) -> bool {
+    a.len() == b.len() && starts_with(a, b)
+}
+
 /// Every rule of a service declaration.
 pub const fn check_service(decl: &ServiceDecl) -> Result<(), ServiceDeclError> {
     if let Err(e) = check_name(decl.name) {
@@ -428,7 +461,7 @@ pub const fn check_service(decl: &ServiceDecl) -> Result<(), ServiceDeclError> {
     {
         return Err(e);
     }
-    Ok(())
+    check_metadata(decl.metadata)
 }
 
 /// Every rule of an endpoint declaration (its service's are [`check_service`]'s).
@@ -452,7 +485,7 @@ pub const fn check_endpoint(decl: &EndpointDecl) -> Result<(), ServiceDeclError>
     {
         return Err(ServiceDeclError::TimeoutZero);
     }
-    Ok(())
+    check_metadata(decl.metadata)
 }
 
 /// Every rule of a subscription declaration.
@@ -546,6 +579,32 @@ mod tests {
             check_work_subject("a..b"),
             Err(ServiceDeclError::Subject(_))
         ));
+    }
+
+    #[test]
+    fn metadata() {
+        assert_eq!(check_metadata(&[]), Ok(()));
+        assert_eq!(check_metadata(&[("team", "a"), ("tier", "")]), Ok(()));
+        assert_eq!(
+            check_metadata(&[("team", "a"), ("", "b")]),
+            Err(ServiceDeclError::MetadataKeyEmpty)
+        );
+        assert_eq!(
+            check_metadata(&[("team", "a"), ("tier", "1"), ("team", "b")]),
+            Err(ServiceDeclError::MetadataKeyDuplicate)
+        );
+        assert_eq!(check_metadata(&[("te", "a"), ("team", "b")]), Ok(()));
+        static DUP: ServiceDecl =
+            ServiceDecl::new("s", "1.0.0").metadata(&[("k", "1"), ("k", "2")]);
+        assert_eq!(
+            check_service(&DUP),
+            Err(ServiceDeclError::MetadataKeyDuplicate)
+        );
+        let endpoint = EndpointDecl::new("h", &DUP, "e", "a").metadata(&[("", "x")]);
+        assert_eq!(
+            check_endpoint(&endpoint),
+            Err(ServiceDeclError::MetadataKeyEmpty)
+        );
     }
 
     #[test]

@@ -24,7 +24,7 @@ pub(crate) enum Value {
     Flag,
     /// `key = value`.
     Expr(Expr),
-    /// `key(...)`: never valid here; kept to say so.
+    /// `key(...)` or `key = { .. }`: never valid here; kept to say so.
     Parens(Group),
 }
 
@@ -91,6 +91,15 @@ impl Args {
                             eq.span,
                             format!("`#[{}]` key `{key}` needs a value after `=`", spec.attr),
                         ));
+                    }
+                    if meta.input.peek(syn::token::Brace) {
+                        // `{ .. }` (a map, as in other languages) does not parse as a value.
+                        let group: Group = meta.input.parse()?;
+                        parsed = Some(Arg {
+                            key,
+                            value: Value::Parens(group),
+                        });
+                        return Ok(());
                     }
                     let expr: Expr = meta.input.parse()?;
                     if !meta.input.is_empty() {

@@ -1,4 +1,4 @@
-//! The three macros, each in three passes: parse the attribute and the item into typed values
+//! The six macros, each in three passes: parse the attribute and the item into typed values
 //! (recording every mistake in one [`Ctxt`]), validate them, and, when nothing was wrong,
 //! generate the code. On errors the user's item is kept, followed by every error.
 
@@ -7,17 +7,20 @@ use quote::quote;
 
 use crate::args::{Args, Spec};
 use crate::attrs::consumer::{BROADCAST_SPEC, QUEUE_SPEC};
+use crate::attrs::service::{ENDPOINT_SPEC, SERVICE_SPEC, SUBSCRIPTION_SPEC};
 use crate::attrs::stream::SPEC as STREAM_SPEC;
-use crate::attrs::{BroadcastAttrs, QueueAttrs, StreamAttrs};
+use crate::attrs::{
+    BroadcastAttrs, EndpointAttrs, QueueAttrs, ServiceAttrs, StreamAttrs, SubscriptionAttrs,
+};
 use crate::ctxt::Ctxt;
-use crate::item::{self, Handler};
+use crate::item::{self, Handler, HandlerKind};
 use crate::{emit, validate};
 
 /// `#[stream(..)]` on a unit struct.
 pub(crate) fn stream(attr: TokenStream, item: TokenStream) -> TokenStream {
     let mut cx = Ctxt::new();
     let args = Args::parse(&STREAM_SPEC, attr, &mut cx);
-    let target = item::stream_struct(&item, &mut cx);
+    let target = item::unit_struct(("stream", "stream", "Orders"), &item, &mut cx);
     let attrs = StreamAttrs::parse(&args, &mut cx);
     validate::stream(&attrs, &mut cx);
 
@@ -36,47 +39,101 @@ pub(crate) fn stream(attr: TokenStream, item: TokenStream) -> TokenStream {
     quote! { #item #fallback #errors }
 }
 
+/// `#[service(..)]` on a unit struct.
+pub(crate) fn service(attr: TokenStream, item: TokenStream) -> TokenStream {
+    let mut cx = Ctxt::new();
+    let args = Args::parse(&SERVICE_SPEC, attr, &mut cx);
+    let target = item::unit_struct(("service", "service", "Members"), &item, &mut cx);
+    let attrs = ServiceAttrs::parse(&args, &mut cx);
+    validate::service(&attrs, &mut cx);
+
+    let Some(target) = target else {
+        return emit::with_errors(item, cx, SERVICE_SPEC.attr);
+    };
+    let ident = &target.ident;
+    let result = cx.check();
+    if result.is_ok()
+        && let Some(tokens) = emit::service(ident, &attrs)
+    {
+        return quote!(#item #tokens);
+    }
+    let errors = emit::errors_or_bug(result, SERVICE_SPEC.attr);
+    let fallback = emit::service_fallback(ident, &attrs.krate);
+    quote! { #item #fallback #errors }
+}
+
+/// `#[endpoint(..)]` on an `async fn`.
+pub(crate) fn endpoint(attr: TokenStream, item: TokenStream) -> TokenStream {
+    handler(&ENDPOINT, attr, item)
+}
+
+/// `#[subscription(..)]` on an `async fn`.
+pub(crate) fn subscription(attr: TokenStream, item: TokenStream) -> TokenStream {
+    handler(&SUBSCRIPTION, attr, item)
+}
+
 /// `#[queue_consumer(..)]` on an `async fn`.
 pub(crate) fn queue_consumer(attr: TokenStream, item: TokenStream) -> TokenStream {
-    consumer(&QUEUE, attr, item)
+    handler(&QUEUE, attr, item)
 }
 
 /// `#[broadcast(..)]` on an `async fn`.
 pub(crate) fn broadcast(attr: TokenStream, item: TokenStream) -> TokenStream {
-    consumer(&BROADCAST, attr, item)
+    handler(&BROADCAST, attr, item)
 }
 
 static QUEUE: Passes<QueueAttrs> = Passes {
     spec: &QUEUE_SPEC,
+    kind: &item::CONSUMER,
     parse: QueueAttrs::parse,
-    validate: validate::queue,
+    validate: |attrs, _, cx| validate::queue(attrs, cx),
     emit: emit::queue,
 };
 
 static BROADCAST: Passes<BroadcastAttrs> = Passes {
     spec: &BROADCAST_SPEC,
+    kind: &item::CONSUMER,
     parse: BroadcastAttrs::parse,
-    validate: validate::broadcast,
+    validate: |attrs, _, cx| validate::broadcast(attrs, cx),
     emit: emit::broadcast,
 };
 
-/// The passes of one consumer macro, whose attributes parse into an `A`.
+static ENDPOINT: Passes<EndpointAttrs> = Passes {
+    spec: &ENDPOINT_SPEC,
+    kind: &item::ENDPOINT,
+    parse: EndpointAttrs::parse,
+    validate: validate::endpoint,
+    emit: emit::endpoint,
+};
+
+static SUBSCRIPTION: Passes<SubscriptionAttrs> = Passes {
+    spec: &SUBSCRIPTION_SPEC,
+    kind: &item::SUBSCRIPTION,
+    parse: SubscriptionAttrs::parse,
+    validate: |attrs, _, cx| validate::subscription(attrs, cx),
+    emit: emit::subscription,
+};
+
+/// The passes of one handler macro, whose attributes parse into an `A`.
 struct Passes<A> {
     spec: &'static Spec,
+    /// What its handler takes and returns.
+    kind: &'static HandlerKind,
     parse: fn(&Args, &mut Ctxt) -> A,
-    validate: fn(&A, &mut Ctxt),
+    /// The rules, given the handler when its shape could be read.
+    validate: fn(&A, Option<&Handler>, &mut Ctxt),
     /// The item and its registration; `None` if something it needs is missing (a bug, since
     /// validation passed).
     emit: fn(&A, &TokenStream, &Handler) -> Option<TokenStream>,
 }
 
-/// The consumer's code if nothing was wrong, else the item and the errors.
-fn consumer<A>(passes: &Passes<A>, attr: TokenStream, item: TokenStream) -> TokenStream {
+/// The handler's code if nothing was wrong, else the item and the errors.
+fn handler<A>(passes: &Passes<A>, attr: TokenStream, item: TokenStream) -> TokenStream {
     let mut cx = Ctxt::new();
     let args = Args::parse(passes.spec, attr, &mut cx);
-    let handler = item::handler(passes.spec.attr, &item, &mut cx);
+    let handler = item::handler(passes.spec.attr, passes.kind, &item, &mut cx);
     let attrs = (passes.parse)(&args, &mut cx);
-    (passes.validate)(&attrs, &mut cx);
+    (passes.validate)(&attrs, handler.as_ref(), &mut cx);
     let result = cx.check();
     if result.is_ok()
         && let Some(handler) = &handler

@@ -1,5 +1,5 @@
 //! The macros never panic: generated and mutated attribute arguments and items, fed to the
-//! three expansion functions. Each must return tokens, which either register something or
+//! six expansion functions. Each must return tokens, which either register something or
 //! carry a `compile_error!`, and always start with the user's item.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -8,10 +8,10 @@ use std::str::FromStr;
 use proc_macro2::{Delimiter, Group, Ident, Literal, Punct, Spacing, Span, TokenStream, TokenTree};
 use topology_core::xorshift::Rng;
 
-use crate::attrs::{consumer, stream};
+use crate::attrs::{consumer, service, stream};
 use crate::expand;
 
-/// Total inputs (each expanded by all three macros).
+/// Total inputs (each expanded by all six macros).
 const CASES: usize = 12_000;
 
 /// Keys the macros do not accept: typos, other frameworks' words, keywords, non-ASCII.
@@ -28,7 +28,7 @@ const ODD_KEYS: &[&str] = &[
     "ñame",
 ];
 
-/// Every key the three macros accept or refuse with an explanation (read from their specs, so
+/// Every key the six macros accept or refuse with an explanation (read from their specs, so
 /// that a new key is fuzzed too), and [`ODD_KEYS`].
 static KEYS: std::sync::LazyLock<Vec<&'static str>> = std::sync::LazyLock::new(|| {
     let mut keys: Vec<&'static str> = ODD_KEYS.to_vec();
@@ -36,6 +36,9 @@ static KEYS: std::sync::LazyLock<Vec<&'static str>> = std::sync::LazyLock::new(|
         &stream::SPEC,
         &consumer::QUEUE_SPEC,
         &consumer::BROADCAST_SPEC,
+        &service::SERVICE_SPEC,
+        &service::ENDPOINT_SPEC,
+        &service::SUBSCRIPTION_SPEC,
     ] {
         keys.extend(spec.keys);
         keys.extend(spec.refused.iter().map(|r| r.key));
@@ -100,6 +103,14 @@ const STRINGS: &[&str] = &[
     "::",
     "a::b::c",
     "1 2",
+    "1.2.0",
+    "1.2",
+    "2.0.0-rc.1+b.7",
+    "members",
+    "members.get",
+    "$SRV.PING",
+    "_INBOX.>",
+    "q",
 ];
 
 const IDENTS: &[&str] = &[
@@ -237,6 +248,11 @@ const SEEDS: &[&str] = &[
     r#"stream = crate::Orders, group = "g", subjects = ["a.b", "a.c"], delivery = "push", max_deliver = 5, ack_wait = "30s", backoff = ["1s", "10s"], max_ack_pending = 100, concurrency = 8, dead_letter = "dead.g", migrate_from = "g1", description = "d", ack = "confirmed", crate = ::nats_topology"#,
     r#"stream = MemberStatus, subject = "member.status.>", deliver = "last_per_subject", concurrency = 4"#,
     r#"stream = Jobs, durable = "x", deliver_group = "y", group = "z""#,
+    r#"name = "members", version = "1.2.0", description = "d", queue_group = "m", metadata = [("team", "a"), ("tier", "1")], crate = nt"#,
+    r#"service = Members, subject = "members.get", name = "get", group = "g", concurrency = 4, timeout = "5s", metadata = [("k", "v")]"#,
+    r#"subject = "cache.invalidate", each_instance, concurrency = 2"#,
+    r#"subject = "jobs.>", group = "workers", crate = ::nats_topology"#,
+    r#"service = Members, subject = "m.get", queue_group = false, no_queue, each_instance"#,
 ];
 
 const ITEMS: &[&str] = &[
@@ -250,6 +266,10 @@ const ITEMS: &[&str] = &[
     "async fn on_order(event: Order) -> Result<(), HandlerError> { Ok(()) }",
     "pub async fn on_order(event: Order, cx: Context) -> Result<(), HandlerError> { Ok(()) }",
     "async fn on_order(raw: Vec<u8>) -> Result<(), std::io::Error> { Ok(()) }",
+    "async fn get(id: u64, cx: RequestContext, db: State<Db>) -> Result<Member, ServiceError> { Ok(m) }",
+    "async fn echo(raw: Bytes) -> Result<Vec<u8>, ServiceError> { Ok(raw.to_vec()) }",
+    "async fn total(items: Vec<u64>) -> Reply<u64> { Ok(0) }",
+    "async fn trouvé(id: u64) -> String { x }",
     "async fn r#type(Order { id }: Order) -> HandlerResult { Ok(()) }",
     "fn on_order(event: Order) -> Result<(), HandlerError> { Ok(()) }",
     "async fn on_order<T>(event: T) -> Result<(), HandlerError> { Ok(()) }",
@@ -321,10 +341,13 @@ type Expand = fn(TokenStream, TokenStream) -> TokenStream;
 /// Expands `attr` on `item` with every macro, asserting the properties of the output; counts
 /// the clean expansions and the failed ones.
 fn check_all(attr: &TokenStream, item: &TokenStream, tally: &mut [usize; 2]) {
-    let expanders: [(&str, Expand); 3] = [
+    let expanders: [(&str, Expand); 6] = [
         ("stream", expand::stream),
         ("queue_consumer", expand::queue_consumer),
         ("broadcast", expand::broadcast),
+        ("service", expand::service),
+        ("endpoint", expand::endpoint),
+        ("subscription", expand::subscription),
     ];
     for (name, expand) in expanders {
         let result = catch_unwind(AssertUnwindSafe(|| expand(attr.clone(), item.clone())));
@@ -394,4 +417,20 @@ fn seeds_expand() {
     assert!(!output.contains("compile_error"), "{output}");
     let output = expand::broadcast(parse(SEEDS[6]), parse(ITEMS[9])).to_string();
     assert!(!output.contains("compile_error"), "{output}");
+    let output = expand::service(parse(SEEDS[8]), parse(ITEMS[0])).to_string();
+    assert!(!output.contains("compile_error"), "{output}");
+    for (seed, item) in [(9, 10), (9, 11), (9, 12)] {
+        let output = expand::endpoint(parse(SEEDS[seed]), parse(ITEMS[item])).to_string();
+        assert!(!output.contains("compile_error"), "{output}");
+    }
+    for seed in [10, 11] {
+        let output = expand::subscription(parse(SEEDS[seed]), parse(ITEMS[9])).to_string();
+        assert!(!output.contains("compile_error"), "{output}");
+    }
+    // The plain shapes are refused, and the endpoint named after a non-ASCII function too.
+    let output = expand::endpoint(parse(SEEDS[12]), parse(ITEMS[10])).to_string();
+    assert_eq!(output.matches("compile_error").count(), 3, "{output}");
+    let unnamed = parse(r#"service = Members, subject = "members.find""#);
+    let output = expand::endpoint(unnamed, parse(ITEMS[13])).to_string();
+    assert!(output.contains("named after its function"), "{output}");
 }

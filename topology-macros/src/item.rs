@@ -1,6 +1,7 @@
-//! The items the attributes go on: a unit struct for `#[stream]`, an `async fn` for
-//! `#[queue_consumer]` and `#[broadcast]`. Their shape is checked here; what only the type
-//! checker can see is left to it, at the user's tokens (see [`crate::emit`]).
+//! The items the attributes go on: a unit struct for `#[stream]` and `#[service]`, an
+//! `async fn` for `#[queue_consumer]`, `#[broadcast]`, `#[endpoint]` and `#[subscription]`.
+//! Their shape is checked here; what only the type checker can see is left to it, at the
+//! user's tokens (see [`crate::emit`]).
 
 use proc_macro2::{Span, TokenStream};
 use quote::{ToTokens, quote};
@@ -9,15 +10,20 @@ use syn::{FnArg, Ident, Item, ItemFn, ItemStruct, ReturnType, Type};
 
 use crate::ctxt::Ctxt;
 
-/// The struct of `#[stream]`, if the item is a non-generic unit struct; errors otherwise. A
-/// struct that is not one is still kept and emitted; only the impls are skipped.
-pub(crate) fn stream_struct(item: &TokenStream, cx: &mut Ctxt) -> Option<ItemStruct> {
+/// The struct of `#[stream]` or `#[service]` (`attr`, naming a `what`, as in `example`), if
+/// the item is a non-generic unit struct; errors otherwise. A struct that is not one is still
+/// kept and emitted; only the impls are skipped.
+pub(crate) fn unit_struct(
+    (attr, what, example): (&str, &str, &str),
+    item: &TokenStream,
+    cx: &mut Ctxt,
+) -> Option<ItemStruct> {
     let item_struct = match syn::parse2::<Item>(item.clone()) {
         Ok(Item::Struct(s)) => s,
         Ok(other) => {
             cx.error_spanned_by(
                 item_head(&other),
-                "`#[stream]` goes on a unit struct that names the stream, as in `pub struct Orders;`",
+                format!("`#[{attr}]` goes on a unit struct that names the {what}, as in `pub struct {example};`"),
             );
             return None;
         }
@@ -31,7 +37,9 @@ pub(crate) fn stream_struct(item: &TokenStream, cx: &mut Ctxt) -> Option<ItemStr
     if generic {
         cx.error_spanned_by(
             &item_struct.generics,
-            "`#[stream]` goes on a unit struct without generics, as in `pub struct Orders;`",
+            format!(
+                "`#[{attr}]` goes on a unit struct without generics, as in `pub struct {example};`"
+            ),
         );
     }
     let unit = matches!(item_struct.fields, syn::Fields::Unit);
@@ -39,7 +47,7 @@ pub(crate) fn stream_struct(item: &TokenStream, cx: &mut Ctxt) -> Option<ItemStr
         cx.error_spanned_by(
             &item_struct.fields,
             format!(
-                "`#[stream]` goes on a unit struct: a stream type carries no data; write `struct {};`",
+                "`#[{attr}]` goes on a unit struct: a {what} type carries no data; write `struct {};`",
                 item_struct.ident
             ),
         );
@@ -47,16 +55,58 @@ pub(crate) fn stream_struct(item: &TokenStream, cx: &mut Ctxt) -> Option<ItemStr
     (unit && !generic).then_some(item_struct)
 }
 
-/// The handler of `#[queue_consumer]` or `#[broadcast]`, if the item is an `async fn` of the
+/// What a kind of handler takes and returns, for the messages about its shape.
+pub(crate) struct HandlerKind {
+    /// The name of its context type: `Context`, `RequestContext`.
+    pub context: &'static str,
+    /// What it handles: "messages", "requests".
+    pub handles: &'static str,
+    /// A whole handler, as an example.
+    pub example: &'static str,
+    /// What it returns, for a handler that returns nothing.
+    pub returns: &'static str,
+}
+
+/// A consumer's handler (`#[queue_consumer]`, `#[broadcast]`).
+pub(crate) const CONSUMER: HandlerKind = HandlerKind {
+    context: "Context",
+    handles: "messages",
+    example: "async fn on_event(event: Event) -> Result<(), HandlerError>",
+    returns: "return `Result<(), E>` with `E: Into<HandlerError>`, as in `-> Result<(), HandlerError>`: an `Err` asks for a redelivery",
+};
+
+/// An endpoint's handler.
+pub(crate) const ENDPOINT: HandlerKind = HandlerKind {
+    context: "RequestContext",
+    handles: "requests",
+    example: "async fn get_member(id: MemberId) -> Result<Member, ServiceError>",
+    returns: "return `Result<T, E>`, the reply (`T: Serialize`, or `Bytes`, `Vec<u8>`) or the error (`E: Into<ServiceError>`), as in `-> Result<Member, ServiceError>`",
+};
+
+/// A core subscription's handler.
+pub(crate) const SUBSCRIPTION: HandlerKind = HandlerKind {
+    context: "RequestContext",
+    handles: "messages",
+    example: "async fn on_event(event: Event) -> Result<(), HandlerError>",
+    returns: "return `Result<(), E>` with `E: Into<HandlerError>`, as in `-> Result<(), HandlerError>`",
+};
+
+/// The handler of a consumer, endpoint or subscription, if the item is an `async fn` of the
 /// right shape; errors otherwise.
-pub(crate) fn handler(attr: &str, item: &TokenStream, cx: &mut Ctxt) -> Option<Handler> {
+pub(crate) fn handler(
+    attr: &str,
+    kind: &HandlerKind,
+    item: &TokenStream,
+    cx: &mut Ctxt,
+) -> Option<Handler> {
     match syn::parse2::<Item>(item.clone()) {
-        Ok(Item::Fn(f)) => analyze(attr, &f, cx),
+        Ok(Item::Fn(f)) => analyze(attr, kind, &f, cx),
         Ok(other) => {
             cx.error_spanned_by(
                 item_head(&other),
                 format!(
-                    "`#[{attr}]` goes on the `async fn` that handles the messages, as in `async fn on_event(event: Event) -> Result<(), HandlerError>`"
+                    "`#[{attr}]` goes on the `async fn` that handles the {}, as in `{}`",
+                    kind.handles, kind.example
                 ),
             );
             None
@@ -79,17 +129,25 @@ pub(crate) struct Handler {
     /// The arguments after the payload, in order.
     pub rest: Vec<Arg>,
     pub output_span: Span,
+    /// The return type as written, if any.
+    pub output: Option<Type>,
 }
 
 /// An argument after the payload.
 pub(crate) enum Arg {
-    /// The message's `Context` (or a type the checker will refuse as one).
+    /// The message's `Context` or `RequestContext` (or a type the checker will refuse as one).
     Context(Type),
     /// Application state, `State<T>`.
     State(Type),
 }
 
 impl Handler {
+    /// The function's name, without `r#`.
+    pub(crate) fn name(&self) -> String {
+        let name = self.ident.to_string();
+        name.strip_prefix("r#").map_or(name.clone(), str::to_owned)
+    }
+
     /// The `State<T>` arguments.
     pub(crate) fn states(&self) -> impl Iterator<Item = &Type> {
         self.rest.iter().filter_map(|arg| match arg {
@@ -102,7 +160,7 @@ impl Handler {
 /// Checks the shape of the handler, reporting every mistake. A handler with mistakes is read
 /// as far as it can be (the errors stop the expansion anyway); `None` when it has no payload
 /// argument (an error too).
-fn analyze(attr: &str, f: &ItemFn, cx: &mut Ctxt) -> Option<Handler> {
+fn analyze(attr: &str, kind: &HandlerKind, f: &ItemFn, cx: &mut Ctxt) -> Option<Handler> {
     let sig = &f.sig;
     let ident = &sig.ident;
     if let Some(constness) = &sig.constness {
@@ -195,21 +253,19 @@ fn analyze(attr: &str, f: &ItemFn, cx: &mut Ctxt) -> Option<Handler> {
             ),
         );
     }
-    let output_span = match &sig.output {
-        ReturnType::Type(_, ty) => ty.span(),
+    let (output_span, output) = match &sig.output {
+        ReturnType::Type(_, ty) => (ty.span(), Some((**ty).clone())),
         ReturnType::Default => {
             cx.error_at(
                 sig.paren_token.span.close(),
-                format!(
-                    "`#[{attr}]` handlers return `Result<(), E>` with `E: Into<HandlerError>`, as in `-> Result<(), HandlerError>`: an `Err` asks for a redelivery"
-                ),
+                format!("`#[{attr}]` handlers {}", kind.returns),
             );
-            Span::call_site()
+            (Span::call_site(), None)
         }
     };
     let mut types = types.into_iter();
     let payload = types.next()?;
-    // After the payload: `State<T>` arguments anywhere, and one `Context`. The second argument
+    // After the payload: `State<T>` arguments anywhere, and one context. The second argument
     // is taken as the context unless it is a `State`, so that a second payload is reported by
     // the type checker as "the second argument of a handler is its `Context`".
     let mut rest = Vec::new();
@@ -217,14 +273,15 @@ fn analyze(attr: &str, f: &ItemFn, cx: &mut Ctxt) -> Option<Handler> {
     for (i, ty) in types.enumerate() {
         if last_segment_is(&ty, "State") {
             rest.push(Arg::State(ty));
-        } else if !context && (i == 0 || last_segment_is(&ty, "Context")) {
+        } else if !context && (i == 0 || last_segment_is(&ty, kind.context)) {
             context = true;
             rest.push(Arg::Context(ty));
         } else {
             cx.error_spanned_by(
                 &ty,
                 format!(
-                    "`#[{attr}]` handlers take the payload, optionally a `Context`, then any `State<T>` arguments (application state given to `Runtime::builder(..).state(..)`); this argument is none of these: remove it, or wrap application state in `State<..>`"
+                    "`#[{attr}]` handlers take the payload, optionally a `{}`, then any `State<T>` arguments (application state given to `Runtime::builder(..).state(..)`); this argument is none of these: remove it, or wrap application state in `State<..>`",
+                    kind.context
                 ),
             );
         }
@@ -236,6 +293,7 @@ fn analyze(attr: &str, f: &ItemFn, cx: &mut Ctxt) -> Option<Handler> {
         payload,
         rest,
         output_span,
+        output,
     })
 }
 
@@ -253,8 +311,28 @@ fn last_segment_is(ty: &Type, name: &str) -> bool {
     }
 }
 
+/// The `T` of a return type written `Result<T, ..>` (any path ending in `Result`, such as
+/// `anyhow::Result<T>`); `None` for other types (an alias, which the type checker sees through).
+pub(crate) fn result_ok_type(ty: &Type) -> Option<&Type> {
+    match ty {
+        Type::Group(g) => result_ok_type(&g.elem),
+        Type::Paren(p) => result_ok_type(&p.elem),
+        Type::Path(p) if p.qself.is_none() => {
+            let last = p.path.segments.last()?;
+            let syn::PathArguments::AngleBracketed(args) = &last.arguments else {
+                return None;
+            };
+            match args.args.first() {
+                Some(syn::GenericArgument::Type(ok)) if last.ident == "Result" => Some(ok),
+                _ => None,
+            }
+        }
+        _ => None,
+    }
+}
+
 /// `Vec<u8>` or `Bytes` (by name: a syntactic check), passed through without decoding.
-fn is_raw(ty: &Type) -> bool {
+pub(crate) fn is_raw(ty: &Type) -> bool {
     match ty {
         Type::Group(g) => is_raw(&g.elem),
         Type::Paren(p) => is_raw(&p.elem),
@@ -326,5 +404,21 @@ mod tests {
         assert!(!raw("Event"));
         assert!(!raw("&[u8]"));
         assert!(!raw("<T as X>::Bytes"));
+    }
+
+    #[test]
+    fn result_ok_types() {
+        let ok = |s: &str| {
+            let ty = syn::parse_str::<Type>(s).unwrap();
+            result_ok_type(&ty).map(|t| quote!(#t).to_string())
+        };
+        assert_eq!(
+            ok("Result<Member, ServiceError>").as_deref(),
+            Some("Member")
+        );
+        assert_eq!(ok("anyhow::Result<Vec<u8>>").as_deref(), Some("Vec < u8 >"));
+        assert_eq!(ok("Reply<Member>"), None);
+        assert_eq!(ok("Result"), None);
+        assert_eq!(ok("String"), None);
     }
 }

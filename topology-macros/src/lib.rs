@@ -1,5 +1,6 @@
 //! Attribute macros of nats-topology: [`macro@stream`], [`macro@queue_consumer`] and
-//! [`macro@broadcast`].
+//! [`macro@broadcast`] for JetStream; [`macro@service`], [`macro@endpoint`] and
+//! [`macro@subscription`] for request/reply and the other core subscriptions.
 //!
 //! Use them through the facade crate, `nats_topology`, which re-exports them. (The examples
 //! here cannot be compiled in this crate, which cannot depend on the facade; each one is
@@ -11,6 +12,11 @@
 //!   any `durable` or `deliver_group` key, a `group` or `durable` on a broadcast: each is a
 //!   compile error that says why (a plain durable admits one subscriber: a second replica is
 //!   refused or receives every message again) and what to write instead.
+//! - **There is no plain core subscription for work either.** An endpoint is always in a
+//!   queue group (its `group`, its service's `queue_group`, or `q`), and a `#[subscription]`
+//!   says `group = ".."` or `each_instance`; keys that would leave the group out are compile
+//!   errors that say why (on N replicas, N answers to one request, or each message handled N
+//!   times) and what to write instead.
 //! - **Every key is validated at expansion**, with the rules of `topology_core` (the same
 //!   functions the runtime uses at start-up): names, subjects, durations, ranges, and the rules
 //!   between keys. All the mistakes of one attribute are reported together, each at its token,
@@ -237,4 +243,22 @@ pub fn queue_consumer(attr: TokenStream, item: TokenStream) -> TokenStream {
 #[proc_macro_attribute]
 pub fn broadcast(attr: TokenStream, item: TokenStream) -> TokenStream {
     expand::broadcast(attr.into(), item.into()).into()
+}
+
+#[doc = include_str!("../docs/service.md")]
+#[proc_macro_attribute]
+pub fn service(attr: TokenStream, item: TokenStream) -> TokenStream {
+    expand::service(attr.into(), item.into()).into()
+}
+
+#[doc = include_str!("../docs/endpoint.md")]
+#[proc_macro_attribute]
+pub fn endpoint(attr: TokenStream, item: TokenStream) -> TokenStream {
+    expand::endpoint(attr.into(), item.into()).into()
+}
+
+#[doc = include_str!("../docs/subscription.md")]
+#[proc_macro_attribute]
+pub fn subscription(attr: TokenStream, item: TokenStream) -> TokenStream {
+    expand::subscription(attr.into(), item.into()).into()
 }

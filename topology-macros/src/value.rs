@@ -3,7 +3,7 @@
 
 use core::time::Duration;
 
-use proc_macro2::Span;
+use proc_macro2::{Delimiter, Span};
 use quote::ToTokens;
 use syn::spanned::Spanned;
 use syn::{Expr, ExprLit, Lit, LitStr, Path, UnOp};
@@ -35,6 +35,12 @@ pub(crate) struct StrList {
     pub brackets: Span,
     /// Whether every element was a string literal (each that was not is reported).
     pub complete: bool,
+}
+
+/// `[("key", "value"), ..]`: the pairs whose key and value are both string literals (each
+/// element that is not one is reported).
+pub(crate) struct Pairs {
+    pub pairs: Vec<(LitStr, LitStr)>,
 }
 
 /// A stream given as a type path or a name.
@@ -78,7 +84,18 @@ impl<'a> Key<'a> {
         let (tokens, what): (&dyn ToTokens, String) = match &arg.value {
             Value::Expr(expr) => return Some(ungroup(expr)),
             Value::Flag => (&arg.key, format!("needs a value: `{}`", self.example)),
-            Value::Parens(group) => (group, format!("write `{}` (with `=`)", self.example)),
+            Value::Parens(group) => {
+                let message = match group.delimiter() {
+                    Delimiter::Brace => {
+                        format!(
+                            "a `{{ .. }}` block is not a value here; write `{}`",
+                            self.example
+                        )
+                    }
+                    _ => format!("write `{}` (with `=`)", self.example),
+                };
+                (group, message)
+            }
         };
         cx.error_spanned_by(tokens, self.msg(what));
         None
@@ -209,6 +226,45 @@ impl<'a> Key<'a> {
                 None
             }
         }
+    }
+
+    /// A list of `("key", "value")` pairs of string literals.
+    pub(crate) fn pairs(&self, cx: &mut Ctxt) -> Option<Pairs> {
+        let expr = self.expr(cx)?;
+        let Expr::Array(array) = expr else {
+            cx.error_spanned_by(
+                expr,
+                self.msg(format!(
+                    "expected a list of `(\"key\", \"value\")` pairs, as in `{}`",
+                    self.example
+                )),
+            );
+            return None;
+        };
+        let lit = |e: &Expr| match ungroup(e) {
+            Expr::Lit(ExprLit {
+                lit: Lit::Str(s), ..
+            }) => Some(s.clone()),
+            _ => None,
+        };
+        let mut pairs = Vec::new();
+        for elem in &array.elems {
+            let pair = match ungroup(elem) {
+                Expr::Tuple(t) if t.elems.len() == 2 => lit(&t.elems[0]).zip(lit(&t.elems[1])),
+                _ => None,
+            };
+            match pair {
+                Some(pair) => pairs.push(pair),
+                None => cx.error_spanned_by(
+                    elem,
+                    self.msg(format!(
+                        "expected a `(\"key\", \"value\")` pair of string literals, as in `{}`",
+                        self.example
+                    )),
+                ),
+            }
+        }
+        Some(Pairs { pairs })
     }
 
     /// One of a fixed set of string values.

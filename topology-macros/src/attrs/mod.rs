@@ -1,5 +1,7 @@
 //! What each attribute says, as typed values that keep their tokens: `#[stream]` gives a
-//! [`StreamAttrs`], `#[queue_consumer]` a [`QueueAttrs`], `#[broadcast]` a [`BroadcastAttrs`].
+//! [`StreamAttrs`], `#[queue_consumer]` a [`QueueAttrs`], `#[broadcast]` a [`BroadcastAttrs`],
+//! `#[service]` a [`ServiceAttrs`], `#[endpoint]` an [`EndpointAttrs`], `#[subscription]` a
+//! [`SubscriptionAttrs`].
 //!
 //! Parsing reads each key's value as the type the key takes (a string, an integer within its
 //! range, a duration, one of a set of words) and reports a missing required key; it applies no
@@ -7,7 +9,9 @@
 //! structs by [`crate::emit`].
 
 pub(crate) mod consumer;
+pub(crate) mod service;
 pub(crate) mod stream;
 
 pub(crate) use consumer::{BroadcastAttrs, ConsumerAttrs, Filters, QueueAttrs};
+pub(crate) use service::{EndpointAttrs, ServiceAttrs, SubscriptionAttrs};
 pub(crate) use stream::StreamAttrs;

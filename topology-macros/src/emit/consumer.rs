@@ -97,10 +97,9 @@ fn consumer(
     let attr = attrs.attr;
     let krate = krate(&attrs.krate)?;
     let stream = attrs.stream.as_ref()?;
-    let fn_name = handler.ident.to_string();
-    let fn_name = fn_name.strip_prefix("r#").unwrap_or(&fn_name);
-    let glue = handler::glue(handler);
-    let states = handler::states(handler);
+    let fn_name = &handler.name();
+    let glue = handler::glue(&handler::CONSUMER, handler, "into_result");
+    let states = handler::states(&handler::CONSUMER, handler);
     let (handle_type, handle_impl) = match settings.broadcast {
         true => relay_handle(handler),
         false => Default::default(),
@@ -247,20 +246,12 @@ fn payload_schema(handler: &Handler, fn_name: &str) -> TokenStream {
     if handler.raw {
         return TokenStream::new();
     }
-    let ty = &handler.payload;
-    quote! {
-        fn __nats_topology_schema() -> ::core::option::Option<__nats_topology::PayloadSchema> {
-            #[allow(unused_imports)]
-            use __nats_topology::{SchemaFallback as _, SchemaSpecialized as _};
-            (&&__nats_topology::SchemaProbe::<#ty>::new()).payload_schema()
-        }
-        __nats_topology::inventory::submit! {
-            __nats_topology::PayloadSchemaRegistration {
-                handler: ::core::concat!(::core::module_path!(), "::", #fn_name),
-                schema: __nats_topology_schema,
-            }
-        }
-    }
+    handler::schema(
+        (&handler.payload, Span::call_site()),
+        "PayloadSchemaRegistration",
+        "__nats_topology_schema",
+        fn_name,
+    )
 }
 
 /// `const _: () = assert!(condition, "message");`, reported at `span` when it fails.

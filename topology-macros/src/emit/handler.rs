@@ -1,42 +1,109 @@
-//! The glue that the runtime calls: `fn(Incoming) -> HandlerFuture`, calling the user's function.
+//! The glue that the runtime calls, `fn(input) -> future`, calling the user's function: for a
+//! consumer `fn(Incoming) -> HandlerFuture`, for an endpoint `fn(Request) -> ReplyFuture`, for a
+//! core subscription `fn(Request) -> HandlerFuture`.
 //!
 //! Its pieces carry the spans of the user's tokens, so that what only the type checker can see
 //! is reported where the user wrote it: the payload type that is not `DeserializeOwned`, the
-//! second argument that is not `Context`, the return type that is not
-//! `Result<(), E: Into<HandlerError>>`, and a future that is not `Send` (at the function's name).
+//! second argument that is not the context, the return type whose parts do not convert, and a
+//! future that is not `Send` (at the function's name).
 
 use proc_macro2::{Span, TokenStream};
-use quote::{quote, quote_spanned};
+use quote::{ToTokens, quote, quote_spanned};
 use syn::Ident;
 use syn::spanned::Spanned;
 
 use crate::item::{Arg, Handler};
 
+/// The `__private` items one kind of glue calls, by name.
+pub(crate) struct Glue {
+    /// The generated function's name.
+    pub name: &'static str,
+    /// What it takes and returns: `Incoming`, `HandlerFuture`.
+    pub input: &'static str,
+    pub future: &'static str,
+    /// Decoding the payload from the input: JSON, raw.
+    pub decode_json: &'static str,
+    pub decode_raw: &'static str,
+    /// The context argument, and a `State<T>` argument, from the input.
+    pub context: &'static str,
+    pub state: &'static str,
+    /// The trait of `State<T>` arguments, whose `KEY` the registration lists.
+    pub state_arg: &'static str,
+    /// Requires the future to be `Send`.
+    pub send: &'static str,
+}
+
+pub(crate) const CONSUMER: Glue = Glue {
+    name: "__nats_topology_handler",
+    input: "Incoming",
+    future: "HandlerFuture",
+    decode_json: "decode_json",
+    decode_raw: "decode_raw",
+    context: "context",
+    state: "state",
+    state_arg: "StateArg",
+    send: "assert_send",
+};
+
+pub(crate) const ENDPOINT: Glue = Glue {
+    name: "__nats_topology_endpoint",
+    input: "Request",
+    future: "ReplyFuture",
+    decode_json: "decode_request_json",
+    decode_raw: "decode_request_raw",
+    context: "request_context",
+    state: "request_state",
+    state_arg: "RequestStateArg",
+    send: "assert_send_reply",
+};
+
+pub(crate) const SUBSCRIPTION: Glue = Glue {
+    name: "__nats_topology_subscription",
+    input: "Request",
+    future: "HandlerFuture",
+    decode_json: "decode_message_json",
+    decode_raw: "decode_message_raw",
+    context: "request_context",
+    state: "message_state",
+    state_arg: "RequestStateArg",
+    send: "assert_send_reply",
+};
+
+fn ident(name: &str, span: Span) -> Ident {
+    Ident::new(name, span)
+}
+
 /// The `StateKey`s of the handler's `State<T>` arguments, for the registration.
-pub(crate) fn states(handler: &Handler) -> TokenStream {
-    let keys = handler
-        .states()
-        .map(|ty| quote_spanned!(ty.span()=> <#ty as __nats_topology::StateArg>::KEY));
+pub(crate) fn states(glue: &Glue, handler: &Handler) -> TokenStream {
+    let keys = handler.states().map(|ty| {
+        let state_arg = ident(glue.state_arg, ty.span());
+        quote_spanned!(ty.span()=> <#ty as __nats_topology::#state_arg>::KEY)
+    });
     quote!(&[#(#keys),*])
 }
 
-/// `fn __nats_topology_handler(Incoming) -> HandlerFuture`, calling the user's function.
-pub(crate) fn glue(handler: &Handler) -> TokenStream {
+/// The glue function, calling the user's function and passing its result to
+/// `__nats_topology::#finish` (`into_result` for a consumer or a subscription, `reply_json` or
+/// `reply_raw` for an endpoint).
+pub(crate) fn glue(glue: &Glue, handler: &Handler, finish: &str) -> TokenStream {
     // Local names with mixed-site hygiene: they cannot capture or shadow the user's names.
-    let incoming = Ident::new("incoming", Span::mixed_site());
+    let input = Ident::new("input", Span::mixed_site());
     let payload = Ident::new("payload", Span::mixed_site());
     let context = Ident::new("cx", Span::mixed_site());
     let error = Ident::new("error", Span::mixed_site());
 
     let ty = &handler.payload;
     let ty_span = ty.span();
-    let decode = if handler.raw {
-        quote_spanned!(ty_span=> __nats_topology::decode_raw::<#ty>)
-    } else {
-        quote_spanned!(ty_span=> __nats_topology::decode_json::<#ty>)
-    };
+    let decode = ident(
+        if handler.raw {
+            glue.decode_raw
+        } else {
+            glue.decode_json
+        },
+        ty_span,
+    );
     let decode = quote_spanned! {ty_span=>
-        let #payload: #ty = match #decode(&#incoming) {
+        let #payload: #ty = match __nats_topology::#decode::<#ty>(&#input) {
             ::core::result::Result::Ok(value) => value,
             ::core::result::Result::Err(#error) => return ::core::result::Result::Err(#error),
         };
@@ -46,15 +113,17 @@ pub(crate) fn glue(handler: &Handler) -> TokenStream {
     for (i, arg) in handler.rest.iter().enumerate() {
         match arg {
             Arg::Context(cx_ty) => {
+                let f = ident(glue.context, cx_ty.span());
                 context_stmt.extend(quote_spanned!(cx_ty.span()=>
-                    let #context: #cx_ty = __nats_topology::context::<#cx_ty>(&#incoming);
+                    let #context: #cx_ty = __nats_topology::#f::<#cx_ty>(&#input);
                 ));
                 args.push(quote!(#context));
             }
             Arg::State(state_ty) => {
                 let value = Ident::new(&format!("state_{i}"), Span::mixed_site());
+                let f = ident(glue.state, state_ty.span());
                 context_stmt.extend(quote_spanned! {state_ty.span()=>
-                    let #value: #state_ty = match __nats_topology::state::<#state_ty>(&#incoming) {
+                    let #value: #state_ty = match __nats_topology::#f::<#state_ty>(&#input) {
                         ::core::result::Result::Ok(value) => value,
                         ::core::result::Result::Err(#error) => return ::core::result::Result::Err(#error),
                     };
@@ -69,21 +138,58 @@ pub(crate) fn glue(handler: &Handler) -> TokenStream {
     // expression makes rustc fall back to the attribute's span. It is bound after the call, so
     // it cannot capture anything of the user's.)
     let result = Ident::new("__nats_topology_result", handler.output_span);
+    let finish = ident(finish, handler.output_span);
     let call = quote_spanned! {handler.output_span=>
         let #result = #user_fn(#(#args),*).await;
-        __nats_topology::into_result(#result)
+        __nats_topology::#finish(#result)
     };
     let name_span = handler.ident.span();
+    let send = ident(glue.send, name_span);
     let future = quote_spanned! {name_span=>
-        __nats_topology::assert_send(async move {
+        __nats_topology::#send(async move {
             #decode
             #context_stmt
             #call
         })
     };
+    let (name, input_ty, future_ty) = (
+        ident(glue.name, Span::call_site()),
+        ident(glue.input, Span::call_site()),
+        ident(glue.future, Span::call_site()),
+    );
     quote! {
-        fn __nats_topology_handler(#incoming: __nats_topology::Incoming) -> __nats_topology::HandlerFuture {
+        fn #name(#input: __nats_topology::#input_ty) -> __nats_topology::#future_ty {
             __nats_topology::Box::pin(#future)
+        }
+    }
+}
+
+/// Registers `ty`'s JSON Schema (when it has one) for the export, as a `registration` (a
+/// `PayloadSchemaRegistration` or `ReplySchemaRegistration`) of the handler `fn_name`, through
+/// a function named `schema_fn`. The probe is located at `span`, so that a type the checker
+/// refuses there is reported at the user's token, once.
+pub(crate) fn schema(
+    (ty, span): (&impl ToTokens, Span),
+    registration: &str,
+    schema_fn: &str,
+    fn_name: &str,
+) -> TokenStream {
+    let registration = ident(registration, Span::call_site());
+    let schema_fn = ident(schema_fn, Span::call_site());
+    let probe = quote_spanned! {span=>
+        (&&__nats_topology::SchemaProbe::<#ty>::new()).payload_schema()
+    };
+    quote! {
+        fn #schema_fn() -> ::core::option::Option<__nats_topology::PayloadSchema> {
+            #[allow(unused_imports)]
+            use __nats_topology::{SchemaFallback as _, SchemaSpecialized as _};
+            #probe
+        }
+        __nats_topology::inventory::submit! {
+            __nats_topology::#registration {
+                handler: ::core::concat!(::core::module_path!(), "::", #fn_name),
+                schema: #schema_fn,
+            }
         }
     }
 }

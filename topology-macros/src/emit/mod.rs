@@ -7,6 +7,7 @@
 
 mod consumer;
 mod handler;
+mod service;
 mod stream;
 
 use core::fmt::Debug;
@@ -17,6 +18,7 @@ use quote::{ToTokens, quote};
 use syn::{Ident, Path};
 
 pub(crate) use consumer::{broadcast, queue};
+pub(crate) use service::{endpoint, service, service_fallback, subscription};
 pub(crate) use stream::{stream, stream_fallback};
 
 use crate::ctxt::Ctxt;

@@ -12,7 +12,7 @@ use serde::de::DeserializeOwned;
 use super::{Request, RequestContext, ServiceError};
 use crate::handler::HandlerError;
 use crate::handler::glue::RawPayload;
-use crate::state::State;
+use crate::state::{State, StateKey};
 
 /// Decodes a JSON request; a failure is a 400 naming the type.
 pub fn decode_request_json<T: DeserializeOwned>(request: &Request) -> Result<T, ServiceError> {
@@ -25,8 +25,8 @@ pub fn decode_request_json<T: DeserializeOwned>(request: &Request) -> Result<T, 
 }
 
 /// Passes a raw request through (`Vec<u8>` or `Bytes`).
-pub fn decode_request_raw<T: RawPayload>(request: &Request) -> T {
-    T::from_bytes(request.payload.clone())
+pub fn decode_request_raw<T: RawPayload>(request: &Request) -> Result<T, ServiceError> {
+    Ok(T::from_bytes(request.payload.clone()))
 }
 
 /// The handler's context: the second argument, which must be a [`RequestContext`].
@@ -51,34 +51,87 @@ impl EndpointContext for RequestContext {
     }
 }
 
-/// A handler's `State<T>` argument, from the runtime's state (`RuntimeBuilder::build` checked
-/// that it is there).
-pub fn request_state<T: std::any::Any + Send + Sync>(
-    request: &Request,
-) -> Result<State<T>, ServiceError> {
-    match request.context.state_map().get_arc::<T>() {
-        Some(value) => Ok(State(value)),
-        None => Err(ServiceError::internal(format!(
-            "the handler takes `State<{}>` but the runtime was given no such state",
-            std::any::type_name::<T>()
-        ))),
+/// The arguments of an endpoint or subscription handler after the payload that are
+/// application state: `State<T>` alone.
+#[diagnostic::on_unimplemented(
+    message = "an endpoint's or subscription's arguments after the payload are its `RequestContext` and `State<T>` values, not `{Self}`",
+    label = "expected `nats_topology::State<T>` here",
+    note = "a handler takes one payload argument, then optionally `cx: RequestContext`, then any number of `State<T>` (state given to `Runtime::builder(..).state(..)`): to receive several values in the request, make the payload a struct that holds them"
+)]
+pub trait RequestStateArg: Sized {
+    /// What the runtime must have been given.
+    const KEY: StateKey;
+
+    /// The value, from the runtime's state.
+    fn from_request(request: &Request) -> Result<Self, ServiceError>;
+}
+
+impl<T: std::any::Any + Send + Sync> RequestStateArg for State<T> {
+    const KEY: StateKey = StateKey::of::<T>();
+
+    fn from_request(request: &Request) -> Result<Self, ServiceError> {
+        // `RuntimeBuilder::build` refuses a runtime that lacks it, so this is found; the
+        // error is for a handler registered behind the builder's back.
+        match request.context.state_map().get_arc::<T>() {
+            Some(value) => Ok(State(value)),
+            None => Err(ServiceError::internal(format!(
+                "the handler takes `State<{}>` but the runtime was given no such state",
+                std::any::type_name::<T>()
+            ))),
+        }
     }
+}
+
+/// An endpoint handler's `State<T>` argument.
+pub fn request_state<S: RequestStateArg>(request: &Request) -> Result<S, ServiceError> {
+    S::from_request(request)
+}
+
+/// An endpoint's result as the reply's body: `Ok` encoded as JSON, `Err` converted.
+pub fn reply_json<T: ReplyBody, E: IntoServiceError>(
+    result: Result<T, E>,
+) -> Result<Bytes, ServiceError> {
+    match result {
+        Ok(value) => encode_json(&value),
+        Err(error) => Err(error.into_service_error()),
+    }
+}
+
+/// An endpoint's raw result as the reply's body (`Bytes` or `Vec<u8>`, sent as they are).
+pub fn reply_raw<T: RawReply, E: IntoServiceError>(
+    result: Result<T, E>,
+) -> Result<Bytes, ServiceError> {
+    match result {
+        Ok(value) => Ok(value.into_bytes()),
+        Err(error) => Err(error.into_service_error()),
+    }
+}
+
+/// What an endpoint returns, `Result<T, E>`, seen through a type alias: the reply type `T`,
+/// whose schema the export describes.
+#[diagnostic::on_unimplemented(
+    message = "an endpoint returns `Result<T, E>` (the reply and the error), not `{Self}`",
+    label = "not `Result<T, E>`",
+    note = "return `Result<T, E>` with `T: serde::Serialize` (or `Bytes`, `Vec<u8>`) and `E: Into<ServiceError>`"
+)]
+pub trait EndpointReturn {
+    /// The reply type.
+    type Reply;
+}
+
+impl<T, E> EndpointReturn for Result<T, E> {
+    type Reply = T;
 }
 
 /// The body of a reply: `Serialize` types as JSON, `Bytes` and `Vec<u8>` as they are (chosen
 /// by the macro from the written type, as for payloads).
-pub fn encode_json<T: Serialize>(value: &T) -> Result<Bytes, ServiceError> {
+pub fn encode_json<T: ReplyBody>(value: &T) -> Result<Bytes, ServiceError> {
     serde_json::to_vec(value).map(Bytes::from).map_err(|e| {
         ServiceError::internal(format!(
             "cannot encode the reply ({}) as JSON: {e}",
             std::any::type_name::<T>()
         ))
     })
-}
-
-/// A raw reply body.
-pub fn encode_raw<T: RawReply>(value: T) -> Bytes {
-    value.into_bytes()
 }
 
 /// Reply types sent without encoding.
@@ -127,21 +180,24 @@ impl<E: Into<ServiceError>> IntoServiceError for E {
     label = "not a reply an endpoint can send",
     note = "return `Result<T, E>` with `T: serde::Serialize`"
 )]
-pub trait ReplyBody {}
+pub trait ReplyBody: Serialize {}
 
 impl<T: Serialize> ReplyBody for T {}
 
-/// A subscription handler's decode failure, as the `HandlerError` it returns.
+/// A subscription handler's JSON payload; a decode failure is permanent.
 pub fn decode_message_json<T: DeserializeOwned>(request: &Request) -> Result<T, HandlerError> {
     decode_request_json::<T>(request)
         .map_err(|e| HandlerError::permanent(e.description().to_owned()))
 }
 
+/// A subscription handler's raw payload (`Vec<u8>` or `Bytes`).
+pub fn decode_message_raw<T: RawPayload>(request: &Request) -> Result<T, HandlerError> {
+    Ok(T::from_bytes(request.payload.clone()))
+}
+
 /// A subscription handler's `State<T>` argument.
-pub fn message_state<T: std::any::Any + Send + Sync>(
-    request: &Request,
-) -> Result<State<T>, HandlerError> {
-    request_state::<T>(request).map_err(|e| HandlerError::permanent(e.description().to_owned()))
+pub fn message_state<S: RequestStateArg>(request: &Request) -> Result<S, HandlerError> {
+    S::from_request(request).map_err(|e| HandlerError::permanent(e.description().to_owned()))
 }
 
 /// Requires a handler's future to be `Send` (the runtime runs it on any worker thread).

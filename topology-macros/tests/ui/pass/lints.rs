@@ -3,7 +3,10 @@
 #![forbid(unsafe_code)]
 #![deny(missing_docs, warnings, rust_2018_idioms, unreachable_pub)]
 
-use nats_topology::{HandlerError, Topology, broadcast, queue_consumer, stream};
+use nats_topology::{
+    HandlerError, RequestContext, ServiceError, Topology, broadcast, endpoint, queue_consumer,
+    service, stream, subscription,
+};
 
 /// The orders.
 #[stream(name = "ORDERS", subjects = ["orders.>"])]
@@ -21,6 +24,29 @@ async fn relay_order(event: Vec<u8>) -> Result<(), HandlerError> {
     Ok(())
 }
 
+/// The members service.
+#[service(name = "members", metadata = [("team", "a")])]
+pub struct Members;
+
+#[endpoint(service = Members, subject = "members.get", timeout = "1s")]
+async fn get_member(id: u64, cx: RequestContext) -> Result<String, ServiceError> {
+    Ok(format!("{id} via {}", cx.subject()))
+}
+
+#[endpoint(service = Members, subject = "members.raw")]
+async fn raw_member(raw: Vec<u8>) -> Result<Vec<u8>, ServiceError> {
+    Ok(raw)
+}
+
+#[subscription(subject = "cache.invalidate", each_instance)]
+async fn invalidate(key: String) -> Result<(), HandlerError> {
+    let _ = key;
+    Ok(())
+}
+
 fn main() {
-    assert_eq!(Topology::from_registry().consumers().len(), 2);
+    let topology = Topology::from_registry();
+    assert_eq!(topology.consumers().len(), 2);
+    assert_eq!(topology.endpoints().len(), 2);
+    assert_eq!(topology.subscriptions().len(), 1);
 }

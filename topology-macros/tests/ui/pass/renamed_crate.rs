@@ -27,8 +27,26 @@ async fn relay_order_by_name(event: String) -> Result<(), nt::HandlerError> {
     Ok(())
 }
 
+
+#[nt::service(name = "orders", crate = nt)]
+pub struct OrdersService;
+
+#[nt::endpoint(service = OrdersService, subject = "orders.get", crate = inner::facade)]
+async fn get_order(id: u64) -> Result<u64, nt::ServiceError> {
+    Ok(id)
+}
+
+#[nt::subscription(subject = "orders.audit", group = "audit", crate = "crate::inner::facade")]
+async fn audit_order(raw: Vec<u8>, _cx: nt::RequestContext) -> Result<(), nt::HandlerError> {
+    let _ = raw;
+    Ok(())
+}
+
 fn main() {
     let topology = nt::Topology::from_registry();
     assert_eq!(topology.streams().len(), 1);
     assert_eq!(topology.consumers().len(), 3);
+    assert_eq!(topology.services().len(), 1);
+    assert_eq!(topology.endpoints().len(), 1);
+    assert_eq!(topology.subscriptions().len(), 1);
 }

@@ -5,6 +5,10 @@
 //! need another item (the stream a consumer names by type) are generated as `const _`
 //! assertions by [`crate::emit`].
 
+mod service;
+
+pub(crate) use service::{endpoint, service, subscription};
+
 use syn::LitStr;
 use topology_core::names::{self, NameError};
 use topology_core::rules::{self, EXTERNAL_REFUSED_KEYS};
@@ -266,6 +270,7 @@ fn valid_name(attr: &str, key: &str, lit: &LitStr, (kind, rule): NameRule, cx: &
     false
 }
 
+/// The description's length.
 fn description(attr: &str, lit: &LitStr, cx: &mut Ctxt) {
     if !rules::description_fits(&lit.value()) {
         cx.error_spanned_by(
