@@ -11,6 +11,7 @@ use std::time::Duration;
 use async_nats::service::endpoint::Endpoint;
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
+use tokio::sync::Semaphore;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -27,6 +28,8 @@ pub(super) struct EndpointTask {
     pub(super) metrics: EndpointMetrics,
     pub(super) concurrency: usize,
     pub(super) grace: Duration,
+    /// Given a permit once this endpoint has unsubscribed on stop.
+    pub(super) unsubscribed: Arc<Semaphore>,
 }
 
 /// How an endpoint's dispatch ended.
@@ -47,6 +50,7 @@ impl EndpointTask {
             mut metrics,
             concurrency,
             grace,
+            unsubscribed,
         } = self;
         let unanswered = Unanswered::default();
         let mut in_flight = FuturesUnordered::new();
@@ -77,6 +81,7 @@ impl EndpointTask {
                     if let Err(e) = endpoint.stop().await {
                         tracing::warn!(subject = %slot.subject, error = %e, "could not unsubscribe the endpoint");
                     }
+                    unsubscribed.add_permits(1);
                 }
                 _ = &mut grace_over, if stopping => {
                     out_of_time = true;

@@ -93,12 +93,7 @@ impl Prober {
                 self.answering(wait).await;
             }
             let sent = Instant::now();
-            let request = async_nats::Request::new()
-                .payload(Bytes::new())
-                .timeout(Some(self.heartbeat));
-            let client = self.client.clone();
-            let asked = client.send_request(self.subject.clone(), request);
-            match self.answering(asked).await {
+            match self.round_trip().await {
                 Ok(_) => {
                     answered = Instant::now();
                     report(ServingState::Running);
@@ -139,6 +134,14 @@ impl Prober {
         }
     }
 
+    /// One round trip, bounded by a heartbeat (answering the echo subject meanwhile).
+    pub(in crate::run) async fn round_trip(&mut self) -> Result<(), async_nats::RequestError> {
+        let client = self.client.clone();
+        let subject = self.subject.clone();
+        let asked = round_trip(&client, &subject, self.heartbeat);
+        self.answering(asked).await
+    }
+
     /// Runs `work`, answering the echo subject meanwhile.
     async fn answering<F: Future>(&mut self, work: F) -> F::Output {
         let mut work = pin!(work);
@@ -162,4 +165,19 @@ impl Prober {
             }
         }
     }
+}
+
+/// A request to `subject` that this connection answers, bounded by `timeout`.
+async fn round_trip(
+    client: &Client,
+    subject: &Subject,
+    timeout: Duration,
+) -> Result<(), async_nats::RequestError> {
+    let request = async_nats::Request::new()
+        .payload(Bytes::new())
+        .timeout(Some(timeout));
+    client
+        .send_request(subject.clone(), request)
+        .await
+        .map(drop)
 }

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use async_nats::service::{Service, ServiceExt, endpoint::Endpoint};
+use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
@@ -150,6 +151,7 @@ async fn run(
     let topology = inner.ensurer.topology();
     let jetstream = inner.ensurer.provisioner().jetstream().clone();
     let stop = CancellationToken::new();
+    let unsubscribed = Arc::new(Semaphore::new(0));
     let mut tasks = JoinSet::new();
     let mut names = HashMap::new();
     for (index, endpoint) in endpoints {
@@ -171,6 +173,7 @@ async fn run(
             metrics: EndpointMetrics::new(decl.name, declared.decl.name),
             concurrency: declared.decl.effective_concurrency().max(1) as usize,
             grace: inner.settings.grace_period,
+            unsubscribed: unsubscribed.clone(),
         };
         let handle = tasks.spawn(task.run(stop.clone()));
         names.insert(handle.id(), declared.decl.name);
@@ -202,10 +205,25 @@ async fn run(
             }
         }) => match never {},
     };
+    stop.cancel();
+    // Draining once the server routes nothing new here: every endpoint unsubscribed, and a
+    // round trip after that proves the server processed it (the other instances of the queue
+    // groups take the new requests from then on).
+    let count = u32::try_from(names.len()).unwrap_or(u32::MAX);
+    let proven = tokio::time::timeout(crate::run::CLEANUP_WAIT, async {
+        let _ = unsubscribed.acquire_many(count).await;
+        prober.round_trip().await
+    })
+    .await;
+    if !matches!(proven, Ok(Ok(_))) {
+        tracing::warn!(
+            service = decl.name,
+            "could not prove that the endpoints are unsubscribed on the server; draining anyway"
+        );
+    }
     for slot in slots {
         slot.transition(ServingState::Draining);
     }
-    stop.cancel();
     while let Some(joined) = tasks.join_next_with_id().await {
         match joined {
             Ok((_, EndpointExit::Drained)) => {}
