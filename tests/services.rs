@@ -733,3 +733,96 @@ async fn build_names_the_endpoint_and_the_rule_it_breaks() {
         "{text:#?}"
     );
 }
+
+/// A connection lost (the server killed) makes the endpoint `disconnected` and the runtime not
+/// ready; once the client has reconnected and subscribed again, a probe proves it and it runs
+/// and answers again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_connection_is_not_ready_until_reconnected_and_proven() {
+    let mut fx = Fixture::start().await;
+    let running = replica(&fx, echo("a")).await;
+    fx.server.kill();
+    eventually(Duration::from_secs(5), "the endpoint disconnected", || {
+        let disconnected =
+            state_of_endpoints(&running) == [ServingState::Disconnected] && !running.health.ready();
+        async move { disconnected.then_some(()) }
+    })
+    .await;
+    fx.server.restart().await.expect("the server starts again");
+    running.ready(Duration::from_secs(15)).await;
+    let client = fx.connect().await;
+    let reply = client
+        .send_request(
+            "members.get",
+            async_nats::Request::new()
+                .payload("back".into())
+                .timeout(Some(Duration::from_secs(2))),
+        )
+        .await
+        .expect("ready means answering");
+    assert_eq!(answered_by(&reply), ("a".to_owned(), "back".to_owned()));
+    running.stop().await.expect("clean drain");
+}
+
+/// Each request's span (`request`, with `service`, `endpoint` and `subject`) continues the
+/// caller's W3C trace from its `traceparent` header (feature `otel`). The spans are exported in
+/// memory through a `tracing-opentelemetry` layer set as this binary's global subscriber (so
+/// run it without `RUST_LOG`, which gives the binary another one).
+#[cfg(feature = "otel")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_span_continues_the_callers_trace() {
+    use opentelemetry::trace::{SpanId, TraceId, TracerProvider as _};
+    use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider};
+    use tracing_subscriber::layer::SubscriberExt;
+
+    let exporter = InMemorySpanExporter::default();
+    let provider = SdkTracerProvider::builder()
+        .with_simple_exporter(exporter.clone())
+        .build();
+    let layer = tracing_opentelemetry::layer().with_tracer(provider.tracer("services-tests"));
+    tracing::subscriber::set_global_default(tracing_subscriber::registry().with(layer))
+        .expect("no other global subscriber in this binary: run it without RUST_LOG");
+
+    let fx = Fixture::start().await;
+    let running = replica(&fx, echo("traced")).await;
+    let client = fx.connect().await;
+    let mut headers = HeaderMap::new();
+    headers.insert(
+        "traceparent",
+        "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+    );
+    let reply = client
+        .request_with_headers("members.get", headers, "7".into())
+        .await
+        .expect("answered");
+    assert_eq!(answered_by(&reply).1, "7");
+    let trace_id = TraceId::from_hex("4bf92f3577b34da6a3ce929d0e0e4736").unwrap();
+    // Other tests of this binary export spans too: the one of this trace.
+    let span = eventually(
+        Duration::from_secs(10),
+        "the request's span exported",
+        || {
+            let found = exporter
+                .get_finished_spans()
+                .expect("the in-memory exporter reads")
+                .into_iter()
+                .find(|span| span.name == "request" && span.span_context.trace_id() == trace_id);
+            async move { found }
+        },
+    )
+    .await;
+    let attribute = |key: &str| {
+        span.attributes
+            .iter()
+            .find(|kv| kv.key.as_str() == key)
+            .map(|kv| kv.value.to_string())
+    };
+    assert_eq!(attribute("service").as_deref(), Some("members"));
+    assert_eq!(attribute("endpoint").as_deref(), Some("get"));
+    assert_eq!(attribute("subject").as_deref(), Some("members.get"));
+    assert_eq!(
+        span.parent_span_id,
+        SpanId::from_hex("00f067aa0ba902b7").unwrap()
+    );
+    running.stop().await.expect("clean drain");
+}

@@ -216,7 +216,15 @@ impl Health {
         self.slots.iter().map(|s| s.status()).collect()
     }
 
-    /// A snapshot of every endpoint of the services this runtime serves.
+    /// A snapshot of every endpoint of the services this runtime serves, in the topology's
+    /// order (by service, then subject).
+    ///
+    /// ```no_run
+    /// # async fn f(runtime: nats_topology::Runtime) {
+    /// let health = runtime.health();
+    /// let answered: u64 = health.endpoints().iter().map(|e| e.requests).sum();
+    /// # let _ = answered; }
+    /// ```
     pub fn endpoints(&self) -> Vec<EndpointStatus> {
         self.endpoints
             .iter()
@@ -224,7 +232,8 @@ impl Health {
             .collect()
     }
 
-    /// A snapshot of every core subscription this runtime serves.
+    /// A snapshot of every core subscription this runtime serves, in the topology's order (by
+    /// subject).
     pub fn subscriptions(&self) -> Vec<SubscriptionStatus> {
         self.subscriptions
             .iter()

@@ -10,6 +10,18 @@ use std::time::Duration;
 use super::Shared;
 
 /// What an endpoint or a core subscription is doing.
+///
+/// ```
+/// use std::time::Duration;
+/// use topology_runtime::ServingState;
+///
+/// let stalled = ServingState::Stalled {
+///     silent_for: Duration::from_secs(6),
+///     cause: "no answer to the probe".to_owned(),
+/// };
+/// assert_eq!(stalled.to_string(), "stalled (no answer for 6.0s): no answer to the probe");
+/// assert_eq!(ServingState::Running.to_string(), "running");
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ServingState {
     /// Not started yet.
@@ -66,7 +78,20 @@ impl fmt::Display for ServingState {
     }
 }
 
-/// One endpoint's health, as a snapshot.
+/// One endpoint's health, as a snapshot ([`Health::endpoints`](super::Health::endpoints)).
+///
+/// ```no_run
+/// # async fn f(runtime: nats_topology::Runtime) {
+/// use topology_runtime::ServingState;
+///
+/// for endpoint in runtime.health().endpoints() {
+///     if endpoint.state != ServingState::Running {
+///         // endpoint members/get on members.get (queue group q, app::get_member): stalled ...
+///         eprintln!("{endpoint}");
+///     }
+/// }
+/// # }
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EndpointStatus {
     /// The service.
@@ -104,7 +129,14 @@ impl fmt::Display for EndpointStatus {
     }
 }
 
-/// One core subscription's health, as a snapshot.
+/// One core subscription's health, as a snapshot
+/// ([`Health::subscriptions`](super::Health::subscriptions)).
+///
+/// ```no_run
+/// # async fn f(runtime: nats_topology::Runtime) {
+/// let failed: u64 = runtime.health().subscriptions().iter().map(|s| s.failed).sum();
+/// # let _ = failed; }
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SubscriptionStatus {
     /// The subject.
@@ -260,5 +292,44 @@ impl ServeSlot {
             handled: self.done.load(Ordering::Relaxed).saturating_sub(failed),
             failed,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn slot() -> ServeSlot {
+        let shared = Arc::new(Shared::new(Vec::<String>::new()));
+        let served = Served::Subscription { queue_group: None };
+        ServeSlot::new(served, "cache.invalidate", "app::invalidate", shared)
+    }
+
+    #[test]
+    fn the_probe_does_not_undo_a_drain() {
+        let slot = slot();
+        slot.transition_live(ServingState::Running);
+        assert_eq!(slot.state(), ServingState::Running);
+        slot.transition(ServingState::Draining);
+        slot.transition_live(ServingState::Running);
+        assert_eq!(slot.state(), ServingState::Draining);
+        slot.transition(ServingState::Stopped { error: None });
+        slot.transition_live(ServingState::Disconnected);
+        assert_eq!(slot.state(), ServingState::Stopped { error: None });
+    }
+
+    #[test]
+    fn a_subscription_counts_handled_and_failed_apart() {
+        let slot = slot();
+        slot.count(false);
+        slot.count(true);
+        slot.count(false);
+        let status = slot.subscription_status().expect("a subscription");
+        assert_eq!((status.handled, status.failed), (2, 1));
+        assert!(slot.endpoint_status().is_none());
+        assert_eq!(
+            status.to_string(),
+            "subscription cache.invalidate (each instance, app::invalidate): starting; handled 2, failed 1"
+        );
     }
 }
