@@ -1,14 +1,16 @@
 //! Health endpoints over HTTP (feature `http`, axum): `/livez`, `/readyz` and, when a
 //! Prometheus render function is given, `/metrics`.
 //!
-//! - `GET /livez`: 200 while the runtime's supervisors are alive: no consumer is `stopped`
+//! - `GET /livez`: 200 while the runtime's supervisors are alive: no consumer (endpoint, core
+//!   subscription) is `stopped`
 //!   (a supervisor ends only after a failure no retry fixes, a panic awaiting its restart, or
 //!   the end of a drain). Starting, provisioning, retrying and draining consumers are alive:
 //!   a broker that is down is a readiness problem, and restarting the process would not fix it.
 //!   503 otherwise.
-//! - `GET /readyz`: 200 when [`Health::ready`] (every consumer runs and every stream no
-//!   consumer reads is there), 503 otherwise; both with a JSON body listing every consumer's
-//!   state and counters (see [`readiness`]).
+//! - `GET /readyz`: 200 when [`Health::ready`] (every consumer, endpoint and core
+//!   subscription runs, and every stream no consumer reads is there), 503 otherwise; both with
+//!   a JSON body listing every consumer's, endpoint's and subscription's state and counters
+//!   (see [`readiness`]).
 //! - `GET /metrics`: the text a render function returns (for example
 //!   `metrics_exporter_prometheus::PrometheusHandle::render`), as
 //!   `text/plain; version=0.0.4`.

@@ -826,3 +826,45 @@ async fn a_request_span_continues_the_callers_trace() {
     );
     running.stop().await.expect("clean drain");
 }
+
+/// A drain whose grace period runs out answers what is left with a 503 (the handler still
+/// running and the requests still buffered), so that no caller waits out its own timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drain_out_of_time_answers_what_is_left_with_503() {
+    let fx = Fixture::start().await;
+    let builder = fixture::fast(fx.builder().await)
+        .grace_period(Duration::from_millis(300))
+        .topology(stuck(Arc::new(|_: &str| {})));
+    let running = Running::start(builder).await;
+    let caller = fx.connect().await;
+    let requests: Vec<_> = (0..3)
+        .map(|i| {
+            let caller = caller.clone();
+            tokio::spawn(async move {
+                caller
+                    .send_request(
+                        "members.get",
+                        async_nats::Request::new()
+                            .payload(i.to_string().into())
+                            .timeout(Some(Duration::from_secs(10))),
+                    )
+                    .await
+            })
+        })
+        .collect();
+    // Sent before the PING: they reached the replica before its answer did.
+    caller
+        .request("$SRV.PING.members", "".into())
+        .await
+        .expect("PING answered");
+    let health = running.health.clone();
+    running.stop().await.expect("clean drain");
+    for request in requests {
+        let reply = request.await.unwrap().expect("answered");
+        let (code, description) = error_of(&reply).expect("an error");
+        assert_eq!(code, 503);
+        assert!(description.contains("grace period"), "{description}");
+    }
+    let status = &health.endpoints()[0];
+    assert_eq!((status.requests, status.errors), (3, 3));
+}

@@ -51,11 +51,14 @@ pub(in crate::run) async fn serve_service(
     let mut backoff = policy.backoff_until(None);
     loop {
         set(ServingState::Subscribing);
-        let started = tokio::select! {
-            started = start(&inner, &decl, &members) => started,
-            _ = cancel.cancelled() => break,
-        };
+        // Not cancelled midway: subscribing only queues commands on the client, and a
+        // started micro instance must be stopped (dropping it leaves its `$SRV` task running).
+        let started = start(&inner, &decl, &members).await;
         let failure = match started {
+            Ok((service, _)) if cancel.is_cancelled() => {
+                let _ = service.stop().await;
+                break;
+            }
             Ok((service, endpoints)) => {
                 let began = Instant::now();
                 match run(&inner, &decl, service, endpoints, &slots, &cancel).await {
