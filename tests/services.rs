@@ -19,8 +19,9 @@ use async_nats::service::{PingResponse, Stats};
 use async_nats::{Client, HeaderMap, Message};
 use fixture::{Fixture, Running};
 use futures::StreamExt;
+use nats_topology::__private::StateKey;
 use nats_topology::model::{EndpointDecl, ServiceDecl, SubscriptionDecl};
-use nats_topology::{HandlerError, Runtime, RuntimeBuilder, ServiceError, Topology};
+use nats_topology::{HandlerError, Runtime, ServiceError, Topology};
 use nats_topology_testkit::{Link, eventually};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::sync::Semaphore;
@@ -695,43 +696,69 @@ async fn a_replica_killed_mid_request_leaves_the_retry_to_the_survivor() {
     survivor.stop().await.expect("clean drain");
 }
 
-/// What a builder needs to serve: a handler's `State<T>` is checked at `build` for endpoints
-/// and subscriptions as for consumers, and a declaration built by hand is checked against the
-/// protocol's rules there.
+/// Application state an endpoint's or a subscription's handler takes.
+struct Directory;
+
+static FIND: EndpointDecl =
+    EndpointDecl::new("tests::find_member", &MEMBERS, "find", "members.find");
+static FIND_STATES: [StateKey; 1] = [StateKey::of::<Directory>()];
+static EVICT: SubscriptionDecl = SubscriptionDecl::each_instance("tests::evict", "cache.evict");
+
+fn find_member(_: nats_topology::Request) -> nats_topology::__private::ReplyFuture {
+    Box::pin(async { Ok(Default::default()) })
+}
+
+fn evict(_: nats_topology::Request) -> nats_topology::HandlerFuture {
+    Box::pin(async { Ok(()) })
+}
+
+// As `#[endpoint]` and `#[subscription]` register handlers that take `State<Directory>`.
+nats_topology::__private::inventory::submit! {
+    nats_topology::__private::EndpointRegistration {
+        decl: &FIND,
+        handler: find_member,
+        states: &FIND_STATES,
+    }
+}
+nats_topology::__private::inventory::submit! {
+    nats_topology::__private::SubscriptionRegistration {
+        decl: &EVICT,
+        handler: evict,
+        states: &FIND_STATES,
+    }
+}
+
+/// A handler's `State<T>` is checked at `build` for endpoints and subscriptions as for
+/// consumers: each problem names the handler and the type; given the state, it builds.
 #[tokio::test]
-async fn build_names_the_endpoint_and_the_rule_it_breaks() {
+async fn build_names_the_handlers_whose_state_is_missing() {
     let fx = Fixture::start().await;
-    static BAD: ServiceDecl = ServiceDecl::new("members!", "1.0");
-    let topology = Topology::new()
-        .endpoint(
-            EndpointDecl::new("tests::bad", &BAD, "get", "members.get"),
-            |_| Box::pin(async { Ok(Default::default()) }),
-        )
-        .subscription(
-            SubscriptionDecl::group("tests::inbox", "_INBOX.x", "q"),
-            |_| Box::pin(async { Ok(()) }),
-        );
-    let builder: RuntimeBuilder = fx.builder().await.topology(topology);
-    let problems = match builder.build() {
-        Ok(_) => panic!("an invalid topology builds"),
+    let problems = match fx.builder().await.build() {
+        Ok(_) => panic!("a runtime without the state its handlers take builds"),
         Err(e) => e.problems,
     };
     let text: Vec<String> = problems
         .iter()
         .map(|p| format!("{}: {}", p.location, p.message))
         .collect();
+    let directory = std::any::type_name::<Directory>();
     assert!(
-        text.iter()
-            .any(|p| p.starts_with("service `members!` 1.0:")),
+        text.iter().any(|p| p.starts_with(
+            "endpoint `find` of service `members` on `members.find` (handler `tests::find_member`)"
+        ) && p.contains(&format!("`State<{directory}>`"))),
         "{text:#?}"
     );
     assert!(
-        text.iter().any(
-            |p| p.starts_with("subscription to `_INBOX.x` (handler `tests::inbox`)")
-                && p.contains("`_INBOX.`")
-        ),
+        text.iter().any(|p| p
+            .starts_with("subscription to `cache.evict` (handler `tests::evict`)")
+            && p.contains(&format!("`State<{directory}>`"))),
         "{text:#?}"
     );
+    fx.builder()
+        .await
+        .state(Directory)
+        .build()
+        .expect("given the state, it builds");
 }
 
 /// A connection lost (the server killed) makes the endpoint `disconnected` and the runtime not

@@ -17,9 +17,7 @@ use crate::retry::RetryPolicy;
 use crate::state::StateMap;
 use crate::validate::{self, Problem, ValidationError};
 use topology_core::model::{AckMode, ConsumerKind};
-use topology_core::service::{
-    EndpointDecl, SubscriptionDecl, check_endpoint, check_service, check_subscription,
-};
+use topology_core::service::{EndpointDecl, SubscriptionDecl};
 
 pub(crate) use timings::Settings;
 
@@ -254,7 +252,6 @@ impl RuntimeBuilder {
             problems.extend(invalid.problems);
         }
         problems.extend(missing_state(&topology, &self.state));
-        problems.extend(serving_problems(&topology));
         if !problems.is_empty() {
             return Err(ValidationError { problems });
         }
@@ -396,36 +393,4 @@ fn subscription_at(decl: &SubscriptionDecl) -> String {
         "subscription to `{}` (handler `{}`)",
         decl.subject, decl.handler
     )
-}
-
-/// The rules of each service, endpoint and core subscription declaration on its own (what
-/// the macros check at compile time; declarations built by hand are checked here).
-/// Cross-declaration checks (duplicates, overlaps) are validation's.
-fn serving_problems(topology: &Topology) -> Vec<Problem> {
-    let mut problems = Vec::new();
-    for service in topology.services() {
-        if let Err(e) = check_service(service) {
-            problems.push(Problem {
-                location: format!("service `{}` {}", service.name, service.version),
-                message: e.message().to_owned(),
-            });
-        }
-    }
-    for endpoint in topology.endpoints() {
-        if let Err(e) = check_endpoint(&endpoint.decl) {
-            problems.push(Problem {
-                location: endpoint_at(&endpoint.decl),
-                message: e.message().to_owned(),
-            });
-        }
-    }
-    for subscription in topology.subscriptions() {
-        if let Err(e) = check_subscription(&subscription.decl) {
-            problems.push(Problem {
-                location: subscription_at(&subscription.decl),
-                message: e.message().to_owned(),
-            });
-        }
-    }
-    problems
 }
