@@ -79,12 +79,12 @@ pub(super) async fn answer(
         unanswered,
     };
     let outcome = run(shared, ours).instrument(span.clone()).await;
-    let request = pending.request.take();
     let error = outcome.as_ref().err().map(ServiceError::code);
-    if let Some(request) = request {
-        let _entered = span.enter();
-        respond(&request, outcome).await;
+    // Held until sent: a publish dropped midway sends nothing, and the drain answers it.
+    if let Some(request) = pending.request.as_ref() {
+        respond(request, outcome).instrument(span).await;
     }
+    pending.request = None;
     Answered {
         error,
         took: started.elapsed(),
