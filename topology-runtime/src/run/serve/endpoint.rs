@@ -1,11 +1,13 @@
 //! One endpoint's dispatch: at most its concurrency of handlers at once, run in this task (a
-//! `FuturesUnordered`, no task per request), each request answered once. On stop it
+//! `FuturesUnordered`, no task per request; a handler that answers without waiting never
+//! enters it), each request answered once. On stop it
 //! unsubscribes (the other instances of the queue group take the new requests), answers every
 //! request it received (running and buffered) within the grace period, and answers what is
 //! left then with a 503.
 
 use std::pin::pin;
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::Duration;
 
 use async_nats::service::endpoint::Endpoint;
@@ -63,13 +65,17 @@ impl EndpointTask {
         while open || !in_flight.is_empty() {
             tokio::select! {
                 biased;
-                Some(done) = in_flight.next() => {
-                    let done: Answered = done;
-                    slot.count(done.error.is_some());
-                    metrics.answered(done.error, done.took);
-                }
+                Some(done) = in_flight.next() => account(&slot, &mut metrics, done),
                 next = endpoint.next(), if open && in_flight.len() < concurrency => match next {
-                    Some(request) => in_flight.push(answer(request, &shared, &unanswered)),
+                    Some(request) => {
+                        // Polled once at once: a handler that answers without waiting is done
+                        // here, without a trip through the set (as a plain loop would be).
+                        let mut answering = Box::pin(answer(request, &shared, &unanswered));
+                        match futures::poll!(answering.as_mut()) {
+                            Poll::Ready(done) => account(&slot, &mut metrics, done),
+                            Poll::Pending => in_flight.push(answering),
+                        }
+                    }
                     // Unsubscribed (a drain), or the client closed.
                     None => open = false,
                 },
@@ -131,4 +137,10 @@ impl EndpointTask {
             EndpointExit::Closed
         }
     }
+}
+
+/// Counts an answered request in health and the metrics.
+fn account(slot: &ServeSlot, metrics: &mut EndpointMetrics, done: Answered) {
+    slot.count(done.error.is_some());
+    metrics.answered(done.error, done.took);
 }
