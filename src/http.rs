@@ -1,14 +1,16 @@
 //! Health endpoints over HTTP (feature `http`, axum): `/livez`, `/readyz` and, when a
 //! Prometheus render function is given, `/metrics`.
 //!
-//! - `GET /livez`: 200 while the runtime's supervisors are alive: no consumer is `stopped`
+//! - `GET /livez`: 200 while the runtime's supervisors are alive: no consumer (endpoint, core
+//!   subscription) is `stopped`
 //!   (a supervisor ends only after a failure no retry fixes, a panic awaiting its restart, or
 //!   the end of a drain). Starting, provisioning, retrying and draining consumers are alive:
 //!   a broker that is down is a readiness problem, and restarting the process would not fix it.
 //!   503 otherwise.
-//! - `GET /readyz`: 200 when [`Health::ready`] (every consumer runs and every stream no
-//!   consumer reads is there), 503 otherwise; both with a JSON body listing every consumer's
-//!   state and counters (see [`readiness`]).
+//! - `GET /readyz`: 200 when [`Health::ready`] (every consumer, endpoint and core
+//!   subscription runs, and every stream no consumer reads is there), 503 otherwise; both with
+//!   a JSON body listing every consumer's, endpoint's and subscription's state and counters
+//!   (see [`readiness`]).
 //! - `GET /metrics`: the text a render function returns (for example
 //!   `metrics_exporter_prometheus::PrometheusHandle::render`), as
 //!   `text/plain; version=0.0.4`.
@@ -49,6 +51,7 @@ use axum::routing::get;
 use serde_json::{Value, json};
 
 use crate::{ConsumerState, Health, Runtime};
+use topology_runtime::ServingState;
 
 /// A function that renders the metrics in Prometheus's text format.
 pub type RenderMetrics = Arc<dyn Fn() -> String + Send + Sync>;
@@ -198,12 +201,45 @@ impl RuntimeHttp for Runtime {
     }
 }
 
-/// Whether every supervisor is alive: no consumer is stopped.
+/// Whether every supervisor is alive: no consumer, endpoint or core subscription is stopped.
 pub fn live(health: &Health) -> bool {
     health
         .consumers()
         .iter()
         .all(|c| !matches!(c.state, ConsumerState::Stopped { .. }))
+        && health
+            .endpoints()
+            .iter()
+            .map(|e| &e.state)
+            .chain(health.subscriptions().iter().map(|s| &s.state))
+            .all(|state| !matches!(state, ServingState::Stopped { .. }))
+}
+
+/// A served endpoint's or subscription's state as JSON fields: `state`, and `error`,
+/// `attempt` and `silent_for_ms` when they apply.
+fn serving_state(state: &ServingState, value: &mut Value) {
+    let (name, error, attempt) = match state {
+        ServingState::Starting => ("starting", None, None),
+        ServingState::Subscribing => ("subscribing", None, None),
+        ServingState::Running => ("running", None, None),
+        ServingState::Stalled { cause, .. } => ("stalled", Some(cause.clone()), None),
+        ServingState::Disconnected => ("disconnected", None, None),
+        ServingState::Retrying { attempt, error } => {
+            ("retrying", Some(error.clone()), Some(*attempt))
+        }
+        ServingState::Draining => ("draining", None, None),
+        ServingState::Stopped { error } => ("stopped", error.clone(), None),
+    };
+    value["state"] = json!(name);
+    if let Some(error) = error {
+        value["error"] = json!(error);
+    }
+    if let Some(attempt) = attempt {
+        value["attempt"] = json!(attempt);
+    }
+    if let ServingState::Stalled { silent_for, .. } = state {
+        value["silent_for_ms"] = json!(silent_for.as_millis() as u64);
+    }
 }
 
 /// The JSON body of `/readyz` (and `/livez`):
@@ -214,6 +250,12 @@ pub fn live(health: &Health) -> bool {
 ///                 "kind": "queue", "state": "retrying", "error": "...", "attempt": 3,
 ///                 "handled": 10, "failed": 0, "retried": 0, "dead_lettered": 0, "ack_floor": 10,
 ///                 "restarts": 0}],
+///  "endpoints": [{"service": "members", "endpoint": "get", "subject": "members.get",
+///                 "queue_group": "q", "handler": "members::get", "state": "running",
+///                 "requests": 12, "errors": 1}],
+///  "subscriptions": [{"subject": "cache.invalidate", "queue_group": null,
+///                     "handler": "cache::invalidate", "state": "stalled", "error": "...",
+///                     "silent_for_ms": 1200, "handled": 3, "failed": 0}],
 ///  "streams": [{"stream": "AUDIT", "ensured": true}],
 ///  "bind_only": false,
 ///  "denials": [{"action": "publish", "subject": "$JS.API.CONSUMER.MSG.NEXT.ORDERS.billing",
@@ -224,8 +266,9 @@ pub fn live(health: &Health) -> bool {
 ///                "error": null, "action": null, "moves": 0}}
 /// ```
 ///
-/// `state` is one of `starting`, `provisioning`, `running`, `stalled`, `retrying`, `draining`,
-/// `stopped`; `error` (and `attempt` when retrying, `silent_for_ms` when stalled: how long
+/// A consumer's `state` is one of `starting`, `provisioning`, `running`, `stalled`,
+/// `retrying`, `draining`, `stopped`; an endpoint's or subscription's one of `starting`,
+/// `subscribing`, `running`, `stalled`, `disconnected`, `retrying`, `draining`, `stopped`; `error` (and `attempt` when retrying, `silent_for_ms` when stalled: how long
 /// nothing has come from the server) say why a consumer is not running; `denied` (on a
 /// consumer) and `denials` name a permission the server refused that a declaration needs.
 pub fn readiness(health: &Health) -> Value {
@@ -290,12 +333,46 @@ pub fn readiness(health: &Health) -> Value {
             })
         })
         .collect();
+    let endpoints: Vec<Value> = health
+        .endpoints()
+        .into_iter()
+        .map(|e| {
+            let mut value = json!({
+                "service": e.service,
+                "endpoint": e.endpoint,
+                "subject": e.subject,
+                "queue_group": e.queue_group,
+                "handler": e.handler,
+                "requests": e.requests,
+                "errors": e.errors,
+            });
+            serving_state(&e.state, &mut value);
+            value
+        })
+        .collect();
+    let subscriptions: Vec<Value> = health
+        .subscriptions()
+        .into_iter()
+        .map(|s| {
+            let mut value = json!({
+                "subject": s.subject,
+                "queue_group": s.queue_group,
+                "handler": s.handler,
+                "handled": s.handled,
+                "failed": s.failed,
+            });
+            serving_state(&s.state, &mut value);
+            value
+        })
+        .collect();
     let jetstream = health.jetstream();
     json!({
         "ready": health.ready(),
         "live": live(health),
         "bind_only": health.bind_only(),
         "consumers": consumers,
+        "endpoints": endpoints,
+        "subscriptions": subscriptions,
         "streams": streams,
         "denials": denials,
         "jetstream": {

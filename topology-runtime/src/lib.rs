@@ -27,8 +27,8 @@ pub mod validate;
 pub use connect::{connect, connect_from_env, connect_options, connect_with};
 pub use handler::{Context, HandlerError, Incoming, Publish};
 pub use health::{
-    ConsumerState, ConsumerStatus, Health, JetStreamStatus, NotReady, PermissionDenial,
-    StreamStatus,
+    ConsumerState, ConsumerStatus, EndpointStatus, Health, JetStreamStatus, NotReady,
+    PermissionDenial, ServingState, StreamStatus, SubscriptionStatus,
 };
 pub use provision::{OlderDeclaration, ProvisionError, ProvisionErrorKind};
 pub use registry::Topology;

@@ -4,11 +4,14 @@
 //! - `slot`: one consumer's live state, as its supervisor and handlers change it;
 //! - `reach`: whether JetStream answers through the connection's server;
 //! - `older`: declarations older than the version stamped on the server (provisioning
-//!   records them).
+//!   records them);
+//! - `serving`: each endpoint's and core subscription's state ([`ServingState`]) and
+//!   counters.
 
 mod denied;
 mod older;
 mod reach;
+mod serving;
 mod slot;
 mod state;
 
@@ -24,6 +27,8 @@ pub use denied::PermissionDenial;
 pub use older::OlderDeclaration;
 pub(crate) use older::OlderDeclarations;
 pub use reach::JetStreamStatus;
+pub use serving::{EndpointStatus, ServingState, SubscriptionStatus};
+pub(crate) use serving::{ServeSlot, Served};
 pub(crate) use slot::Slot;
 pub use state::{ConsumerState, ConsumerStatus};
 
@@ -142,18 +147,28 @@ pub struct NotReady {
 #[derive(Clone)]
 pub struct Health {
     pub(crate) slots: Arc<[Arc<Slot>]>,
+    /// One per endpoint, in the topology's order.
+    pub(crate) endpoints: Arc<[Arc<ServeSlot>]>,
+    /// One per core subscription, in the topology's order.
+    pub(crate) subscriptions: Arc<[Arc<ServeSlot>]>,
     pub(crate) shared: Arc<Shared>,
 }
 
 impl Health {
-    /// True only while every consumer runs (queue consumers and broadcast relays) and every
-    /// stream no consumer reads is there; a service with neither is ready once started.
+    /// True only while every consumer runs (queue consumers and broadcast relays), every
+    /// endpoint and core subscription runs, and every stream no consumer reads is there; a
+    /// service with none of them is ready once started.
     ///
     /// A consumer runs once the server delivers to this instance: a pull consumer's first
     /// pull request reached the consumer (on a cluster, a consumer another instance has just
     /// created may refuse it for a few milliseconds, until its leader is known), a push
     /// consumer's subscription is in place. From then on the server
     /// hands this instance its share of the consumer's messages.
+    ///
+    /// An endpoint or subscription runs once a round trip through the server after
+    /// subscribing (a request to this instance's own `$SRV.PING.<service>.<id>`, or to a
+    /// probe subject of its own) proved the subscription there; a probe every heartbeat keeps
+    /// proving it, so a stalled link or a lost connection makes it not ready.
     pub fn ready(&self) -> bool {
         self.shared.started()
             && self.shared.denials.all().is_empty()
@@ -161,6 +176,11 @@ impl Health {
                 .slots
                 .iter()
                 .all(|s| s.state() == ConsumerState::Running)
+            && self
+                .endpoints
+                .iter()
+                .chain(self.subscriptions.iter())
+                .all(|s| s.state() == ServingState::Running)
             && self
                 .shared
                 .streams
@@ -194,6 +214,36 @@ impl Health {
     /// A snapshot of every consumer.
     pub fn consumers(&self) -> Vec<ConsumerStatus> {
         self.slots.iter().map(|s| s.status()).collect()
+    }
+
+    /// A snapshot of every endpoint of the services this runtime serves, in the topology's
+    /// order (by service, then subject).
+    ///
+    /// ```no_run
+    /// # async fn f(runtime: nats_topology::Runtime) {
+    /// let health = runtime.health();
+    /// let answered: u64 = health.endpoints().iter().map(|e| e.requests).sum();
+    /// # let _ = answered; }
+    /// ```
+    pub fn endpoints(&self) -> Vec<EndpointStatus> {
+        self.endpoints
+            .iter()
+            .filter_map(|s| s.endpoint_status())
+            .collect()
+    }
+
+    /// A snapshot of every core subscription this runtime serves, in the topology's order (by
+    /// subject).
+    pub fn subscriptions(&self) -> Vec<SubscriptionStatus> {
+        self.subscriptions
+            .iter()
+            .filter_map(|s| s.subscription_status())
+            .collect()
+    }
+
+    /// Every endpoint's and subscription's slot.
+    pub(crate) fn serve_slots(&self) -> impl Iterator<Item = &Arc<ServeSlot>> {
+        self.endpoints.iter().chain(self.subscriptions.iter())
     }
 
     /// The streams and queue consumers whose declaration here is older than the version
@@ -256,6 +306,12 @@ impl fmt::Display for Health {
         for status in self.consumers() {
             writeln!(f, "  {status}")?;
         }
+        for status in self.endpoints() {
+            writeln!(f, "  {status}")?;
+        }
+        for status in self.subscriptions() {
+            writeln!(f, "  {status}")?;
+        }
         for status in self.streams() {
             let state = if status.ensured {
                 "ensured"
@@ -287,6 +343,8 @@ impl fmt::Debug for Health {
         f.debug_struct("Health")
             .field("ready", &self.ready())
             .field("consumers", &self.consumers())
+            .field("endpoints", &self.endpoints())
+            .field("subscriptions", &self.subscriptions())
             .field("streams", &self.streams())
             .field("jetstream", &self.jetstream())
             .field("denials", &self.denials())

@@ -1,5 +1,6 @@
 //! The runtime: builds from a validated topology, provisions, runs one supervised task per
-//! consumer, dispatches messages to handlers, and drains on shutdown.
+//! consumer and per service and core subscription, dispatches messages and requests to
+//! handlers, and drains on shutdown.
 //!
 //! - [`Runtime`] (here): the public handle and its lifecycle (run, drain).
 //! - `builder`: [`RuntimeBuilder`] and the runtime's timings.
@@ -14,6 +15,7 @@
 //! - `reach`: whether JetStream answers through the connection; moving to another server.
 //! - `dispatch`: one message from fetched to settled.
 //! - `ack`: how acks are sent: fire-and-forget, or confirmed before the delivery's deadline.
+//! - `serve`: the declared services (NATS micro protocol endpoints) and core subscriptions.
 
 mod ack;
 mod builder;
@@ -29,6 +31,7 @@ mod pump;
 mod reach;
 mod relay;
 mod resume;
+mod serve;
 mod signals;
 mod streams;
 mod supervise;
@@ -157,10 +160,13 @@ impl Runtime {
         report::inspect_with(ensurer.provisioner(), ensurer.topology()).await
     }
 
-    /// Provisions and runs every consumer until `shutdown` completes, then drains: stops
-    /// fetching, lets in-flight handlers finish (within the grace period), flushes acks,
-    /// deletes relays (waiting at most [`CLEANUP_WAIT`] for each of those two, so that a drain
-    /// ends even when the broker is gone).
+    /// Provisions and runs every consumer, and serves every service and core subscription,
+    /// until `shutdown` completes, then drains: stops fetching, lets in-flight handlers finish
+    /// (within the grace period), flushes acks, deletes relays (waiting at most
+    /// [`CLEANUP_WAIT`] for each of those two, so that a drain ends even when the broker is
+    /// gone). Endpoints unsubscribe (the other instances of their queue group take the new
+    /// requests) and answer every request they received, in flight or buffered; what the grace
+    /// period leaves unanswered is answered with a 503.
     ///
     /// Transient failures (broker down, timeouts, a deleted consumer) are retried forever, and
     /// a supervisor that panics is reported in [`Health`] and restarted with backoff. Returns

@@ -1,5 +1,5 @@
-//! The supervised tasks of a running runtime: one per consumer and one per stream no consumer
-//! reads. A task that panics is reported in health and restarted with backoff; shutdown
+//! The supervised tasks of a running runtime: one per consumer, per stream no consumer
+//! reads, per service and per core subscription. A task that panics is reported in health and restarted with backoff; shutdown
 //! drains them; a run that is dropped drains them in the background.
 
 use std::collections::HashMap;
@@ -14,9 +14,10 @@ use super::Inner;
 use super::denied::watch_denials;
 use super::dispatch::panic_message;
 use super::reach::watch_reach;
+use super::serve::{serve_service, serve_subscription};
 use super::streams::supervise_stream;
 use super::supervise::supervise;
-use crate::health::ConsumerState;
+use crate::health::{ConsumerState, ServingState};
 use crate::provision::ProvisionError;
 use crate::retry::Backoff;
 
@@ -27,6 +28,10 @@ enum Kind {
     Consumer(usize),
     /// The stream no consumer reads at this index of `Ensurer::unread_streams`.
     Stream(usize),
+    /// The service at this index of the topology (its endpoints).
+    Service(usize),
+    /// The core subscription at this index of the topology.
+    Subscription(usize),
     /// The reach watch (whether JetStream answers through the connection).
     Reach,
     /// The denial watch (permission violations the server reports).
@@ -48,7 +53,8 @@ pub(super) struct Tasks {
 }
 
 impl Tasks {
-    /// Starts a task per consumer and per stream no consumer reads.
+    /// Starts a task per consumer, per stream no consumer reads, per service and per core
+    /// subscription.
     pub(super) fn start(inner: Arc<Inner>, fatal: mpsc::UnboundedSender<ProvisionError>) -> Self {
         let mut tasks = Tasks {
             inner,
@@ -64,6 +70,12 @@ impl Tasks {
         }
         for index in 0..tasks.inner.ensurer.unread_streams().len() {
             tasks.spawn(Kind::Stream(index), None);
+        }
+        for index in 0..tasks.inner.ensurer.topology().services().len() {
+            tasks.spawn(Kind::Service(index), None);
+        }
+        for index in 0..tasks.inner.ensurer.topology().subscriptions().len() {
+            tasks.spawn(Kind::Subscription(index), None);
         }
         tasks.spawn(Kind::Reach, None);
         tasks.spawn(Kind::Denials, None);
@@ -95,6 +107,8 @@ impl Tasks {
                     let stream = inner.ensurer.unread_streams()[index];
                     supervise_stream(inner, stream, cancel, fatal).await
                 }
+                Kind::Service(index) => serve_service(inner, index, cancel).await,
+                Kind::Subscription(index) => serve_subscription(inner, index, cancel).await,
                 Kind::Reach => watch_reach(inner, cancel).await,
                 Kind::Denials => watch_denials(inner, cancel).await,
             }
@@ -161,6 +175,31 @@ impl Tasks {
                     .set_stream_ensured(stream.name, false);
                 tracing::error!(stream = stream.name, "{why}; restarting it in {delay:?}");
             }
+            Kind::Service(index) => {
+                let service = self.inner.ensurer.topology().services()[index];
+                let error = format!("{why}; restarting it in {delay:?} (restart {attempt})");
+                for (endpoint, slot) in self
+                    .inner
+                    .ensurer
+                    .topology()
+                    .endpoints()
+                    .iter()
+                    .zip(self.inner.health.endpoints.iter())
+                {
+                    if *endpoint.decl.service == service {
+                        slot.transition(ServingState::Stopped {
+                            error: Some(error.clone()),
+                        });
+                    }
+                }
+            }
+            Kind::Subscription(index) => {
+                self.inner.health.subscriptions[index].transition(ServingState::Stopped {
+                    error: Some(format!(
+                        "{why}; restarting it in {delay:?} (restart {attempt})"
+                    )),
+                });
+            }
             Kind::Reach => tracing::error!("the reach watch: {why}; restarting it in {delay:?}"),
             Kind::Denials => {
                 tracing::error!("the denial watch: {why}; restarting it in {delay:?}")
@@ -195,6 +234,15 @@ impl Tasks {
                 });
             }
         }
+        for slot in self.inner.health.serve_slots() {
+            if !matches!(slot.state(), ServingState::Stopped { .. }) {
+                slot.transition(ServingState::Stopped {
+                    error: Some(
+                        "stopped before its handlers finished (forced shutdown)".to_owned(),
+                    ),
+                });
+            }
+        }
     }
 }
 
@@ -211,6 +259,11 @@ impl Drop for Tasks {
                 slot.transition(ConsumerState::Draining);
             }
         }
+        for slot in self.inner.health.serve_slots() {
+            if !matches!(slot.state(), ServingState::Stopped { .. }) {
+                slot.transition(ServingState::Draining);
+            }
+        }
         let mut set = std::mem::take(&mut self.set);
         match tokio::runtime::Handle::try_current() {
             Ok(handle) => {
@@ -221,6 +274,11 @@ impl Drop for Tasks {
                 set.abort_all();
                 for slot in self.inner.health.slots.iter() {
                     slot.transition(ConsumerState::Stopped {
+                        error: Some("the runtime's run future was dropped".to_owned()),
+                    });
+                }
+                for slot in self.inner.health.serve_slots() {
+                    slot.transition(ServingState::Stopped {
                         error: Some("the runtime's run future was dropped".to_owned()),
                     });
                 }

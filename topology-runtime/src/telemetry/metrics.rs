@@ -10,8 +10,9 @@ use metrics::{Counter, Gauge, Histogram, Unit};
 use topology_core::model::{ConsumerDecl, ConsumerKind};
 
 /// The metric names, as the recorder sees them (Prometheus conventions: `snake_case`, a
-/// `nats_topology_` prefix, the unit as a suffix, `_total` on counters). Every metric has
-/// the labels `stream` and `consumer`; see `docs/METRICS.md`.
+/// `nats_topology_` prefix, the unit as a suffix, `_total` on counters). A consumer's metrics
+/// have the labels `stream` and `consumer`; an endpoint's `service` and `endpoint`; a core
+/// subscription's `subject`; see `docs/METRICS.md`.
 pub mod names {
     /// Counter: messages whose handler returned `Ok` and that were acknowledged.
     pub const HANDLED: &str = "nats_topology_messages_handled_total";
@@ -46,6 +47,20 @@ pub mod names {
     pub const PENDING: &str = "nats_topology_consumer_pending_messages";
     /// Gauge: messages delivered and not yet acknowledged, as the server reports it.
     pub const ACK_PENDING: &str = "nats_topology_consumer_ack_pending_messages";
+    /// Counter: requests an endpoint answered (errors included); labels `service`, `endpoint`.
+    pub const REQUESTS: &str = "nats_topology_requests_total";
+    /// Counter: requests answered with an error; labels `service`, `endpoint` and `code` (the
+    /// `Nats-Service-Error-Code` sent: the handler's, 400 for a request that did not decode,
+    /// 500 for a panic, 503 for a drain that ran out of time, 504 for a timeout).
+    pub const REQUEST_ERRORS: &str = "nats_topology_request_errors_total";
+    /// Histogram: from a request's arrival to its answer, in seconds; labels `service`,
+    /// `endpoint`.
+    pub const REQUEST_DURATION: &str = "nats_topology_request_duration_seconds";
+    /// Counter: core subscription messages whose handler returned `Ok`; label `subject`.
+    pub const SUBSCRIPTION_HANDLED: &str = "nats_topology_subscription_messages_handled_total";
+    /// Counter: core subscription messages whose handler failed (an error, a panic, a payload
+    /// that did not decode); label `subject`.
+    pub const SUBSCRIPTION_FAILED: &str = "nats_topology_subscription_messages_failed_total";
 }
 
 /// Describes every metric (help text and unit) to the installed recorder.
@@ -109,6 +124,31 @@ pub fn describe() {
         ACK_PENDING,
         Unit::Count,
         "Messages delivered and not yet acknowledged, read from the server."
+    );
+    metrics::describe_counter!(
+        REQUESTS,
+        Unit::Count,
+        "Requests an endpoint answered, errors included."
+    );
+    metrics::describe_counter!(
+        REQUEST_ERRORS,
+        Unit::Count,
+        "Requests answered with an error, by the error code sent."
+    );
+    metrics::describe_histogram!(
+        REQUEST_DURATION,
+        Unit::Seconds,
+        "From a request's arrival to its answer."
+    );
+    metrics::describe_counter!(
+        SUBSCRIPTION_HANDLED,
+        Unit::Count,
+        "Core subscription messages handled."
+    );
+    metrics::describe_counter!(
+        SUBSCRIPTION_FAILED,
+        Unit::Count,
+        "Core subscription messages whose handler failed."
     );
 }
 

@@ -5,11 +5,14 @@
 //!   and the lag gauges read from the server. Always compiled: the facade is a few atomics,
 //!   and without an installed recorder every update is a no-op. The names are in
 //!   [`names`]; `docs/METRICS.md` is the table.
+//! - `serving`: per endpoint requests, errors by code and latency; per core subscription
+//!   handled and failed messages.
 //! - `trace` (feature `otel`): `Context::publish` injects `traceparent`/`tracestate` from the
 //!   current span; each message's span continues the trace found in its headers.
 //!   Without the feature, the same hooks compile to nothing.
 
 mod metrics;
+mod serving;
 #[cfg(feature = "otel")]
 mod trace;
 
@@ -17,6 +20,7 @@ pub(crate) use metrics::{
     ConsumerMetrics, LagGauges, Running, consumer_label, permission_violation,
 };
 pub use metrics::{describe, names};
+pub(crate) use serving::{EndpointMetrics, SubscriptionMetrics};
 #[cfg(feature = "otel")]
 pub(crate) use trace::{continue_trace, inject_current};
 #[cfg(feature = "otel")]

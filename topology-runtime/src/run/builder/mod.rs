@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use super::relay::relay_name;
 use super::{Inner, Runtime};
-use crate::health::{Health, Shared, Slot};
+use crate::health::{Health, ServeSlot, Served, Shared, Slot};
 use crate::jsapi::JetStreamApi;
 use crate::provision::{Ensurer, Provisioner};
 use crate::registry::Topology;
@@ -17,6 +17,7 @@ use crate::retry::RetryPolicy;
 use crate::state::StateMap;
 use crate::validate::{self, Problem, ValidationError};
 use topology_core::model::{AckMode, ConsumerKind};
+use topology_core::service::{EndpointDecl, SubscriptionDecl};
 
 pub(crate) use timings::Settings;
 
@@ -287,13 +288,44 @@ impl RuntimeBuilder {
                 ))
             })
             .collect();
+        let endpoints: Arc<[Arc<ServeSlot>]> = ensurer
+            .topology()
+            .endpoints()
+            .iter()
+            .map(|e| {
+                let served = Served::Endpoint {
+                    service: e.decl.service.name.to_owned(),
+                    endpoint: e.decl.name.to_owned(),
+                    queue_group: e.decl.queue_group().to_owned(),
+                };
+                let slot = ServeSlot::new(served, e.decl.subject, e.decl.handler, shared.clone());
+                Arc::new(slot)
+            })
+            .collect();
+        let subscriptions: Arc<[Arc<ServeSlot>]> = ensurer
+            .topology()
+            .subscriptions()
+            .iter()
+            .map(|s| {
+                let served = Served::Subscription {
+                    queue_group: s.decl.queue_group().map(str::to_owned),
+                };
+                let slot = ServeSlot::new(served, s.decl.subject, s.decl.handler, shared.clone());
+                Arc::new(slot)
+            })
+            .collect();
         Ok(Runtime {
             inner: Arc::new(Inner {
                 client: self.client,
                 ensurer,
                 state: self.state,
                 settings: self.settings,
-                health: Health { slots, shared },
+                health: Health {
+                    slots,
+                    endpoints,
+                    subscriptions,
+                    shared,
+                },
                 instance,
                 #[cfg(feature = "test-hooks")]
                 panic_supervisor: std::sync::Mutex::new(self.panic_supervisor),
@@ -312,6 +344,25 @@ fn instance_id() -> String {
 /// A problem for each `State<T>` argument of a handler whose `T` the builder was not given.
 fn missing_state(topology: &Topology, state: &StateMap) -> Vec<Problem> {
     let mut problems = Vec::new();
+    let mut need = |location: String, keys: &[crate::state::StateKey]| {
+        for key in keys {
+            if !state.contains(key.type_id()) {
+                problems.push(Problem {
+                    location: location.clone(),
+                    message: format!(
+                        "the handler takes `State<{ty}>`, but the runtime was given no `{ty}`: add `.state(value)` with a `{ty}` to `Runtime::builder(..)`",
+                        ty = key.type_name()
+                    ),
+                });
+            }
+        }
+    };
+    for endpoint in topology.endpoints() {
+        need(endpoint_at(&endpoint.decl), endpoint.states);
+    }
+    for subscription in topology.subscriptions() {
+        need(subscription_at(&subscription.decl), subscription.states);
+    }
     for consumer in topology.consumers() {
         for key in consumer.states {
             if !state.contains(key.type_id()) {
@@ -326,4 +377,20 @@ fn missing_state(topology: &Topology, state: &StateMap) -> Vec<Problem> {
         }
     }
     problems
+}
+
+/// Where an endpoint is, for a problem's location.
+fn endpoint_at(decl: &EndpointDecl) -> String {
+    format!(
+        "endpoint `{}` of service `{}` on `{}` (handler `{}`)",
+        decl.name, decl.service.name, decl.subject, decl.handler
+    )
+}
+
+/// Where a core subscription is, for a problem's location.
+fn subscription_at(decl: &SubscriptionDecl) -> String {
+    format!(
+        "subscription to `{}` (handler `{}`)",
+        decl.subject, decl.handler
+    )
 }

@@ -66,7 +66,9 @@ impl Default for Settings {
 
 impl RuntimeBuilder {
     /// How long a drain waits for in-flight handlers (default 30 s). Messages whose handler
-    /// has not finished by then are left unacknowledged: the server redelivers them.
+    /// has not finished by then are left unacknowledged: the server redelivers them. Requests
+    /// an endpoint received and has not answered by then are answered with a 503 (the caller
+    /// sends it again, to another instance).
     pub fn grace_period(mut self, grace: Duration) -> Self {
         self.settings.grace_period = grace;
         self
@@ -85,7 +87,11 @@ impl RuntimeBuilder {
     /// - JetStream is asked through the connection every heartbeat (see
     ///   [`move_server_after`](Self::move_server_after));
     /// - a queue consumer reads its ack floor (and lag) every heartbeat; when this server
-    ///   leads its group and hears no majority of its peers, the connection moves at once.
+    ///   leads its group and hears no majority of its peers, the connection moves at once;
+    /// - every service's endpoints (and every core subscription) are proven on the server by
+    ///   a round trip every heartbeat (a request to the service's own
+    ///   `$SRV.PING.<name>.<id>`); no answer within a heartbeat turns them
+    ///   [`Stalled`](crate::ServingState::Stalled): not ready.
     pub fn heartbeat(mut self, heartbeat: Duration) -> Self {
         self.settings.heartbeat = heartbeat;
         self
@@ -148,7 +154,9 @@ impl RuntimeBuilder {
 
     /// How often a pull feed checks whether its client reconnected (default 1 s): the open
     /// requests of a restarted server are gone, so it asks again at once instead of waiting
-    /// for missed heartbeats.
+    /// for missed heartbeats. Endpoints and core subscriptions check their connection as
+    /// often: down, they are [`Disconnected`](crate::ServingState::Disconnected) until it is
+    /// back and a round trip proves them again.
     pub fn reconnect_check(mut self, every: Duration) -> Self {
         self.settings.reconnect_check = every;
         self

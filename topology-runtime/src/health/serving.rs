@@ -1,0 +1,335 @@
+//! What a served endpoint or core subscription is doing ([`ServingState`]), snapshots of them
+//! ([`EndpointStatus`], [`SubscriptionStatus`]), and [`ServeSlot`], the live state their
+//! supervisor and dispatch change.
+
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use super::Shared;
+
+/// What an endpoint or a core subscription is doing.
+///
+/// ```
+/// use std::time::Duration;
+/// use topology_runtime::ServingState;
+///
+/// let stalled = ServingState::Stalled {
+///     silent_for: Duration::from_secs(6),
+///     cause: "no answer to the probe".to_owned(),
+/// };
+/// assert_eq!(stalled.to_string(), "stalled (no answer for 6.0s): no answer to the probe");
+/// assert_eq!(ServingState::Running.to_string(), "running");
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ServingState {
+    /// Not started yet.
+    Starting,
+    /// Subscribing, or subscribed and not yet proven on the server by a round trip.
+    Subscribing,
+    /// Receiving: a round trip after subscribing proved the subscription on the server, and
+    /// the periodic probe keeps proving the link (see [`Health::ready`](super::Health::ready)).
+    Running,
+    /// Subscribed, but the probe got no answer: a stalled link (TCP open, nothing flows) or
+    /// a server that does not route. Running again at the next answer.
+    Stalled {
+        /// How long nothing has been answered.
+        silent_for: Duration,
+        /// What the probe found.
+        cause: String,
+    },
+    /// The connection is down; the client reconnects and subscribes again, then a round
+    /// trip proves it before it runs.
+    Disconnected,
+    /// Not subscribed; retrying after a failure.
+    Retrying {
+        /// Consecutive failed attempts.
+        attempt: u32,
+        /// The last failure.
+        error: String,
+    },
+    /// Shutting down: unsubscribed, answering what it received.
+    Draining,
+    /// Stopped (after a drain, or a task that ended abnormally).
+    Stopped {
+        /// Why it stopped, if not by a drain.
+        error: Option<String>,
+    },
+}
+
+impl fmt::Display for ServingState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ServingState::Starting => f.write_str("starting"),
+            ServingState::Subscribing => f.write_str("subscribing"),
+            ServingState::Running => f.write_str("running"),
+            ServingState::Stalled { silent_for, cause } => {
+                write!(f, "stalled (no answer for {silent_for:.1?}): {cause}")
+            }
+            ServingState::Disconnected => f.write_str("disconnected"),
+            ServingState::Retrying { attempt, error } => {
+                write!(f, "retrying (attempt {attempt}): {error}")
+            }
+            ServingState::Draining => f.write_str("draining"),
+            ServingState::Stopped { error: None } => f.write_str("stopped"),
+            ServingState::Stopped { error: Some(e) } => write!(f, "stopped: {e}"),
+        }
+    }
+}
+
+/// One endpoint's health, as a snapshot ([`Health::endpoints`](super::Health::endpoints)).
+///
+/// ```no_run
+/// # async fn f(runtime: nats_topology::Runtime) {
+/// use topology_runtime::ServingState;
+///
+/// for endpoint in runtime.health().endpoints() {
+///     if endpoint.state != ServingState::Running {
+///         // endpoint members/get on members.get (queue group q, app::get_member): stalled ...
+///         eprintln!("{endpoint}");
+///     }
+/// }
+/// # }
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EndpointStatus {
+    /// The service.
+    pub service: String,
+    /// The endpoint's name.
+    pub endpoint: String,
+    /// The subject its requests are sent to.
+    pub subject: String,
+    /// The queue group it shares with the other instances.
+    pub queue_group: String,
+    /// The handler's path.
+    pub handler: String,
+    /// Its state.
+    pub state: ServingState,
+    /// Requests answered by this instance (errors included).
+    pub requests: u64,
+    /// Requests answered with an error (the handler's, a 400, 500 or 504).
+    pub errors: u64,
+}
+
+impl fmt::Display for EndpointStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "endpoint {}/{} on {} (queue group {}, {}): {}; requests {}, errors {}",
+            self.service,
+            self.endpoint,
+            self.subject,
+            self.queue_group,
+            self.handler,
+            self.state,
+            self.requests,
+            self.errors
+        )
+    }
+}
+
+/// One core subscription's health, as a snapshot
+/// ([`Health::subscriptions`](super::Health::subscriptions)).
+///
+/// ```no_run
+/// # async fn f(runtime: nats_topology::Runtime) {
+/// let failed: u64 = runtime.health().subscriptions().iter().map(|s| s.failed).sum();
+/// # let _ = failed; }
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SubscriptionStatus {
+    /// The subject.
+    pub subject: String,
+    /// Its queue group (`None`: every instance receives every message).
+    pub queue_group: Option<String>,
+    /// The handler's path.
+    pub handler: String,
+    /// Its state.
+    pub state: ServingState,
+    /// Messages whose handler returned `Ok`.
+    pub handled: u64,
+    /// Messages whose handler failed (an error, a panic, a payload that did not decode).
+    pub failed: u64,
+}
+
+impl fmt::Display for SubscriptionStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let fanout = match &self.queue_group {
+            Some(group) => format!("queue group {group}"),
+            None => "each instance".to_owned(),
+        };
+        write!(
+            f,
+            "subscription {} ({fanout}, {}): {}; handled {}, failed {}",
+            self.subject, self.handler, self.state, self.handled, self.failed
+        )
+    }
+}
+
+/// Who a [`ServeSlot`] is.
+pub(crate) enum Served {
+    Endpoint {
+        service: String,
+        endpoint: String,
+        queue_group: String,
+    },
+    Subscription {
+        queue_group: Option<String>,
+    },
+}
+
+/// One endpoint's or subscription's live state, shared by its supervisor, its dispatch and
+/// [`Health`](super::Health). Only [`ServeSlot::transition`] changes the state, logging each
+/// change once.
+pub(crate) struct ServeSlot {
+    pub(crate) served: Served,
+    pub(crate) subject: String,
+    pub(crate) handler: String,
+    shared: Arc<Shared>,
+    state: Mutex<ServingState>,
+    /// Requests answered (endpoints), messages handled (subscriptions).
+    pub(crate) done: AtomicU64,
+    /// Requests answered with an error, messages whose handler failed.
+    pub(crate) failed: AtomicU64,
+}
+
+impl ServeSlot {
+    pub(crate) fn new(served: Served, subject: &str, handler: &str, shared: Arc<Shared>) -> Self {
+        ServeSlot {
+            served,
+            subject: subject.to_owned(),
+            handler: handler.to_owned(),
+            shared,
+            state: Mutex::new(ServingState::Starting),
+            done: AtomicU64::new(0),
+            failed: AtomicU64::new(0),
+        }
+    }
+
+    pub(crate) fn state(&self) -> ServingState {
+        self.state.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Sets the state; logs a change of kind once (warnings for what makes it not ready).
+    pub(crate) fn transition(&self, state: ServingState) {
+        let previous = {
+            let mut guard = self.state.lock().unwrap_or_else(|e| e.into_inner());
+            if *guard == state {
+                return;
+            }
+            std::mem::replace(&mut *guard, state.clone())
+        };
+        self.shared.changed();
+        if std::mem::discriminant(&previous) == std::mem::discriminant(&state) {
+            return;
+        }
+        let (subject, handler) = (self.subject.as_str(), self.handler.as_str());
+        match &state {
+            ServingState::Stalled { .. }
+            | ServingState::Disconnected
+            | ServingState::Retrying { .. } => {
+                tracing::warn!(subject, handler, state = %state, "not receiving")
+            }
+            ServingState::Stopped { error: Some(error) } => {
+                tracing::error!(subject, handler, error, "stopped")
+            }
+            _ => tracing::info!(subject, handler, state = %state, "serving state"),
+        }
+    }
+
+    /// Sets the state unless it is `Draining` or `Stopped` (what the link probe reports must
+    /// not undo a drain).
+    pub(crate) fn transition_live(&self, state: ServingState) {
+        if !matches!(
+            self.state(),
+            ServingState::Draining | ServingState::Stopped { .. }
+        ) {
+            self.transition(state);
+        }
+    }
+
+    pub(crate) fn count(&self, failed: bool) {
+        self.done.fetch_add(1, Ordering::Relaxed);
+        if failed {
+            self.failed.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// The endpoint's snapshot (`None` for a subscription's slot).
+    pub(crate) fn endpoint_status(&self) -> Option<EndpointStatus> {
+        let Served::Endpoint {
+            service,
+            endpoint,
+            queue_group,
+        } = &self.served
+        else {
+            return None;
+        };
+        Some(EndpointStatus {
+            service: service.clone(),
+            endpoint: endpoint.clone(),
+            subject: self.subject.clone(),
+            queue_group: queue_group.clone(),
+            handler: self.handler.clone(),
+            state: self.state(),
+            requests: self.done.load(Ordering::Relaxed),
+            errors: self.failed.load(Ordering::Relaxed),
+        })
+    }
+
+    /// The subscription's snapshot (`None` for an endpoint's slot).
+    pub(crate) fn subscription_status(&self) -> Option<SubscriptionStatus> {
+        let Served::Subscription { queue_group } = &self.served else {
+            return None;
+        };
+        let failed = self.failed.load(Ordering::Relaxed);
+        Some(SubscriptionStatus {
+            subject: self.subject.clone(),
+            queue_group: queue_group.clone(),
+            handler: self.handler.clone(),
+            state: self.state(),
+            handled: self.done.load(Ordering::Relaxed).saturating_sub(failed),
+            failed,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn slot() -> ServeSlot {
+        let shared = Arc::new(Shared::new(Vec::<String>::new()));
+        let served = Served::Subscription { queue_group: None };
+        ServeSlot::new(served, "cache.invalidate", "app::invalidate", shared)
+    }
+
+    #[test]
+    fn the_probe_does_not_undo_a_drain() {
+        let slot = slot();
+        slot.transition_live(ServingState::Running);
+        assert_eq!(slot.state(), ServingState::Running);
+        slot.transition(ServingState::Draining);
+        slot.transition_live(ServingState::Running);
+        assert_eq!(slot.state(), ServingState::Draining);
+        slot.transition(ServingState::Stopped { error: None });
+        slot.transition_live(ServingState::Disconnected);
+        assert_eq!(slot.state(), ServingState::Stopped { error: None });
+    }
+
+    #[test]
+    fn a_subscription_counts_handled_and_failed_apart() {
+        let slot = slot();
+        slot.count(false);
+        slot.count(true);
+        slot.count(false);
+        let status = slot.subscription_status().expect("a subscription");
+        assert_eq!((status.handled, status.failed), (2, 1));
+        assert!(slot.endpoint_status().is_none());
+        assert_eq!(
+            status.to_string(),
+            "subscription cache.invalidate (each instance, app::invalidate): starting; handled 2, failed 1"
+        );
+    }
+}

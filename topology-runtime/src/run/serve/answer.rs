@@ -1,0 +1,164 @@
+//! One request, from received to answered, top to bottom: its span (continuing the caller's
+//! trace), the handler run with a panic caught and the endpoint's timeout applied, then one
+//! answer through the micro protocol (the reply body, or the `Nats-Service-Error` headers),
+//! which async-nats counts in `$SRV.STATS`.
+
+use std::panic::AssertUnwindSafe;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use async_nats::service;
+use bytes::Bytes;
+use futures::FutureExt;
+use tracing::Instrument;
+
+use crate::registry::SharedEndpointHandler;
+use crate::run::dispatch::panic_message;
+use crate::service::{Request, RequestContext, RequestScope, ServiceError};
+use crate::telemetry;
+
+/// What every request of one endpoint shares.
+pub(super) struct EndpointShared {
+    pub(super) handler: SharedEndpointHandler,
+    pub(super) scope: Arc<RequestScope>,
+    /// How long a handler may run before the request is answered with a 504.
+    pub(super) timeout: Option<Duration>,
+}
+
+/// How a request was answered.
+pub(super) struct Answered {
+    /// The error code sent, if an error was.
+    pub(super) error: Option<u16>,
+    /// From the request's start to its answer.
+    pub(super) took: Duration,
+}
+
+/// The requests whose handler was stopped before it answered (a drain out of time): the drain
+/// answers them.
+pub(super) type Unanswered = Mutex<Vec<service::Request>>;
+
+/// Holds a request until it is answered; dropped before, it leaves the request in
+/// [`Unanswered`], so that no request this instance received goes without an answer.
+struct Pending<'a> {
+    request: Option<service::Request>,
+    unanswered: &'a Unanswered,
+}
+
+impl Drop for Pending<'_> {
+    fn drop(&mut self) {
+        if let Some(request) = self.request.take() {
+            self.unanswered
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(request);
+        }
+    }
+}
+
+/// Runs the handler on `request` and answers it.
+pub(super) async fn answer(
+    request: service::Request,
+    shared: &EndpointShared,
+    unanswered: &Unanswered,
+) -> Answered {
+    let started = Instant::now();
+    let message = &request.message;
+    let span = tracing::info_span!(
+        "request",
+        service = %shared.scope.service,
+        endpoint = %shared.scope.endpoint,
+        subject = %message.subject,
+    );
+    telemetry::continue_trace(&span, message.headers.as_ref());
+    let ours = Request::new(
+        message.payload.clone(),
+        RequestContext::new(message, shared.scope.clone()),
+    );
+    let mut pending = Pending {
+        request: Some(request),
+        unanswered,
+    };
+    let outcome = run(shared, ours).instrument(span.clone()).await;
+    let error = outcome.as_ref().err().map(ServiceError::code);
+    // Held until sent: a publish dropped midway sends nothing, and the drain answers it.
+    if let Some(request) = pending.request.as_ref() {
+        respond(request, outcome).instrument(span).await;
+    }
+    pending.request = None;
+    Answered {
+        error,
+        took: started.elapsed(),
+    }
+}
+
+/// The handler's outcome: its reply, its error, a 500 for a panic, a 504 past the timeout.
+async fn run(shared: &EndpointShared, request: Request) -> Result<Bytes, ServiceError> {
+    let called = std::panic::catch_unwind(AssertUnwindSafe(|| (shared.handler)(request)));
+    let handling = match called {
+        Ok(future) => AssertUnwindSafe(future).catch_unwind(),
+        Err(panic) => return Err(panicked(&panic)),
+    };
+    let handled = match shared.timeout {
+        None => handling.await,
+        Some(timeout) => match tokio::time::timeout(timeout, handling).await {
+            Ok(handled) => handled,
+            Err(_) => {
+                tracing::warn!(
+                    ?timeout,
+                    "the handler ran past the endpoint's timeout: answered 504"
+                );
+                return Err(ServiceError::new(
+                    504,
+                    format!(
+                        "the handler did not answer within the endpoint's timeout ({timeout:?})"
+                    ),
+                ));
+            }
+        },
+    };
+    match handled {
+        Ok(Ok(body)) => Ok(body),
+        Ok(Err(error)) => {
+            if error.code() >= 500 {
+                tracing::warn!(
+                    code = error.code(),
+                    error = error.description(),
+                    "the handler failed"
+                );
+            } else {
+                tracing::debug!(
+                    code = error.code(),
+                    error = error.description(),
+                    "the request was refused"
+                );
+            }
+            Err(error)
+        }
+        Err(panic) => Err(panicked(&panic)),
+    }
+}
+
+fn panicked(panic: &Box<dyn std::any::Any + Send>) -> ServiceError {
+    let message = panic_message(panic);
+    tracing::error!(panic = %message, "the handler panicked: answered 500");
+    ServiceError::internal(format!("the handler panicked: {message}"))
+}
+
+/// Sends the answer: the body, or the micro protocol's error headers with an empty body.
+pub(super) async fn respond(request: &service::Request, outcome: Result<Bytes, ServiceError>) {
+    let answer = outcome.map_err(|e| service::error::Error {
+        // A header value is one line.
+        status: e
+            .description()
+            .chars()
+            .map(|c| if c.is_control() { ' ' } else { c })
+            .collect(),
+        code: usize::from(e.code()),
+    });
+    if let Err(e) = request.respond(answer).await {
+        match request.message.reply {
+            None => tracing::debug!("a request without a reply subject: nothing to answer"),
+            Some(_) => tracing::warn!(error = %e, "could not send the answer"),
+        }
+    }
+}

@@ -1,0 +1,18 @@
+//! Serving request/reply and core subscriptions: every declared service, as supervised tasks
+//! beside the consumers.
+//!
+//! - `service`: one service: its micro protocol instance (async-nats' `service` module), a
+//!   dispatch task per endpoint, the link proven through its own `$SRV.PING.<name>.<id>`;
+//! - `endpoint`: one endpoint's dispatch, bounded by its concurrency, and its drain;
+//! - `answer`: one request from received to answered (the error mapping);
+//! - `subscription`: one core subscription, its dispatch and its drain;
+//! - `probe`: proving subscriptions on the server by round trips, at once and every heartbeat.
+
+mod answer;
+mod endpoint;
+mod probe;
+mod service;
+mod subscription;
+
+pub(super) use service::serve_service;
+pub(super) use subscription::serve_subscription;

@@ -1,0 +1,249 @@
+//! Serving one declared service: its micro protocol instance (async-nats' `service` module
+//! answers `$SRV.PING`, `$SRV.INFO` and `$SRV.STATS` and counts what the endpoints answer), a
+//! dispatch task per endpoint, and the link proven through the instance's own
+//! `$SRV.PING.<name>.<id>`. Started again with backoff when a session is lost; on shutdown,
+//! every endpoint unsubscribes and answers what it received before the instance stops.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+use async_nats::service::{Service, ServiceExt, endpoint::Endpoint};
+use tokio::sync::Semaphore;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+use super::answer::EndpointShared;
+use super::endpoint::{EndpointExit, EndpointTask};
+use super::probe::Prober;
+use crate::health::{ServeSlot, ServingState};
+use crate::run::Inner;
+use crate::service::RequestScope;
+use crate::telemetry::EndpointMetrics;
+use topology_core::service::{DEFAULT_QUEUE_GROUP, ServiceDecl};
+
+/// Serves the service at `index` of the topology until shutdown.
+pub(in crate::run) async fn serve_service(
+    inner: Arc<Inner>,
+    index: usize,
+    cancel: CancellationToken,
+) {
+    let topology = inner.ensurer.topology();
+    let decl = topology.services()[index];
+    // Its endpoints, by index in the topology (and in health).
+    let members: Vec<usize> = topology
+        .endpoints()
+        .iter()
+        .enumerate()
+        .filter(|(_, e)| *e.decl.service == decl)
+        .map(|(i, _)| i)
+        .collect();
+    let slots: Vec<Arc<ServeSlot>> = members
+        .iter()
+        .map(|i| inner.health.endpoints[*i].clone())
+        .collect();
+    let set = |state: ServingState| {
+        for slot in &slots {
+            slot.transition(state.clone());
+        }
+    };
+    let policy = *inner.ensurer.policy();
+    let mut backoff = policy.backoff_until(None);
+    loop {
+        set(ServingState::Subscribing);
+        // Not cancelled midway: subscribing only queues commands on the client, and a
+        // started micro instance must be stopped (dropping it leaves its `$SRV` task running).
+        let started = start(&inner, &decl, &members).await;
+        let failure = match started {
+            Ok((service, _)) if cancel.is_cancelled() => {
+                let _ = service.stop().await;
+                break;
+            }
+            Ok((service, endpoints)) => {
+                let began = Instant::now();
+                match run(&inner, &decl, service, endpoints, &slots, &cancel).await {
+                    None => break,
+                    Some(lost) => {
+                        if began.elapsed() >= policy.cap {
+                            backoff.reset();
+                        }
+                        lost
+                    }
+                }
+            }
+            Err(e) => e,
+        };
+        let delay = backoff.fail().unwrap_or(policy.cap);
+        set(ServingState::Retrying {
+            attempt: backoff.failures(),
+            error: format!("{failure}; starting it again in {delay:?}"),
+        });
+        tokio::select! {
+            _ = tokio::time::sleep(delay) => {}
+            _ = cancel.cancelled() => break,
+        }
+    }
+    set(ServingState::Stopped { error: None });
+}
+
+/// Starts the micro protocol instance and subscribes its endpoints.
+async fn start(
+    inner: &Inner,
+    decl: &ServiceDecl,
+    members: &[usize],
+) -> Result<(Service, Vec<(usize, Endpoint)>), String> {
+    let mut builder = inner
+        .client
+        .service_builder()
+        .queue_group(decl.queue_group.unwrap_or(DEFAULT_QUEUE_GROUP))
+        .metadata(metadata(decl.metadata));
+    if let Some(description) = decl.description {
+        builder = builder.description(description);
+    }
+    let service = builder.start(decl.name, decl.version).await.map_err(|e| {
+        format!(
+            "could not start service `{}` {} (subscribing to `$SRV.*`): {e}",
+            decl.name, decl.version
+        )
+    })?;
+    let mut endpoints = Vec::with_capacity(members.len());
+    for &index in members {
+        let endpoint = &inner.ensurer.topology().endpoints()[index].decl;
+        let added = service
+            .endpoint_builder()
+            .name(endpoint.name)
+            .queue_group(endpoint.queue_group())
+            .metadata(metadata(endpoint.metadata))
+            .add(endpoint.subject)
+            .await;
+        match added {
+            Ok(added) => endpoints.push((index, added)),
+            Err(e) => {
+                let _ = service.stop().await;
+                return Err(format!(
+                    "could not subscribe endpoint `{}` of service `{}` to `{}` (queue group \
+                     `{}`): {e}",
+                    endpoint.name,
+                    decl.name,
+                    endpoint.subject,
+                    endpoint.queue_group()
+                ));
+            }
+        }
+    }
+    Ok((service, endpoints))
+}
+
+fn metadata(pairs: &[(&str, &str)]) -> HashMap<String, String> {
+    pairs
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect()
+}
+
+/// Runs a started service until shutdown (`None`, after its drain) or until an endpoint's
+/// subscription ends unasked (`Some(why)`, after answering what the others received).
+async fn run(
+    inner: &Inner,
+    decl: &ServiceDecl,
+    service: Service,
+    endpoints: Vec<(usize, Endpoint)>,
+    slots: &[Arc<ServeSlot>],
+    cancel: &CancellationToken,
+) -> Option<String> {
+    let topology = inner.ensurer.topology();
+    let jetstream = inner.ensurer.provisioner().jetstream().clone();
+    let stop = CancellationToken::new();
+    let unsubscribed = Arc::new(Semaphore::new(0));
+    let mut tasks = JoinSet::new();
+    let mut names = HashMap::new();
+    for (index, endpoint) in endpoints {
+        let declared = &topology.endpoints()[index];
+        let task = EndpointTask {
+            endpoint,
+            shared: EndpointShared {
+                handler: declared.handler.clone(),
+                scope: Arc::new(RequestScope::new(
+                    decl.name,
+                    declared.decl.name,
+                    inner.state.clone(),
+                    inner.client.clone(),
+                    jetstream.clone(),
+                )),
+                timeout: declared.decl.timeout,
+            },
+            slot: inner.health.endpoints[index].clone(),
+            metrics: EndpointMetrics::new(decl.name, declared.decl.name),
+            concurrency: declared.decl.effective_concurrency().max(1) as usize,
+            grace: inner.settings.grace_period,
+            unsubscribed: unsubscribed.clone(),
+        };
+        let handle = tasks.spawn(task.run(stop.clone()));
+        names.insert(handle.id(), declared.decl.name);
+    }
+    let id = service.info().await.id;
+    let mut prober = Prober::answered_by_others(
+        &inner.client,
+        format!("$SRV.PING.{}.{id}", decl.name),
+        &inner.settings,
+    );
+    let lost = tokio::select! {
+        _ = cancel.cancelled() => None,
+        Some(ended) = tasks.join_next_with_id() => Some(match ended {
+            Ok((id, _)) => format!(
+                "endpoint `{}` of service `{}` stopped receiving: its subscription ended (the \
+                 connection was closed)",
+                names.get(&id).copied().unwrap_or_default(),
+                decl.name
+            ),
+            Err(e) => format!(
+                "the dispatch of endpoint `{}` of service `{}` ended abnormally: {e}",
+                names.get(&e.id()).copied().unwrap_or_default(),
+                decl.name
+            ),
+        }),
+        never = prober.keep_proving(|state| {
+            for slot in slots {
+                slot.transition_live(state.clone());
+            }
+        }) => match never {},
+    };
+    stop.cancel();
+    // Draining once the server routes nothing new here: every endpoint unsubscribed, and a
+    // round trip after that proves the server processed it (the other instances of the queue
+    // groups take the new requests from then on).
+    let count = u32::try_from(names.len()).unwrap_or(u32::MAX);
+    let proven = tokio::time::timeout(crate::run::CLEANUP_WAIT, async {
+        let _ = unsubscribed.acquire_many(count).await;
+        prober.round_trip().await
+    })
+    .await;
+    if !matches!(proven, Ok(Ok(_))) {
+        tracing::warn!(
+            service = decl.name,
+            "could not prove that the endpoints are unsubscribed on the server; draining anyway"
+        );
+    }
+    for slot in slots {
+        slot.transition(ServingState::Draining);
+    }
+    while let Some(joined) = tasks.join_next_with_id().await {
+        match joined {
+            Ok((_, EndpointExit::Drained)) => {}
+            Ok((id, EndpointExit::Closed)) => tracing::debug!(
+                service = decl.name,
+                endpoint = names.get(&id).copied().unwrap_or_default(),
+                "the endpoint's subscription had ended"
+            ),
+            Err(e) => tracing::error!(
+                service = decl.name,
+                endpoint = names.get(&e.id()).copied().unwrap_or_default(),
+                error = %e,
+                "an endpoint's dispatch ended abnormally while draining"
+            ),
+        }
+    }
+    // Answers `$SRV.*` no more.
+    let _ = service.stop().await;
+    lost
+}

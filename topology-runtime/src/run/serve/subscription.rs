@@ -1,0 +1,198 @@
+//! Serving one core subscription (`SubscriptionDecl`): `queue_subscribe` in its group, or
+//! `subscribe` on every instance; at most its concurrency of handlers at once in this task; a
+//! handler's error or panic counted and logged (nothing is answered). Proven on the server by
+//! a probe subject of its own. On shutdown it drains the subscription (no new messages) and
+//! handles what it received within the grace period.
+
+use std::panic::AssertUnwindSafe;
+use std::pin::pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_nats::{Message, Subscriber};
+use futures::stream::FuturesUnordered;
+use futures::{FutureExt, StreamExt};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+use super::probe::Prober;
+use crate::health::{ServeSlot, ServingState};
+use crate::registry::Subscription;
+use crate::run::Inner;
+use crate::run::dispatch::panic_message;
+use crate::service::{Request, RequestContext, RequestScope};
+use crate::telemetry::{self, SubscriptionMetrics};
+use topology_core::service::Fanout;
+
+/// Serves the subscription at `index` of the topology until shutdown.
+pub(in crate::run) async fn serve_subscription(
+    inner: Arc<Inner>,
+    index: usize,
+    cancel: CancellationToken,
+) {
+    let declared = &inner.ensurer.topology().subscriptions()[index];
+    let slot = inner.health.subscriptions[index].clone();
+    let policy = *inner.ensurer.policy();
+    let mut backoff = policy.backoff_until(None);
+    loop {
+        slot.transition(ServingState::Subscribing);
+        let subscribed = tokio::select! {
+            subscribed = subscribe(&inner, declared) => subscribed,
+            _ = cancel.cancelled() => break,
+        };
+        let failure = match subscribed {
+            Ok((subscriber, mut prober)) => {
+                let began = std::time::Instant::now();
+                let dispatch = dispatch(&inner, declared, subscriber, &slot, &cancel);
+                let drained = tokio::select! {
+                    drained = dispatch => drained,
+                    never = prober.keep_proving(|state| slot.transition_live(state)) => match never {},
+                };
+                if drained {
+                    break;
+                }
+                if began.elapsed() >= policy.cap {
+                    backoff.reset();
+                }
+                format!(
+                    "the subscription to `{}` ended unasked (the connection was closed)",
+                    declared.decl.subject
+                )
+            }
+            Err(e) => e,
+        };
+        let delay = backoff.fail().unwrap_or(policy.cap);
+        slot.transition(ServingState::Retrying {
+            attempt: backoff.failures(),
+            error: format!("{failure}; subscribing again in {delay:?}"),
+        });
+        tokio::select! {
+            _ = tokio::time::sleep(delay) => {}
+            _ = cancel.cancelled() => break,
+        }
+    }
+    slot.transition(ServingState::Stopped { error: None });
+}
+
+/// Subscribes, then sets up the probe (subscribed after, so that its proof covers both).
+async fn subscribe(inner: &Inner, declared: &Subscription) -> Result<(Subscriber, Prober), String> {
+    let decl = &declared.decl;
+    let subscribed = match decl.fanout {
+        Fanout::Group(group) => {
+            inner
+                .client
+                .queue_subscribe(decl.subject, group.to_owned())
+                .await
+        }
+        Fanout::EachInstance => inner.client.subscribe(decl.subject).await,
+    };
+    let subscriber = subscribed.map_err(|e| {
+        format!(
+            "could not subscribe `{}` to `{}`: {e}",
+            decl.handler, decl.subject
+        )
+    })?;
+    let prober = Prober::with_echo(&inner.client, &inner.settings)
+        .await
+        .map_err(|e| format!("could not subscribe the probe of `{}`: {e}", decl.subject))?;
+    Ok((subscriber, prober))
+}
+
+/// Handles messages until shutdown (`true`, after the drain) or until the subscription ends
+/// unasked (`false`, after the running handlers finished).
+async fn dispatch(
+    inner: &Inner,
+    declared: &Subscription,
+    mut subscriber: Subscriber,
+    slot: &ServeSlot,
+    cancel: &CancellationToken,
+) -> bool {
+    let decl = &declared.decl;
+    let scope = Arc::new(RequestScope::new(
+        "",
+        decl.handler,
+        inner.state.clone(),
+        inner.client.clone(),
+        inner.ensurer.provisioner().jetstream().clone(),
+    ));
+    let metrics = SubscriptionMetrics::new(decl.subject);
+    let concurrency = decl.effective_concurrency().max(1) as usize;
+    let grace = inner.settings.grace_period;
+    let mut in_flight = FuturesUnordered::new();
+    let mut open = true;
+    let mut stopping = false;
+    let mut stopped = pin!(cancel.cancelled());
+    let mut grace_over = pin!(tokio::time::sleep(Duration::from_secs(86_400 * 365)));
+    while open || !in_flight.is_empty() {
+        tokio::select! {
+            biased;
+            Some(ok) = in_flight.next() => {
+                let ok: bool = ok;
+                slot.count(!ok);
+                metrics.handled(ok);
+            }
+            next = subscriber.next(), if open && in_flight.len() < concurrency => match next {
+                Some(message) => in_flight.push(handle(message, declared, &scope)),
+                None => open = false,
+            },
+            _ = &mut stopped, if !stopping => {
+                stopping = true;
+                slot.transition(ServingState::Draining);
+                grace_over.as_mut().reset(Instant::now() + grace);
+                // No new messages; what was received is still handed out, then the stream ends.
+                if let Err(e) = subscriber.drain().await {
+                    tracing::warn!(subject = decl.subject, error = %e, "could not unsubscribe");
+                }
+            }
+            _ = &mut grace_over, if stopping => {
+                tracing::warn!(
+                    subject = decl.subject,
+                    handler = decl.handler,
+                    running = in_flight.len(),
+                    ?grace,
+                    "the grace period ran out: stopping the handlers still running"
+                );
+                break;
+            }
+        }
+    }
+    stopping
+}
+
+/// Runs the handler on one message; whether it succeeded.
+async fn handle(message: Message, declared: &Subscription, scope: &Arc<RequestScope>) -> bool {
+    let decl = &declared.decl;
+    let span = tracing::info_span!(
+        "message",
+        handler = decl.handler,
+        subject = %message.subject,
+    );
+    telemetry::continue_trace(&span, message.headers.as_ref());
+    let request = Request::new(
+        message.payload.clone(),
+        RequestContext::new(&message, scope.clone()),
+    );
+    let called = std::panic::catch_unwind(AssertUnwindSafe(|| (declared.handler)(request)));
+    let handled = match called {
+        Ok(future) => {
+            AssertUnwindSafe(future)
+                .catch_unwind()
+                .instrument(span.clone())
+                .await
+        }
+        Err(panic) => Err(panic),
+    };
+    let _entered = span.enter();
+    match handled {
+        Ok(Ok(())) => true,
+        Ok(Err(error)) => {
+            tracing::warn!(error = %error, "the subscription handler failed");
+            false
+        }
+        Err(panic) => {
+            tracing::error!(panic = %panic_message(&panic), "the subscription handler panicked");
+            false
+        }
+    }
+}
