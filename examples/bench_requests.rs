@@ -126,8 +126,15 @@ async fn main() -> Result<(), BoxError> {
                         raw(&server, &callers_client, &args, callers, body.clone()).await?
                     }
                     Variant::Ours | Variant::OursC64 => {
-                        ours(&server, &callers_client, &args, variant, callers, body.clone())
-                            .await?
+                        ours(
+                            &server,
+                            &callers_client,
+                            &args,
+                            variant,
+                            callers,
+                            body.clone(),
+                        )
+                        .await?
                     }
                 };
                 eprintln!(
@@ -139,7 +146,10 @@ async fn main() -> Result<(), BoxError> {
                     sample.p50,
                     sample.p99
                 );
-                match samples.iter_mut().find(|(key, _)| *key == (variant, callers)) {
+                match samples
+                    .iter_mut()
+                    .find(|(key, _)| *key == (variant, callers))
+                {
                     Some((_, list)) => list.push(sample),
                     None => samples.push(((variant, callers), vec![sample])),
                 }
@@ -241,7 +251,14 @@ async fn raw(
         }
     });
     client.flush().await?;
-    let sample = call(callers, Variant::Raw.subject(), args.requests, concurrency, body).await;
+    let sample = call(
+        callers,
+        Variant::Raw.subject(),
+        args.requests,
+        concurrency,
+        body,
+    )
+    .await;
     serving.abort();
     service.stop().await?;
     drop(client);

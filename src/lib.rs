@@ -93,11 +93,12 @@
 
 pub use topology_runtime::handler::HandlerFuture;
 pub use topology_runtime::{
-    ConsumerState, ConsumerStatus, Context, HandlerError, Health, Incoming, Inspection,
-    JetStreamStatus, NotReady, OlderDeclaration, PermissionDenial, Plan, Problem, ProvisionError,
-    ProvisionErrorKind, ProvisionReport, Publish, Relay, RelayError, Request, RequestContext,
-    RetryPolicy, RunError, Runtime, RuntimeBuilder, ServiceError, State, StreamStatus, Topology,
-    ValidationError, export, inspect, model, plan, report, retry,
+    ConsumerState, ConsumerStatus, Context, EndpointStatus, HandlerError, Health, Incoming,
+    Inspection, JetStreamStatus, NotReady, OlderDeclaration, PermissionDenial, Plan, Problem,
+    ProvisionError, ProvisionErrorKind, ProvisionReport, Publish, Relay, RelayError, Request,
+    RequestContext, RetryPolicy, RunError, Runtime, RuntimeBuilder, ServiceError, ServingState,
+    State, StreamStatus, SubscriptionStatus, Topology, ValidationError, export, inspect, model,
+    plan, report, retry,
 };
 
 #[cfg(feature = "cli")]

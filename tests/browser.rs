@@ -53,6 +53,9 @@ fn members(page: usize) -> Vec<String> {
 /// The replicas' names, in the order they are started (and their pages opened).
 const NAMES: [&str; 2] = ["a", "b"];
 
+/// The member both pages refresh through the service.
+const REFRESHED: &str = "m01";
+
 /// The member both pages watch for the kill.
 const KILLED_MID_SYNC: &str = "m21";
 
@@ -171,6 +174,43 @@ async fn browser_sync_status_reaches_every_page_and_survives_a_killed_worker() {
     println!(
         "browser: 20 members done; {} statuses crossed replicas",
         crossed.len()
+    );
+    // Refresh asks the service (`members.status.get`): whichever replica the queue group picks
+    // reads the member's last status from the stream. Both pages get the same status, the one
+    // the relay showed them.
+    watch(&pages[1], REFRESHED).await;
+    wait_page(&pages[1], "page 1 to show m01 done", |v| {
+        v.row(REFRESHED).is_some_and(|r| r.state == "done")
+    })
+    .await;
+    let mut answers = Vec::new();
+    for (i, page) in pages.iter().enumerate() {
+        click(page, &format!("#row-{REFRESHED} .refresh")).await;
+        let view = wait_page(page, &format!("page {i} to show m01 refreshed"), |v| {
+            v.row(REFRESHED).is_some_and(|r| r.refreshed.is_some())
+        })
+        .await;
+        let row = view.row(REFRESHED).expect("m01 is shown");
+        let answer = row.refreshed.clone().expect("refreshed");
+        assert_eq!(answer.state, "done", "page {i}: {answer:?}");
+        assert!(
+            NAMES.contains(&answer.by.as_str()),
+            "page {i}: a replica answered: {answer:?}"
+        );
+        assert!(
+            row.by.ends_with(&answer.computed_by()),
+            "page {i}: the refreshed status names the replica the relayed one does: {row:?}"
+        );
+        answers.push(answer);
+    }
+    assert_eq!(
+        (answers[0].rows, answers[0].at, answers[0].computed_by()),
+        (answers[1].rows, answers[1].at, answers[1].computed_by()),
+        "both pages got the same status from the service: {answers:?}"
+    );
+    println!(
+        "browser: m01 refreshed on both pages, answered by replicas {} and {}",
+        answers[0].by, answers[1].by
     );
     for (i, page) in pages.iter().enumerate() {
         screenshot(page, &format!("sync-status-{}-all-done.png", NAMES[i])).await;
@@ -421,6 +461,31 @@ struct Row {
     /// "replica a", a note, or nothing.
     by: String,
     at: String,
+    /// What the last Refresh answered, if any.
+    refreshed: Option<Refreshed>,
+}
+
+/// A Refresh's answer as the page shows it.
+#[derive(Debug, Clone, Deserialize)]
+struct Refreshed {
+    state: String,
+    rows: u64,
+    at: u64,
+    /// The replica that answered the request.
+    by: String,
+    text: String,
+}
+
+impl Refreshed {
+    /// The replica the answered status says computed it (from the text the page shows).
+    fn computed_by(&self) -> String {
+        self.text
+            .split("computed by replica ")
+            .nth(1)
+            .and_then(|rest| rest.split(',').next())
+            .unwrap_or_default()
+            .to_owned()
+    }
 }
 
 impl Row {
@@ -443,6 +508,17 @@ const READ_PAGE: &str = r##"JSON.stringify({
         state: li.querySelector(".state").textContent,
         by: li.querySelector(".by").textContent,
         at: li.querySelector(".at").textContent,
+        refreshed: (() => {
+            const el = li.querySelector(".refreshed");
+            if (!el || !el.dataset.state) return null;
+            return {
+                state: el.dataset.state,
+                rows: Number(el.dataset.rows),
+                at: Number(el.dataset.at),
+                by: el.dataset.by,
+                text: el.textContent,
+            };
+        })(),
     })),
 })"##;
 

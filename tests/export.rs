@@ -6,8 +6,9 @@
 //! Node and the pinned npm packages (`tests/js/package.json`) are required: `.ci/run`
 //! installs them into `target/npm`. A test fails, never skips, when they are missing.
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+mod npm;
+
+use std::path::PathBuf;
 
 use nats_topology::export::{self, ApiInfo, PayloadSchema};
 use nats_topology::model::{EndpointDecl, ServiceDecl, SubscriptionDecl};
@@ -155,95 +156,8 @@ fn with_services(topology: Topology) -> Topology {
 }
 
 // -------------------------------------------------------------------------------------------
-// Node and the npm packages
+// Helpers
 // -------------------------------------------------------------------------------------------
-
-/// The folder the npm packages are installed in: `NT_NPM_DIR`, else `target/npm` of the
-/// target directory this test was built in.
-fn npm_dir() -> PathBuf {
-    if let Ok(dir) = std::env::var("NT_NPM_DIR") {
-        return dir.into();
-    }
-    // target/debug/deps/export-HASH -> target
-    let exe = std::env::current_exe().expect("the test knows its executable");
-    exe.ancestors()
-        .nth(3)
-        .expect("the test runs from target/PROFILE/deps")
-        .join("npm")
-}
-
-/// The pinned npm packages (`tests/js/package.json` and its lock file), installed into
-/// [`npm_dir`] with `npm ci` when that folder does not hold exactly them, once per test run
-/// (as the test kit installs nats-server). Panics with what to do when npm fails.
-fn npm_packages() -> PathBuf {
-    static INSTALLED: std::sync::OnceLock<Result<PathBuf, String>> = std::sync::OnceLock::new();
-    INSTALLED
-        .get_or_init(|| {
-            let dir = npm_dir();
-            let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/js");
-            let same = |file: &str| {
-                std::fs::read(source.join(file)).ok() == std::fs::read(dir.join(file)).ok()
-            };
-            let packages = [
-                "@asyncapi/parser",
-                "@nats-io/jetstream",
-                "@nats-io/transport-node",
-            ];
-            let installed = packages
-                .iter()
-                .all(|p| dir.join("node_modules").join(p).is_dir());
-            if installed && same("package.json") && same("package-lock.json") {
-                return Ok(dir);
-            }
-            std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-            for file in ["package.json", "package-lock.json"] {
-                std::fs::copy(source.join(file), dir.join(file))
-                    .map_err(|e| format!("copying {file} to {}: {e}", dir.display()))?;
-            }
-            let status = Command::new("npm")
-                .args(["ci", "--no-audit", "--no-fund", "--prefix"])
-                .arg(&dir)
-                .status()
-                .map_err(|e| {
-                    format!("cannot run `npm` ({e}): install Node.js 20 or later with npm (.ci/run does)")
-                })?;
-            if !status.success() {
-                return Err(format!(
-                    "`npm ci --prefix {}` failed ({status}): the export tests need the npm registry once, \
-                     or the pinned packages installed there (or in NT_NPM_DIR)",
-                    dir.display()
-                ));
-            }
-            Ok(dir)
-        })
-        .clone()
-        .unwrap_or_else(|e| panic!("{e}"))
-}
-
-/// Runs `node tests/js/SCRIPT args`: its status and standard output. Installs the pinned npm
-/// packages first if needed; panics with what to install when node or npm is missing.
-fn node(script: &str, args: &[&str]) -> (bool, String) {
-    let dir = npm_packages();
-    let script = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/js")
-        .join(script);
-    let output = Command::new("node")
-        .arg(&script)
-        .args(args)
-        .env("NT_NPM_DIR", &dir)
-        .output()
-        .unwrap_or_else(|e| {
-            panic!("cannot run `node` ({e}): install Node.js 20 or later (.ci/run does)")
-        });
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    if !stderr.trim().is_empty() {
-        eprintln!("node {}: {stderr}", script.display());
-    }
-    (
-        output.status.success(),
-        String::from_utf8_lossy(&output.stdout).into_owned(),
-    )
-}
 
 fn temp_dir(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("nt-export-{name}-{}", std::process::id()));
@@ -271,7 +185,7 @@ fn export_asyncapi_is_valid_for_the_official_parser() {
     let files: Vec<&str> = files.iter().map(|p| p.to_str().unwrap()).collect();
     assert!(files[0].ends_with("asyncapi.json") && files[1].ends_with("asyncapi.yaml"));
 
-    let (ok, stdout) = node("validate_asyncapi.mjs", &files);
+    let (ok, stdout) = npm::node("validate_asyncapi.mjs", &files);
     let results = lines(&stdout);
     assert_eq!(results.len(), 2, "one result per file: {stdout}");
     let value = doc.as_value();
@@ -447,7 +361,7 @@ fn export_asyncapi_validator_reports_a_broken_document() {
     std::fs::create_dir_all(&dir).unwrap();
     let file = dir.join("broken.json");
     std::fs::write(&file, serde_json::to_string(&broken).unwrap()).unwrap();
-    let (ok, stdout) = node("validate_asyncapi.mjs", &[file.to_str().unwrap()]);
+    let (ok, stdout) = npm::node("validate_asyncapi.mjs", &[file.to_str().unwrap()]);
     assert!(!ok, "a broken document must fail validation: {stdout}");
     let result = &lines(&stdout)[0];
     assert!(
@@ -527,7 +441,7 @@ async fn export_nats_json_added_by_the_js_manager_equals_what_the_runtime_provis
     let by_files = NatsServer::start().await.expect("nats-server starts");
     let files_client = async_nats::connect(by_files.url()).await.unwrap();
     create_external(&files_client).await;
-    let (ok, stdout) = node(
+    let (ok, stdout) = npm::node(
         "add_with_jsm.mjs",
         &[&by_files.url(), dir.to_str().unwrap()],
     );
@@ -594,7 +508,7 @@ async fn export_nats_json_edited_by_hand_differs_from_what_the_runtime_provision
     let server = NatsServer::start().await.expect("nats-server starts");
     let client = async_nats::connect(server.url()).await.unwrap();
     create_external(&client).await;
-    let (ok, stdout) = node("add_with_jsm.mjs", &[&server.url(), dir.to_str().unwrap()]);
+    let (ok, stdout) = npm::node("add_with_jsm.mjs", &[&server.url(), dir.to_str().unwrap()]);
     assert!(ok, "{stdout}");
     let added = raw_info(&client, "CONSUMER.INFO.EXPORT_JOBS.export-worker".into()).await;
     assert_eq!(added["max_deliver"], 7);

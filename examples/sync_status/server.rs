@@ -18,7 +18,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::{mpsc, watch};
 
 use crate::daemon::{SYNC_REQUEST, SyncRequest};
-use crate::topology::{Hub, Status, valid_member};
+use crate::topology::{Hub, STATUS_GET, Status, StatusAnswer, StatusQuery, valid_member};
 
 /// The page: plain HTML with inline CSS and JS (nothing fetched from elsewhere).
 const PAGE: &str = include_str!("page.html");
@@ -45,15 +45,24 @@ pub struct Web {
 enum Incoming {
     Watch { member: String },
     Sync { member: String },
+    Refresh { member: String },
 }
 
 /// To the page.
 #[derive(Debug, Serialize)]
 #[serde(tag = "type", rename_all = "lowercase")]
 enum Outgoing {
-    Hello { replica: String, peers: Vec<String> },
+    Hello {
+        replica: String,
+        peers: Vec<String>,
+    },
     Status(Status),
-    Error { member: String, message: String },
+    /// The answer of the `members.status.get` endpoint (from whichever replica answered).
+    Refreshed(StatusAnswer),
+    Error {
+        member: String,
+        message: String,
+    },
 }
 
 pub fn router(web: Arc<Web>) -> Router {
@@ -122,10 +131,14 @@ async fn handle(
         Err(e) => return error("", format!("not a request this replica knows: {e}")),
     };
     match request {
-        Incoming::Watch { member } | Incoming::Sync { member } if !valid_member(&member) => error(
-            &member,
-            "a member name is 1 to 32 letters, digits, `-` or `_`".to_owned(),
-        ),
+        Incoming::Watch { member } | Incoming::Sync { member } | Incoming::Refresh { member }
+            if !valid_member(&member) =>
+        {
+            error(
+                &member,
+                "a member name is 1 to 32 letters, digits, `-` or `_`".to_owned(),
+            )
+        }
         Incoming::Watch { member } => {
             // A session subscribing is the moment to make sure this replica's relay runs.
             match tokio::time::timeout(ENSURE_TIMEOUT, web.relay.ensure()).await {
@@ -143,6 +156,24 @@ async fn handle(
             }
             let last = web.hub.watch(session, &member, statuses.clone());
             let _ = statuses.send(last);
+        }
+        Incoming::Refresh { member } => {
+            let client = web.client.clone();
+            let out = out.clone();
+            tokio::spawn(async move {
+                let query = serde_json::to_vec(&StatusQuery {
+                    member: member.clone(),
+                })
+                .expect("requests serialize");
+                let message = match refresh(&client, query).await {
+                    Ok(answer) => {
+                        let _ = out.send(Outgoing::Refreshed(answer));
+                        return;
+                    }
+                    Err(message) => message,
+                };
+                let _ = out.send(Outgoing::Error { member, message });
+            });
         }
         Incoming::Sync { member } => {
             let client = web.client.clone();
@@ -167,4 +198,32 @@ async fn handle(
             });
         }
     }
+}
+
+/// Asks the `members.status.get` endpoint (any replica of the queue group may answer).
+async fn refresh(client: &async_nats::Client, query: Vec<u8>) -> Result<StatusAnswer, String> {
+    let asked = tokio::time::timeout(
+        Duration::from_secs(5),
+        client.request(STATUS_GET, query.into()),
+    )
+    .await;
+    let reply = match asked {
+        Ok(Ok(reply)) => reply,
+        Ok(Err(e)) => return Err(format!("no replica answered {STATUS_GET}: {e}")),
+        Err(_) => return Err(format!("no replica answered {STATUS_GET} within 5 s")),
+    };
+    if let Some(headers) = &reply.headers
+        && let Some(code) = headers.get("Nats-Service-Error-Code")
+    {
+        let description = headers
+            .get("Nats-Service-Error")
+            .map(|d| d.as_str().to_owned())
+            .unwrap_or_default();
+        return Err(format!(
+            "{STATUS_GET} failed: {} {description}",
+            code.as_str()
+        ));
+    }
+    serde_json::from_slice(&reply.payload)
+        .map_err(|e| format!("{STATUS_GET} answered something else than a status: {e}"))
 }

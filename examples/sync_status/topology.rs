@@ -1,12 +1,18 @@
 //! What every replica runs: the two R3 streams, the queue consumer that computes a member's
-//! status once (on whichever replica the server hands the work to), and the broadcast relay
-//! that gives every replica every status, for the sessions it holds.
+//! status once (on whichever replica the server hands the work to), the broadcast relay
+//! that gives every replica every status, for the sessions it holds, and the endpoint that
+//! answers "what is this member's status now" from the stream (on whichever replica the queue
+//! group picks).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use nats_topology::{Context, HandlerError, State, broadcast, queue_consumer, stream};
+use nats_topology::async_nats::jetstream::stream::LastRawMessageErrorKind;
+use nats_topology::{
+    Context, HandlerError, RequestContext, ServiceError, State, broadcast, endpoint,
+    queue_consumer, service, stream,
+};
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 
@@ -17,6 +23,18 @@ pub struct DaemonSync;
 /// The computed statuses, one subject per member: `member.status.<member>`.
 #[stream(name = "MEMBER_STATUS", subjects = ["member.status.>"], replicas = 3, max_age = "1h")]
 pub struct MemberStatus;
+
+/// The replicas' request/reply service: every replica answers `$SRV.PING|INFO|STATS` for it,
+/// and one of them (the queue group `q`) each request to its endpoints.
+#[service(
+    name = "sync_status",
+    version = "1.0.0",
+    description = "Member sync status, read from the MEMBER_STATUS stream"
+)]
+pub struct SyncStatusService;
+
+/// Where a page's Refresh asks for a member's status (`{"member": ".."}`).
+pub const STATUS_GET: &str = "members.status.get";
 
 /// Where the daemon announces a finished sync (stored in `DAEMON_SYNC`).
 pub const SYNC_COMPLETE: &str = "daemon.sync.complete";
@@ -126,6 +144,54 @@ pub async fn compute_status(
 pub async fn relay_status(status: Status, hub: State<Hub>) -> Result<(), HandlerError> {
     hub.deliver(status);
     Ok(())
+}
+
+/// A request for a member's status.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct StatusQuery {
+    pub member: String,
+}
+
+/// The answer: the member's last status in the stream, and which replica read it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StatusAnswer {
+    pub status: Status,
+    pub answered_by: String,
+}
+
+/// The status of a member as the stream holds it now: its last message on
+/// `member.status.<member>` (idle when there is none), read by whichever replica the queue
+/// group hands the request to.
+#[endpoint(service = SyncStatusService, subject = "members.status.get", timeout = "5s")]
+pub async fn get_status(
+    query: StatusQuery,
+    cx: RequestContext,
+    hub: State<Hub>,
+) -> Result<StatusAnswer, ServiceError> {
+    if !valid_member(&query.member) {
+        return Err(ServiceError::bad_request(format!(
+            "`{}` is not a member name: 1 to 32 letters, digits, `-` or `_`",
+            query.member
+        )));
+    }
+    let stream = cx
+        .jetstream()
+        .get_stream(<MemberStatus as nats_topology::model::StreamDef>::DECL.name)
+        .await?;
+    let status = match stream
+        .get_last_raw_message_by_subject(&status_subject(&query.member))
+        .await
+    {
+        Ok(message) => serde_json::from_slice(&message.payload)?,
+        Err(e) if matches!(e.kind(), LastRawMessageErrorKind::NoMessageFound) => {
+            Status::idle(&query.member)
+        }
+        Err(e) => return Err(e.into()),
+    };
+    Ok(StatusAnswer {
+        status,
+        answered_by: hub.replica.clone(),
+    })
 }
 
 /// This replica's sessions (per member) and the last status it has seen of each member; a
