@@ -96,12 +96,14 @@ impl Variant {
     }
 }
 
-/// One measurement: requests per second, p50 and p99 latency.
+/// One measurement: requests per second, p50 and p99 latency, and how many requests got "no
+/// responders" and were sent again (the raw variant only; ours fails the run instead).
 #[derive(Clone, Copy, Debug)]
 struct Sample {
     rate: f64,
     p50: Duration,
     p99: Duration,
+    resent: u64,
 }
 
 #[tokio::main]
@@ -138,13 +140,17 @@ async fn main() -> Result<(), BoxError> {
                     }
                 };
                 eprintln!(
-                    "round {} {:<24} callers {:>3}: {:>9.0} req/s  p50 {:>8.1?}  p99 {:>8.1?}",
+                    "round {} {:<24} callers {:>3}: {:>9.0} req/s  p50 {:>8.1?}  p99 {:>8.1?}{}",
                     round + 1,
                     variant.label(),
                     callers,
                     sample.rate,
                     sample.p50,
-                    sample.p99
+                    sample.p99,
+                    match sample.resent {
+                        0 => String::new(),
+                        n => format!("  ({n} sent again after \"no responders\")"),
+                    }
                 );
                 match samples
                     .iter_mut()
@@ -172,6 +178,7 @@ async fn main() -> Result<(), BoxError> {
             .expect("measured")
             .1;
         Sample {
+            resent: list.iter().map(|s| s.resent).sum(),
             rate: median(list.iter().map(|s| s.rate).collect()),
             p50: Duration::from_secs_f64(median(
                 list.iter().map(|s| s.p50.as_secs_f64()).collect(),
@@ -184,6 +191,7 @@ async fn main() -> Result<(), BoxError> {
     let mut json = serde_json::Map::new();
     for &callers in &args.callers {
         let raw = median_of(Variant::Raw, callers);
+        json.insert(format!("raw_resent_c{callers}"), raw.resent.into());
         for variant in Variant::ALL {
             let m = median_of(variant, callers);
             let rate_ratio = m.rate / raw.rate;
@@ -250,13 +258,23 @@ async fn raw(
             }
         }
     });
-    client.flush().await?;
+    // A flush only writes the SUB to the socket: the first answered request proves the server
+    // has it (ours proves it the same way before it says ready). Any later "no responders" is
+    // sent again and counted.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while let Err(e) = callers.request(Variant::Raw.subject(), body.clone()).await {
+        if Instant::now() > deadline {
+            return Err(format!("the raw endpoint never answered: {e}").into());
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     let sample = call(
         callers,
         Variant::Raw.subject(),
         args.requests,
         concurrency,
         body,
+        true,
     )
     .await;
     serving.abort();
@@ -295,19 +313,29 @@ async fn ours(
         let _ = stopped.await;
     }));
     health.wait_ready(Duration::from_secs(30)).await?;
-    let sample = call(callers, variant.subject(), args.requests, concurrency, body).await;
+    let sample = call(
+        callers,
+        variant.subject(),
+        args.requests,
+        concurrency,
+        body,
+        false,
+    )
+    .await;
     let _ = stop.send(());
     running.await??;
     sample
 }
 
-/// `callers` tasks send `total / callers` requests each, one after the other.
+/// `callers` tasks send `total / callers` requests each, one after the other; with `resend`, a
+/// request answered "no responders" is sent again (and counted), else it fails the run.
 async fn call(
     client: &async_nats::Client,
     subject: &'static str,
     total: usize,
     callers: usize,
     body: Bytes,
+    resend: bool,
 ) -> Result<Sample, BoxError> {
     let per_caller = (total / callers).max(1);
     let started = Instant::now();
@@ -317,9 +345,21 @@ async fn call(
             let body = body.clone();
             tokio::spawn(async move {
                 let mut latencies = Vec::with_capacity(per_caller);
+                let mut resent = 0;
                 for _ in 0..per_caller {
                     let sent = Instant::now();
-                    let reply = client.request(subject, body.clone()).await?;
+                    let reply = loop {
+                        match client.request(subject, body.clone()).await {
+                            Ok(reply) => break reply,
+                            Err(e)
+                                if resend
+                                    && e.kind() == async_nats::RequestErrorKind::NoResponders =>
+                            {
+                                resent += 1
+                            }
+                            Err(e) => return Err(format!("a request to {subject}: {e}").into()),
+                        }
+                    };
                     latencies.push(sent.elapsed());
                     if reply.payload.len() != body.len() {
                         return Err::<_, BoxError>(
@@ -332,13 +372,16 @@ async fn call(
                         );
                     }
                 }
-                Ok(latencies)
+                Ok((latencies, resent))
             })
         })
         .collect();
     let mut latencies = Vec::with_capacity(per_caller * callers);
+    let mut resent = 0;
     for task in tasks {
-        latencies.extend(task.await??);
+        let (some, again) = task.await??;
+        latencies.extend(some);
+        resent += again;
     }
     let elapsed = started.elapsed();
     latencies.sort_unstable();
@@ -347,6 +390,7 @@ async fn call(
         rate: latencies.len() as f64 / elapsed.as_secs_f64(),
         p50: at(0.50),
         p99: at(0.99),
+        resent,
     })
 }
 
