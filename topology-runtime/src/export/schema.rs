@@ -47,7 +47,6 @@ pub(crate) fn registered(handler: &str) -> Option<PayloadSchema> {
 }
 
 /// The registered schema of the endpoint `handler`'s reply, if any.
-#[allow(dead_code)] // read by the AsyncAPI export's request/reply operations
 pub(crate) fn registered_reply(handler: &str) -> Option<PayloadSchema> {
     inventory::iter::<ReplySchemaRegistration>
         .into_iter()

@@ -147,14 +147,16 @@ impl Runtime {
     }
 
     /// What provisioning would do (create, update which fields, nothing, conflict), read
-    /// from the server without changing anything (reads retried under the runtime's policy).
+    /// from the server without changing anything (reads retried under the runtime's policy),
+    /// and the endpoints and core subscriptions every instance serves (nothing to provision).
     pub async fn plan(&self) -> Result<Plan, ProvisionError> {
         let ensurer = &self.inner.ensurer;
         report::plan_with(ensurer.provisioner(), ensurer.topology()).await
     }
 
     /// For every declared queue consumer: does it exist, is anyone consuming, what is
-    /// pending, where is its ack floor (reads retried under the runtime's policy).
+    /// pending, where is its ack floor (reads retried under the runtime's policy); for every
+    /// declared service, the instances that answer `$SRV.PING` and their `$SRV.STATS`.
     pub async fn inspect(&self) -> Result<Inspection, ProvisionError> {
         let ensurer = &self.inner.ensurer;
         report::inspect_with(ensurer.provisioner(), ensurer.topology()).await
