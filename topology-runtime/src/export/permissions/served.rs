@@ -54,6 +54,16 @@ impl Walk<'_> {
             declaration: Declaration::Service,
             why: format!("service `{name}`: answers PING, INFO and STATS"),
         });
+        self.add(
+            Action::Publish,
+            format!("$SRV.PING.{name}.*"),
+            Declaration::Service,
+            &format!(
+                "service `{name}`: every instance proves its endpoints are on the server by a \
+                 round trip to its own `$SRV.PING.{name}.<id>` (at start, every heartbeat, and \
+                 when it drains)"
+            ),
+        );
     }
 
     /// The operator's `inspect` pings service `name` and reads each instance's stats.
@@ -86,6 +96,15 @@ impl Walk<'_> {
 
     fn subscription(&mut self, decl: &SubscriptionDecl) {
         let what = format!("subscription of handler `{}`", decl.handler);
+        self.add(
+            Action::Publish,
+            format!("{}.>", self.role.inbox_prefix),
+            Declaration::Service,
+            &format!(
+                "{what}: proves its subscription is on the server by a round trip through a \
+                 probe inbox of its own (at start, every heartbeat, and when it drains)"
+            ),
+        );
         match decl.fanout {
             Fanout::Group(group) => self.add_in(
                 Action::Subscribe,

@@ -195,8 +195,14 @@ fn every_declared_kind_contributes_entries() {
                 assert!(p.allows(Action::Subscribe, &subject), "{subject} denied");
             }
         }
+        // The self-probe: a round trip to its own `$SRV.PING.<name>.<id>`, and no other verb.
+        assert!(p.allows(Action::Publish, &format!("$SRV.PING.{name}.Yq2wnRDjS")));
+        assert!(!p.allows(Action::Publish, &format!("$SRV.INFO.{name}.Yq2wnRDjS")));
     }
     assert!(p.allows(Action::Subscribe, "cache.invalidate.members.7"));
+    // A core subscription's probe: a round trip through an inbox of the service's own.
+    assert!(p.allows(Action::Publish, "_INBOX_svc.probe.1"));
+    assert!(!p.allows(Action::Publish, "_INBOX.probe.1"));
     assert!(!p.allows(Action::Subscribe, "$SRV.PING.other"));
     assert!(!p.allows(Action::Subscribe, "$SRV.>"));
     // And each setting that uses a subject of its own.
