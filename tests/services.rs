@@ -58,6 +58,30 @@ async fn replica(fx: &Fixture, topology: Topology) -> Running {
     fx.run(topology).await
 }
 
+/// Sends `n` requests to `members.get` at once (payloads `0`..`n`), each waiting at most
+/// `timeout` for its answer.
+fn send_concurrently(
+    caller: &Client,
+    n: u32,
+    timeout: Duration,
+) -> Vec<tokio::task::JoinHandle<Result<Message, async_nats::RequestError>>> {
+    (0..n)
+        .map(|i| {
+            let caller = caller.clone();
+            tokio::spawn(async move {
+                caller
+                    .send_request(
+                        "members.get",
+                        async_nats::Request::new()
+                            .payload(i.to_string().into())
+                            .timeout(Some(timeout)),
+                    )
+                    .await
+            })
+        })
+        .collect()
+}
+
 /// The replica that answered `reply` (`<name>:<payload>`), and the payload.
 fn answered_by(reply: &Message) -> (String, String) {
     let text = std::str::from_utf8(&reply.payload).expect("a text answer");
@@ -505,21 +529,7 @@ async fn a_drain_answers_every_request_it_accepted() {
     );
     let a = replica(&fx, held).await;
     let caller = fx.connect().await;
-    let requests: Vec<_> = (0..6)
-        .map(|i| {
-            let caller = caller.clone();
-            tokio::spawn(async move {
-                caller
-                    .send_request(
-                        "members.get",
-                        async_nats::Request::new()
-                            .payload(i.to_string().into())
-                            .timeout(Some(Duration::from_secs(30))),
-                    )
-                    .await
-            })
-        })
-        .collect();
+    let requests = send_concurrently(&caller, 6, Duration::from_secs(30));
     eventually(Duration::from_secs(5), "two handlers running", || {
         let n = started.load(Ordering::SeqCst);
         async move { (n == 2).then_some(()) }
@@ -864,21 +874,7 @@ async fn a_drain_out_of_time_answers_what_is_left_with_503() {
         .topology(stuck(Arc::new(|_: &str| {})));
     let running = Running::start(builder).await;
     let caller = fx.connect().await;
-    let requests: Vec<_> = (0..3)
-        .map(|i| {
-            let caller = caller.clone();
-            tokio::spawn(async move {
-                caller
-                    .send_request(
-                        "members.get",
-                        async_nats::Request::new()
-                            .payload(i.to_string().into())
-                            .timeout(Some(Duration::from_secs(10))),
-                    )
-                    .await
-            })
-        })
-        .collect();
+    let requests = send_concurrently(&caller, 3, Duration::from_secs(10));
     // Sent before the PING: they reached the replica before its answer did.
     caller
         .request("$SRV.PING.members", "".into())
