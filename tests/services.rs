@@ -582,6 +582,118 @@ async fn a_drain_answers_every_request_it_accepted() {
     b.stop().await.expect("clean drain");
 }
 
+/// One caller's outcomes: the answering replica and payload, or what went wrong.
+type Outcomes = Vec<Result<(String, String), String>>;
+
+/// Requests from 8 callers, each sending the next as soon as the last is answered, until
+/// `stop`: the answers (replica and payload) or the errors, in the order sent.
+fn keep_requesting(
+    caller: &Client,
+    stop: &Arc<std::sync::atomic::AtomicBool>,
+) -> Vec<tokio::task::JoinHandle<Outcomes>> {
+    (0..8)
+        .map(|c| {
+            let (caller, stop) = (caller.clone(), stop.clone());
+            tokio::spawn(async move {
+                let mut outcomes = Vec::new();
+                let mut i = 0u64;
+                while !stop.load(Ordering::SeqCst) {
+                    let sent = format!("{c}-{i}");
+                    let outcome = caller
+                        .send_request(
+                            "members.get",
+                            async_nats::Request::new()
+                                .payload(sent.clone().into())
+                                .timeout(Some(Duration::from_secs(10))),
+                        )
+                        .await;
+                    outcomes.push(match outcome {
+                        Ok(reply) => Ok(answered_by(&reply)),
+                        Err(e) => Err(format!("request {sent}: {e}")),
+                    });
+                    i += 1;
+                }
+                outcomes
+            })
+        })
+        .collect()
+}
+
+/// How many requests `running`'s endpoint has answered.
+fn answered_count(running: &Running) -> u64 {
+    running.health.endpoints()[0].requests
+}
+
+/// A rolling restart under steady load: replica `a` drains while 8 callers keep sending, `c`
+/// starts, then `b` drains. Every request sent is answered, exactly once, by the replica it
+/// reached: what the server routed to a draining replica before it processed the `UNSUB` is
+/// still delivered there and answered, not dropped with the subscription.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rolling_restart_under_load_leaves_no_request_unanswered() {
+    let fx = Fixture::start().await;
+    let a = replica(&fx, echo("a")).await;
+    let b = replica(&fx, echo("b")).await;
+    let caller = fx.connect().await;
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let callers = keep_requesting(&caller, &stop);
+    let (a_health, b_health) = (a.health.clone(), b.health.clone());
+    eventually(Duration::from_secs(10), "both replicas answering", || {
+        let n = a_health.endpoints()[0]
+            .requests
+            .min(b_health.endpoints()[0].requests);
+        async move { (n >= 100).then_some(()) }
+    })
+    .await;
+    let a_answered = {
+        a.stop().await.expect("a drains cleanly");
+        a_health.endpoints()[0].requests
+    };
+    let c = replica(&fx, echo("c")).await;
+    let c_health = c.health.clone();
+    eventually(Duration::from_secs(10), "c answering", || {
+        let n = c_health.endpoints()[0].requests;
+        async move { (n >= 100).then_some(()) }
+    })
+    .await;
+    b.stop().await.expect("b drains cleanly");
+    let b_answered = b_health.endpoints()[0].requests;
+    let after_b = answered_count(&c);
+    eventually(Duration::from_secs(10), "c answering alone", || {
+        let n = c_health.endpoints()[0].requests;
+        async move { (n >= after_b + 100).then_some(()) }
+    })
+    .await;
+    stop.store(true, Ordering::SeqCst);
+
+    let mut by_replica: BTreeMap<String, u64> = BTreeMap::new();
+    let mut payloads = BTreeSet::new();
+    let mut lost = Vec::new();
+    for handle in callers {
+        for outcome in handle.await.expect("caller") {
+            match outcome {
+                Ok((name, payload)) => {
+                    *by_replica.entry(name).or_default() += 1;
+                    assert!(payloads.insert(payload.clone()), "{payload} answered twice");
+                }
+                Err(e) => lost.push(e),
+            }
+        }
+    }
+    assert!(lost.is_empty(), "requests not answered: {lost:?}");
+    assert_eq!(
+        by_replica.get("a").copied(),
+        Some(a_answered),
+        "{by_replica:?}"
+    );
+    assert_eq!(
+        by_replica.get("b").copied(),
+        Some(b_answered),
+        "{by_replica:?}"
+    );
+    assert!(by_replica.get("c").copied().unwrap_or(0) >= after_b + 100);
+    c.stop().await.expect("c drains cleanly");
+}
+
 /// The worker process's entry point. With [`WORKER_URL`] set, it serves `members.get` on that
 /// server with a handler that reports `START <payload>` and never finishes, until it is
 /// killed. Without it, it checks in-process that the worker's topology reports and holds a

@@ -1,17 +1,19 @@
 //! One request, from received to answered, top to bottom: its span (continuing the caller's
 //! trace), the handler run with a panic caught and the endpoint's timeout applied, then one
 //! answer through the micro protocol (the reply body, or the `Nats-Service-Error` headers),
-//! which async-nats counts in `$SRV.STATS`.
+//! counted in the endpoint's `$SRV.STATS`.
 
 use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use async_nats::service;
+use async_nats::service::error::Error as ProtocolError;
+use async_nats::{HeaderMap, Message};
 use bytes::Bytes;
 use futures::FutureExt;
 use tracing::Instrument;
 
+use super::micro::EndpointStats;
 use crate::registry::SharedEndpointHandler;
 use crate::run::dispatch::panic_message;
 use crate::service::{Request, RequestContext, RequestScope, ServiceError};
@@ -23,6 +25,8 @@ pub(super) struct EndpointShared {
     pub(super) scope: Arc<RequestScope>,
     /// How long a handler may run before the request is answered with a 504.
     pub(super) timeout: Option<Duration>,
+    /// What `$SRV.STATS` reports of the endpoint.
+    pub(super) stats: Arc<EndpointStats>,
 }
 
 /// How a request was answered.
@@ -35,12 +39,18 @@ pub(super) struct Answered {
 
 /// The requests whose handler was stopped before it answered (a drain out of time): the drain
 /// answers them.
-pub(super) type Unanswered = Mutex<Vec<service::Request>>;
+pub(super) type Unanswered = Mutex<Vec<Received>>;
+
+/// A request as it arrived, and when.
+pub(super) struct Received {
+    pub(super) message: Message,
+    pub(super) at: Instant,
+}
 
 /// Holds a request until it is answered; dropped before, it leaves the request in
 /// [`Unanswered`], so that no request this instance received goes without an answer.
 struct Pending<'a> {
-    request: Option<service::Request>,
+    request: Option<Received>,
     unanswered: &'a Unanswered,
 }
 
@@ -57,11 +67,11 @@ impl Drop for Pending<'_> {
 
 /// Runs the handler on `request` and answers it.
 pub(super) async fn answer(
-    request: service::Request,
+    request: Received,
     shared: &EndpointShared,
     unanswered: &Unanswered,
 ) -> Answered {
-    let started = Instant::now();
+    let started = request.at;
     let message = &request.message;
     let span = tracing::info_span!(
         "request",
@@ -82,7 +92,9 @@ pub(super) async fn answer(
     let error = outcome.as_ref().err().map(ServiceError::code);
     // Held until sent: a publish dropped midway sends nothing, and the drain answers it.
     if let Some(request) = pending.request.as_ref() {
-        respond(request, outcome).instrument(span).await;
+        respond(&shared.scope.client, request, outcome, &shared.stats)
+            .instrument(span)
+            .await;
     }
     pending.request = None;
     Answered {
@@ -144,21 +156,47 @@ fn panicked(panic: &Box<dyn std::any::Any + Send>) -> ServiceError {
     ServiceError::internal(format!("the handler panicked: {message}"))
 }
 
-/// Sends the answer: the body, or the micro protocol's error headers with an empty body.
-pub(super) async fn respond(request: &service::Request, outcome: Result<Bytes, ServiceError>) {
-    let answer = outcome.map_err(|e| service::error::Error {
-        // A header value is one line.
-        status: e
-            .description()
-            .chars()
-            .map(|c| if c.is_control() { ' ' } else { c })
-            .collect(),
-        code: usize::from(e.code()),
-    });
-    if let Err(e) = request.respond(answer).await {
-        match request.message.reply {
-            None => tracing::debug!("a request without a reply subject: nothing to answer"),
-            Some(_) => tracing::warn!(error = %e, "could not send the answer"),
+/// Sends the answer (the body, or the micro protocol's error headers with an empty body) and
+/// counts it in the endpoint's statistics.
+pub(super) async fn respond(
+    client: &async_nats::Client,
+    request: &Received,
+    outcome: Result<Bytes, ServiceError>,
+    stats: &EndpointStats,
+) {
+    let Some(reply) = request.message.reply.clone() else {
+        tracing::debug!("a request without a reply subject: nothing to answer");
+        return;
+    };
+    let (sent, error) = match outcome {
+        Ok(body) => (client.publish(reply, body).await, None),
+        Err(e) => {
+            let error = ProtocolError {
+                // A header value is one line.
+                status: e
+                    .description()
+                    .chars()
+                    .map(|c| if c.is_control() { ' ' } else { c })
+                    .collect(),
+                code: usize::from(e.code()),
+            };
+            let mut headers = HeaderMap::new();
+            headers.insert(
+                async_nats::service::NATS_SERVICE_ERROR,
+                error.status.as_str(),
+            );
+            headers.insert(
+                async_nats::service::NATS_SERVICE_ERROR_CODE,
+                error.code.to_string().as_str(),
+            );
+            let sent = client
+                .publish_with_headers(reply, headers, Bytes::new())
+                .await;
+            (sent, Some(error))
         }
+    };
+    stats.record(request.at.elapsed(), error.as_ref());
+    if let Err(e) = sent {
+        tracing::warn!(error = %e, "could not send the answer");
     }
 }

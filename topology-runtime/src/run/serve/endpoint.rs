@@ -1,30 +1,32 @@
 //! One endpoint's dispatch: at most its concurrency of handlers at once, run in this task (a
 //! `FuturesUnordered`, no task per request; a handler that answers without waiting never
 //! enters it), each request answered once. On stop it
-//! unsubscribes (the other instances of the queue group take the new requests), answers every
-//! request it received (running and buffered) within the grace period, and answers what is
-//! left then with a 503.
+//! drains its subscription (the other instances of the queue group take the new requests, and
+//! what the server routed here before it processed the `UNSUB` is still delivered), answers
+//! every request it received (running and buffered) within the grace period, and answers what
+//! is left then with a 503.
 
 use std::pin::pin;
 use std::sync::Arc;
 use std::task::Poll;
 use std::time::Duration;
 
-use async_nats::service::endpoint::Endpoint;
+use async_nats::Subscriber;
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
 use tokio::sync::Semaphore;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::answer::{Answered, EndpointShared, Unanswered, answer, respond};
+use super::answer::{Answered, EndpointShared, Received, Unanswered, answer, respond};
 use crate::health::ServeSlot;
 use crate::service::ServiceError;
 use crate::telemetry::EndpointMetrics;
 
 /// One endpoint of a started service, ready to dispatch.
 pub(super) struct EndpointTask {
-    pub(super) endpoint: Endpoint,
+    /// The endpoint's queue subscription.
+    pub(super) subscriber: Subscriber,
     pub(super) shared: EndpointShared,
     pub(super) slot: Arc<ServeSlot>,
     pub(super) metrics: EndpointMetrics,
@@ -46,7 +48,7 @@ impl EndpointTask {
     /// Dispatches until `stop`, then drains; or until the subscription ends.
     pub(super) async fn run(self, stop: CancellationToken) -> EndpointExit {
         let EndpointTask {
-            mut endpoint,
+            mut subscriber,
             shared,
             slot,
             mut metrics,
@@ -66,8 +68,9 @@ impl EndpointTask {
             tokio::select! {
                 biased;
                 Some(done) = in_flight.next() => account(&slot, &mut metrics, done),
-                next = endpoint.next(), if open && in_flight.len() < concurrency => match next {
-                    Some(request) => {
+                next = subscriber.next(), if open && in_flight.len() < concurrency => match next {
+                    Some(message) => {
+                        let request = Received { message, at: std::time::Instant::now() };
                         // Polled once at once: a handler that answers without waiting is done
                         // here, without a trip through the set (as a plain loop would be).
                         let mut answering = Box::pin(answer(request, &shared, &unanswered));
@@ -76,15 +79,16 @@ impl EndpointTask {
                             Poll::Pending => in_flight.push(answering),
                         }
                     }
-                    // Unsubscribed (a drain), or the client closed.
+                    // Drained, or the client closed.
                     None => open = false,
                 },
                 _ = &mut stopped, if !stopping => {
                     stopping = true;
                     grace_over.as_mut().reset(Instant::now() + grace);
-                    // Unsubscribes; what was received stays buffered, and the stream ends
-                    // after it.
-                    if let Err(e) = endpoint.stop().await {
+                    // Unsubscribes; what the server sent before it processed the `UNSUB` is
+                    // still delivered, and the stream ends after its answer to the `PING`
+                    // that follows.
+                    if let Err(e) = subscriber.drain().await {
                         tracing::warn!(subject = %slot.subject, error = %e, "could not unsubscribe the endpoint");
                     }
                     unsubscribed.add_permits(1);
@@ -101,10 +105,13 @@ impl EndpointTask {
         if out_of_time {
             let mut late =
                 std::mem::take(&mut *unanswered.lock().unwrap_or_else(|e| e.into_inner()));
-            // Received and not started: the stream ends after them (unsubscribed).
+            // Received and not started: the stream ends after them (drained).
             let buffered = tokio::time::timeout(crate::run::CLEANUP_WAIT, async {
-                while let Some(request) = endpoint.next().await {
-                    late.push(request);
+                while let Some(message) = subscriber.next().await {
+                    late.push(Received {
+                        message,
+                        at: std::time::Instant::now(),
+                    });
                 }
             });
             if buffered.await.is_err() {
@@ -125,10 +132,15 @@ impl EndpointTask {
                 ),
             );
             for request in late {
-                let started = std::time::Instant::now();
-                respond(&request, Err(error.clone())).await;
+                respond(
+                    &shared.scope.client,
+                    &request,
+                    Err(error.clone()),
+                    &shared.stats,
+                )
+                .await;
                 slot.count(true);
-                metrics.answered(Some(503), started.elapsed());
+                metrics.answered(Some(503), request.at.elapsed());
             }
         }
         if stopping {

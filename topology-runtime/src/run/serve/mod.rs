@@ -1,8 +1,10 @@
 //! Serving request/reply and core subscriptions: every declared service, as supervised tasks
 //! beside the consumers.
 //!
-//! - `service`: one service: its micro protocol instance (async-nats' `service` module), a
-//!   dispatch task per endpoint, the link proven through its own `$SRV.PING.<name>.<id>`;
+//! - `service`: one service: its micro protocol instance, a queue subscription and a dispatch
+//!   task per endpoint, the link proven through its own `$SRV.PING.<name>.<id>`;
+//! - `micro`: the micro protocol's `$SRV.PING/INFO/STATS` answers and endpoint statistics (and
+//!   why not async-nats' `service` module);
 //! - `endpoint`: one endpoint's dispatch, bounded by its concurrency, and its drain;
 //! - `answer`: one request from received to answered (the error mapping);
 //! - `subscription`: one core subscription, its dispatch and its drain;
@@ -10,6 +12,7 @@
 
 mod answer;
 mod endpoint;
+mod micro;
 mod probe;
 mod service;
 mod subscription;

@@ -1,26 +1,27 @@
-//! Serving one declared service: its micro protocol instance (async-nats' `service` module
-//! answers `$SRV.PING`, `$SRV.INFO` and `$SRV.STATS` and counts what the endpoints answer), a
+//! Serving one declared service: its micro protocol instance (`micro.rs` answers `$SRV.PING`,
+//! `$SRV.INFO` and `$SRV.STATS` with what the endpoints answered), a queue subscription and a
 //! dispatch task per endpoint, and the link proven through the instance's own
 //! `$SRV.PING.<name>.<id>`. Started again with backoff when a session is lost; on shutdown,
-//! every endpoint unsubscribes and answers what it received before the instance stops.
+//! every endpoint drains and answers what it received before the instance stops.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
 
-use async_nats::service::{Service, ServiceExt, endpoint::Endpoint};
+use async_nats::Subscriber;
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use super::answer::EndpointShared;
 use super::endpoint::{EndpointExit, EndpointTask};
+use super::micro::{Described, EndpointStats, Instance};
 use super::probe::Prober;
 use crate::health::{ServeSlot, ServingState};
 use crate::run::Inner;
 use crate::service::RequestScope;
 use crate::telemetry::EndpointMetrics;
-use topology_core::service::{DEFAULT_QUEUE_GROUP, ServiceDecl};
+use topology_core::service::ServiceDecl;
 
 /// Serves the service at `index` of the topology until shutdown.
 pub(in crate::run) async fn serve_service(
@@ -56,7 +57,7 @@ pub(in crate::run) async fn serve_service(
         let started = start(&inner, &decl, &members).await;
         let failure = match started {
             Ok((service, _)) if cancel.is_cancelled() => {
-                let _ = service.stop().await;
+                service.stop();
                 break;
             }
             Ok((service, endpoints)) => {
@@ -86,59 +87,57 @@ pub(in crate::run) async fn serve_service(
     set(ServingState::Stopped { error: None });
 }
 
-/// Starts the micro protocol instance and subscribes its endpoints.
+/// A subscribed endpoint: its index in the topology, its statistics and its subscription.
+type Subscribed = (usize, Arc<EndpointStats>, Subscriber);
+
+/// Subscribes the endpoints, then starts the micro protocol instance that reports them.
 async fn start(
     inner: &Inner,
     decl: &ServiceDecl,
     members: &[usize],
-) -> Result<(Service, Vec<(usize, Endpoint)>), String> {
-    let mut builder = inner
-        .client
-        .service_builder()
-        .queue_group(decl.queue_group.unwrap_or(DEFAULT_QUEUE_GROUP))
-        .metadata(metadata(decl.metadata));
-    if let Some(description) = decl.description {
-        builder = builder.description(description);
-    }
-    let service = builder.start(decl.name, decl.version).await.map_err(|e| {
-        format!(
-            "could not start service `{}` {} (subscribing to `$SRV.*`): {e}",
-            decl.name, decl.version
-        )
-    })?;
+) -> Result<(Instance, Vec<Subscribed>), String> {
     let mut endpoints = Vec::with_capacity(members.len());
     for &index in members {
         let endpoint = &inner.ensurer.topology().endpoints()[index].decl;
-        let added = service
-            .endpoint_builder()
-            .name(endpoint.name)
-            .queue_group(endpoint.queue_group())
-            .metadata(metadata(endpoint.metadata))
-            .add(endpoint.subject)
-            .await;
-        match added {
-            Ok(added) => endpoints.push((index, added)),
-            Err(e) => {
-                let _ = service.stop().await;
-                return Err(format!(
+        let stats = Arc::new(EndpointStats::new(
+            endpoint.name,
+            endpoint.subject,
+            endpoint.queue_group(),
+            endpoint.metadata,
+        ));
+        // Dropped on an error below: unsubscribed.
+        let subscriber = inner
+            .client
+            .queue_subscribe(endpoint.subject, endpoint.queue_group().to_owned())
+            .await
+            .map_err(|e| {
+                format!(
                     "could not subscribe endpoint `{}` of service `{}` to `{}` (queue group \
                      `{}`): {e}",
                     endpoint.name,
                     decl.name,
                     endpoint.subject,
                     endpoint.queue_group()
-                ));
-            }
-        }
+                )
+            })?;
+        endpoints.push((index, stats, subscriber));
     }
-    Ok((service, endpoints))
-}
-
-fn metadata(pairs: &[(&str, &str)]) -> HashMap<String, String> {
-    pairs
-        .iter()
-        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-        .collect()
+    let described = Described {
+        name: decl.name,
+        version: decl.version,
+        description: decl.description,
+        metadata: decl.metadata,
+    };
+    let stats = endpoints.iter().map(|(_, s, _)| s.clone()).collect();
+    let instance = Instance::start(&inner.client, &described, stats)
+        .await
+        .map_err(|e| {
+            format!(
+                "could not start service `{}` {} (subscribing to `$SRV.*`): {e}",
+                decl.name, decl.version
+            )
+        })?;
+    Ok((instance, endpoints))
 }
 
 /// Runs a started service until shutdown (`None`, after its drain) or until an endpoint's
@@ -146,8 +145,8 @@ fn metadata(pairs: &[(&str, &str)]) -> HashMap<String, String> {
 async fn run(
     inner: &Inner,
     decl: &ServiceDecl,
-    service: Service,
-    endpoints: Vec<(usize, Endpoint)>,
+    service: Instance,
+    endpoints: Vec<Subscribed>,
     slots: &[Arc<ServeSlot>],
     cancel: &CancellationToken,
 ) -> Option<String> {
@@ -157,10 +156,10 @@ async fn run(
     let unsubscribed = Arc::new(Semaphore::new(0));
     let mut tasks = JoinSet::new();
     let mut names = HashMap::new();
-    for (index, endpoint) in endpoints {
+    for (index, stats, subscriber) in endpoints {
         let declared = &topology.endpoints()[index];
         let task = EndpointTask {
-            endpoint,
+            subscriber,
             shared: EndpointShared {
                 handler: declared.handler.clone(),
                 scope: Arc::new(RequestScope::new(
@@ -171,6 +170,7 @@ async fn run(
                     jetstream.clone(),
                 )),
                 timeout: declared.decl.timeout,
+                stats,
             },
             slot: inner.health.endpoints[index].clone(),
             metrics: EndpointMetrics::new(decl.name, declared.decl.name),
@@ -181,10 +181,9 @@ async fn run(
         let handle = tasks.spawn(task.run(stop.clone()));
         names.insert(handle.id(), declared.decl.name);
     }
-    let id = service.info().await.id;
     let mut prober = Prober::answered_by_others(
         &inner.client,
-        format!("$SRV.PING.{}.{id}", decl.name),
+        format!("$SRV.PING.{}.{}", decl.name, service.id()),
         &inner.settings,
     );
     let lost = tokio::select! {
@@ -244,6 +243,6 @@ async fn run(
         }
     }
     // Answers `$SRV.*` no more.
-    let _ = service.stop().await;
+    service.stop();
     lost
 }
