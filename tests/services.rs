@@ -202,6 +202,136 @@ async fn two_replicas_share_requests_and_answer_the_micro_protocol() {
     }
 }
 
+static ORDERS: ServiceDecl = ServiceDecl::new("orders", "0.3.0")
+    .queue_group("orders-q")
+    .metadata(&[("team", "sales")]);
+
+/// Two services in one runtime are two micro protocol instances of their own: `$SRV.PING`
+/// finds both, each `$SRV.INFO` lists its own endpoints with their queue groups and metadata,
+/// each request reaches its own handler, and each `$SRV.STATS` counts what its endpoints
+/// answered (an error answer with its code and description as the last error).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_services_in_one_runtime_are_two_instances() {
+    let fx = Fixture::start().await;
+    let topology = echo("m")
+        .endpoint(
+            EndpointDecl::new("tests::place_order", &ORDERS, "place", "orders.place"),
+            |request| {
+                let payload = request.payload().clone();
+                Box::pin(async move { Ok(answer_from("placed", &payload)) })
+            },
+        )
+        .endpoint(
+            EndpointDecl::new("tests::find_order", &ORDERS, "find", "orders.find")
+                .group("finders")
+                .metadata(&[("cache", "none")]),
+            |request| {
+                let payload = request.payload().clone();
+                Box::pin(async move {
+                    Err(ServiceError::not_found(format!(
+                        "no order {}",
+                        String::from_utf8_lossy(&payload)
+                    )))
+                })
+            },
+        );
+    let running = replica(&fx, topology).await;
+    assert_eq!(running.health.endpoints().len(), 3);
+    let client = fx.connect().await;
+
+    let pongs: BTreeMap<String, String> = gather(&client, "$SRV.PING", 2)
+        .await
+        .iter()
+        .map(|m| {
+            let pong: PingResponse = serde_json::from_slice(&m.payload).expect("a ping response");
+            (pong.name, pong.id)
+        })
+        .collect();
+    assert_eq!(
+        pongs.keys().map(String::as_str).collect::<Vec<_>>(),
+        ["members", "orders"]
+    );
+    assert_ne!(pongs["members"], pongs["orders"], "an id each");
+
+    let info = client
+        .request("$SRV.INFO.orders", "".into())
+        .await
+        .expect("orders answers INFO");
+    let info: async_nats::service::Info = serde_json::from_slice(&info.payload).expect("info");
+    assert_eq!(
+        (info.version.as_str(), info.id.as_str()),
+        ("0.3.0", pongs["orders"].as_str())
+    );
+    assert_eq!(info.metadata.get("team").map(String::as_str), Some("sales"));
+    let endpoints: BTreeMap<&str, (&str, &str, Option<&str>)> = info
+        .endpoints
+        .iter()
+        .map(|e| {
+            let cache = e.metadata.get("cache").map(String::as_str);
+            (
+                e.name.as_str(),
+                (e.subject.as_str(), e.queue_group.as_str(), cache),
+            )
+        })
+        .collect();
+    assert_eq!(
+        endpoints,
+        BTreeMap::from([
+            ("find", ("orders.find", "finders", Some("none"))),
+            ("place", ("orders.place", "orders-q", None)),
+        ])
+    );
+
+    for i in 0..5 {
+        let placed = client
+            .request("orders.place", i.to_string().into())
+            .await
+            .expect("answered");
+        assert_eq!(answered_by(&placed), ("placed".to_owned(), i.to_string()));
+        let member = client
+            .request("members.get", i.to_string().into())
+            .await
+            .expect("answered");
+        assert_eq!(answered_by(&member), ("m".to_owned(), i.to_string()));
+    }
+    let missing = client
+        .request("orders.find", "42".into())
+        .await
+        .expect("answered");
+    assert_eq!(error_of(&missing), Some((404, "no order 42".to_owned())));
+
+    let stats = client
+        .request("$SRV.STATS.orders", "".into())
+        .await
+        .expect("orders answers STATS");
+    let stats: Stats = serde_json::from_slice(&stats.payload).expect("stats");
+    // Per endpoint: requests, errors, and the last error's code and description.
+    type Counted<'a> = (usize, usize, Option<(usize, &'a str)>);
+    let counted: BTreeMap<&str, Counted> = stats
+        .endpoints
+        .iter()
+        .map(|e| {
+            let last = e.last_error.as_ref().map(|l| (l.code, l.status.as_str()));
+            (e.name.as_str(), (e.requests, e.errors, last))
+        })
+        .collect();
+    assert_eq!(
+        counted,
+        BTreeMap::from([
+            ("find", (1, 1, Some((404, "no order 42")))),
+            ("place", (5, 0, None)),
+        ])
+    );
+    let members = client
+        .request("$SRV.STATS.members", "".into())
+        .await
+        .expect("members answers STATS");
+    let members: Stats = serde_json::from_slice(&members.payload).expect("stats");
+    assert_eq!(members.endpoints.len(), 1);
+    assert_eq!(members.endpoints[0].requests, 5);
+    running.stop().await.expect("clean drain");
+}
+
 #[derive(serde::Deserialize)]
 #[allow(dead_code)]
 struct Lookup {
