@@ -424,6 +424,10 @@ pub struct ClusterMonitor {
 }
 
 impl ClusterMonitor {
+    pub(crate) fn new(ports: Vec<u16>) -> ClusterMonitor {
+        ClusterMonitor { ports }
+    }
+
     /// The JetStream meta leader as the reachable nodes' `/jsz` reports it
     /// (`meta_cluster.leader`, a server name `node<i>`): `None` while no reachable node knows
     /// one, or while they disagree (during an election). A node just killed is unreachable
@@ -455,7 +459,7 @@ impl ClusterMonitor {
     /// `Ok` when every node names one meta leader and that leader's `/jsz` counts every node
     /// in the meta group (`cluster_size`) with each other node a current replica; otherwise
     /// what is missing.
-    async fn meta_group(&self) -> Result<(), String> {
+    pub(crate) async fn meta_group(&self) -> Result<(), String> {
         let mut leaders = Vec::with_capacity(self.ports.len());
         let mut views = Vec::with_capacity(self.ports.len());
         for i in 0..self.ports.len() {

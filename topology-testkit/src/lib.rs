@@ -10,6 +10,9 @@
 //! - [`NatsLeafTopology`]: a hub server (JetStream domain `hub`) and a leaf node server
 //!   (JetStream domain `edge`) connected over a leaf node port, as an edge site connects to a
 //!   cloud;
+//! - [`NatsSupercluster`]: JetStream clusters (of one to five nodes each) joined by gateways,
+//!   each node tagged with its cluster, each gateway connection through a [`Link`] that
+//!   [`NatsSupercluster::stall_gateways`] stalls;
 //! - [`ServerBuilder`] ([`NatsServer::builder`], [`NatsCluster::builder`]): a server or a
 //!   cluster with configuration of the test's own included verbatim (users and their
 //!   permissions, accounts), environment variables for it, TLS with certificates generated for
@@ -113,6 +116,8 @@ mod process;
 #[cfg(unix)]
 mod server;
 #[cfg(unix)]
+mod supercluster;
+#[cfg(unix)]
 mod tls;
 
 #[cfg(unix)]
@@ -129,6 +134,8 @@ pub use leaf::{HUB_DOMAIN, LEAF_DOMAIN, NatsLeafTopology};
 pub use link::{Cut, Direction, Link};
 #[cfg(unix)]
 pub use server::NatsServer;
+#[cfg(unix)]
+pub use supercluster::NatsSupercluster;
 #[cfg(unix)]
 pub use tls::TlsFiles;
 

@@ -99,6 +99,48 @@ impl LeafArgs {
     }
 }
 
+/// Membership of a supercluster: the gateway this node listens on and dials, and its server
+/// tags (written to the configuration file: the command line has no flags for them).
+pub(crate) struct GatewayArgs {
+    /// The gateway's name: the node's cluster's name.
+    pub(crate) name: String,
+    pub(crate) listen_port: u16,
+    /// The gateway URL this node advertises (one nothing listens on, so that no gateway
+    /// connection bypasses the links).
+    pub(crate) advertise_port: u16,
+    /// Each other cluster's name and the ports to dial it through.
+    pub(crate) remotes: Vec<(String, Vec<u16>)>,
+    pub(crate) tags: Vec<String>,
+}
+
+impl GatewayArgs {
+    fn config(&self) -> String {
+        let remotes = self
+            .remotes
+            .iter()
+            .map(|(name, ports)| {
+                let urls = ports
+                    .iter()
+                    .map(|p| format!("\"nats://127.0.0.1:{p}\""))
+                    .collect::<Vec<_>>()
+                    .join(", ");
+                format!("    {{ name: \"{name}\", urls: [{urls}] }}\n")
+            })
+            .collect::<String>();
+        let tags = self
+            .tags
+            .iter()
+            .map(|t| format!("\"{t}\""))
+            .collect::<Vec<_>>()
+            .join(", ");
+        format!(
+            "gateway {{\n  name: \"{}\"\n  listen: \"127.0.0.1:{}\"\n  advertise: \
+             \"127.0.0.1:{}\"\n  gateways: [\n{remotes}  ]\n}}\nserver_tags: [{tags}]\n",
+            self.name, self.listen_port, self.advertise_port
+        )
+    }
+}
+
 /// One `nats-server` process: its fixed configuration (ports, store directory) and, while it
 /// runs, the child process. Shared by [`NatsServer`](crate::NatsServer) and
 /// [`NatsCluster`](crate::NatsCluster).
@@ -108,6 +150,7 @@ pub(crate) struct Node {
     pub(crate) port: u16,
     pub(crate) cluster: Option<ClusterArgs>,
     pub(crate) leaf: Option<LeafArgs>,
+    pub(crate) gateway: Option<GatewayArgs>,
     /// Configuration of the test's own, environment variables, probe credentials.
     pub(crate) setup: Arc<Setup>,
     /// The certificate files in `dir`, for a server with TLS.
@@ -128,6 +171,7 @@ impl Node {
             port: 0,
             cluster: None,
             leaf: None,
+            gateway: None,
             setup: Arc::default(),
             tls: None,
             dir,
@@ -183,28 +227,31 @@ impl Node {
             "--server_name".into(),
             self.name.clone().into(),
         ];
-        if self.leaf.is_some() || self.setup.needs_config_file() {
+        if self.needs_config_file() {
             // Flags win over the file: the file adds the domain and the leaf nodes, TLS, and
             // the test's own configuration.
             args.extend(["-c".into(), self.config_path().into()]);
         }
         if let Some(cluster) = &self.cluster {
+            args.extend([
+                "-m".into(),
+                cluster.monitor_port.to_string().into(),
+                "--cluster".into(),
+                format!("nats://127.0.0.1:{}", cluster.cluster_port).into(),
+                "--cluster_name".into(),
+                cluster.cluster_name.clone().into(),
+            ]);
             let routes = cluster
                 .route_ports
                 .iter()
                 .map(|p| format!("nats://127.0.0.1:{p}"))
                 .collect::<Vec<_>>()
                 .join(",");
-            args.extend([
-                "-m".into(),
-                cluster.monitor_port.to_string().into(),
-                "--cluster".into(),
-                format!("nats://127.0.0.1:{}", cluster.cluster_port).into(),
-                "--routes".into(),
-                routes.into(),
-                "--cluster_name".into(),
-                cluster.cluster_name.clone().into(),
-            ]);
+            // A supercluster's cluster of one routes to itself (see `supercluster.rs`); no
+            // other node runs without routes.
+            if !routes.is_empty() {
+                args.extend(["--routes".into(), routes.into()]);
+            }
             if let Some(port) = cluster.advertise {
                 args.extend([
                     "--cluster_advertise".into(),
@@ -216,12 +263,20 @@ impl Node {
         args
     }
 
-    /// The configuration file: the leaf node settings, the `tls` block, then the test's own
-    /// text (last, so that it can override what comes before).
+    /// Whether the server needs a configuration file (`-c`).
+    fn needs_config_file(&self) -> bool {
+        self.leaf.is_some() || self.gateway.is_some() || self.setup.needs_config_file()
+    }
+
+    /// The configuration file: the leaf node and gateway settings, the `tls` block, then the
+    /// test's own text (last, so that it can override what comes before).
     fn config_file(&self) -> String {
         let mut config = String::new();
         if let Some(leaf) = &self.leaf {
             config.push_str(&leaf.config());
+        }
+        if let Some(gateway) = &self.gateway {
+            config.push_str(&gateway.config());
         }
         if let Some(tls) = &self.tls {
             config.push_str(&tls.config_block());
@@ -262,7 +317,7 @@ impl Node {
 
     pub(crate) fn spawn(&mut self) -> Result<(), TestkitError> {
         debug_assert!(self.child.is_none(), "spawn while a process runs");
-        if self.leaf.is_some() || self.setup.needs_config_file() {
+        if self.needs_config_file() {
             fs::write(self.config_path(), self.config_file())
                 .map_err(|e| TestkitError::io("writing the server configuration file", e))?;
         }
