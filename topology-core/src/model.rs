@@ -120,6 +120,9 @@ pub struct StreamDecl {
     pub duplicate_window: Option<Duration>,
     /// A description stored on the server.
     pub description: Option<&'static str>,
+    /// Where the stream's replicas live: a cluster and/or server tags. Editable: a changed
+    /// placement moves the stream.
+    pub placement: Option<Placement>,
     /// Owned by someone else: never created or changed here, only verified.
     pub external: bool,
     /// The version of the service declaring it, stamped on the server (`#[stream]` sets the
@@ -144,6 +147,7 @@ impl StreamDecl {
             discard: None,
             duplicate_window: None,
             description: None,
+            placement: None,
             external: false,
             version: None,
         }
@@ -203,9 +207,55 @@ impl StreamDecl {
         self.description = Some(description);
         self
     }
+    /// Sets where the stream's replicas live.
+    pub const fn placement(mut self, placement: Placement) -> Self {
+        self.placement = Some(placement);
+        self
+    }
     /// Marks the stream as owned elsewhere: verified, never created or changed.
     pub const fn external(mut self) -> Self {
         self.external = true;
+        self
+    }
+}
+
+/// Where a stream's replicas live: in the cluster named `cluster` (of a supercluster), on
+/// servers carrying every one of `tags` (their `server_tags`), or both.
+///
+/// ```
+/// use topology_core::model::{Placement, StreamDecl};
+///
+/// const NEAR_USERS: StreamDecl = StreamDecl::new("ORDERS", &["orders.>"])
+///     .replicas(3)
+///     .placement(Placement::cluster("eu-west").tags(&["ssd"]));
+/// assert_eq!(NEAR_USERS.placement.unwrap().cluster, Some("eu-west"));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Placement {
+    /// The cluster's name.
+    pub cluster: Option<&'static str>,
+    /// Server tags every replica's server must carry.
+    pub tags: &'static [&'static str],
+}
+
+impl Placement {
+    /// In the cluster named `cluster`.
+    pub const fn cluster(cluster: &'static str) -> Self {
+        Placement {
+            cluster: Some(cluster),
+            tags: &[],
+        }
+    }
+    /// On servers carrying every one of `tags`, in whichever cluster has them.
+    pub const fn tagged(tags: &'static [&'static str]) -> Self {
+        Placement {
+            cluster: None,
+            tags,
+        }
+    }
+    /// Also on servers carrying every one of `tags`.
+    pub const fn tags(mut self, tags: &'static [&'static str]) -> Self {
+        self.tags = tags;
         self
     }
 }

@@ -27,7 +27,7 @@
 use core::time::Duration;
 
 use crate::duration;
-use crate::model::{ConsumerDecl, ConsumerKind, DeliverPolicy, Retention, StreamDecl};
+use crate::model::{ConsumerDecl, ConsumerKind, DeliverPolicy, Placement, Retention, StreamDecl};
 use crate::names::{self, NameError};
 use crate::subject::{self, SubjectError};
 
@@ -199,6 +199,11 @@ pub enum StreamError {
     DescriptionTooLong,
     /// Settings on an external stream, which is never created or changed here.
     ExternalWithSettings,
+    /// A placement with neither a cluster nor a tag.
+    PlacementEmpty,
+    /// A placement's cluster name or a tag is empty or has whitespace (see
+    /// [`placement_name_ok`]).
+    PlacementName,
 }
 
 impl StreamError {
@@ -227,6 +232,12 @@ impl StreamError {
                 "duplicate_window cannot be longer than max_age"
             }
             StreamError::DescriptionTooLong => DESCRIPTION_TOO_LONG,
+            StreamError::PlacementEmpty => {
+                "a placement needs a cluster, tags or both, as in `placement = { cluster = \"east\", tags = [\"ssd\"] }`; omit it to let the server choose"
+            }
+            StreamError::PlacementName => {
+                "a placement's cluster and tags must be non-empty and without whitespace; tags are matched as written in the servers' `server_tags` (case-insensitively)"
+            }
             StreamError::ExternalWithSettings => {
                 "an external stream is never created or changed here, so it takes no settings but its name, subjects and retention"
             }
@@ -293,7 +304,46 @@ pub const fn check_stream(decl: &StreamDecl) -> Result<(), StreamError> {
     {
         return Err(StreamError::DescriptionTooLong);
     }
+    if let Some(placement) = decl.placement {
+        return check_placement(&placement);
+    }
     Ok(())
+}
+
+/// Checks a placement: a cluster or tags, each a name the server can match.
+pub const fn check_placement(placement: &Placement) -> Result<(), StreamError> {
+    if placement.cluster.is_none() && placement.tags.is_empty() {
+        return Err(StreamError::PlacementEmpty);
+    }
+    if let Some(cluster) = placement.cluster
+        && !placement_name_ok(cluster)
+    {
+        return Err(StreamError::PlacementName);
+    }
+    let mut i = 0;
+    while i < placement.tags.len() {
+        if !placement_name_ok(placement.tags[i]) {
+            return Err(StreamError::PlacementName);
+        }
+        i += 1;
+    }
+    Ok(())
+}
+
+/// A cluster name or a server tag: not empty, no whitespace or control characters.
+pub const fn placement_name_ok(name: &str) -> bool {
+    let bytes = name.as_bytes();
+    if bytes.is_empty() {
+        return false;
+    }
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i].is_ascii_whitespace() || bytes[i].is_ascii_control() {
+            return false;
+        }
+        i += 1;
+    }
+    true
 }
 
 /// Writes the settings an external stream cannot take once: as the keys of `#[stream]` (each
@@ -323,6 +373,7 @@ external_refuses!(
     discard,
     duplicate_window,
     description,
+    placement,
 );
 
 /// Why a consumer declaration is invalid (on its own, whatever its stream).

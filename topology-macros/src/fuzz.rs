@@ -253,6 +253,7 @@ const SEEDS: &[&str] = &[
     r#"subject = "cache.invalidate", each_instance, concurrency = 2"#,
     r#"subject = "jobs.>", group = "workers", crate = ::nats_topology"#,
     r#"service = Members, subject = "m.get", queue_group = false, no_queue, each_instance"#,
+    r#"name = "P", subjects = ["p.>"], placement = { cluster = "east", tags = ["ssd", "az:1"] }"#,
 ];
 
 const ITEMS: &[&str] = &[
@@ -412,6 +413,9 @@ fn expansion_never_panics() {
 #[test]
 fn seeds_expand() {
     let output = expand::stream(parse(SEEDS[0]), parse(ITEMS[0])).to_string();
+    assert!(!output.contains("compile_error"), "{output}");
+    let placed = SEEDS.iter().find(|s| s.contains("placement")).expect("a placement seed");
+    let output = expand::stream(parse(placed), parse(ITEMS[0])).to_string();
     assert!(!output.contains("compile_error"), "{output}");
     let output = expand::queue_consumer(parse(SEEDS[5]), parse(ITEMS[8])).to_string();
     assert!(!output.contains("compile_error"), "{output}");

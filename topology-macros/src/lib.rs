@@ -94,6 +94,7 @@ use proc_macro::TokenStream;
 /// | `discard` | `"old"` \| `"new"` | At a limit, drop the oldest messages or refuse new ones (server default: old). |
 /// | `duplicate_window` | duration, not zero, at most `max_age` | Window in which a repeated `Nats-Msg-Id` is a duplicate. `duplicate_window = "2m"` |
 /// | `description` | string, at most 4096 bytes | Stored on the server. |
+/// | `placement` | `{ cluster = "..", tags = [..] }`, either or both | Where the replicas live: in that cluster of a supercluster, on servers carrying every tag (their `server_tags`). Editable: a changed placement moves the stream, and `plan` says so. `placement = { cluster = "east", tags = ["ssd"] }` |
 /// | `external` | flag | Owned elsewhere: never created or changed, only verified. Takes no settings but `name`, `subjects` and `retention` (declare the retention to get the work-queue checks). |
 /// | `crate` | path | Where the facade is, when not at `::nats_topology` (a renamed dependency or a re-export): `crate = my_alias`. |
 ///

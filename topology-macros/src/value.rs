@@ -101,6 +101,43 @@ impl<'a> Key<'a> {
         None
     }
 
+    /// A `{ key = value, .. }` block, its keys parsed by `spec` (the key's own keys); the
+    /// braces, for messages about the block as a whole.
+    pub(crate) fn block(
+        &self,
+        spec: &'static crate::args::Spec,
+        cx: &mut Ctxt,
+    ) -> Option<(crate::args::Args, proc_macro2::Group)> {
+        let arg = self.arg?;
+        match &arg.value {
+            Value::Parens(group) if group.delimiter() == Delimiter::Brace => Some((
+                crate::args::Args::parse(spec, group.stream(), cx),
+                group.clone(),
+            )),
+            Value::Parens(group) => {
+                cx.error_spanned_by(group, self.msg(format!("write `{}`", self.example)));
+                None
+            }
+            Value::Expr(expr) => {
+                cx.error_spanned_by(
+                    expr,
+                    self.msg(format!(
+                        "expected a `{{ .. }}` block, as in `{}`",
+                        self.example
+                    )),
+                );
+                None
+            }
+            Value::Flag => {
+                cx.error_spanned_by(
+                    &arg.key,
+                    self.msg(format!("needs a value: `{}`", self.example)),
+                );
+                None
+            }
+        }
+    }
+
     /// A string literal.
     pub(crate) fn string(&self, cx: &mut Ctxt) -> Option<LitStr> {
         let expr = self.expr(cx)?;

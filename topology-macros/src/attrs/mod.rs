@@ -14,4 +14,4 @@ pub(crate) mod stream;
 
 pub(crate) use consumer::{BroadcastAttrs, ConsumerAttrs, Filters, QueueAttrs};
 pub(crate) use service::{EndpointAttrs, ServiceAttrs, SubscriptionAttrs};
-pub(crate) use stream::StreamAttrs;
+pub(crate) use stream::{PlacementAttrs, StreamAttrs};

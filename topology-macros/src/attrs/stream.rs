@@ -23,6 +23,7 @@ pub(crate) static SPEC: Spec = Spec {
         "discard",
         "duplicate_window",
         "description",
+        "placement",
         "external",
         "crate",
     ],
@@ -39,6 +40,25 @@ pub(crate) static SPEC: Spec = Spec {
         ("concurrency", "queue_consumer"),
     ],
 };
+
+/// The keys of `placement = { .. }` in `#[stream(..)]`.
+static PLACEMENT_SPEC: Spec = Spec {
+    attr: "stream(placement = { .. })",
+    keys: &["cluster", "tags"],
+    refused: &[],
+    elsewhere: &[],
+};
+
+/// `placement = { cluster = "..", tags = [..] }`.
+pub(crate) struct PlacementAttrs {
+    pub cluster: Option<LitStr>,
+    pub tags: Option<StrList>,
+    /// The braces, for an empty block.
+    pub block: proc_macro2::Group,
+    /// Whether the block is empty or gave a key of its own (an unknown key alone is reported
+    /// as such, not also as "names nothing").
+    pub speaks: bool,
+}
 
 /// `#[stream(..)]`: each key's value, `None` when the key is absent or its value unreadable
 /// (reported).
@@ -58,6 +78,7 @@ pub(crate) struct StreamAttrs {
     pub discard: Option<Discard>,
     pub duplicate_window: Option<Dur>,
     pub description: Option<LitStr>,
+    pub placement: Option<PlacementAttrs>,
     pub external: bool,
     /// Every key given, as written, whatever its value: the keys an external stream cannot
     /// take are refused even when their value is wrong too.
@@ -128,6 +149,18 @@ impl StreamAttrs {
                 "description = \"orders placed by customers\"",
             ))
             .string(cx),
+            placement: args
+                .key(
+                    "placement",
+                    "placement = { cluster = \"east\", tags = [\"ssd\"] }",
+                )
+                .block(&PLACEMENT_SPEC, cx)
+                .map(|(block, group)| PlacementAttrs {
+                    cluster: block.key("cluster", "cluster = \"east\"").string(cx),
+                    tags: block.key("tags", "tags = [\"ssd\"]").strings(cx),
+                    speaks: group.stream().is_empty() || !block.given().is_empty(),
+                    block: group,
+                }),
             given: args.given(),
         }
     }

@@ -47,7 +47,7 @@ pub(crate) fn stream_fallback(ident: &Ident, krate: &Krate) -> Option<TokenStrea
 }
 
 /// `.setting(value)` calls, in `StreamDecl`'s field order.
-fn builders(attrs: &StreamAttrs) -> [Option<TokenStream>; 12] {
+fn builders(attrs: &StreamAttrs) -> [Option<TokenStream>; 13] {
     let number = |n: Option<Int>| n.map(|n| n.value);
     [
         attrs.replicas.map(|n| {
@@ -69,6 +69,14 @@ fn builders(attrs: &StreamAttrs) -> [Option<TokenStream>; 12] {
             attrs.duplicate_window.as_ref().map(|d| duration(d.value)),
         ),
         call("description", attrs.description.as_ref()),
+        attrs.placement.as_ref().map(|p| {
+            let cluster = match &p.cluster {
+                Some(cluster) => quote!(::core::option::Option::Some(#cluster)),
+                None => quote!(::core::option::Option::None),
+            };
+            let tags = p.tags.iter().flat_map(|t| &t.lits);
+            quote!(.placement(__nats_topology::Placement { cluster: #cluster, tags: &[#(#tags),*] }))
+        }),
         attrs.external.then(|| quote!(.external())),
         // The declaring crate's version, stamped on the server (expanded in the user's crate).
         Some(quote!(.version(::core::env!("CARGO_PKG_VERSION")))),

@@ -74,6 +74,39 @@ pub(crate) fn stream(attrs: &StreamAttrs, cx: &mut Ctxt) {
     if let Some(description) = &attrs.description {
         self::description("stream", description, cx);
     }
+    if let Some(placement) = &attrs.placement {
+        self::placement(placement, cx);
+    }
+}
+
+/// `placement = { .. }`: a cluster or tags, each a name the server can match.
+fn placement(placement: &crate::attrs::PlacementAttrs, cx: &mut Ctxt) {
+    let msg = |what: String| key_msg("stream", "placement", what);
+    let tags = placement.tags.as_ref();
+    if placement.speaks
+        && placement.cluster.is_none()
+        && tags.is_none_or(|t| t.lits.is_empty() && t.complete)
+    {
+        cx.error_spanned_by(
+            &placement.block,
+            msg("the block names neither a cluster nor tags; write `placement = { cluster = \"east\" }`, `placement = { tags = [\"ssd\"] }` or both, or omit `placement` to let the server choose".into()),
+        );
+    }
+    let names = placement
+        .cluster
+        .iter()
+        .chain(tags.into_iter().flat_map(|t| &t.lits));
+    for name in names {
+        if !rules::placement_name_ok(&name.value()) {
+            cx.error_spanned_by(
+                name,
+                msg(format!(
+                    "{:?} cannot name a cluster or a server tag: it must be non-empty and without whitespace",
+                    name.value()
+                )),
+            );
+        }
+    }
 }
 
 /// The rules of `#[queue_consumer]`: those of every consumer, the group, the backoff against

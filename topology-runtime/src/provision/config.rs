@@ -60,6 +60,12 @@ pub(crate) fn apply_stream_decl(decl: &StreamDecl, config: &mut stream::Config) 
     if let Some(description) = decl.description {
         config.description = Some(description.to_owned());
     }
+    if let Some(placement) = decl.placement {
+        config.placement = Some(stream::Placement {
+            cluster: placement.cluster.map(str::to_owned),
+            tags: placement.tags.iter().map(|t| (*t).to_owned()).collect(),
+        });
+    }
 }
 
 pub(crate) fn storage_type(storage: Storage) -> stream::StorageType {

@@ -8,7 +8,7 @@ use async_nats::jetstream::{consumer, stream};
 
 use super::FieldDiff;
 use super::config::{retention_policy, storage_type};
-use topology_core::model::{ConsumerDecl, Discard, StreamDecl};
+use topology_core::model::{ConsumerDecl, Discard, Placement, StreamDecl};
 
 #[derive(Debug, Default)]
 pub(crate) struct Drift {
@@ -125,7 +125,40 @@ pub(crate) fn stream_drift(decl: &StreamDecl, server: &stream::Config) -> Drift 
             &v,
         );
     }
+    if let Some(placement) = decl.placement
+        && !placement_matches(&placement, server.placement.as_ref())
+    {
+        // Editable, and applying it moves the replicas: a plan says so.
+        drift.editable.push(FieldDiff {
+            field: "placement",
+            server: match &server.placement {
+                Some(p) => format!("{{ cluster: {:?}, tags: {:?} }}", p.cluster, p.tags),
+                None => "none".to_owned(),
+            },
+            declared: format!(
+                "{{ cluster: {:?}, tags: {:?} }} (the server moves the stream's replicas there)",
+                placement.cluster, placement.tags
+            ),
+        });
+    }
     drift
+}
+
+/// Whether the server's placement is the declared one: the same cluster, the same tags in any
+/// order (the server matches tags case-insensitively).
+fn placement_matches(declared: &Placement, server: Option<&stream::Placement>) -> bool {
+    let Some(server) = server else {
+        return false;
+    };
+    let lower = |tags: &mut dyn Iterator<Item = &str>| {
+        let mut tags: Vec<String> = tags.map(str::to_lowercase).collect();
+        tags.sort();
+        tags.dedup();
+        tags
+    };
+    server.cluster.as_deref() == declared.cluster
+        && lower(&mut server.tags.iter().map(String::as_str))
+            == lower(&mut declared.tags.iter().copied())
 }
 
 /// Compares a consumer declaration with the server's configuration.

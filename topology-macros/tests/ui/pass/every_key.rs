@@ -21,6 +21,7 @@ use serde::Deserialize;
     discard = "new",
     duplicate_window = "1h30m",
     description = "daemon synchronisation events",
+    placement = { cluster = "east", tags = ["ssd", "az:1"] },
     crate = ::nats_topology,
 )]
 pub struct DaemonSync;
@@ -29,7 +30,7 @@ pub struct DaemonSync;
 #[stream(name = "EMAIL", subjects = ["email.>"], external, retention = "workqueue")]
 pub struct Email;
 
-#[stream(name = "MEMBER_STATUS", subjects = ["member.status.>"], storage = "file", retention = "limits", discard = "old", replicas = 1)]
+#[stream(name = "MEMBER_STATUS", subjects = ["member.status.>"], storage = "file", retention = "limits", discard = "old", replicas = 1, placement = { tags = ["edge"] })]
 pub struct MemberStatus;
 
 #[derive(Deserialize)]
@@ -125,6 +126,9 @@ fn main() {
     assert_eq!(sync.duplicate_window, Some(Duration::from_secs(90 * 60)));
     assert_eq!(sync.description, Some("daemon synchronisation events"));
     assert!(!sync.external);
+    let placement = sync.placement.unwrap();
+    assert_eq!(placement.cluster, Some("east"));
+    assert_eq!(placement.tags, ["ssd", "az:1"]);
 
     let email = topology.find_stream("EMAIL").unwrap();
     assert!(email.external);
@@ -139,6 +143,8 @@ fn main() {
     assert_eq!(status.retention, Some(Retention::Limits));
     assert_eq!(status.discard, Some(Discard::Old));
     assert_eq!(status.replicas, Some(1));
+    let placement = status.placement.unwrap();
+    assert_eq!((placement.cluster, placement.tags), (None, &["edge"][..]));
 
     let consumer = |name: &str| {
         let handler = format!("{}::{name}", module_path!());

@@ -1,0 +1,94 @@
+//! Placement on a supercluster (clusters A of three nodes and B of one, joined by gateways):
+//! a stream declared by a runtime connected to A with `placement` naming cluster B's tag is
+//! created in B; declared again placed in A, `plan` says the placement changes and that the
+//! stream moves, provisioning moves it, and no message is lost on the way.
+
+use std::time::Duration;
+
+use async_nats::jetstream;
+use nats_topology::model::{Placement, StreamDecl};
+use nats_topology::report::Action;
+use nats_topology::{Runtime, Topology};
+use nats_topology_testkit::{NatsSupercluster, eventually};
+
+static IN_B: StreamDecl =
+    StreamDecl::new("PLACED", &["placed.>"]).placement(Placement::tagged(&["cluster:b"]));
+static IN_A: StreamDecl =
+    StreamDecl::new("PLACED", &["placed.>"]).placement(Placement::cluster("A"));
+
+fn runtime(client: async_nats::Client, decl: &'static StreamDecl) -> Runtime {
+    Runtime::builder(client)
+        .topology(Topology::new().stream(*decl))
+        .build()
+        .expect("a valid topology")
+}
+
+/// The cluster the server says the stream lives in, and its message count.
+async fn where_it_lives(js: &jetstream::Context) -> Option<(String, u64)> {
+    let mut stream = js.get_stream("PLACED").await.ok()?;
+    let info = stream.info().await.ok()?;
+    let cluster = info.cluster.as_ref()?;
+    // During a move the leader may not be known yet.
+    cluster.leader.as_ref()?;
+    Some((cluster.name.clone()?, info.state.messages))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_placed_by_tag_lives_there_and_a_changed_placement_moves_it() {
+    let sc = NatsSupercluster::start(&[3, 1])
+        .await
+        .expect("supercluster");
+    let client = async_nats::connect(sc.server_addrs(0))
+        .await
+        .expect("connect to cluster A");
+    let js = jetstream::new(client.clone());
+
+    let placed_in_b = runtime(client.clone(), &IN_B);
+    let plan = placed_in_b.plan().await.expect("plan");
+    assert!(
+        matches!(plan.items[0].action, Action::Create),
+        "{}",
+        plan.items[0].action
+    );
+    placed_in_b.provision().await.expect("provisioned");
+    assert_eq!(
+        where_it_lives(&js).await,
+        Some(("B".to_owned(), 0)),
+        "created in the cluster whose servers carry the tag"
+    );
+    for i in 0..20 {
+        js.publish(format!("placed.{i}"), "x".into())
+            .await
+            .expect("publish")
+            .await
+            .expect("stored");
+    }
+
+    // Declared again, placed in A: the plan names the change and the move, and provisioning
+    // applies it.
+    let placed_in_a = runtime(client.clone(), &IN_A);
+    let plan = placed_in_a.plan().await.expect("plan");
+    let Action::Update(fields) = &plan.items[0].action else {
+        panic!("expected an update, got {}", plan.items[0].action);
+    };
+    let placement = fields
+        .iter()
+        .find(|f| f.field == "placement")
+        .expect("the placement differs");
+    assert!(
+        placement.declared.contains("\"A\"") && placement.declared.contains("moves"),
+        "{placement}"
+    );
+    placed_in_a.provision().await.expect("provisioned");
+    eventually(Duration::from_secs(60), "the stream to move to A", || {
+        let js = js.clone();
+        async move { (where_it_lives(&js).await == Some(("A".to_owned(), 20))).then_some(()) }
+    })
+    .await;
+    let plan = placed_in_a.plan().await.expect("plan");
+    assert!(
+        matches!(plan.items[0].action, Action::Nothing),
+        "nothing left to do once moved: {}",
+        plan.items[0].action
+    );
+}
