@@ -280,6 +280,7 @@ pub fn readiness(health: &Health) -> Value {
                 ConsumerState::Starting => ("starting", None, None),
                 ConsumerState::Provisioning => ("provisioning", None, None),
                 ConsumerState::Running => ("running", None, None),
+                ConsumerState::Standby => ("standby", None, None),
                 ConsumerState::Stalled { cause, .. } => ("stalled", Some(cause.clone()), None),
                 ConsumerState::Retrying { attempt, error } => {
                     ("retrying", Some(error.clone()), Some(*attempt))
