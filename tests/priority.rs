@@ -3,9 +3,8 @@
 //! Pinned client: three worker processes share a queue consumer; one consumes, the others
 //! stand by (ready). The pinned one SIGKILLed: another takes over within `pinned_ttl` + 1 s;
 //! that one drained: the third takes over at once (the drain unpins). Every job is handled,
-//! and only the killed worker's in-flight job may be handled twice.
-//!
-//! Overflow: a spill-over instance takes work only once the backlog reaches `min_pending`.
+//! and only the killed worker's in-flight job may be handled twice. Overflow, edits and
+//! refusals: `tests/priority_overflow.rs`.
 //!
 //! The worker processes are this test binary itself, re-invoked to run only
 //! [`worker_process`] with [`WORKER_URL`] set; they report on stdout, one line per event:
@@ -18,9 +17,8 @@ use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_nats::jetstream::consumer::PriorityPolicy;
-use fixture::{Fixture, Ledger, Running};
-use nats_topology::model::{Overflow, QueueDecl};
+use fixture::{Fixture, Running};
+use nats_topology::model::QueueDecl;
 use nats_topology::{HandlerError, Runtime, Topology};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::sync::mpsc;
@@ -436,133 +434,5 @@ async fn pinned_client_one_consumes_a_kill_moves_the_pin_within_its_ttl_a_drain_
     }
     eprintln!(
         "pinned {pinned} killed (in flight {in_flight:?}); {next} took over after {took_over:?}; drained, {third} took over after {handed_over:?}"
-    );
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn overflow_spill_over_instance_takes_work_only_past_min_pending() {
-    const MIN_PENDING: i64 = 20;
-    let fx = Fixture::start().await;
-    let stream = fixture::stream("OVERFLOW", &["overflow.>"]);
-    let consumer = fixture::queue(
-        "tests::bulk",
-        &stream,
-        "overflow.jobs",
-        QueueDecl::new("bulk").overflow(Overflow::new().min_pending(MIN_PENDING)),
-    );
-    let (primary, spill) = (Ledger::default(), Ledger::default());
-    let topology = |ledger: &Ledger| {
-        fixture::job_topology(stream, consumer, ledger.clone(), Duration::from_millis(20))
-    };
-    let primary_run =
-        Running::start(fixture::fast(fx.builder().await).topology(topology(&primary))).await;
-    let spill_run = Running::start(
-        fixture::fast(fx.builder().await)
-            .topology(topology(&spill))
-            .spill_over("bulk"),
-    )
-    .await;
-    let js = fx.jetstream().await;
-
-    // Below the threshold: the primary alone.
-    let below = MIN_PENDING as u64 / 2;
-    fixture::publish_jobs(&js, "overflow.jobs", 0..below).await;
-    primary.wait_covers(0..below, Duration::from_secs(20)).await;
-    assert!(
-        spill.ids().is_empty(),
-        "below min_pending the spill-over instance takes nothing: {:?}",
-        spill.ids()
-    );
-
-    // A backlog far past it: the spill-over instance takes a share.
-    let total = below + 200;
-    fixture::publish_jobs(&js, "overflow.jobs", below..total).await;
-    eventually_covered(&[&primary, &spill], total).await;
-    assert!(
-        !spill.ids().is_empty(),
-        "past min_pending the spill-over instance takes work"
-    );
-    fixture::assert_each_handled_once(&[primary.clone(), spill.clone()], total);
-    eprintln!(
-        "overflow: primary {} jobs, spill-over {}",
-        primary.len(),
-        spill.len()
-    );
-
-    for outcome in Running::stop_all(vec![primary_run, spill_run]).await {
-        outcome.expect("clean drain");
-    }
-    fixture::settled(&js, "OVERFLOW", "bulk", Duration::from_secs(10)).await;
-}
-
-/// Waits until the ledgers together cover `0..total`.
-async fn eventually_covered(ledgers: &[&Ledger], total: u64) {
-    nats_topology_testkit::eventually(Duration::from_secs(60), "every job handled", || {
-        let covered = ledgers
-            .iter()
-            .flat_map(|l| l.ids())
-            .collect::<BTreeSet<_>>()
-            .len() as u64
-            == total;
-        async move { covered.then_some(()) }
-    })
-    .await;
-}
-
-/// The priority fields are editable on the server (2.11 and later): a declaration that adds
-/// a pinned client, or removes it, updates the consumer in place.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_priority_added_or_removed_updates_the_consumer_in_place() {
-    let fx = Fixture::start().await;
-    let stream = fixture::stream("EDITED", &["edited.>"]);
-    let js = fx.jetstream().await;
-    let provision = |queue: QueueDecl| {
-        let consumer = fixture::queue("tests::edited", &stream, "edited.jobs", queue);
-        let topology = fixture::job_topology(stream, consumer, Ledger::default(), Duration::ZERO);
-        async {
-            fixture::fast(fx.builder().await)
-                .topology(topology)
-                .build()
-                .expect("valid topology")
-                .provision()
-                .await
-                .expect("provisions")
-        }
-    };
-    let read = || async {
-        let info = fixture::consumer_info(&js, "EDITED", "work")
-            .await
-            .expect("the consumer exists");
-        (
-            info.config.priority_policy,
-            info.config.priority_groups,
-            info.config.priority_timeout,
-        )
-    };
-    provision(QueueDecl::new("work")).await;
-    let created = fixture::consumer_info(&js, "EDITED", "work")
-        .await
-        .expect("the consumer exists")
-        .created;
-    assert_eq!(read().await, (PriorityPolicy::None, vec![], Duration::ZERO));
-
-    provision(QueueDecl::new("work").pinned_client(Duration::from_secs(7))).await;
-    assert_eq!(
-        read().await,
-        (
-            PriorityPolicy::PinnedClient,
-            vec!["replicas".to_owned()],
-            Duration::from_secs(7)
-        )
-    );
-    provision(QueueDecl::new("work")).await;
-    assert_eq!(read().await, (PriorityPolicy::None, vec![], Duration::ZERO));
-    assert_eq!(
-        fixture::consumer_info(&js, "EDITED", "work")
-            .await
-            .expect("the consumer exists")
-            .created,
-        created,
-        "updated in place, never re-created"
     );
 }
