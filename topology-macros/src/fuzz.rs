@@ -247,14 +247,14 @@ const SEEDS: &[&str] = &[
     r#"stream = "DAEMON_SYNC", group = "sync""#,
     r#"stream = crate::Orders, group = "g", subjects = ["a.b", "a.c"], delivery = "push", max_deliver = 5, ack_wait = "30s", backoff = ["1s", "10s"], max_ack_pending = 100, concurrency = 8, dead_letter = "dead.g", migrate_from = "g1", description = "d", ack = "confirmed", crate = ::nats_topology"#,
     r#"stream = MemberStatus, subject = "member.status.>", deliver = "last_per_subject", concurrency = 4"#,
-    r#"stream = Jobs, group = "a", priority = "pinned_client", pinned_ttl = "10s""#,
-    r#"stream = Jobs, group = "b", priority = "overflow", min_pending = 100, min_ack_pending = 5"#,
     r#"stream = Jobs, durable = "x", deliver_group = "y", group = "z""#,
     r#"name = "members", version = "1.2.0", description = "d", queue_group = "m", metadata = [("team", "a"), ("tier", "1")], crate = nt"#,
     r#"service = Members, subject = "members.get", name = "get", group = "g", concurrency = 4, timeout = "5s", metadata = [("k", "v")]"#,
     r#"subject = "cache.invalidate", each_instance, concurrency = 2"#,
     r#"subject = "jobs.>", group = "workers", crate = ::nats_topology"#,
     r#"service = Members, subject = "m.get", queue_group = false, no_queue, each_instance"#,
+    r#"stream = Jobs, group = "a", priority = "pinned_client", pinned_ttl = "10s""#,
+    r#"stream = Jobs, group = "b", priority = "overflow", min_pending = 100, min_ack_pending = 5"#,
 ];
 
 const ITEMS: &[&str] = &[
@@ -423,6 +423,10 @@ fn seeds_expand() {
     assert!(!output.contains("compile_error"), "{output}");
     for (seed, item) in [(9, 10), (9, 11), (9, 12)] {
         let output = expand::endpoint(parse(SEEDS[seed]), parse(ITEMS[item])).to_string();
+        assert!(!output.contains("compile_error"), "{output}");
+    }
+    for seed in [13, 14] {
+        let output = expand::queue_consumer(parse(SEEDS[seed]), parse(ITEMS[8])).to_string();
         assert!(!output.contains("compile_error"), "{output}");
     }
     for seed in [10, 11] {
