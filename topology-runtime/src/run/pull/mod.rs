@@ -408,33 +408,11 @@ impl Puller {
         // The session ends: its state is its supervisor's to say (draining, retrying).
         self.liveness.forget();
         let unstarted = self.close_inbox().await;
-        self.release_pin().await;
-        unstarted
-    }
-
-    /// A pinned session that ends releases the pin at once, so that a standby instance takes
-    /// over now rather than after `pinned_ttl` (a rolling deploy does not wait it out). Sent
-    /// once the inbox is closed: no request of this session can take the pin again.
-    async fn release_pin(&mut self) {
-        let Some(pin) = self.priority.pin().map(str::to_owned) else {
-            return;
-        };
-        let body = serde_json::json!({ "group": crate::provision::PRIORITY_GROUP }).to_string();
-        let request = self.client.request(self.unpin.clone(), body.into());
-        match tokio::time::timeout(self.close_wait, request).await {
-            Ok(Ok(answer)) if !String::from_utf8_lossy(&answer.payload).contains("\"error\"") => {
-                tracing::info!(subject = %self.unpin, pin, "unpinned: another instance takes over");
-            }
-            Ok(Ok(answer)) => {
-                tracing::warn!(subject = %self.unpin, answer = %String::from_utf8_lossy(&answer.payload), "could not unpin; another instance takes over after pinned_ttl");
-            }
-            Ok(Err(e)) => {
-                tracing::warn!(subject = %self.unpin, error = %e, "could not unpin; another instance takes over after pinned_ttl");
-            }
-            Err(_) => {
-                tracing::warn!(subject = %self.unpin, wait = ?self.close_wait, "no answer to the unpin request; another instance takes over after pinned_ttl");
-            }
+        // Once the inbox is closed, no request of this session can take the pin again.
+        if let Some(pin) = self.priority.pin() {
+            priority::unpin(&self.client, &self.unpin, pin, self.close_wait).await;
         }
+        unstarted
     }
 
     /// Closes the inbox; returns what arrived but was not handed out.

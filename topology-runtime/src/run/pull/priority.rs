@@ -9,6 +9,7 @@
 //! request naming it. A request naming a pin that is no longer current is answered 423.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use topology_core::model::{Overflow, Priority};
 
@@ -111,4 +112,31 @@ impl PullPriority {
         slot.standby(true);
         true
     }
+}
+
+/// Releases the pin `pin` of a session that ends (`subject`: the consumer's
+/// `$JS.API.CONSUMER.UNPIN.<stream>.<consumer>`), so that a standby instance takes over now
+/// rather than after `pinned_ttl` (a rolling deploy does not wait it out). Waits at most
+/// `wait` for the answer; a failure leaves the handover to `pinned_ttl`, with a warning.
+pub(super) async fn unpin(client: &async_nats::Client, subject: &str, pin: &str, wait: Duration) {
+    let body = serde_json::json!({ "group": PRIORITY_GROUP }).to_string();
+    let request = client.request(subject.to_owned(), body.into());
+    let failure = match tokio::time::timeout(wait, request).await {
+        Ok(Ok(answer)) => {
+            let answer = String::from_utf8_lossy(&answer.payload);
+            if !answer.contains("\"error\"") {
+                tracing::info!(subject, pin, "unpinned: another instance takes over");
+                return;
+            }
+            answer.into_owned()
+        }
+        Ok(Err(e)) => e.to_string(),
+        Err(_) => format!("no answer within {wait:?}"),
+    };
+    tracing::warn!(
+        subject,
+        pin,
+        failure,
+        "could not unpin; another instance takes over after pinned_ttl"
+    );
 }
