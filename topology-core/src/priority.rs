@@ -90,13 +90,17 @@ pub const THRESHOLD: IntRange = IntRange {
     max: i64::MAX as i128,
 };
 
+/// The shortest `pinned_ttl`: the pinned instance keeps its pin by asking again within half
+/// of it, and a pull request lasts at least 100 ms; a second leaves room for a round trip.
+pub const MIN_PINNED_TTL: Duration = Duration::from_secs(1);
+
 /// The first nats-server version with priority groups.
 pub const PRIORITY_SINCE: (u64, u64, u64) = (2, 11, 0);
 
 /// What is wrong with a priority declaration.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum PriorityError {
-    /// A pinned ttl of zero, or too long.
+    /// A pinned ttl shorter than [`MIN_PINNED_TTL`], or too long.
     PinnedTtl,
     /// Overflow without `min_pending` nor `min_ack_pending`.
     OverflowWithoutThreshold,
@@ -111,7 +115,7 @@ impl PriorityError {
     pub const fn message(&self) -> &'static str {
         match self {
             PriorityError::PinnedTtl => {
-                "pinned_ttl must be more than zero and at most about 292 years"
+                "pinned_ttl must be at least 1s (the pinned instance renews its pin by asking again within half of it) and at most about 292 years"
             }
             PriorityError::OverflowWithoutThreshold => {
                 "overflow needs a threshold: `min_pending` or `min_ack_pending` (spill-over instances take work only past it)"
@@ -131,7 +135,7 @@ pub const fn check_priority(priority: &Priority, delivery: Delivery) -> Result<(
     }
     match priority {
         Priority::PinnedClient { ttl } => {
-            if ttl.is_zero() || !duration::fits(*ttl) {
+            if ttl.as_nanos() < MIN_PINNED_TTL.as_nanos() || !duration::fits(*ttl) {
                 return Err(PriorityError::PinnedTtl);
             }
         }
@@ -173,6 +177,13 @@ mod tests {
         };
         assert_eq!(
             check_priority(&zero, Delivery::Pull),
+            Err(PriorityError::PinnedTtl)
+        );
+        let short = Priority::PinnedClient {
+            ttl: Duration::from_millis(999),
+        };
+        assert_eq!(
+            check_priority(&short, Delivery::Pull),
             Err(PriorityError::PinnedTtl)
         );
         let bare = Priority::Overflow(Overflow::new());

@@ -20,7 +20,7 @@ use crate::attrs::{
 use crate::ctxt::Ctxt;
 use crate::value::{PathOrString, key_msg};
 use topology_core::model::Delivery;
-use topology_core::priority::PriorityError;
+use topology_core::priority::{MIN_PINNED_TTL, PriorityError};
 
 /// The rules of `#[stream]`: the name, the subjects, no settings on an external stream, the
 /// duplicate window within `max_age`, the description's length.
@@ -214,6 +214,21 @@ fn priority(attrs: &QueueAttrs, priority: &PriorityAttrs, cx: &mut Ctxt) {
     }
     match priority.policy {
         Some(PolicyName::PinnedClient) => {
+            if let Some(ttl) = &priority.pinned_ttl
+                && ttl.value < MIN_PINNED_TTL
+            {
+                cx.error_spanned_by(
+                    &ttl.lit,
+                    msg(
+                        "pinned_ttl",
+                        &format!(
+                            "{:?} is too short: {}",
+                            ttl.lit.value(),
+                            PriorityError::PinnedTtl.message()
+                        ),
+                    ),
+                );
+            }
             if priority.pinned_ttl.is_none() {
                 cx.error_spanned_by(
                     key,
