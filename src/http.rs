@@ -266,7 +266,8 @@ fn serving_state(state: &ServingState, value: &mut Value) {
 ///                "error": null, "action": null, "moves": 0}}
 /// ```
 ///
-/// A consumer's `state` is one of `starting`, `provisioning`, `running`, `stalled`,
+/// A consumer's `state` is one of `starting`, `provisioning`, `running`, `standby` (a
+/// pinned-client queue consumer another replica is pinned for: ready), `stalled`,
 /// `retrying`, `draining`, `stopped`; an endpoint's or subscription's one of `starting`,
 /// `subscribing`, `running`, `stalled`, `disconnected`, `retrying`, `draining`, `stopped`; `error` (and `attempt` when retrying, `silent_for_ms` when stalled: how long
 /// nothing has come from the server) say why a consumer is not running; `denied` (on a
@@ -280,6 +281,7 @@ pub fn readiness(health: &Health) -> Value {
                 ConsumerState::Starting => ("starting", None, None),
                 ConsumerState::Provisioning => ("provisioning", None, None),
                 ConsumerState::Running => ("running", None, None),
+                ConsumerState::Standby => ("standby", None, None),
                 ConsumerState::Stalled { cause, .. } => ("stalled", Some(cause.clone()), None),
                 ConsumerState::Retrying { attempt, error } => {
                     ("retrying", Some(error.clone()), Some(*attempt))

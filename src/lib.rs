@@ -135,7 +135,7 @@ pub mod __private {
     pub use ::std::boxed::Box;
     pub use topology_core::model::{
         AckMode, BroadcastDecl, ConsumerDecl, ConsumerKind, DeliverPolicy, Delivery, Discard,
-        Placement, QueueDecl, Retention, Storage, StreamDecl, StreamDef, StreamRef,
+        Overflow, Placement, QueueDecl, Retention, Storage, StreamDecl, StreamDef, StreamRef,
     };
     pub use topology_core::service::{
         EndpointDecl, Fanout, ServiceDecl, ServiceDef, SubscriptionDecl,

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use async_nats::jetstream;
 use fixture::{Fixture, Running, fast, job_topology, queue, stream};
-use nats_topology::model::{QueueDecl, StreamDecl};
+use nats_topology::model::{Overflow, QueueDecl, StreamDecl};
 use nats_topology::report::Action;
 use nats_topology::{ProvisionErrorKind, RunError, Runtime, Topology};
 use nats_topology_testkit::eventually;
@@ -329,6 +329,59 @@ async fn migrate_from_on_a_server_without_consumer_pause_is_refused_naming_its_v
         consumer.config.metadata.get(KEY).map(String::as_str),
         Some("1.0.0")
     );
+}
+
+/// Priority groups on a server without them (2.10) are refused at start-up, naming its
+/// version: it would ignore the policy and deliver to every instance.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn priority_groups_on_a_server_without_them_are_refused_naming_its_version() {
+    fixture::trace();
+    let server = OldServer::start().await;
+    let client = async_nats::connect(server.url()).await.unwrap();
+    let decl: StreamDecl = stream("OLD_PRIORITY", &["oldprio.>"]);
+    for (queue, policy) in [
+        (
+            QueueDecl::new("active").pinned_client(Duration::from_secs(10)),
+            "pinned_client",
+        ),
+        (
+            QueueDecl::new("active").overflow(Overflow::new().min_pending(10)),
+            "overflow",
+        ),
+    ] {
+        let consumer = queue_decl(&decl, queue);
+        let outcome = fast(Runtime::builder(client.clone()))
+            .topology(job_topology(
+                decl,
+                consumer,
+                Default::default(),
+                Duration::ZERO,
+            ))
+            .build()
+            .unwrap()
+            .run_until(std::future::pending::<()>())
+            .await;
+        let Err(RunError::Provision(error)) = outcome else {
+            panic!("refused at start-up: {outcome:?}");
+        };
+        assert_eq!(error.kind(), ProvisionErrorKind::Unsupported);
+        let text = error.to_string();
+        assert!(
+            text.contains(OldServer::VERSION)
+                && text.contains(&format!("priority = \"{policy}\""))
+                && text.contains("2.11")
+                && text.contains("`active`"),
+            "{text}"
+        );
+    }
+    // Nothing was created: the refusal comes before the consumer is.
+    let js = jetstream::new(client);
+    let stream = js.get_stream(decl.name).await.unwrap();
+    assert!(stream.consumer_info("active").await.is_err());
+}
+
+fn queue_decl(decl: &StreamDecl, queue: QueueDecl) -> nats_topology::model::ConsumerDecl {
+    fixture::queue("tests::on_job", decl, "oldprio.work", queue)
 }
 
 /// The macros stamp the declaring crate's version: `env!("CARGO_PKG_VERSION")` expanded at

@@ -8,6 +8,7 @@
 //! - [`model`]: the declarations.
 //! - [`names`], [`subject`], [`duration`]: the leaf rules (names, subjects and filters,
 //!   duration literals).
+//! - [`priority`]: priority groups on a queue consumer (pinned client, overflow).
 //! - [`service`]: services, endpoints and core subscriptions (request/reply), with their rules.
 //! - [`rules`]: ranges and cross-field rules, and whole-declaration checks built from the leaf
 //!   rules ([`rules::check_stream`], [`rules::check_consumer`],
@@ -20,6 +21,7 @@
 pub mod duration;
 pub mod model;
 pub mod names;
+pub mod priority;
 pub mod rules;
 pub mod service;
 pub mod subject;

@@ -6,6 +6,7 @@
 
 use core::time::Duration;
 
+pub use crate::priority::{Overflow, Priority};
 pub use crate::service::{EndpointDecl, Fanout, ServiceDecl, ServiceDef, SubscriptionDecl};
 
 /// Where a stream keeps its messages.
@@ -324,6 +325,9 @@ pub struct QueueDecl {
     /// When a handled message counts as handled (`None`: the runtime's default, see
     /// `RuntimeBuilder::ack`).
     pub ack: Option<AckMode>,
+    /// Which instance the server delivers to (priority groups, nats-server 2.11+); `None`:
+    /// any instance that pulls.
+    pub priority: Option<Priority>,
 }
 
 impl QueueDecl {
@@ -340,6 +344,7 @@ impl QueueDecl {
             migrate_from: None,
             description: None,
             ack: None,
+            priority: None,
         }
     }
     /// Sets how messages are received (pull or push).
@@ -385,6 +390,17 @@ impl QueueDecl {
     /// Sets when a handled message counts as handled.
     pub const fn ack(mut self, ack: AckMode) -> Self {
         self.ack = Some(ack);
+        self
+    }
+    /// One instance consumes, the others stand by; another is pinned when the pinned one has
+    /// not pulled for `ttl` (see [`Priority::PinnedClient`]).
+    pub const fn pinned_client(mut self, ttl: Duration) -> Self {
+        self.priority = Some(Priority::PinnedClient { ttl });
+        self
+    }
+    /// Spill-over instances take work only past the thresholds (see [`Priority::Overflow`]).
+    pub const fn overflow(mut self, thresholds: Overflow) -> Self {
+        self.priority = Some(Priority::Overflow(thresholds));
         self
     }
 }

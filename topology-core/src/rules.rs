@@ -423,6 +423,8 @@ pub enum ConsumerError {
     MigrateFromItself,
     /// The description is longer than [`MAX_DESCRIPTION_LEN`].
     DescriptionTooLong,
+    /// The priority group settings.
+    Priority(crate::priority::PriorityError),
 }
 
 impl ConsumerError {
@@ -459,6 +461,7 @@ impl ConsumerError {
                 "migrate_from names the consumer's own group; name the previous consumer"
             }
             ConsumerError::DescriptionTooLong => DESCRIPTION_TOO_LONG,
+            ConsumerError::Priority(error) => error.message(),
         }
     }
 }
@@ -539,6 +542,11 @@ pub const fn check_consumer(decl: &ConsumerDecl) -> Result<(), ConsumerError> {
         && !description_fits(d)
     {
         return Err(ConsumerError::DescriptionTooLong);
+    }
+    if let Some(priority) = &queue.priority
+        && let Err(error) = crate::priority::check_priority(priority, queue.delivery)
+    {
+        return Err(ConsumerError::Priority(error));
     }
     Ok(())
 }

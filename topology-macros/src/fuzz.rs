@@ -253,6 +253,8 @@ const SEEDS: &[&str] = &[
     r#"subject = "cache.invalidate", each_instance, concurrency = 2"#,
     r#"subject = "jobs.>", group = "workers", crate = ::nats_topology"#,
     r#"service = Members, subject = "m.get", queue_group = false, no_queue, each_instance"#,
+    r#"stream = Jobs, group = "a", priority = "pinned_client", pinned_ttl = "10s""#,
+    r#"stream = Jobs, group = "b", priority = "overflow", min_pending = 100, min_ack_pending = 5"#,
     r#"name = "P", subjects = ["p.>"], placement = { cluster = "east", tags = ["ssd", "az:1"] }"#,
 ];
 
@@ -414,7 +416,10 @@ fn expansion_never_panics() {
 fn seeds_expand() {
     let output = expand::stream(parse(SEEDS[0]), parse(ITEMS[0])).to_string();
     assert!(!output.contains("compile_error"), "{output}");
-    let placed = SEEDS.iter().find(|s| s.contains("placement")).expect("a placement seed");
+    let placed = SEEDS
+        .iter()
+        .find(|s| s.contains("placement"))
+        .expect("a placement seed");
     let output = expand::stream(parse(placed), parse(ITEMS[0])).to_string();
     assert!(!output.contains("compile_error"), "{output}");
     let output = expand::queue_consumer(parse(SEEDS[5]), parse(ITEMS[8])).to_string();
@@ -425,6 +430,10 @@ fn seeds_expand() {
     assert!(!output.contains("compile_error"), "{output}");
     for (seed, item) in [(9, 10), (9, 11), (9, 12)] {
         let output = expand::endpoint(parse(SEEDS[seed]), parse(ITEMS[item])).to_string();
+        assert!(!output.contains("compile_error"), "{output}");
+    }
+    for seed in [13, 14] {
+        let output = expand::queue_consumer(parse(SEEDS[seed]), parse(ITEMS[8])).to_string();
         assert!(!output.contains("compile_error"), "{output}");
     }
     for seed in [10, 11] {

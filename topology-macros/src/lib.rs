@@ -166,11 +166,17 @@ pub fn stream(attr: TokenStream, item: TokenStream) -> TokenStream {
 /// | `migrate_from` | consumer name | A previous consumer of this work (another shape or name): the new one starts at its acknowledgement floor, then it is deleted. |
 /// | `description` | string, at most 4096 bytes | Stored on the server. |
 /// | `ack` | `"fire_and_forget"` \| `"confirmed"` | When a handled message counts as handled. `"confirmed"`: the ack waits for the server's reply (a double ack), is retried on a timeout, and only then is the message counted as handled; a drain waits for those replies, so a process killed after a confirmation never sees that message again. `"fire_and_forget"`: the ack is sent and not waited for. Omitted: the runtime's default (`RuntimeBuilder::ack`, fire-and-forget unless set). |
+/// | `priority` | `"pinned_client"` \| `"overflow"` | Priority groups (nats-server 2.11 or newer; refused at start-up on an older one, naming its version). `"pinned_client"`: one instance consumes, the others stand by (ready, health `standby`); another is pinned once the pinned one has not pulled for `pinned_ttl`, or at once when it drains. `"overflow"`: spill-over instances (`RuntimeBuilder::spill_over`) take work only past `min_pending` / `min_ack_pending`; the others take it always. Pull consumers only. |
+/// | `pinned_ttl` | duration, at least `"1s"` | With `"pinned_client"`, required: how long the pinned instance may go without pulling before another takes over. `pinned_ttl = "10s"` |
+/// | `min_pending` | integer ≥ 1 | With `"overflow"`: a spill-over instance takes work while at least this many messages wait undelivered. |
+/// | `min_ack_pending` | integer ≥ 1 | With `"overflow"`: a spill-over instance takes work while at least this many messages are unacknowledged. `"overflow"` needs this or `min_pending`. |
 /// | `crate` | path | Where the facade is, when not at `::nats_topology`: `crate = my_alias`. |
 ///
 /// # Errors
 ///
-/// Besides the errors of each key (as for [`macro@stream`]): a missing `group`, and any
+/// Besides the errors of each key (as for [`macro@stream`]): a missing `group`; a pinned client
+/// without `pinned_ttl`, overflow without a threshold, a priority key without its policy, a
+/// priority on a push consumer (or on a `#[broadcast]`); and any
 /// `durable`, `durable_name` or `deliver_group` key (plain durables); `subject` together with
 /// `subjects`; a `backoff` longer than `max_deliver`; `migrate_from` naming the group itself;
 /// and a handler that is not an `async fn`, is generic, takes `self`, takes no payload or more

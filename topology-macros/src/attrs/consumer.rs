@@ -2,6 +2,7 @@
 
 use syn::{Ident, LitStr};
 use topology_core::model::{AckMode, DeliverPolicy, Delivery};
+use topology_core::priority::THRESHOLD;
 use topology_core::rules::{CONCURRENCY, MAX_ACK_PENDING, MAX_DELIVER};
 
 use crate::args::{Args, Refused, Spec};
@@ -33,6 +34,9 @@ const BROADCAST_GROUP: &[&str] = &[
 const BROADCAST_ACK: &[&str] = &[
     "a relay's consumer lives in one instance and dies with it, and a relay re-created after a loss resumes after what its own handlers finished, so a confirmed ack would guarantee nothing more; `ack = \"confirmed\"` is for `#[queue_consumer]`, whose durable outlives any instance",
 ];
+const BROADCAST_PRIORITY: &[&str] = &[
+    "priority groups choose which instance of a shared durable receives the work, and a broadcast gives every instance its own consumer that receives every message; for active/standby or spill-over instances, write `#[queue_consumer(group = \"...\", priority = \"pinned_client\", ..)]`",
+];
 const BROADCAST_DURABLE: &[&str] = &[
     "a broadcast is an ephemeral consumer on every instance, and ",
     PLAIN_DURABLE,
@@ -57,6 +61,10 @@ pub(crate) static QUEUE_SPEC: Spec = Spec {
         "migrate_from",
         "description",
         "ack",
+        "priority",
+        "pinned_ttl",
+        "min_pending",
+        "min_ack_pending",
         "crate",
     ],
     refused: &[
@@ -131,6 +139,26 @@ pub(crate) static BROADCAST_SPEC: Spec = Spec {
             why: BROADCAST_ACK,
             answers: None,
         },
+        Refused {
+            key: "priority",
+            why: BROADCAST_PRIORITY,
+            answers: None,
+        },
+        Refused {
+            key: "pinned_ttl",
+            why: BROADCAST_PRIORITY,
+            answers: None,
+        },
+        Refused {
+            key: "min_pending",
+            why: BROADCAST_PRIORITY,
+            answers: None,
+        },
+        Refused {
+            key: "min_ack_pending",
+            why: BROADCAST_PRIORITY,
+            answers: None,
+        },
     ],
     elsewhere: &[
         ("delivery", "queue_consumer"),
@@ -195,6 +223,27 @@ pub(crate) struct QueueAttrs {
     pub migrate_from: Option<LitStr>,
     pub description: Option<LitStr>,
     pub ack: Option<AckMode>,
+    pub priority: Option<PriorityAttrs>,
+}
+
+/// `priority = ".."` and the keys that go with it, each with the token it was read from.
+pub(crate) struct PriorityAttrs {
+    /// The policy read, `None` when absent or unreadable (reported).
+    pub policy: Option<PolicyName>,
+    /// The `priority` key, when given: where errors about the policy point.
+    pub policy_key: Option<Ident>,
+    pub pinned_ttl: Option<Dur>,
+    pub min_pending: Option<Int>,
+    pub min_ack_pending: Option<Int>,
+    /// Whether `min_pending` or `min_ack_pending` is written (its value may be unreadable).
+    pub threshold_written: bool,
+}
+
+/// The value of `priority`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum PolicyName {
+    PinnedClient,
+    Overflow,
 }
 
 /// `backoff = [..]`: the list, and the durations of its steps that could be read.
@@ -299,7 +348,42 @@ impl QueueAttrs {
                 ],
                 cx,
             ),
+            priority: PriorityAttrs::parse(args, cx),
         }
+    }
+}
+
+impl PriorityAttrs {
+    /// `None` when none of the keys is given.
+    fn parse(args: &Args, cx: &mut Ctxt) -> Option<PriorityAttrs> {
+        let key = args.key("priority", "priority = \"pinned_client\"");
+        let policy = key.choice(
+            &[
+                ("pinned_client", PolicyName::PinnedClient),
+                ("overflow", PolicyName::Overflow),
+            ],
+            cx,
+        );
+        let attrs = PriorityAttrs {
+            policy,
+            policy_key: key.arg.map(|arg| arg.key.clone()),
+            pinned_ttl: args
+                .key("pinned_ttl", "pinned_ttl = \"10s\"")
+                .duration(true, cx),
+            min_pending: args
+                .key("min_pending", "min_pending = 100")
+                .int(THRESHOLD, "", cx),
+            min_ack_pending: args
+                .key("min_ack_pending", "min_ack_pending = 100")
+                .int(THRESHOLD, "", cx),
+            threshold_written: args.get("min_pending").is_some()
+                || args.get("min_ack_pending").is_some(),
+        };
+        let given = attrs.policy_key.is_some()
+            || attrs.pinned_ttl.is_some()
+            || attrs.min_pending.is_some()
+            || attrs.min_ack_pending.is_some();
+        given.then_some(attrs)
     }
 }
 

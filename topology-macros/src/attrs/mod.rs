@@ -12,6 +12,8 @@ pub(crate) mod consumer;
 pub(crate) mod service;
 pub(crate) mod stream;
 
-pub(crate) use consumer::{BroadcastAttrs, ConsumerAttrs, Filters, QueueAttrs};
+pub(crate) use consumer::{
+    BroadcastAttrs, ConsumerAttrs, Filters, PolicyName, PriorityAttrs, QueueAttrs,
+};
 pub(crate) use service::{EndpointAttrs, ServiceAttrs, SubscriptionAttrs};
 pub(crate) use stream::{PlacementAttrs, StreamAttrs};

@@ -9,7 +9,7 @@ use syn::spanned::Spanned;
 use topology_core::rules::FitError;
 
 use super::{call, duration, escape_format, handler, krate, path_text, variant};
-use crate::attrs::{BroadcastAttrs, ConsumerAttrs, QueueAttrs};
+use crate::attrs::{BroadcastAttrs, ConsumerAttrs, PolicyName, PriorityAttrs, QueueAttrs};
 use crate::item::Handler;
 use crate::value::{Int, PathOrString};
 
@@ -35,6 +35,7 @@ pub(crate) fn queue(
         call("migrate_from", attrs.migrate_from.as_ref()),
         call("description", attrs.description.as_ref()),
         call("ack", attrs.ack.map(|v| variant("AckMode", v))),
+        attrs.priority.as_ref().and_then(priority),
     ];
     let support = attrs.backoff.as_ref().map(|backoff| {
         let durations = backoff.durations.iter().map(|d| duration(*d));
@@ -52,6 +53,24 @@ pub(crate) fn queue(
         broadcast: false,
     };
     consumer(&attrs.common, settings, item, handler)
+}
+
+/// `.pinned_client(..)` or `.overflow(..)`; `None` when the policy was not read (reported).
+fn priority(attrs: &PriorityAttrs) -> Option<TokenStream> {
+    match attrs.policy? {
+        PolicyName::PinnedClient => {
+            let ttl = duration(attrs.pinned_ttl.as_ref()?.value);
+            Some(quote!(.pinned_client(#ttl)))
+        }
+        PolicyName::Overflow => {
+            let number = |n: Option<Int>| n.map(|n| n.value as i64);
+            let thresholds = [
+                call("min_pending", number(attrs.min_pending)),
+                call("min_ack_pending", number(attrs.min_ack_pending)),
+            ];
+            Some(quote!(.overflow(__nats_topology::Overflow::new() #(#thresholds)*)))
+        }
+    }
 }
 
 /// The item and its registration as a broadcast.

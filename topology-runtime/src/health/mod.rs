@@ -163,7 +163,9 @@ impl Health {
     /// pull request reached the consumer (on a cluster, a consumer another instance has just
     /// created may refuse it for a few milliseconds, until its leader is known), a push
     /// consumer's subscription is in place. From then on the server
-    /// hands this instance its share of the consumer's messages.
+    /// hands this instance its share of the consumer's messages. A pinned-client consumer
+    /// that stands by (`standby`: another instance is pinned) counts as ready: its requests
+    /// are held by the server, and it takes over when the pin moves.
     ///
     /// An endpoint or subscription runs once a round trip through the server after
     /// subscribing (a request to this instance's own `$SRV.PING.<service>.<id>`, or to a
@@ -172,10 +174,7 @@ impl Health {
     pub fn ready(&self) -> bool {
         self.shared.started()
             && self.shared.denials.all().is_empty()
-            && self
-                .slots
-                .iter()
-                .all(|s| s.state() == ConsumerState::Running)
+            && self.slots.iter().all(|s| s.state().is_up())
             && self
                 .endpoints
                 .iter()

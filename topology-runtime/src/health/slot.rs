@@ -35,6 +35,9 @@ pub(crate) struct Slot {
     /// Whether the consumer's leader is this connection's server, cut off from its peers
     /// ([`Slot::cut_off`]): it is not running, whatever its session hears.
     cut_off: AtomicBool,
+    /// Whether the session stands by (a pinned-client consumer not pinned here): while up,
+    /// its state is `standby` rather than `running` ([`Slot::up`]).
+    standby: AtomicBool,
 }
 
 impl Slot {
@@ -64,6 +67,7 @@ impl Slot {
             ack_floor: AtomicU64::new(0),
             restarts: AtomicU64::new(0),
             cut_off: AtomicBool::new(false),
+            standby: AtomicBool::new(false),
         }
     }
 
@@ -75,7 +79,7 @@ impl Slot {
     pub(crate) fn cut_off(&self, cut_off: Option<&(Duration, String)>) {
         let live = matches!(
             self.state(),
-            ConsumerState::Running | ConsumerState::Stalled { .. }
+            ConsumerState::Running | ConsumerState::Standby | ConsumerState::Stalled { .. }
         );
         match cut_off {
             Some((silent, why)) => {
@@ -92,9 +96,28 @@ impl Slot {
             }
             None => {
                 if self.cut_off.swap(false, Ordering::Relaxed) && live {
-                    self.transition(ConsumerState::Running);
+                    self.up();
                 }
             }
+        }
+    }
+
+    /// The server delivers to this instance, or holds its requests while it stands by:
+    /// `running` or `standby` (see [`Slot::standby`]).
+    pub(crate) fn up(&self) {
+        self.transition(if self.standby.load(Ordering::Relaxed) {
+            ConsumerState::Standby
+        } else {
+            ConsumerState::Running
+        });
+    }
+
+    /// Records whether the session stands by (not pinned) or is pinned; a consumer that is
+    /// up changes state at once.
+    pub(crate) fn standby(&self, standby: bool) {
+        let was = self.standby.swap(standby, Ordering::Relaxed);
+        if was != standby && self.state().is_up() {
+            self.up();
         }
     }
 
@@ -111,7 +134,7 @@ impl Slot {
         let consumer = self.consumer.as_str();
         let mut down = self.down.lock().unwrap_or_else(|e| e.into_inner());
         match &state {
-            ConsumerState::Running => *down = (None, None),
+            ConsumerState::Running | ConsumerState::Standby => *down = (None, None),
             ConsumerState::Draining | ConsumerState::Stopped { error: None } => {}
             _ => {
                 let since = *down.0.get_or_insert_with(Instant::now);
@@ -163,8 +186,7 @@ impl Slot {
     /// Sets the state; returns the previous one.
     fn set(&self, state: ConsumerState) -> ConsumerState {
         let mut guard = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        self.running
-            .send_replace(matches!(state, ConsumerState::Running));
+        self.running.send_replace(state.is_up());
         let previous = std::mem::replace(&mut *guard, (state, Instant::now())).0;
         drop(guard);
         self.shared.changed();

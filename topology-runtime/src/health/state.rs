@@ -15,6 +15,14 @@ pub enum ConsumerState {
     ///
     /// [`Health::ready`]: super::Health::ready
     Running,
+    /// Ready, and standing by: a queue consumer with `priority = "pinned_client"` whose pull
+    /// requests the server holds while another instance is pinned. It counts as ready (see
+    /// [`Health::ready`]): it takes over, without a restart, as soon as the server pins it
+    /// (the pinned instance stopped pulling for `pinned_ttl`, or drained and unpinned). A
+    /// green probe thus means "this replica consumes now, or stands ready to".
+    ///
+    /// [`Health::ready`]: super::Health::ready
+    Standby,
     /// Its session is open, but nothing has come from the server for more than two idle
     /// heartbeats: a stalled link, a partition, or a consumer whose leader is lost. Not
     /// running: nothing says that this instance consumes now. It runs again as soon as the
@@ -43,12 +51,20 @@ pub enum ConsumerState {
     },
 }
 
+impl ConsumerState {
+    /// Whether it counts as ready: running, or a ready standby.
+    pub fn is_up(&self) -> bool {
+        matches!(self, ConsumerState::Running | ConsumerState::Standby)
+    }
+}
+
 impl fmt::Display for ConsumerState {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             ConsumerState::Starting => f.write_str("starting"),
             ConsumerState::Provisioning => f.write_str("provisioning"),
             ConsumerState::Running => f.write_str("running"),
+            ConsumerState::Standby => f.write_str("standby"),
             ConsumerState::Stalled { silent_for, cause } => {
                 write!(
                     f,

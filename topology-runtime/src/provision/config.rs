@@ -6,8 +6,8 @@ use std::time::Duration;
 use async_nats::jetstream::{consumer, stream};
 
 use topology_core::model::{
-    ConsumerDecl, ConsumerKind, DeliverPolicy, Delivery, Discard, QueueDecl, Retention, Storage,
-    StreamDecl,
+    ConsumerDecl, ConsumerKind, DeliverPolicy, Delivery, Discard, Priority, QueueDecl, Retention,
+    Storage, StreamDecl,
 };
 
 /// The stream configuration a declaration creates.
@@ -156,7 +156,22 @@ fn apply_queue_decl(queue: &QueueDecl, config: &mut consumer::Config) {
     if let Some(v) = queue.description {
         config.description = Some(v.to_owned());
     }
+    if let Some(priority) = &queue.priority {
+        config.priority_policy = match priority {
+            Priority::PinnedClient { ttl } => {
+                config.priority_timeout = *ttl;
+                consumer::PriorityPolicy::PinnedClient
+            }
+            Priority::Overflow(_) => consumer::PriorityPolicy::Overflow,
+        };
+        config.priority_groups = vec![PRIORITY_GROUP.to_owned()];
+    }
 }
+
+/// The one priority group of a queue consumer declaring a priority: every instance pulls in
+/// it. (The server takes group names of at most 16 characters among `a-zA-Z0-9/_=-`, which a
+/// queue group need not fit, so it is this fixed name.)
+pub(crate) const PRIORITY_GROUP: &str = "replicas";
 
 /// Copies the editable fields a declaration sets from `declared` into `server`.
 pub(crate) fn apply_editable_consumer_fields(
@@ -178,4 +193,9 @@ pub(crate) fn apply_editable_consumer_fields(
     if declared.description.is_some() {
         server.description = declared.description.clone();
     }
+    // A queue consumer's priority is always the declaration's, none included: a policy left
+    // on the server would keep pulls that do not name its group waiting (pinned) for ever.
+    server.priority_policy = declared.priority_policy.clone();
+    server.priority_groups = declared.priority_groups.clone();
+    server.priority_timeout = declared.priority_timeout;
 }

@@ -58,6 +58,7 @@ impl Provisioner {
             .name
             .clone()
             .expect("consumer_config always names the consumer");
+        self.check_priority_supported(stream_name, decl)?;
         if self.bind_only && decl.as_queue().is_some() {
             return self.verify_bound(stream_name, &name, decl, &config).await;
         }

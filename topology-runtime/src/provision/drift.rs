@@ -266,5 +266,32 @@ pub(crate) fn consumer_drift(
             &declared.description,
         ));
     }
+    // Editable on the server (2.11 and later replace the whole configuration on an update);
+    // always the declaration's for a queue consumer, none included.
+    if decl.as_queue().is_some() {
+        if server.priority_policy != declared.priority_policy {
+            drift.editable.push(diff(
+                "priority_policy",
+                &server.priority_policy,
+                &declared.priority_policy,
+            ));
+        }
+        if server.priority_groups != declared.priority_groups {
+            drift.editable.push(diff(
+                "priority_groups",
+                &server.priority_groups,
+                &declared.priority_groups,
+            ));
+        }
+        // The server sets 2 minutes on a pinned consumer declared without one; ours always
+        // declare it.
+        if server.priority_timeout != declared.priority_timeout {
+            drift.editable.push(diff(
+                "priority_timeout",
+                server.priority_timeout,
+                declared.priority_timeout,
+            ));
+        }
+    }
     drift
 }

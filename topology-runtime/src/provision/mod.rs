@@ -12,7 +12,8 @@
 //! - [`Provisioner`] (here), the reconciler above it: `stream`, `consumer` (ensuring each,
 //!   deleting consumers; `bound`: verifying them, bind-only), `migrate` (`migrate_from`
 //!   beside a running old fleet: pause, drain, create at the floor, retire), `version` (the
-//!   stamps that keep an older declaration from reverting a newer one).
+//!   stamps that keep an older declaration from reverting a newer one), `priority` (priority
+//!   groups refused on a server before 2.11).
 //! - `reconcile`: the one decision per kind (update, keep, refuse) that provisioning
 //!   executes and `plan` prints.
 //! - `error`: [`ProvisionError`] and the classification of API failures.
@@ -30,6 +31,7 @@ mod error;
 mod instance;
 mod leader;
 mod migrate;
+mod priority;
 pub(crate) mod reconcile;
 mod stream;
 mod version;
@@ -40,7 +42,7 @@ use crate::retry::RetryPolicy;
 
 pub use crate::health::OlderDeclaration;
 use crate::health::OlderDeclarations;
-pub(crate) use config::push_deliver_subject;
+pub(crate) use config::{PRIORITY_GROUP, push_deliver_subject};
 pub(crate) use ensure::{Ensured, Ensurer};
 pub(crate) use error::{ApiError, Failure, rejected};
 pub use error::{FieldDiff, ProvisionError, ProvisionErrorKind};

@@ -93,6 +93,8 @@ pub(crate) struct Inner {
     pub(crate) health: Health,
     /// A random id of this runtime, in its relays' names.
     pub(crate) instance: String,
+    /// The overflow queue consumers (by group) this instance spills over for.
+    pub(crate) spill_over: Vec<String>,
     /// The handler whose supervisor a test wants to panic once it runs.
     #[cfg(feature = "test-hooks")]
     pub(crate) panic_supervisor: std::sync::Mutex<Option<String>>,

@@ -18,7 +18,7 @@ use super::feed::{Feed, Pusher, consumer_gone};
 use super::flow::Flow;
 use super::loss::Loss;
 use super::outcome::{Observer, Record};
-use super::pull::{Puller, Watch};
+use super::pull::{PullPriority, Puller, Watch};
 use super::pump::{Exit, finish_in_flight, pump};
 use super::relay::relay_name;
 use super::resume::Resume;
@@ -27,7 +27,7 @@ use crate::health::{ConsumerState, Slot};
 use crate::provision::{Advisories, Ensured, ProvisionError, StreamInstance, UpdateMode};
 use crate::registry::Consumer;
 use crate::telemetry::{ConsumerMetrics, LagGauges, consumer_label};
-use topology_core::model::{AckMode, ConsumerKind, Delivery};
+use topology_core::model::{AckMode, ConsumerKind, Delivery, Priority};
 
 /// Supervises the consumer at `index` until shutdown, or until a failure no retry fixes
 /// (sent to `fatal` after its drain).
@@ -326,6 +326,15 @@ async fn consume(
             Some(_) => settings.expires.min(session.acks.ack_wait / 2),
             None => settings.expires,
         };
+        let declared = queue.and_then(|q| q.priority);
+        // A pinned session keeps its pin by asking again within `pinned_ttl`: its requests
+        // expire within half of it.
+        let expires = match declared {
+            Some(Priority::PinnedClient { ttl }) => expires.min(ttl / 2),
+            _ => expires,
+        };
+        let spill_over = queue.is_some_and(|q| inner.spill_over.iter().any(|g| g == q.group));
+        let priority = PullPriority::of(declared.as_ref(), spill_over);
         let api = inner.ensurer.provisioner().jetstream_api();
         let watch = Watch {
             slot: slot.clone(),
@@ -338,7 +347,7 @@ async fn consume(
             (&api.prefix(), &info),
             (first, expires),
             settings,
-            watch,
+            (watch, priority),
         )
         .await
         {
@@ -348,6 +357,6 @@ async fn consume(
     };
     // Running once the server delivers to this instance: a pull feed's first request reached
     // the consumer, a push feed's subscription is in place.
-    slot.transition(ConsumerState::Running);
+    slot.up();
     pump(feed, session, flow, cancel, in_flight).await
 }

@@ -447,3 +447,23 @@ fn the_server_block_and_the_json_list_the_same_entries_with_their_reasons() {
     assert!(literal.contains("password: \"pa\\\"ss\""));
     assert_eq!(p.without(0).entries.len(), p.entries.len() - 1);
 }
+
+#[test]
+fn a_pinned_client_may_unpin_its_own_consumer_only() {
+    let topology = Topology::new().stream(ORDERS).consumer(
+        ConsumerDecl::queue(
+            "svc::active",
+            StreamRef::Declared(&ORDERS),
+            QueueDecl::new("active").pinned_client(Duration::from_secs(10)),
+        ),
+        handler(),
+    );
+    for role in [Role::owner("svc"), Role::bind_only("svc")] {
+        let p = permissions(&topology, &role);
+        assert!(p.allows(Action::Publish, "$JS.API.CONSUMER.UNPIN.ORDERS.active"));
+        assert!(!p.allows(Action::Publish, "$JS.API.CONSUMER.UNPIN.ORDERS.other"));
+    }
+    // Without a pinned client, no unpin.
+    let p = permissions(&every_kind(), &Role::owner("svc"));
+    assert!(!p.allows(Action::Publish, "$JS.API.CONSUMER.UNPIN.ORDERS.pull"));
+}

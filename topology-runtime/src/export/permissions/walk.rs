@@ -1,6 +1,6 @@
 //! The walk: what each declaration kind needs, one function per kind, and the minimal list.
 
-use topology_core::model::{AckMode, ConsumerDecl, ConsumerKind, Delivery};
+use topology_core::model::{AckMode, ConsumerDecl, ConsumerKind, Delivery, Priority};
 
 use super::{Access, Action, Declaration, Need, Permission, Role};
 use crate::provision::{ADVISORY_PREFIX, FLEET_PREFIX};
@@ -222,6 +222,14 @@ impl Walk<'_> {
                 declaration.clone(),
                 "receives its pushed messages (queue group)",
             ),
+        }
+        if matches!(queue.priority, Some(Priority::PinnedClient { .. })) {
+            self.api(
+                format!("CONSUMER.UNPIN.{stream}.{name}"),
+                declaration.clone(),
+                "`priority = \"pinned_client\"`: a pinned instance that drains unpins, so a \
+                 standby one takes over at once",
+            );
         }
         self.add(
             Action::Publish,

@@ -16,7 +16,7 @@ use crate::registry::Topology;
 use crate::retry::RetryPolicy;
 use crate::state::StateMap;
 use crate::validate::{self, Problem, ValidationError};
-use topology_core::model::{AckMode, ConsumerKind};
+use topology_core::model::{AckMode, ConsumerKind, Priority};
 use topology_core::service::{EndpointDecl, SubscriptionDecl};
 
 pub(crate) use timings::Settings;
@@ -48,6 +48,8 @@ pub struct RuntimeBuilder {
     api_prefix: Option<String>,
     /// Verify instead of provisioning (see [`RuntimeBuilder::bind_only`]).
     bind_only: bool,
+    /// The overflow queue consumers (by group) this instance spills over for.
+    spill_over: Vec<String>,
     #[cfg(feature = "test-hooks")]
     panic_supervisor: Option<String>,
 }
@@ -64,6 +66,7 @@ impl RuntimeBuilder {
             domain: None,
             api_prefix: None,
             bind_only: false,
+            spill_over: Vec::new(),
             #[cfg(feature = "test-hooks")]
             panic_supervisor: None,
         }
@@ -105,6 +108,23 @@ impl RuntimeBuilder {
     /// ```
     pub fn version(mut self, version: impl Into<String>) -> Self {
         self.version = Some(version.into().into());
+        self
+    }
+
+    /// Makes this instance a spill-over instance of the queue consumer `group`, declared with
+    /// `priority = "overflow"`: its pull requests carry the declared thresholds
+    /// (`min_pending`, `min_ack_pending`), so the server delivers to it only while the
+    /// consumer's backlog reaches one of them. Instances that do not call this take work
+    /// always. [`build`](Self::build) refuses a group that is not an overflow consumer.
+    ///
+    /// ```no_run
+    /// # async fn f(client: async_nats::Client) -> Result<(), Box<dyn std::error::Error>> {
+    /// // Deployed as the burst pool, e.g. when `ROLE=spill-over` is set.
+    /// let runtime = nats_topology::Runtime::builder(client).spill_over("bulk").build()?;
+    /// # drop(runtime); Ok(()) }
+    /// ```
+    pub fn spill_over(mut self, group: impl Into<String>) -> Self {
+        self.spill_over.push(group.into());
         self
     }
 
@@ -252,6 +272,7 @@ impl RuntimeBuilder {
             problems.extend(invalid.problems);
         }
         problems.extend(missing_state(&topology, &self.state));
+        problems.extend(unknown_spill_over(&topology, &self.spill_over));
         if !problems.is_empty() {
             return Err(ValidationError { problems });
         }
@@ -327,6 +348,7 @@ impl RuntimeBuilder {
                     shared,
                 },
                 instance,
+                spill_over: self.spill_over,
                 #[cfg(feature = "test-hooks")]
                 panic_supervisor: std::sync::Mutex::new(self.panic_supervisor),
             }),
@@ -339,6 +361,30 @@ impl RuntimeBuilder {
 fn instance_id() -> String {
     use rand::RngExt;
     format!("{:016x}", rand::rng().random::<u64>())
+}
+
+/// A problem for each `spill_over` group that names no queue consumer declared with
+/// `priority = "overflow"`.
+fn unknown_spill_over(topology: &Topology, groups: &[String]) -> Vec<Problem> {
+    let overflow: Vec<&str> = topology
+        .consumers()
+        .iter()
+        .filter_map(|c| c.decl.as_queue())
+        .filter(|q| matches!(q.priority, Some(Priority::Overflow(_))))
+        .map(|q| q.group)
+        .collect();
+    groups
+        .iter()
+        .filter(|g| !overflow.contains(&g.as_str()))
+        .map(|g| Problem {
+            location: "runtime builder `spill_over`".to_owned(),
+            message: format!(
+                "{g:?} is not a queue consumer declared with `priority = \"overflow\"` (those \
+                 are: {overflow:?}); declare its group with `priority = \"overflow\", \
+                 min_pending = N`, or remove `spill_over({g:?})`"
+            ),
+        })
+        .collect()
 }
 
 /// A problem for each `State<T>` argument of a handler whose `T` the builder was not given.

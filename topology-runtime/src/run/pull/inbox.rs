@@ -3,7 +3,8 @@
 //! Statuses: 100 idle heartbeat (liveness), 408 a request expired, 409 a request ended (the
 //! consumer was deleted, its leader changed, a limit was exceeded), 503 no responders (no
 //! consumer leader subscribes to the pull subject now: the consumer, its stream or JetStream
-//! is unavailable, or a leader is being elected). The 408/409 of a request that delivered
+//! is unavailable, or a leader is being elected), 423 a request named a pin that is no
+//! longer current (a pinned-client priority group). The 408/409 of a request that delivered
 //! part of its batch carry how many it did not (`Nats-Pending-Messages`).
 
 use crate::run::loss::Loss;
@@ -25,6 +26,9 @@ pub(super) enum Inbox {
     NewestRefused,
     /// No responder: no consumer leader takes pull requests now.
     NoResponders,
+    /// 423: a request named a pin (priority group) that is no longer current; that request
+    /// is ended.
+    PinRefused,
     /// The consumer cannot be pulled from any more (deleted, push based, a request limit
     /// exceeded), or an answer that asking again at once could repeat in a hot loop: the
     /// session ends and the supervisor ensures the consumer again, with its backoff.
@@ -42,6 +46,9 @@ impl Inbox {
         }
         if status == StatusCode::NO_RESPONDERS {
             return Inbox::NoResponders;
+        }
+        if status.as_u16() == 423 {
+            return Inbox::PinRefused;
         }
         let description = message.description.as_deref().unwrap_or_default();
         if description == "Consumer Deleted"

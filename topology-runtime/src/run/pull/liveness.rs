@@ -123,7 +123,7 @@ impl Liveness {
             self.stalled = false;
             self.probe = None;
             if !self.slot.is_cut_off() {
-                self.slot.transition(ConsumerState::Running);
+                self.slot.up();
             }
         }
     }

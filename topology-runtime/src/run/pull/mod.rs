@@ -5,11 +5,13 @@
 //!   request, confirmed before the consumer is reported running;
 //! - `requests`: the open requests, and those forgotten while they may still deliver;
 //! - `inbox`: what the server sends to the requests' inbox;
+//! - `priority`: the session's place in a priority group (its requests' fields, the pin);
 //! - `liveness`: noticing silence (`stalled`), asking the consumer whether it answers,
 //!   following its leader.
 
 mod inbox;
 mod liveness;
+mod priority;
 mod requests;
 
 use std::collections::VecDeque;
@@ -26,6 +28,7 @@ use super::loss::Loss;
 use inbox::Inbox;
 pub(in crate::run) use liveness::Watch;
 use liveness::{Event, Liveness};
+pub(in crate::run) use priority::PullPriority;
 use requests::Requests;
 
 /// A pull consumer read through our own pull requests on one inbox, so that the server is
@@ -62,6 +65,11 @@ pub(super) struct Puller {
     /// handed out.
     arrived: VecDeque<Fetched>,
     liveness: Liveness,
+    /// The session's place in the consumer's priority group.
+    priority: PullPriority,
+    /// `$JS.API.CONSUMER.UNPIN.<stream>.<consumer>`: sent on close by a pinned session.
+    unpin: String,
+    slot: std::sync::Arc<crate::health::Slot>,
 }
 
 fn connection_of(client: &async_nats::Client) -> (String, u64) {
@@ -112,7 +120,7 @@ impl Puller {
         (api_prefix, info): (&str, &consumer::Info),
         (first, expires): (usize, Duration),
         settings: &Settings,
-        watch: Watch,
+        (watch, priority): (Watch, PullPriority),
     ) -> Result<Puller, Loss> {
         let inbox = async_nats::Subject::from(client.new_inbox());
         let subscriber = client
@@ -126,6 +134,9 @@ impl Puller {
             .min(expires / 2)
             .max(Duration::from_millis(10));
         let names = (api_prefix, info.stream_name.as_str(), info.name.as_str());
+        let slot = watch.slot.clone();
+        // Standing by until the server pins this session (reported once it is up).
+        slot.standby(priority.stands_by());
         let liveness = Liveness::new(client, names, heartbeat, watch).await;
         let mut puller = Puller {
             client: client.clone(),
@@ -151,6 +162,12 @@ impl Puller {
             close_wait: settings.pull_close_wait,
             arrived: VecDeque::new(),
             liveness,
+            priority,
+            unpin: format!(
+                "{api_prefix}.CONSUMER.UNPIN.{}.{}",
+                info.stream_name, info.name
+            ),
+            slot,
         };
         puller.reach(REACH_WINDOW).await?;
         Ok(puller)
@@ -229,11 +246,12 @@ impl Puller {
         heartbeat: Duration,
     ) -> Result<(), Loss> {
         let nanos = |d: Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
-        let request = serde_json::json!({
-            "batch": want,
-            "expires": nanos(expires),
-            "idle_heartbeat": nanos(heartbeat),
-        });
+        let mut request = serde_json::Map::new();
+        request.insert("batch".into(), want.into());
+        request.insert("expires".into(), nanos(expires).into());
+        request.insert("idle_heartbeat".into(), nanos(heartbeat).into());
+        self.priority.fields(&mut request);
+        let request = serde_json::Value::Object(request);
         let payload = bytes::Bytes::from(request.to_string());
         self.client
             .publish_with_reply(self.subject.clone(), self.inbox.clone(), payload)
@@ -332,6 +350,11 @@ impl Puller {
         match inbox {
             Inbox::Message(message) => {
                 let delivered_after = self.requests.delivered();
+                if self.priority.delivered(&message, &self.slot) {
+                    // Pinned: the server holds the requests that do not name the pin; ask
+                    // again with it (what the others still deliver is taken as stray).
+                    self.requests.forget(|_| true);
+                }
                 Ok(Some(Fetched {
                     message: jetstream::Message {
                         message,
@@ -341,6 +364,13 @@ impl Puller {
                 }))
             }
             Inbox::Heartbeat => Ok(None),
+            Inbox::PinRefused => {
+                // Every open request named the lost pin: all are refused; ask again without.
+                if self.priority.pin_lost(&self.slot) {
+                    self.requests.forget(|_| true);
+                }
+                Ok(None)
+            }
             Inbox::OldestEnded | Inbox::LeaderChanged => {
                 self.requests.oldest_ended();
                 Ok(None)
@@ -377,6 +407,16 @@ impl Puller {
     pub(super) async fn close(mut self) -> Vec<Fetched> {
         // The session ends: its state is its supervisor's to say (draining, retrying).
         self.liveness.forget();
+        let unstarted = self.close_inbox().await;
+        // Once the inbox is closed, no request of this session can take the pin again.
+        if let Some(pin) = self.priority.pin() {
+            priority::unpin(&self.client, &self.unpin, pin, self.close_wait).await;
+        }
+        unstarted
+    }
+
+    /// Closes the inbox; returns what arrived but was not handed out.
+    async fn close_inbox(&mut self) -> Vec<Fetched> {
         let mut unstarted: Vec<_> = self.arrived.drain(..).collect();
         while let Some(Some(message)) = self.subscriber.next().now_or_never() {
             if let Ok(Some(fetched)) = self.take(message) {
