@@ -8,6 +8,7 @@
 //! - [`model`]: the declarations.
 //! - [`names`], [`subject`], [`duration`]: the leaf rules (names, subjects and filters,
 //!   duration literals).
+//! - [`placement`]: where a stream's replicas live (a cluster, server tags).
 //! - [`priority`]: priority groups on a queue consumer (pinned client, overflow).
 //! - [`service`]: services, endpoints and core subscriptions (request/reply), with their rules.
 //! - [`rules`]: ranges and cross-field rules, and whole-declaration checks built from the leaf
@@ -21,6 +22,7 @@
 pub mod duration;
 pub mod model;
 pub mod names;
+pub mod placement;
 pub mod priority;
 pub mod rules;
 pub mod service;
