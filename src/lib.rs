@@ -106,7 +106,9 @@ pub mod cli;
 #[cfg(feature = "http")]
 pub mod http;
 
-pub use topology_macros::{broadcast, endpoint, queue_consumer, service, stream, subscription};
+pub use topology_macros::{
+    broadcast, endpoint, kv_bucket, object_store, queue_consumer, service, stream, subscription,
+};
 
 pub use topology_runtime::connect::{
     EnvError, EnvErrorKind, EnvOptions, connect, connect_from_env, connect_options, connect_with,
@@ -118,6 +120,10 @@ pub use topology_runtime::connect::{
 pub use topology_runtime::run::CLEANUP_WAIT;
 
 pub use topology_runtime::telemetry;
+
+/// Typed handles on key-value buckets ([`Kv`](bucket::Kv)) and object stores
+/// ([`ObjectStore`](bucket::ObjectStore)), and their errors.
+pub use topology_runtime::bucket;
 
 /// How the leader watch paces itself ([`RuntimeBuilder::leader_timings`]).
 pub use topology_runtime::provision::LeaderTimings;
@@ -134,12 +140,14 @@ pub mod __private {
     pub use ::inventory;
     pub use ::std::boxed::Box;
     pub use topology_core::model::{
-        AckMode, BroadcastDecl, ConsumerDecl, ConsumerKind, DeliverPolicy, Delivery, Discard,
-        QueueDecl, Retention, Storage, StreamDecl, StreamDef, StreamRef,
+        AckMode, BroadcastDecl, BucketDecl, ConsumerDecl, ConsumerKind, DeliverPolicy, Delivery,
+        Discard, KvBucketDef, ObjectStoreDef, QueueDecl, Retention, Storage, StreamDecl, StreamDef,
+        StreamRef,
     };
     pub use topology_core::service::{
         EndpointDecl, Fanout, ServiceDecl, ServiceDef, SubscriptionDecl,
     };
+    pub use topology_runtime::bucket::{Bytes, JetStreamSource, Kv, ObjectStore};
     pub use topology_runtime::export::{
         PayloadSchema, PayloadSchemaRegistration, ReplySchemaRegistration, SchemaFallback,
         SchemaProbe, SchemaSpecialized,
@@ -150,8 +158,8 @@ pub mod __private {
     };
     pub use topology_runtime::handler::{HandlerError, HandlerFuture, Incoming};
     pub use topology_runtime::registry::{
-        ConsumerRegistration, EndpointRegistration, ServiceRegistration, StreamRegistration,
-        SubscriptionRegistration,
+        BucketRegistration, ConsumerRegistration, EndpointRegistration, ServiceRegistration,
+        StreamRegistration, SubscriptionRegistration,
     };
     pub use topology_runtime::service::glue::{
         EndpointContext, EndpointReturn, IntoServiceError, RawReply, ReplyBody, RequestStateArg,

@@ -8,6 +8,7 @@
 //! - [`model`]: the declarations.
 //! - [`names`], [`subject`], [`duration`]: the leaf rules (names, subjects and filters,
 //!   duration literals).
+//! - [`bucket`]: key-value buckets and object stores (streams underneath), with their rules.
 //! - [`service`]: services, endpoints and core subscriptions (request/reply), with their rules.
 //! - [`rules`]: ranges and cross-field rules, and whole-declaration checks built from the leaf
 //!   rules ([`rules::check_stream`], [`rules::check_consumer`],
@@ -17,6 +18,7 @@
 //! `const fn message(&self) -> &'static str`.
 #![no_std]
 
+pub mod bucket;
 pub mod duration;
 pub mod model;
 pub mod names;

@@ -6,6 +6,7 @@
 
 use core::time::Duration;
 
+pub use crate::bucket::{BucketDecl, BucketKind, KvBucketDef, ObjectStoreDef};
 pub use crate::service::{EndpointDecl, Fanout, ServiceDecl, ServiceDef, SubscriptionDecl};
 
 /// Where a stream keeps its messages.
@@ -82,6 +83,17 @@ pub enum DeliverPolicy {
     LastPerSubject,
 }
 
+/// The stream settings every client expects of a key-value bucket or an object store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct BucketShape {
+    /// `allow_rollup_hdrs`: a purge of a key (or object) is a roll-up.
+    pub allow_rollup: bool,
+    /// `deny_delete`: messages are removed by purge markers, never deleted one by one.
+    pub deny_delete: bool,
+    /// `allow_direct`: reads answered by any replica.
+    pub allow_direct: bool,
+}
+
 /// A stream declaration.
 ///
 /// ```
@@ -120,6 +132,11 @@ pub struct StreamDecl {
     pub duplicate_window: Option<Duration>,
     /// A description stored on the server.
     pub description: Option<&'static str>,
+    /// Maximum messages kept per subject (a key-value bucket's history).
+    pub max_msgs_per_subject: Option<i64>,
+    /// The stream shape of a key-value bucket or object store (ADR-8, ADR-20): roll-ups
+    /// allowed, deletes denied (key-value only), direct gets allowed. `None` for a plain stream.
+    pub bucket_shape: Option<BucketShape>,
     /// Owned by someone else: never created or changed here, only verified.
     pub external: bool,
     /// The version of the service declaring it, stamped on the server (`#[stream]` sets the
@@ -144,9 +161,21 @@ impl StreamDecl {
             discard: None,
             duplicate_window: None,
             description: None,
+            max_msgs_per_subject: None,
+            bucket_shape: None,
             external: false,
             version: None,
         }
+    }
+    /// Sets the maximum messages kept per subject.
+    pub const fn max_msgs_per_subject(mut self, max: i64) -> Self {
+        self.max_msgs_per_subject = Some(max);
+        self
+    }
+    /// Shapes the stream as a key-value bucket's or an object store's.
+    pub const fn bucket_shape(mut self, shape: BucketShape) -> Self {
+        self.bucket_shape = Some(shape);
+        self
     }
     /// Sets the declaring service's version, stamped on the server's stream.
     pub const fn version(mut self, version: &'static str) -> Self {

@@ -60,6 +60,14 @@ pub(crate) fn apply_stream_decl(decl: &StreamDecl, config: &mut stream::Config) 
     if let Some(description) = decl.description {
         config.description = Some(description.to_owned());
     }
+    if let Some(max) = decl.max_msgs_per_subject {
+        config.max_messages_per_subject = max;
+    }
+    if let Some(shape) = decl.bucket_shape {
+        config.allow_rollup = shape.allow_rollup;
+        config.deny_delete = shape.deny_delete;
+        config.allow_direct = shape.allow_direct;
+    }
 }
 
 pub(crate) fn storage_type(storage: Storage) -> stream::StorageType {
