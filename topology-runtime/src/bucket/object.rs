@@ -118,15 +118,20 @@ impl ObjectStore {
         Ok(bytes)
     }
 
-    /// The object's description (size, chunks, digest, ...).
+    /// The object's description (size, chunks, digest, ...); a deleted object is
+    /// [`ObjectErrorKind::NotFound`].
     pub async fn info(&self, name: &str) -> Result<ObjectInfo, ObjectError> {
-        self.store().await?.info(name).await.map_err(|e| {
+        let info = self.store().await?.info(name).await.map_err(|e| {
             let kind = match e.kind() {
                 object_store::InfoErrorKind::NotFound => ObjectErrorKind::NotFound,
                 _ => ObjectErrorKind::Request,
             };
             self.error(kind, Some(name)).source(e)
-        })
+        })?;
+        if info.deleted {
+            return Err(self.error(ObjectErrorKind::NotFound, Some(name)));
+        }
+        Ok(info)
     }
 
     /// Deletes the object and its chunks.
