@@ -139,12 +139,18 @@ async fn eight_processes_cold_start_one_r3_bucket() {
             .iter()
             .filter(|l| !l.contains("timed_out=0") && !l.contains("timed_out=1 "))
             .collect();
-        assert!(retried.is_empty(), "no retry past a first timeout: {retried:#?}");
+        assert!(
+            retried.is_empty(),
+            "no retry past a first timeout: {retried:#?}"
+        );
         // The bucket is what the declaration says, on three replicas.
         let js = fx.jetstream().await;
         let stream = js.get_stream(format!("KV_{name}")).await.unwrap();
         let config = &stream.cached_info().config;
-        assert_eq!((config.num_replicas, config.max_messages_per_subject), (3, 5));
+        assert_eq!(
+            (config.num_replicas, config.max_messages_per_subject),
+            (3, 5)
+        );
         let store = js.get_key_value(&name).await.unwrap();
         store.put("k", "v".into()).await.unwrap();
     }
