@@ -349,3 +349,57 @@ async fn start_up_refuses_streams_on_bucket_subjects_and_a_bucket_declared_twice
         assert!(text.contains(expected), "{expected:?} in {text}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_nats_json_export_of_a_bucket_creates_the_bucket_the_runtime_would() {
+    static EXPORTED: BucketDecl = BucketDecl::kv("EXPORTED").history(4).replicas(1);
+    let topology = Topology::new()
+        .bucket(EXPORTED)
+        .bucket(BucketDecl::object("BLOBS"));
+    let nats = nats_topology::export::nats_json(&topology);
+    let names: Vec<&str> = nats
+        .streams
+        .iter()
+        .map(|s| s.config.name.as_str())
+        .collect();
+    assert_eq!(names, ["KV_EXPORTED", "OBJ_BLOBS"]);
+    let dir = std::env::temp_dir().join(format!("nt-bucket-export-{}", std::process::id()));
+    let written = nats.write_to(&dir).unwrap();
+    assert!(
+        written
+            .iter()
+            .any(|p| p.ends_with("KV_EXPORTED.stream.json"))
+    );
+    // An operator creates the streams from the files (as `nats stream add --config` does).
+    let fx = Fixture::start().await;
+    let js = fx.jetstream().await;
+    for name in ["KV_EXPORTED", "OBJ_BLOBS"] {
+        let text = std::fs::read_to_string(dir.join(format!("{name}.stream.json"))).unwrap();
+        let config: jetstream::stream::Config = serde_json::from_str(&text).unwrap();
+        js.create_stream(config).await.unwrap();
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+    js.get_key_value("EXPORTED")
+        .await
+        .unwrap()
+        .put("k", "v".into())
+        .await
+        .unwrap();
+    js.get_object_store("BLOBS").await.unwrap();
+    let runtime = runtime(&fx, topology).await;
+    fixture::assert_nothing_to_do(&runtime).await;
+    let plan = runtime.plan().await.unwrap().to_string();
+    assert!(
+        plan.contains("key-value bucket `EXPORTED` (stream `KV_EXPORTED`): nothing to do"),
+        "{plan}"
+    );
+    assert!(
+        plan.contains("object store `BLOBS` (stream `OBJ_BLOBS`): nothing to do"),
+        "{plan}"
+    );
+    let inspection = runtime.inspect().await.unwrap().to_string();
+    assert!(
+        inspection.contains("key-value bucket `EXPORTED` (stream `KV_EXPORTED`): 1 messages"),
+        "{inspection}"
+    );
+}
