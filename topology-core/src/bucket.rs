@@ -31,6 +31,17 @@ pub const HISTORY: IntRange = IntRange { min: 1, max: 64 };
 /// `max_value_size`: at least 1 byte, at most `i32::MAX` (omit it for the server's limit).
 pub const MAX_VALUE_SIZE: IntRange = rules::MAX_MSG_SIZE;
 
+/// The stream settings every client expects of a key-value bucket or an object store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct BucketShape {
+    /// `allow_rollup_hdrs`: a purge of a key (or object) is a roll-up.
+    pub allow_rollup: bool,
+    /// `deny_delete`: messages are removed by purge markers, never deleted one by one.
+    pub deny_delete: bool,
+    /// `allow_direct`: reads answered by any replica.
+    pub allow_direct: bool,
+}
+
 /// A key-value bucket or an object store.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum BucketKind {

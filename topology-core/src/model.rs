@@ -6,7 +6,7 @@
 
 use core::time::Duration;
 
-pub use crate::bucket::{BucketDecl, BucketKind, KvBucketDef, ObjectStoreDef};
+pub use crate::bucket::{BucketDecl, BucketKind, BucketShape, KvBucketDef, ObjectStoreDef};
 pub use crate::service::{EndpointDecl, Fanout, ServiceDecl, ServiceDef, SubscriptionDecl};
 
 /// Where a stream keeps its messages.
@@ -81,17 +81,6 @@ pub enum DeliverPolicy {
     Last,
     /// The last message of each subject, then new ones.
     LastPerSubject,
-}
-
-/// The stream settings every client expects of a key-value bucket or an object store.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct BucketShape {
-    /// `allow_rollup_hdrs`: a purge of a key (or object) is a roll-up.
-    pub allow_rollup: bool,
-    /// `deny_delete`: messages are removed by purge markers, never deleted one by one.
-    pub deny_delete: bool,
-    /// `allow_direct`: reads answered by any replica.
-    pub allow_direct: bool,
 }
 
 /// A stream declaration.

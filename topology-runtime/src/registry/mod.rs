@@ -2,6 +2,7 @@
 //! `#[object_store]`, `#[service]`, `#[endpoint]` and `#[subscription]` register through `inventory`, read once into a sorted,
 //! deterministic [`Topology`].
 
+mod handlers;
 mod ordered;
 
 use std::collections::HashMap;
@@ -12,6 +13,7 @@ use std::sync::Arc;
 use crate::handler::{HandlerFn, HandlerFuture, Incoming};
 use crate::service::{EndpointFn, ReplyFuture, Request, SubscriptionFn};
 use crate::state::StateKey;
+pub use handlers::{Consumer, Endpoint, Subscription};
 use ordered::{Keyed, Ordered};
 use topology_core::bucket::BucketDecl;
 use topology_core::model::{ConsumerDecl, StreamDecl};
@@ -77,61 +79,6 @@ pub type SharedEndpointHandler = Arc<dyn Fn(Request) -> ReplyFuture + Send + Syn
 
 /// A subscription handler as the runtime holds it.
 pub type SharedSubscriptionHandler = Arc<dyn Fn(Request) -> HandlerFuture + Send + Sync + 'static>;
-
-/// An endpoint declaration with its handler.
-#[derive(Clone)]
-pub struct Endpoint {
-    /// The declaration.
-    pub decl: EndpointDecl,
-    pub(crate) handler: SharedEndpointHandler,
-    pub(crate) states: &'static [StateKey],
-}
-
-impl fmt::Debug for Endpoint {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Endpoint")
-            .field("decl", &self.decl)
-            .field("states", &self.states)
-            .finish_non_exhaustive()
-    }
-}
-
-/// A core subscription declaration with its handler.
-#[derive(Clone)]
-pub struct Subscription {
-    /// The declaration.
-    pub decl: SubscriptionDecl,
-    pub(crate) handler: SharedSubscriptionHandler,
-    pub(crate) states: &'static [StateKey],
-}
-
-impl fmt::Debug for Subscription {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Subscription")
-            .field("decl", &self.decl)
-            .field("states", &self.states)
-            .finish_non_exhaustive()
-    }
-}
-
-/// A consumer declaration with its handler.
-#[derive(Clone)]
-pub struct Consumer {
-    /// The declaration.
-    pub decl: ConsumerDecl,
-    pub(crate) handler: SharedHandler,
-    /// What the handler's `State<T>` arguments need; checked by `RuntimeBuilder::build`.
-    pub(crate) states: &'static [StateKey],
-}
-
-impl fmt::Debug for Consumer {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Consumer")
-            .field("decl", &self.decl)
-            .field("states", &self.states)
-            .finish_non_exhaustive()
-    }
-}
 
 /// Every stream and consumer a runtime provisions and runs.
 ///
