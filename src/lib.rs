@@ -69,6 +69,10 @@
 //!   (application state, checked when the runtime is built). `#[broadcast]` generates a typed
 //!   handle named like its function, `relay_status::relay(&runtime)`, so a misspelt relay is a
 //!   compile error; [`Runtime::relay`] looks one up by name for dynamic use.
+//! - State shared by every replica: `#[kv_bucket]` and `#[object_store]` declare key-value
+//!   buckets and object stores, provisioned as the streams every NATS client expects, with
+//!   typed handles (`MemberStatus::kv(&runtime)`, [`bucket::Kv`]) whose compare-and-swap
+//!   loss is its own error kind ([`bucket::KvErrorKind::Conflict`]).
 //! - [`connect`] and [`connect_from_env`] connect the way a supervised service needs (retry on
 //!   initial connect, unlimited reconnects, a connection name); [`connect_options`] starts
 //!   from the same options to add credentials or TLS. The client is the re-exported
