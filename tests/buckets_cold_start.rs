@@ -13,6 +13,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use fixture::Fixture;
 use nats_topology::model::BucketDecl;
 use nats_topology::{Runtime, Topology};
+use nats_topology_testkit::eventually;
 
 /// Set in child processes: `<url>,<url>,...|<bucket name>|<start at, ms since the epoch>`.
 const CHILD_ENV: &str = "NATS_TOPOLOGY_BUCKET_COLD_START_CHILD";
@@ -151,7 +152,14 @@ async fn eight_processes_cold_start_one_r3_bucket() {
             (config.num_replicas, config.max_messages_per_subject),
             (3, 5)
         );
+        // Writable once its leader is elected (at once from 2.11.2; on 2.10 a write can find
+        // no leader for a few hundred milliseconds after the create returned).
         let store = js.get_key_value(&name).await.unwrap();
-        store.put("k", "v".into()).await.unwrap();
+        eventually(
+            Duration::from_secs(10),
+            "a write to the new bucket",
+            || async { store.put("k", "v".into()).await.ok() },
+        )
+        .await;
     }
 }
