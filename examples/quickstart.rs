@@ -18,7 +18,7 @@
 
 use std::time::Duration;
 
-use nats_topology::{Context, HandlerError, Runtime, queue_consumer, stream};
+use nats_topology::{Context, HandlerError, Runtime, kv_bucket, queue_consumer, stream};
 use nats_topology_testkit::NatsServer;
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
@@ -26,6 +26,11 @@ use tokio::sync::mpsc;
 /// The stream this service owns: created (or updated) at start-up.
 #[stream(name = "QUICKSTART_SIGNUPS", subjects = ["quickstart.signups.>"])]
 struct Signups;
+
+/// State every instance shares: the address each signup was welcomed at (a key-value bucket,
+/// created at start-up like the stream).
+#[kv_bucket(name = "QUICKSTART_WELCOMED", value = String)]
+struct Welcomed;
 
 #[derive(Debug, Serialize, Deserialize)]
 #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
@@ -44,6 +49,9 @@ async fn send_welcome(event: SignedUp, cx: Context) -> Result<(), HandlerError> 
         cx.stream_sequence(),
         cx.delivered()
     );
+    Welcomed::kv(&cx)
+        .put(&format!("signup.{}", event.id), &event.email)
+        .await?;
     if let Some(done) = cx.state::<mpsc::UnboundedSender<u32>>() {
         let _ = done.send(event.id);
     }

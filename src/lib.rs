@@ -69,6 +69,10 @@
 //!   (application state, checked when the runtime is built). `#[broadcast]` generates a typed
 //!   handle named like its function, `relay_status::relay(&runtime)`, so a misspelt relay is a
 //!   compile error; [`Runtime::relay`] looks one up by name for dynamic use.
+//! - State shared by every replica: `#[kv_bucket]` and `#[object_store]` declare key-value
+//!   buckets and object stores, provisioned as the streams every NATS client expects, with
+//!   typed handles (`MemberStatus::kv(&runtime)`, [`bucket::Kv`]) whose compare-and-swap
+//!   loss is its own error kind ([`bucket::KvErrorKind::Conflict`]).
 //! - [`connect`] and [`connect_from_env`] connect the way a supervised service needs (retry on
 //!   initial connect, unlimited reconnects, a connection name); [`connect_options`] starts
 //!   from the same options to add credentials or TLS. The client is the re-exported
@@ -106,7 +110,9 @@ pub mod cli;
 #[cfg(feature = "http")]
 pub mod http;
 
-pub use topology_macros::{broadcast, endpoint, queue_consumer, service, stream, subscription};
+pub use topology_macros::{
+    broadcast, endpoint, kv_bucket, object_store, queue_consumer, service, stream, subscription,
+};
 
 pub use topology_runtime::connect::{
     EnvError, EnvErrorKind, EnvOptions, connect, connect_from_env, connect_options, connect_with,
@@ -118,6 +124,10 @@ pub use topology_runtime::connect::{
 pub use topology_runtime::run::CLEANUP_WAIT;
 
 pub use topology_runtime::telemetry;
+
+/// Typed handles on key-value buckets ([`Kv`](bucket::Kv)) and object stores
+/// ([`ObjectStore`](bucket::ObjectStore)), and their errors.
+pub use topology_runtime::bucket;
 
 /// How the leader watch paces itself ([`RuntimeBuilder::leader_timings`]).
 pub use topology_runtime::provision::LeaderTimings;
@@ -134,12 +144,14 @@ pub mod __private {
     pub use ::inventory;
     pub use ::std::boxed::Box;
     pub use topology_core::model::{
-        AckMode, BroadcastDecl, ConsumerDecl, ConsumerKind, DeliverPolicy, Delivery, Discard,
-        Overflow, Placement, QueueDecl, Retention, Storage, StreamDecl, StreamDef, StreamRef,
+        AckMode, BroadcastDecl, BucketDecl, ConsumerDecl, ConsumerKind, DeliverPolicy, Delivery,
+        Discard, KvBucketDef, ObjectStoreDef, Overflow, Placement, QueueDecl, Retention, Storage,
+        StreamDecl, StreamDef, StreamRef,
     };
     pub use topology_core::service::{
         EndpointDecl, Fanout, ServiceDecl, ServiceDef, SubscriptionDecl,
     };
+    pub use topology_runtime::bucket::{Bytes, JetStreamSource, Kv, ObjectStore};
     pub use topology_runtime::export::{
         PayloadSchema, PayloadSchemaRegistration, ReplySchemaRegistration, SchemaFallback,
         SchemaProbe, SchemaSpecialized,
@@ -150,8 +162,8 @@ pub mod __private {
     };
     pub use topology_runtime::handler::{HandlerError, HandlerFuture, Incoming};
     pub use topology_runtime::registry::{
-        ConsumerRegistration, EndpointRegistration, ServiceRegistration, StreamRegistration,
-        SubscriptionRegistration,
+        BucketRegistration, ConsumerRegistration, EndpointRegistration, ServiceRegistration,
+        StreamRegistration, SubscriptionRegistration,
     };
     pub use topology_runtime::service::glue::{
         EndpointContext, EndpointReturn, IntoServiceError, RawReply, ReplyBody, RequestStateArg,

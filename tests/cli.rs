@@ -11,7 +11,8 @@ use async_nats::jetstream::{self, consumer};
 use nats_topology::cli::Cli;
 use nats_topology::export::{self, Action, Permissions, Role};
 use nats_topology::model::{
-    ConsumerDecl, EndpointDecl, QueueDecl, ServiceDecl, StreamDecl, StreamRef, SubscriptionDecl,
+    BucketDecl, ConsumerDecl, EndpointDecl, QueueDecl, ServiceDecl, StreamDecl, StreamRef,
+    SubscriptionDecl,
 };
 use nats_topology::{HandlerError, Runtime, ServiceError, Topology};
 use nats_topology_testkit::{NatsLeafTopology, NatsServer, eventually};
@@ -105,15 +106,17 @@ async fn run(args: &[&str], env: &[(&str, &str)]) -> Run {
 static SIGNUPS: StreamDecl = StreamDecl::new("QUICKSTART_SIGNUPS", &["quickstart.signups.>"]);
 
 fn quickstart_topology() -> Topology {
-    Topology::new().consumer(
-        ConsumerDecl::queue(
-            "quickstart::send_welcome",
-            StreamRef::Declared(&SIGNUPS),
-            QueueDecl::new("welcome-mailer"),
+    Topology::new()
+        .bucket(BucketDecl::kv("QUICKSTART_WELCOMED"))
+        .consumer(
+            ConsumerDecl::queue(
+                "quickstart::send_welcome",
+                StreamRef::Declared(&SIGNUPS),
+                QueueDecl::new("welcome-mailer"),
+            )
+            .subjects(&["quickstart.signups.created"]),
+            |_| Box::pin(async { Ok::<(), HandlerError>(()) }),
         )
-        .subjects(&["quickstart.signups.created"]),
-        |_| Box::pin(async { Ok::<(), HandlerError>(()) }),
-    )
 }
 
 #[tokio::test]
@@ -128,6 +131,7 @@ async fn cli_plan_provision_inspect_and_health_against_a_server() {
         &[
             "stream `QUICKSTART_SIGNUPS`: create",
             "consumer `welcome-mailer` on `QUICKSTART_SIGNUPS`: create",
+            "key-value bucket `QUICKSTART_WELCOMED` (stream `KV_QUICKSTART_WELCOMED`): create",
         ],
     );
 
@@ -135,12 +139,19 @@ async fn cli_plan_provision_inspect_and_health_against_a_server() {
     let health = run(&["health", s[0], s[1]], &[]).await;
     health.shows(
         1,
-        &["stream `QUICKSTART_SIGNUPS`: DOES NOT EXIST", "NOT HEALTHY"],
+        &[
+            "stream `QUICKSTART_SIGNUPS`: DOES NOT EXIST",
+            "key-value bucket `QUICKSTART_WELCOMED` (stream `KV_QUICKSTART_WELCOMED`): DOES NOT EXIST",
+            "NOT HEALTHY",
+        ],
     );
 
     // `NATS_URL` is read when `--server` is not given.
     let provision = run(&["provision"], &[("NATS_URL", &url)]).await;
-    provision.shows(0, &["provisioned 1 stream(s) and 1 queue consumer(s)"]);
+    provision.shows(
+        0,
+        &["provisioned 1 stream(s), 1 bucket(s) and 1 queue consumer(s)"],
+    );
     let js = jetstream::new(async_nats::connect(&url).await.unwrap());
     js.get_stream("QUICKSTART_SIGNUPS")
         .await
@@ -158,6 +169,7 @@ async fn cli_plan_provision_inspect_and_health_against_a_server() {
         &[
             "`welcome-mailer` on `QUICKSTART_SIGNUPS`",
             "BOUND BY NOBODY",
+            "key-value bucket `QUICKSTART_WELCOMED` (stream `KV_QUICKSTART_WELCOMED`): 0 messages",
         ],
     );
 
@@ -245,14 +257,22 @@ async fn cli_server_down_exits_1_after_the_timeout() {
     let provision = run(&["provision", "--server", &url, "--timeout", "2"], &[]).await;
     assert_eq!(provision.code, Some(1), "{provision}");
     assert!(provision.stderr.starts_with("error: "), "{provision}");
+    // The stream and the bucket's stream are ensured at once: the error names the one that
+    // failed first.
     assert!(
-        provision.stderr.contains("QUICKSTART_SIGNUPS"),
+        [
+            "stream `QUICKSTART_SIGNUPS`",
+            "stream `KV_QUICKSTART_WELCOMED`"
+        ]
+        .iter()
+        .any(|stream| provision.stderr.contains(stream)),
         "{provision}"
     );
     assert!(started.elapsed() < Duration::from_secs(60), "{provision}");
 
     let health = run(&["health", "--server", &url, "--timeout", "2"], &[]).await;
-    health.says(1, &["QUICKSTART_SIGNUPS"]);
+    // Streams are read in name order: the bucket's `KV_..` first.
+    health.says(1, &["reading stream `KV_QUICKSTART_WELCOMED`"]);
 
     let bad = run(&["plan", "--server", "nats://127.0.0.1:notaport"], &[]).await;
     bad.says(1, &["notaport"]);
@@ -282,6 +302,7 @@ async fn cli_export_needs_no_server() {
     assert_eq!(
         listing(&json),
         [
+            "KV_QUICKSTART_WELCOMED.stream.json",
             "QUICKSTART_SIGNUPS.stream.json",
             "QUICKSTART_SIGNUPS.welcome-mailer.consumer.json"
         ]
@@ -317,7 +338,7 @@ async fn cli_export_needs_no_server() {
     let both = dir.join("both");
     let out = run(&["export", both.to_str().unwrap()], &nothing_there).await;
     assert_eq!(out.code, Some(0), "{out}");
-    assert_eq!(listing(&both).len(), 6, "{out}");
+    assert_eq!(listing(&both).len(), 7, "{out}");
 
     // A usage error is clap's, with status 2.
     let out = run(&["export", "--yaml-only", both.to_str().unwrap()], &[]).await;
@@ -630,7 +651,10 @@ async fn cli_export_permissions_operator_role_serves_the_cli() {
     ];
 
     let provision = run(&["provision", "--timeout", "10"], &env).await;
-    provision.shows(0, &["provisioned 1 stream(s) and 1 queue consumer(s)"]);
+    provision.shows(
+        0,
+        &["provisioned 1 stream(s), 1 bucket(s) and 1 queue consumer(s)"],
+    );
     let plan = run(&["plan", "--timeout", "10"], &env).await;
     plan.shows(0, &["stream `QUICKSTART_SIGNUPS`: nothing to do"]);
     let inspect = run(&["inspect", "--timeout", "10"], &env).await;

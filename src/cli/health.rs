@@ -19,6 +19,8 @@ pub(super) struct Report {
 
 struct StreamLine {
     name: String,
+    /// The key-value bucket or object store the stream is, if it is one.
+    bucket: Option<String>,
     external: bool,
     /// `Err` with what is wrong.
     state: Result<String, String>,
@@ -80,6 +82,9 @@ pub(super) async fn read(runtime: &Runtime) -> Result<Report, String> {
         };
         streams.push(StreamLine {
             name: decl.name.to_owned(),
+            bucket: topology
+                .bucket_of_stream(decl.name)
+                .map(|b| format!("{} `{}`", b.kind.noun(), b.name)),
             external: decl.external,
             state,
         });
@@ -103,9 +108,13 @@ impl fmt::Display for Report {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         for s in &self.streams {
             let kind = if s.external { " (external)" } else { "" };
+            match &s.bucket {
+                Some(bucket) => write!(f, "{bucket}{kind} (stream `{}`): ", s.name)?,
+                None => write!(f, "stream `{}`{kind}: ", s.name)?,
+            }
             match &s.state {
-                Ok(state) => writeln!(f, "stream `{}`{kind}: {state}", s.name)?,
-                Err(problem) => writeln!(f, "stream `{}`{kind}: {problem}", s.name)?,
+                Ok(state) => writeln!(f, "{state}")?,
+                Err(problem) => writeln!(f, "{problem}")?,
             }
         }
         for c in &self.consumers {

@@ -231,10 +231,22 @@ impl Cli {
             }
             Command::Provision(_) => {
                 let report = runtime.provision().await.map_err(|e| e.to_string())?;
+                let topology = runtime.topology();
+                let nats = export::nats_json(topology);
+                let buckets = topology.buckets().iter().filter(|b| !b.external).count();
+                let buckets = match buckets {
+                    0 => String::new(),
+                    n => format!(", {n} bucket(s)"),
+                };
                 println!(
-                    "provisioned {} stream(s) and {} queue consumer(s) in {:?} ({} attempt(s))",
-                    export::nats_json(runtime.topology()).streams.len(),
-                    export::nats_json(runtime.topology()).consumers.len(),
+                    "provisioned {} stream(s){buckets} and {} queue consumer(s) in {:?} ({} attempt(s))",
+                    nats.streams.len()
+                        - nats
+                            .streams
+                            .iter()
+                            .filter(|s| topology.bucket_of_stream(&s.config.name).is_some())
+                            .count(),
+                    nats.consumers.len(),
                     report.elapsed,
                     report.attempts
                 );

@@ -8,6 +8,7 @@
 //! - [`model`]: the declarations.
 //! - [`names`], [`subject`], [`duration`]: the leaf rules (names, subjects and filters,
 //!   duration literals).
+//! - [`bucket`]: key-value buckets and object stores (streams underneath), with their rules.
 //! - [`placement`]: where a stream's replicas live (a cluster, server tags).
 //! - [`priority`]: priority groups on a queue consumer (pinned client, overflow).
 //! - [`service`]: services, endpoints and core subscriptions (request/reply), with their rules.
@@ -19,6 +20,7 @@
 //! `const fn message(&self) -> &'static str`.
 #![no_std]
 
+pub mod bucket;
 pub mod duration;
 pub mod model;
 pub mod names;

@@ -6,6 +6,7 @@
 
 use core::time::Duration;
 
+pub use crate::bucket::{BucketDecl, BucketKind, BucketShape, KvBucketDef, ObjectStoreDef};
 pub use crate::placement::Placement;
 pub use crate::priority::{Overflow, Priority};
 pub use crate::service::{EndpointDecl, Fanout, ServiceDecl, ServiceDef, SubscriptionDecl};
@@ -125,6 +126,11 @@ pub struct StreamDecl {
     /// Where the stream's replicas live: a cluster and/or server tags. Editable: a changed
     /// placement moves the stream.
     pub placement: Option<Placement>,
+    /// Maximum messages kept per subject (a key-value bucket's history).
+    pub max_msgs_per_subject: Option<i64>,
+    /// The stream shape of a key-value bucket or object store (ADR-8, ADR-20): roll-ups
+    /// allowed, deletes denied (key-value only), direct gets allowed. `None` for a plain stream.
+    pub bucket_shape: Option<BucketShape>,
     /// Owned by someone else: never created or changed here, only verified.
     pub external: bool,
     /// The version of the service declaring it, stamped on the server (`#[stream]` sets the
@@ -150,9 +156,21 @@ impl StreamDecl {
             duplicate_window: None,
             description: None,
             placement: None,
+            max_msgs_per_subject: None,
+            bucket_shape: None,
             external: false,
             version: None,
         }
+    }
+    /// Sets the maximum messages kept per subject.
+    pub const fn max_msgs_per_subject(mut self, max: i64) -> Self {
+        self.max_msgs_per_subject = Some(max);
+        self
+    }
+    /// Shapes the stream as a key-value bucket's or an object store's.
+    pub const fn bucket_shape(mut self, shape: BucketShape) -> Self {
+        self.bucket_shape = Some(shape);
+        self
     }
     /// Sets the declaring service's version, stamped on the server's stream.
     pub const fn version(mut self, version: &'static str) -> Self {

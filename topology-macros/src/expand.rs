@@ -1,4 +1,4 @@
-//! The six macros, each in three passes: parse the attribute and the item into typed values
+//! The eight macros, each in three passes: parse the attribute and the item into typed values
 //! (recording every mistake in one [`Ctxt`]), validate them, and, when nothing was wrong,
 //! generate the code. On errors the user's item is kept, followed by every error.
 
@@ -6,11 +6,13 @@ use proc_macro2::TokenStream;
 use quote::quote;
 
 use crate::args::{Args, Spec};
+use crate::attrs::bucket::{KV_SPEC, OBJECT_SPEC};
 use crate::attrs::consumer::{BROADCAST_SPEC, QUEUE_SPEC};
 use crate::attrs::service::{ENDPOINT_SPEC, SERVICE_SPEC, SUBSCRIPTION_SPEC};
 use crate::attrs::stream::SPEC as STREAM_SPEC;
 use crate::attrs::{
-    BroadcastAttrs, EndpointAttrs, QueueAttrs, ServiceAttrs, StreamAttrs, SubscriptionAttrs,
+    BroadcastAttrs, BucketAttrs, EndpointAttrs, QueueAttrs, ServiceAttrs, StreamAttrs,
+    SubscriptionAttrs,
 };
 use crate::ctxt::Ctxt;
 use crate::item::{self, Handler, HandlerKind};
@@ -37,6 +39,51 @@ pub(crate) fn stream(attr: TokenStream, item: TokenStream) -> TokenStream {
     let errors = emit::errors_or_bug(result, STREAM_SPEC.attr);
     let fallback = emit::stream_fallback(ident, &attrs.krate);
     quote! { #item #fallback #errors }
+}
+
+/// `#[kv_bucket(..)]` on a unit struct.
+pub(crate) fn kv_bucket(attr: TokenStream, item: TokenStream) -> TokenStream {
+    bucket(
+        &KV_SPEC,
+        BucketAttrs::parse_kv,
+        ("key-value bucket", "MemberStatus"),
+        attr,
+        item,
+    )
+}
+
+/// `#[object_store(..)]` on a unit struct.
+pub(crate) fn object_store(attr: TokenStream, item: TokenStream) -> TokenStream {
+    bucket(
+        &OBJECT_SPEC,
+        BucketAttrs::parse_object,
+        ("object store", "Uploads"),
+        attr,
+        item,
+    )
+}
+
+fn bucket(
+    spec: &'static Spec,
+    parse: fn(&Args, &mut Ctxt) -> BucketAttrs,
+    (what, example): (&str, &str),
+    attr: TokenStream,
+    item: TokenStream,
+) -> TokenStream {
+    let mut cx = Ctxt::new();
+    let args = Args::parse(spec, attr, &mut cx);
+    let target = item::unit_struct((spec.attr, what, example), &item, &mut cx);
+    let attrs = parse(&args, &mut cx);
+    validate::bucket(&attrs, &mut cx);
+    let result = cx.check();
+    if result.is_ok()
+        && let Some(target) = &target
+        && let Some(tokens) = emit::bucket(target, &attrs)
+    {
+        return quote!(#item #tokens);
+    }
+    let errors = emit::errors_or_bug(result, spec.attr);
+    quote!(#item #errors)
 }
 
 /// `#[service(..)]` on a unit struct.

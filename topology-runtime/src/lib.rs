@@ -7,6 +7,7 @@
 //! `run/`, `provision/` and `handler/` are folders, one concern per file (their `mod.rs` lists
 //! them).
 
+pub mod bucket;
 pub mod connect;
 mod events;
 pub mod export;

@@ -1,17 +1,19 @@
 //! What each attribute says, as typed values that keep their tokens: `#[stream]` gives a
 //! [`StreamAttrs`], `#[queue_consumer]` a [`QueueAttrs`], `#[broadcast]` a [`BroadcastAttrs`],
 //! `#[service]` a [`ServiceAttrs`], `#[endpoint]` an [`EndpointAttrs`], `#[subscription]` a
-//! [`SubscriptionAttrs`].
+//! [`SubscriptionAttrs`], `#[kv_bucket]` and `#[object_store]` a [`BucketAttrs`].
 //!
 //! Parsing reads each key's value as the type the key takes (a string, an integer within its
 //! range, a duration, one of a set of words) and reports a missing required key; it applies no
 //! rule between values. The rules are in [`crate::validate`]; the code is generated from these
 //! structs by [`crate::emit`].
 
+pub(crate) mod bucket;
 pub(crate) mod consumer;
 pub(crate) mod service;
 pub(crate) mod stream;
 
+pub(crate) use bucket::BucketAttrs;
 pub(crate) use consumer::{
     BroadcastAttrs, ConsumerAttrs, Filters, PolicyName, PriorityAttrs, QueueAttrs,
 };

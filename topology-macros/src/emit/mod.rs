@@ -5,6 +5,7 @@
 //! `crate = path` override), names nothing else but `::core`, and lives in
 //! `const _: () = { .. };`.
 
+mod bucket;
 mod consumer;
 mod handler;
 mod service;
@@ -17,6 +18,7 @@ use proc_macro2::{Span, TokenStream};
 use quote::{ToTokens, quote};
 use syn::{Ident, Path};
 
+pub(crate) use bucket::bucket;
 pub(crate) use consumer::{broadcast, queue};
 pub(crate) use service::{endpoint, service, service_fallback, subscription};
 pub(crate) use stream::{stream, stream_fallback};

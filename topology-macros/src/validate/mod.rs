@@ -5,8 +5,10 @@
 //! need another item (the stream a consumer names by type) are generated as `const _`
 //! assertions by [`crate::emit`].
 
+mod bucket;
 mod service;
 
+pub(crate) use bucket::bucket;
 pub(crate) use service::{endpoint, service, subscription};
 
 use syn::LitStr;

@@ -66,6 +66,14 @@ pub(crate) fn apply_stream_decl(decl: &StreamDecl, config: &mut stream::Config) 
             tags: placement.tags.iter().map(|t| (*t).to_owned()).collect(),
         });
     }
+    if let Some(max) = decl.max_msgs_per_subject {
+        config.max_messages_per_subject = max;
+    }
+    if let Some(shape) = decl.bucket_shape {
+        config.allow_rollup = shape.allow_rollup;
+        config.deny_delete = shape.deny_delete;
+        config.allow_direct = shape.allow_direct;
+    }
 }
 
 pub(crate) fn storage_type(storage: Storage) -> stream::StorageType {

@@ -8,7 +8,7 @@ use async_nats::jetstream::{consumer, stream};
 
 use super::FieldDiff;
 use super::config::{retention_policy, storage_type};
-use topology_core::model::{ConsumerDecl, Discard, Placement, StreamDecl};
+use topology_core::model::{BucketShape, ConsumerDecl, Discard, Placement, StreamDecl};
 
 #[derive(Debug, Default)]
 pub(crate) struct Drift {
@@ -125,6 +125,17 @@ pub(crate) fn stream_drift(decl: &StreamDecl, server: &stream::Config) -> Drift 
             &v,
         );
     }
+    if let Some(v) = decl.max_msgs_per_subject {
+        editable(
+            "max_msgs_per_subject",
+            server.max_messages_per_subject != v,
+            &server.max_messages_per_subject,
+            &v,
+        );
+    }
+    if let Some(shape) = decl.bucket_shape {
+        bucket_shape_drift(&shape, server, &mut drift);
+    }
     if let Some(placement) = decl.placement
         && !placement_matches(&placement, server.placement.as_ref())
     {
@@ -159,6 +170,26 @@ fn placement_matches(declared: &Placement, server: Option<&stream::Placement>) -
     server.cluster.as_deref() == declared.cluster
         && lower(&mut server.tags.iter().map(String::as_str))
             == lower(&mut declared.tags.iter().copied())
+}
+
+/// The settings every client expects of a bucket's stream: all editable, but the server never
+/// lets `deny_delete` be turned off again.
+fn bucket_shape_drift(shape: &BucketShape, server: &stream::Config, drift: &mut Drift) {
+    let fields = [
+        ("allow_rollup_hdrs", server.allow_rollup, shape.allow_rollup),
+        ("deny_delete", server.deny_delete, shape.deny_delete),
+        ("allow_direct", server.allow_direct, shape.allow_direct),
+    ];
+    for (field, server, declared) in fields {
+        if server == declared {
+            continue;
+        }
+        if field == "deny_delete" && server {
+            drift.immutable.push(diff(field, server, declared));
+        } else {
+            drift.editable.push(diff(field, server, declared));
+        }
+    }
 }
 
 /// Compares a consumer declaration with the server's configuration.

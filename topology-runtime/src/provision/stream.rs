@@ -78,14 +78,19 @@ impl Provisioner {
             );
         }
         let conflict = |fields| {
-            ProvisionError::new(
-                ProvisionErrorKind::Conflict,
-                decl.name,
-                "the stream on the server differs from the declaration in fields that cannot be \
-                 changed in place; create a stream under a new name and move consumers to it, or \
-                 change the declaration to match the server",
-            )
-            .fields(fields)
+            let message = match bucket_named(decl) {
+                Some((noun, bucket)) => format!(
+                    "this stream is the {noun} `{bucket}`, and the one on the server differs from \
+                     its declaration in fields that cannot be changed in place; declare the \
+                     bucket as it is on the server, or declare a bucket under a new name and \
+                     copy the data to it"
+                ),
+                None => "the stream on the server differs from the declaration in fields that \
+                         cannot be changed in place; create a stream under a new name and move \
+                         consumers to it, or change the declaration to match the server"
+                    .to_owned(),
+            };
+            ProvisionError::new(ProvisionErrorKind::Conflict, decl.name, message).fields(fields)
         };
         let Some(changes) = self.without_writes(action, decl.name, None, conflict)? else {
             return Ok(info);
@@ -203,6 +208,18 @@ impl Provisioner {
         };
         Err(ProvisionError::new(ProvisionErrorKind::ExternalNotReady, decl.name, why).into())
     }
+}
+
+/// The kind and name of the bucket a stream is, for a bucket's stream (`KV_<name>` or
+/// `OBJ_<name>` with the bucket shape).
+fn bucket_named(decl: &StreamDecl) -> Option<(&'static str, &str)> {
+    decl.bucket_shape?;
+    if let Some(name) = decl.name.strip_prefix("KV_") {
+        return Some(("key-value bucket", name));
+    }
+    decl.name
+        .strip_prefix("OBJ_")
+        .map(|name| ("object store", name))
 }
 
 /// `Err` naming the consumed subjects an external stream's subjects do not cover.

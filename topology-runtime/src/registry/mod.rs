@@ -1,7 +1,8 @@
-//! The declarations that `#[stream]`, `#[queue_consumer]`, `#[broadcast]`, `#[service]`,
-//! `#[endpoint]` and `#[subscription]` register through `inventory`, read once into a sorted,
+//! The declarations that `#[stream]`, `#[queue_consumer]`, `#[broadcast]`, `#[kv_bucket]`,
+//! `#[object_store]`, `#[service]`, `#[endpoint]` and `#[subscription]` register through `inventory`, read once into a sorted,
 //! deterministic [`Topology`].
 
+mod handlers;
 mod ordered;
 
 use std::collections::HashMap;
@@ -12,7 +13,9 @@ use std::sync::Arc;
 use crate::handler::{HandlerFn, HandlerFuture, Incoming};
 use crate::service::{EndpointFn, ReplyFuture, Request, SubscriptionFn};
 use crate::state::StateKey;
+pub use handlers::{Consumer, Endpoint, Subscription};
 use ordered::{Keyed, Ordered};
+use topology_core::bucket::BucketDecl;
 use topology_core::model::{ConsumerDecl, StreamDecl};
 use topology_core::service::{EndpointDecl, ServiceDecl, SubscriptionDecl};
 
@@ -20,6 +23,12 @@ use topology_core::service::{EndpointDecl, ServiceDecl, SubscriptionDecl};
 #[doc(hidden)]
 pub struct StreamRegistration {
     pub decl: &'static StreamDecl,
+}
+
+/// A key-value bucket or object store registered by `#[kv_bucket]` or `#[object_store]`.
+#[doc(hidden)]
+pub struct BucketRegistration {
+    pub decl: &'static BucketDecl,
 }
 
 /// A consumer registered by `#[queue_consumer]` or `#[broadcast]`.
@@ -56,6 +65,7 @@ pub struct SubscriptionRegistration {
 }
 
 inventory::collect!(StreamRegistration);
+inventory::collect!(BucketRegistration);
 inventory::collect!(ConsumerRegistration);
 inventory::collect!(ServiceRegistration);
 inventory::collect!(EndpointRegistration);
@@ -69,61 +79,6 @@ pub type SharedEndpointHandler = Arc<dyn Fn(Request) -> ReplyFuture + Send + Syn
 
 /// A subscription handler as the runtime holds it.
 pub type SharedSubscriptionHandler = Arc<dyn Fn(Request) -> HandlerFuture + Send + Sync + 'static>;
-
-/// An endpoint declaration with its handler.
-#[derive(Clone)]
-pub struct Endpoint {
-    /// The declaration.
-    pub decl: EndpointDecl,
-    pub(crate) handler: SharedEndpointHandler,
-    pub(crate) states: &'static [StateKey],
-}
-
-impl fmt::Debug for Endpoint {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Endpoint")
-            .field("decl", &self.decl)
-            .field("states", &self.states)
-            .finish_non_exhaustive()
-    }
-}
-
-/// A core subscription declaration with its handler.
-#[derive(Clone)]
-pub struct Subscription {
-    /// The declaration.
-    pub decl: SubscriptionDecl,
-    pub(crate) handler: SharedSubscriptionHandler,
-    pub(crate) states: &'static [StateKey],
-}
-
-impl fmt::Debug for Subscription {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Subscription")
-            .field("decl", &self.decl)
-            .field("states", &self.states)
-            .finish_non_exhaustive()
-    }
-}
-
-/// A consumer declaration with its handler.
-#[derive(Clone)]
-pub struct Consumer {
-    /// The declaration.
-    pub decl: ConsumerDecl,
-    pub(crate) handler: SharedHandler,
-    /// What the handler's `State<T>` arguments need; checked by `RuntimeBuilder::build`.
-    pub(crate) states: &'static [StateKey],
-}
-
-impl fmt::Debug for Consumer {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Consumer")
-            .field("decl", &self.decl)
-            .field("states", &self.states)
-            .finish_non_exhaustive()
-    }
-}
 
 /// Every stream and consumer a runtime provisions and runs.
 ///
@@ -154,6 +109,9 @@ pub struct Topology {
     /// The first declaration in `streams` under each name: a stream seen twice (registered,
     /// and referenced by each of its consumers) is one stream.
     declared: HashMap<&'static str, StreamDecl>,
+    /// Key-value buckets and object stores by name; each also adds its stream to `streams`.
+    /// As for streams, two different declarations under one name stay.
+    buckets: Ordered<BucketDecl>,
     /// By stream, then handler.
     consumers: Ordered<Consumer>,
     /// By name; as for streams, two different declarations under one name stay.
@@ -168,6 +126,13 @@ impl Keyed for StreamDecl {
     type Key = &'static str;
     fn key(&self) -> &'static str {
         self.name
+    }
+}
+
+impl Keyed for BucketDecl {
+    type Key = (&'static str, &'static str);
+    fn key(&self) -> Self::Key {
+        (self.name, self.kind.stream_prefix())
     }
 }
 
@@ -203,6 +168,7 @@ impl fmt::Debug for Topology {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Topology")
             .field("streams", &self.streams())
+            .field("buckets", &self.buckets())
             .field("consumers", &self.consumers())
             .field("services", &self.services())
             .field("endpoints", &self.endpoints())
@@ -226,6 +192,9 @@ impl Topology {
         for registration in inventory::iter::<StreamRegistration> {
             topology.add_stream(*registration.decl);
         }
+        for registration in inventory::iter::<BucketRegistration> {
+            topology.add_bucket(*registration.decl);
+        }
         for registration in inventory::iter::<ConsumerRegistration> {
             let handler = registration.handler;
             topology.add_consumer(*registration.decl, Arc::new(handler), registration.states);
@@ -248,6 +217,24 @@ impl Topology {
     /// Adds a stream.
     pub fn stream(mut self, decl: StreamDecl) -> Self {
         self.add_stream(decl);
+        self
+    }
+
+    /// Adds a key-value bucket or an object store, and the stream it is.
+    ///
+    /// ```
+    /// use nats_topology::Topology;
+    /// use nats_topology::model::BucketDecl;
+    ///
+    /// let topology = Topology::new()
+    ///     .bucket(BucketDecl::kv("MEMBER_STATUS").history(1).replicas(3))
+    ///     .bucket(BucketDecl::object("UPLOADS"));
+    /// assert_eq!(topology.buckets().len(), 2);
+    /// assert!(topology.find_stream("KV_MEMBER_STATUS").is_some());
+    /// assert!(topology.find_stream("OBJ_UPLOADS").is_some());
+    /// ```
+    pub fn bucket(mut self, decl: BucketDecl) -> Self {
+        self.add_bucket(decl);
         self
     }
 
@@ -319,6 +306,20 @@ impl Topology {
         self.streams.get()
     }
 
+    /// The key-value buckets and object stores, sorted by name.
+    pub fn buckets(&self) -> &[BucketDecl] {
+        self.buckets.get()
+    }
+
+    /// The bucket whose stream is named `stream` (`KV_<name>` or `OBJ_<name>`), if declared.
+    pub fn bucket_of_stream(&self, stream: &str) -> Option<&BucketDecl> {
+        self.buckets().iter().find(|b| {
+            stream
+                .strip_prefix(b.kind.stream_prefix())
+                .is_some_and(|name| name == b.name)
+        })
+    }
+
     /// The consumers, sorted by stream, then handler.
     pub fn consumers(&self) -> &[Consumer] {
         self.consumers.get()
@@ -351,6 +352,7 @@ impl Topology {
     /// Sorts what was added out of order now, keeping one copy (a read sorts a copy).
     pub(crate) fn settle(&mut self) {
         self.streams.settle();
+        self.buckets.settle();
         self.consumers.settle();
         self.services.settle();
         self.endpoints.settle();
@@ -369,6 +371,13 @@ impl Topology {
         };
         if !seen {
             self.streams.push(decl);
+        }
+    }
+
+    fn add_bucket(&mut self, decl: BucketDecl) {
+        if !self.buckets.iter_added().any(|b| *b == decl) {
+            self.buckets.push(decl);
+            self.add_stream(crate::bucket::stream_of(&decl));
         }
     }
 

@@ -1,8 +1,9 @@
-//! [`inspect`]: the state of every declared queue consumer, and the live instances of every
-//! declared service.
+//! [`inspect`]: the state of every declared queue consumer, the live instances of every
+//! declared service, and what every declared bucket holds.
 
 use std::fmt;
 
+use super::buckets::{BucketReport, inspect_buckets};
 use super::services::{SERVICE_PING_WINDOW, ServiceReport, inspect_services};
 use crate::provision::{ProvisionError, Provisioner, VERSION_KEY};
 use crate::registry::Topology;
@@ -76,6 +77,8 @@ pub struct Inspection {
     pub consumers: Vec<ConsumerReport>,
     /// One report per declared service, sorted by name.
     pub services: Vec<ServiceReport>,
+    /// One report per declared key-value bucket and object store, sorted by name.
+    pub buckets: Vec<BucketReport>,
 }
 
 impl fmt::Display for Inspection {
@@ -100,6 +103,12 @@ impl fmt::Display for Inspection {
                         "a new instance pauses it"
                     }
                 )?;
+            }
+        }
+        if !self.buckets.is_empty() {
+            writeln!(f, "buckets:")?;
+            for bucket in &self.buckets {
+                writeln!(f, "  {bucket}")?;
             }
         }
         if !self.services.is_empty() {
@@ -157,11 +166,13 @@ pub(crate) async fn inspect_with(
             migrating_from,
         });
     }
+    let buckets = inspect_buckets(provisioner, topology).await?;
     let client = provisioner.jetstream().client();
     let services = inspect_services(&client, topology, SERVICE_PING_WINDOW).await;
     Ok(Inspection {
         consumers,
         services,
+        buckets,
     })
 }
 

@@ -1,10 +1,11 @@
 //! Reports for operators: [`plan`] (what provisioning would do, without doing it, and what is
 //! served with nothing to provision) and [`inspect`] (the state of every declared consumer on
 //! the server: does it exist, is anyone bound or pulling, what is pending; and the live
-//! instances of every declared service). `inspect` is how "the consumer exists, bound by
+//! instances of every declared service; what each declared bucket holds). `inspect` is how "the consumer exists, bound by
 //! nobody" and "no instance answers" become visible. And [`ProvisionReport`], what
 //! [`Runtime::provision`](crate::Runtime::provision) did.
 
+mod buckets;
 mod inspect;
 mod plan;
 mod services;
@@ -12,6 +13,7 @@ mod services;
 use std::time::Duration;
 
 pub use crate::provision::Action;
+pub use buckets::{BucketReport, ServerBucket};
 pub(crate) use inspect::inspect_with;
 pub use inspect::{ConsumerReport, Inspection, ServerConsumer, inspect};
 pub(crate) use plan::plan_with;

@@ -15,6 +15,9 @@ pub struct PlanItem {
     pub stream: String,
     /// The consumer, or `None` for the stream itself.
     pub consumer: Option<String>,
+    /// What the stream is when it is a key-value bucket or an object store, as the plan
+    /// prints it (key-value bucket, then the name in backticks).
+    pub bucket: Option<String>,
     /// What provisioning would do.
     pub action: Action,
 }
@@ -119,9 +122,12 @@ impl fmt::Display for Plan {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(f, "provisioning plan:")?;
         for item in &self.items {
-            match &item.consumer {
-                None => writeln!(f, "  stream `{}`: {}", item.stream, item.action)?,
-                Some(c) => writeln!(
+            match (&item.consumer, &item.bucket) {
+                (None, Some(bucket)) => {
+                    writeln!(f, "  {bucket} (stream `{}`): {}", item.stream, item.action)?
+                }
+                (None, None) => writeln!(f, "  stream `{}`: {}", item.stream, item.action)?,
+                (Some(c), _) => writeln!(
                     f,
                     "    consumer `{c}` on `{}`: {}",
                     item.stream, item.action
@@ -166,6 +172,9 @@ pub(crate) async fn plan_with(
         items.push(PlanItem {
             stream: decl.name.to_owned(),
             consumer: None,
+            bucket: topology
+                .bucket_of_stream(decl.name)
+                .map(|b| format!("{} `{}`", b.kind.noun(), b.name)),
             action,
         });
         for c in topology.consumers_of(decl.name) {
@@ -173,6 +182,7 @@ pub(crate) async fn plan_with(
                 items.push(PlanItem {
                     stream: decl.name.to_owned(),
                     consumer: Some(format!("relay of {}", c.decl.handler)),
+                    bucket: None,
                     action: Action::PerInstance,
                 });
                 continue;
@@ -186,6 +196,7 @@ pub(crate) async fn plan_with(
                 items.push(PlanItem {
                     stream: decl.name.to_owned(),
                     consumer: Some(queue.group.to_owned()),
+                    bucket: None,
                     action: reconcile::bound_consumer(
                         &c.decl,
                         &declared,
@@ -210,6 +221,7 @@ pub(crate) async fn plan_with(
             items.push(PlanItem {
                 stream: decl.name.to_owned(),
                 consumer: Some(queue.group.to_owned()),
+                bucket: None,
                 action,
             });
         }

@@ -9,8 +9,10 @@
 //! between streams, and between the consumers of a work-queue stream, are found through a
 //! subject tree (`index`); consumers come sorted by stream, so each stream's are a run of
 //! the list, looked up once and grouped by sorting the run. Services, endpoints and core
-//! subscriptions are checked in `services`.
+//! subscriptions are checked in `services`; key-value buckets and object stores in `buckets`
+//! (their streams take part in the overlap checks as any owned stream).
 
+mod buckets;
 mod index;
 mod services;
 
@@ -90,11 +92,14 @@ pub fn validate(topology: &Topology) -> Result<(), ValidationError> {
     let mut problems = Problems(Vec::new());
     let mut streams: BTreeMap<&str, &StreamDecl> = BTreeMap::new();
     for stream in topology.streams() {
-        if let Err(e) = rules::check_stream(stream) {
+        // A bucket's stream is checked, and reported, as the bucket (`buckets`).
+        let of_bucket = topology.bucket_of_stream(stream.name).is_some();
+        if !of_bucket && let Err(e) = rules::check_stream(stream) {
             problems.push(stream_at(stream.name), e.message());
         }
         if let Some(other) = streams.insert(stream.name, stream)
             && other != stream
+            && !of_bucket
         {
             problems.push(
                 stream_at(stream.name),
@@ -103,6 +108,7 @@ pub fn validate(topology: &Topology) -> Result<(), ValidationError> {
             );
         }
     }
+    buckets::check(topology, &mut problems);
     check_owned_overlaps(&streams, &mut problems);
     for consumers in by_stream(topology) {
         let stream = streams.get(consumers[0].decl.stream.name());

@@ -4,8 +4,8 @@
 #![deny(missing_docs, warnings, rust_2018_idioms, unreachable_pub)]
 
 use nats_topology::{
-    HandlerError, RequestContext, ServiceError, Topology, broadcast, endpoint, queue_consumer,
-    service, stream, subscription,
+    HandlerError, RequestContext, ServiceError, Topology, broadcast, endpoint, kv_bucket,
+    object_store, queue_consumer, service, stream, subscription,
 };
 
 /// The orders.
@@ -44,8 +44,19 @@ async fn invalidate(key: String) -> Result<(), HandlerError> {
     Ok(())
 }
 
+/// The status of each member.
+#[kv_bucket(name = "STATUS", value = String, history = 2)]
+pub struct Status;
+
+#[kv_bucket(name = "FLAGS")]
+pub(crate) struct Flags;
+
+#[object_store(name = "UPLOADS")]
+struct Uploads;
+
 fn main() {
     let topology = Topology::from_registry();
+    assert_eq!(topology.buckets().len(), 3);
     assert_eq!(topology.consumers().len(), 2);
     assert_eq!(topology.endpoints().len(), 2);
     assert_eq!(topology.subscriptions().len(), 1);

@@ -208,6 +208,9 @@ pub fn permissions(topology: &Topology, role: &Role) -> Permissions {
     for stream in topology.streams() {
         walk.stream(stream.name, stream.subjects, stream.external);
     }
+    for bucket in topology.buckets() {
+        walk.bucket(bucket);
+    }
     for consumer in topology.consumers() {
         let decl = &consumer.decl;
         // A consumer of a stream named only by string: the stream is someone else's, but the

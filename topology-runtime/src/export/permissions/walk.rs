@@ -1,5 +1,6 @@
 //! The walk: what each declaration kind needs, one function per kind, and the minimal list.
 
+use topology_core::bucket::{BucketDecl, BucketKind};
 use topology_core::model::{AckMode, ConsumerDecl, ConsumerKind, Delivery, Priority};
 
 use super::{Access, Action, Declaration, Need, Permission, Role};
@@ -146,6 +147,56 @@ impl Walk<'_> {
                 );
             }
         }
+    }
+
+    /// What the handles on a key-value bucket or object store use, beyond its stream's own
+    /// needs (`stream`): writes to its subjects (external buckets too), direct and stored
+    /// reads, the ordered consumers of `keys`, object reads and `list`, and the purge of an
+    /// object's chunks.
+    pub(super) fn bucket(&mut self, decl: &BucketDecl) {
+        if !self.consumes() {
+            return;
+        }
+        let stream = format!("{}{}", decl.kind.stream_prefix(), decl.name);
+        let declaration = Declaration::Stream(stream.clone());
+        let subjects = match decl.kind {
+            BucketKind::KeyValue => format!("$KV.{}.>", decl.name),
+            BucketKind::Object => format!("$O.{}.>", decl.name),
+        };
+        let noun = decl.kind.noun();
+        let why = format!("the handle on {noun} `{}` writes its values", decl.name);
+        self.add(Action::Publish, subjects, declaration.clone(), &why);
+        let reads: [(String, &str); 6] = [
+            (format!("STREAM.INFO.{stream}"), "opened by its handle"),
+            (
+                format!("DIRECT.GET.{stream}"),
+                "read by its handle (direct get)",
+            ),
+            (
+                format!("DIRECT.GET.{stream}.>"),
+                "read by its handle (direct get of a key's last value)",
+            ),
+            (format!("STREAM.MSG.GET.{stream}"), "read by its handle"),
+            (
+                format!("CONSUMER.CREATE.{stream}.>"),
+                "listed and read in order by its handle (an ordered consumer)",
+            ),
+            (
+                format!("STREAM.PURGE.{stream}"),
+                "an object's chunks purged when it is replaced or deleted",
+            ),
+        ];
+        for (request, why) in reads {
+            if request.starts_with("STREAM.PURGE") && decl.kind == BucketKind::KeyValue {
+                continue; // a key's purge is a roll-up message, not an API request
+            }
+            self.api(request, declaration.clone(), why);
+        }
+        self.api(
+            format!("CONSUMER.CREATE.{stream}"),
+            declaration,
+            "listed and read in order by its handle (an ordered consumer)",
+        );
     }
 
     pub(super) fn consumer(&mut self, decl: &ConsumerDecl) {

@@ -1,0 +1,59 @@
+//! Key-value buckets and object stores: the stream each one is (`stream`), and the typed
+//! handles on them (`kv`: [`Kv`], `object`: [`ObjectStore`]), with their errors (`error`).
+//!
+//! A declared bucket is provisioned as the stream it is, by the same CREATE-first provisioning,
+//! drift rules and version stamps as a declared stream; the handles read and write it through
+//! async-nats' `jetstream::kv::Store` and `jetstream::object_store::ObjectStore`.
+
+mod error;
+mod kv;
+mod object;
+mod stream;
+
+use async_nats::jetstream;
+
+pub use bytes::Bytes;
+
+pub use error::{KvError, KvErrorKind, ObjectError, ObjectErrorKind};
+pub use kv::{Kv, KvEntry};
+pub use object::ObjectStore;
+pub(crate) use stream::is_reserved_subject;
+pub use stream::stream_of;
+
+/// Where a handle finds JetStream: a [`Runtime`](crate::Runtime), a handler's
+/// [`Context`](crate::Context), an endpoint's [`RequestContext`](crate::RequestContext), or a
+/// JetStream context.
+pub trait JetStreamSource {
+    /// The JetStream context handles use (with the runtime's domain or API prefix).
+    fn jetstream_context(&self) -> jetstream::Context;
+}
+
+impl JetStreamSource for crate::Runtime {
+    fn jetstream_context(&self) -> jetstream::Context {
+        self.jetstream()
+    }
+}
+
+impl JetStreamSource for crate::Context {
+    fn jetstream_context(&self) -> jetstream::Context {
+        self.scope.jetstream.clone()
+    }
+}
+
+impl JetStreamSource for crate::RequestContext {
+    fn jetstream_context(&self) -> jetstream::Context {
+        self.jetstream().clone()
+    }
+}
+
+impl JetStreamSource for jetstream::Context {
+    fn jetstream_context(&self) -> jetstream::Context {
+        self.clone()
+    }
+}
+
+impl<S: JetStreamSource + ?Sized> JetStreamSource for &S {
+    fn jetstream_context(&self) -> jetstream::Context {
+        (**self).jetstream_context()
+    }
+}
