@@ -1,10 +1,11 @@
 //! One endpoint's dispatch: at most its concurrency of handlers at once, run in this task (a
 //! `FuturesUnordered`, no task per request; a handler that answers without waiting never
 //! enters it), each request answered once. On stop it
-//! drains its subscription (the other instances of the queue group take the new requests, and
-//! what the server routed here before it processed the `UNSUB` is still delivered), answers
-//! every request it received (running and buffered) within the grace period, and answers what
-//! is left then with a 503.
+//! drains its subscription (the other instances of the queue group take the new requests; what
+//! the server routed here just before it processed the `UNSUB` is delivered if it arrives
+//! before async-nats forgets the subscription, see docs/FAULTS.md), answers every request it
+//! received (running and buffered) within the grace period, and answers what is left then with
+//! a 503.
 
 use std::pin::pin;
 use std::sync::Arc;
@@ -85,9 +86,8 @@ impl EndpointTask {
                 _ = &mut stopped, if !stopping => {
                     stopping = true;
                     grace_over.as_mut().reset(Instant::now() + grace);
-                    // Unsubscribes; what the server sent before it processed the `UNSUB` is
-                    // still delivered, and the stream ends after its answer to the `PING`
-                    // that follows.
+                    // Unsubscribes; what was received stays buffered, and the stream ends
+                    // after it.
                     if let Err(e) = subscriber.drain().await {
                         tracing::warn!(subject = %slot.subject, error = %e, "could not unsubscribe the endpoint");
                     }

@@ -6,9 +6,9 @@
 //! subscription: stopping an endpoint there unsubscribes at once and the client forgets the
 //! subscription, so a request that the server routed here just before it processed the
 //! `UNSUB` is dropped unanswered. The endpoints subscribe themselves (`run/serve/endpoint.rs`)
-//! and drain (`UNSUB`, then everything delivered until the server's `PONG`); this file answers
-//! what the protocol asks of the instance. The statistics are atomics, with no lock taken per
-//! request.
+//! and drain, which keeps the subscription until the connection's next poll and narrows that
+//! window (docs/FAULTS.md); this file answers what the protocol asks of the instance. The
+//! statistics are atomics, with no lock taken per request.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
