@@ -97,12 +97,12 @@
 
 pub use topology_runtime::handler::HandlerFuture;
 pub use topology_runtime::{
-    ConsumerState, ConsumerStatus, Context, EndpointStatus, HandlerError, Health, Incoming,
-    Inspection, JetStreamStatus, NotReady, OlderDeclaration, PermissionDenial, Plan, Problem,
-    ProvisionError, ProvisionErrorKind, ProvisionReport, Publish, Relay, RelayError, Request,
-    RequestContext, RetryPolicy, RunError, Runtime, RuntimeBuilder, ServiceError, ServingState,
-    State, StreamStatus, SubscriptionStatus, Topology, ValidationError, export, inspect, model,
-    plan, report, retry,
+    Batch, BatchError, BatchInput, ConsumerState, ConsumerStatus, Context, EndpointStatus,
+    Failures, HandlerError, Health, Incoming, Inspection, Item, JetStreamStatus, NotReady,
+    OlderDeclaration, PermissionDenial, Plan, Problem, ProvisionError, ProvisionErrorKind,
+    ProvisionReport, Publish, Relay, RelayError, Request, RequestContext, RetryPolicy, RunError,
+    Runtime, RuntimeBuilder, ServiceError, ServingState, State, StreamStatus, SubscriptionStatus,
+    Topology, ValidationError, export, inspect, model, plan, report, retry,
 };
 
 #[cfg(feature = "cli")]
@@ -144,9 +144,9 @@ pub mod __private {
     pub use ::inventory;
     pub use ::std::boxed::Box;
     pub use topology_core::model::{
-        AckMode, BroadcastDecl, BucketDecl, ConsumerDecl, ConsumerKind, DeliverPolicy, Delivery,
-        Discard, KvBucketDef, ObjectStoreDef, Overflow, Placement, QueueDecl, Retention, Storage,
-        StreamDecl, StreamDef, StreamRef,
+        AckMode, BatchDecl, BroadcastDecl, BucketDecl, ConsumerDecl, ConsumerKind, DeliverPolicy,
+        Delivery, Discard, KvBucketDef, ObjectStoreDef, Overflow, Placement, QueueDecl, Retention,
+        Storage, StreamDecl, StreamDef, StreamRef,
     };
     pub use topology_core::service::{
         EndpointDecl, Fanout, ServiceDecl, ServiceDef, SubscriptionDecl,
@@ -157,13 +157,15 @@ pub mod __private {
         SchemaProbe, SchemaSpecialized,
     };
     pub use topology_runtime::handler::glue::{
-        HandlerContext, RawPayload, StateArg, assert_send, context, decode_json, decode_raw,
-        into_result, state,
+        HandlerContext, IntoBatchError, RawPayload, StateArg, assert_send, batch_state, context,
+        decode_json, decode_raw, into_batch_result, into_result, state,
     };
-    pub use topology_runtime::handler::{HandlerError, HandlerFuture, Incoming};
+    pub use topology_runtime::handler::{
+        Batch, BatchError, BatchFuture, BatchInput, HandlerError, HandlerFuture, Incoming,
+    };
     pub use topology_runtime::registry::{
-        BucketRegistration, ConsumerRegistration, EndpointRegistration, ServiceRegistration,
-        StreamRegistration, SubscriptionRegistration,
+        BatchConsumerRegistration, BucketRegistration, ConsumerRegistration, EndpointRegistration,
+        ServiceRegistration, StreamRegistration, SubscriptionRegistration,
     };
     pub use topology_runtime::service::glue::{
         EndpointContext, EndpointReturn, IntoServiceError, RawReply, ReplyBody, RequestStateArg,

@@ -20,6 +20,7 @@
 //! `const fn message(&self) -> &'static str`.
 #![no_std]
 
+pub mod batch;
 pub mod bucket;
 pub mod duration;
 pub mod model;

@@ -6,6 +6,7 @@
 
 use core::time::Duration;
 
+pub use crate::batch::BatchDecl;
 pub use crate::bucket::{BucketDecl, BucketKind, BucketShape, KvBucketDef, ObjectStoreDef};
 pub use crate::placement::Placement;
 pub use crate::priority::{Overflow, Priority};
@@ -306,6 +307,8 @@ pub struct QueueDecl {
     /// Which instance the server delivers to (priority groups, nats-server 2.11+); `None`:
     /// any instance that pulls.
     pub priority: Option<Priority>,
+    /// Messages handled in batches (`None`: one at a time).
+    pub batch: Option<BatchDecl>,
 }
 
 impl QueueDecl {
@@ -323,6 +326,7 @@ impl QueueDecl {
             description: None,
             ack: None,
             priority: None,
+            batch: None,
         }
     }
     /// Sets how messages are received (pull or push).
@@ -379,6 +383,11 @@ impl QueueDecl {
     /// Spill-over instances take work only past the thresholds (see [`Priority::Overflow`]).
     pub const fn overflow(mut self, thresholds: Overflow) -> Self {
         self.priority = Some(Priority::Overflow(thresholds));
+        self
+    }
+    /// The handler gets its messages in batches (see [`BatchDecl`]).
+    pub const fn batch(mut self, batch: BatchDecl) -> Self {
+        self.batch = Some(batch);
         self
     }
 }
@@ -470,11 +479,18 @@ impl ConsumerDecl {
         self.version = Some(version);
         self
     }
-    /// The concurrency in effect.
+    /// The concurrency in effect: as declared, else one batch for a batch consumer, else
+    /// [`ConsumerDecl::DEFAULT_CONCURRENCY`].
     pub const fn effective_concurrency(&self) -> u32 {
-        match self.concurrency {
-            Some(n) => n,
-            None => Self::DEFAULT_CONCURRENCY,
+        match (self.concurrency, &self.kind) {
+            (Some(n), _) => n,
+            (
+                None,
+                ConsumerKind::Queue(QueueDecl {
+                    batch: Some(batch), ..
+                }),
+            ) => batch.size,
+            (None, _) => Self::DEFAULT_CONCURRENCY,
         }
     }
     /// The queue settings, if this is a queue consumer.

@@ -425,6 +425,8 @@ pub enum ConsumerError {
     DescriptionTooLong,
     /// The priority group settings.
     Priority(crate::priority::PriorityError),
+    /// The batch settings.
+    Batch(crate::batch::BatchError),
 }
 
 impl ConsumerError {
@@ -462,6 +464,7 @@ impl ConsumerError {
             }
             ConsumerError::DescriptionTooLong => DESCRIPTION_TOO_LONG,
             ConsumerError::Priority(error) => error.message(),
+            ConsumerError::Batch(error) => error.message(),
         }
     }
 }
@@ -547,6 +550,12 @@ pub const fn check_consumer(decl: &ConsumerDecl) -> Result<(), ConsumerError> {
         && let Err(error) = crate::priority::check_priority(priority, queue.delivery)
     {
         return Err(ConsumerError::Priority(error));
+    }
+    if let Some(batch) = &queue.batch
+        && let Err(error) =
+            crate::batch::check_batch(batch, decl.concurrency, queue.max_ack_pending)
+    {
+        return Err(ConsumerError::Batch(error));
     }
     Ok(())
 }

@@ -133,7 +133,10 @@ static QUEUE: Passes<QueueAttrs> = Passes {
     spec: &QUEUE_SPEC,
     kind: &item::CONSUMER,
     parse: QueueAttrs::parse,
-    validate: |attrs, _, cx| validate::queue(attrs, cx),
+    validate: |attrs, handler, cx| {
+        validate::queue(attrs, cx);
+        validate::batch(attrs, handler, cx);
+    },
     emit: emit::queue,
 };
 

@@ -124,8 +124,11 @@ pub(crate) struct Handler {
     /// The function's visibility, which the typed relay handle of `#[broadcast]` shares.
     pub vis: syn::Visibility,
     pub payload: Type,
-    /// `Vec<u8>` or `Bytes`: passed through without decoding.
+    /// `Vec<u8>` or `Bytes`: passed through without decoding (for a batch handler, its
+    /// items).
     pub raw: bool,
+    /// For a payload written `Batch<T>`: `T`, what each message of the batch decodes into.
+    pub batch_of: Option<Type>,
     /// The arguments after the payload, in order.
     pub rest: Vec<Arg>,
     pub output_span: Span,
@@ -286,15 +289,36 @@ fn analyze(attr: &str, kind: &HandlerKind, f: &ItemFn, cx: &mut Ctxt) -> Option<
             );
         }
     }
+    let batch_of = batch_item(&payload).cloned();
     Some(Handler {
         ident: ident.clone(),
         vis: f.vis.clone(),
-        raw: is_raw(&payload),
+        raw: is_raw(batch_of.as_ref().unwrap_or(&payload)),
+        batch_of,
         payload,
         rest,
         output_span,
         output,
     })
+}
+
+/// The `T` of a payload written `Batch<T>` (by name: a syntactic check).
+pub(crate) fn batch_item(ty: &Type) -> Option<&Type> {
+    match ty {
+        Type::Group(g) => batch_item(&g.elem),
+        Type::Paren(p) => batch_item(&p.elem),
+        Type::Path(p) if p.qself.is_none() => {
+            let last = p.path.segments.last()?;
+            let syn::PathArguments::AngleBracketed(args) = &last.arguments else {
+                return None;
+            };
+            match (args.args.len(), args.args.first()) {
+                (1, Some(syn::GenericArgument::Type(item))) if last.ident == "Batch" => Some(item),
+                _ => None,
+            }
+        }
+        _ => None,
+    }
 }
 
 /// Whether `ty` is a path whose last segment is `name` (by name: a syntactic check).

@@ -26,7 +26,9 @@ pub mod telemetry;
 pub mod validate;
 
 pub use connect::{connect, connect_from_env, connect_options, connect_with};
-pub use handler::{Context, HandlerError, Incoming, Publish};
+pub use handler::{
+    Batch, BatchError, BatchInput, Context, Failures, HandlerError, Incoming, Item, Publish,
+};
 pub use health::{
     ConsumerState, ConsumerStatus, EndpointStatus, Health, JetStreamStatus, NotReady,
     PermissionDenial, ServingState, StreamStatus, SubscriptionStatus,

@@ -1,6 +1,7 @@
 //! The keys of `#[queue_consumer(..)]` and `#[broadcast(..)]`.
 
 use syn::{Ident, LitStr};
+use topology_core::batch::BATCH_SIZE;
 use topology_core::model::{AckMode, DeliverPolicy, Delivery};
 use topology_core::priority::THRESHOLD;
 use topology_core::rules::{CONCURRENCY, MAX_ACK_PENDING, MAX_DELIVER};
@@ -37,6 +38,9 @@ const BROADCAST_ACK: &[&str] = &[
 const BROADCAST_PRIORITY: &[&str] = &[
     "priority groups choose which instance of a shared durable receives the work, and a broadcast gives every instance its own consumer that receives every message; for active/standby or spill-over instances, write `#[queue_consumer(group = \"...\", priority = \"pinned_client\", ..)]`",
 ];
+const BROADCAST_BATCH: &[&str] = &[
+    "a relay hands each message to its handler in order, and resumes after the last one its handlers finished; batches are for `#[queue_consumer(group = \"...\", batch = N)]`",
+];
 const BROADCAST_DURABLE: &[&str] = &[
     "a broadcast is an ephemeral consumer on every instance, and ",
     PLAIN_DURABLE,
@@ -65,6 +69,8 @@ pub(crate) static QUEUE_SPEC: Spec = Spec {
         "pinned_ttl",
         "min_pending",
         "min_ack_pending",
+        "batch",
+        "batch_wait",
         "crate",
     ],
     refused: &[
@@ -159,6 +165,16 @@ pub(crate) static BROADCAST_SPEC: Spec = Spec {
             why: BROADCAST_PRIORITY,
             answers: None,
         },
+        Refused {
+            key: "batch",
+            why: BROADCAST_BATCH,
+            answers: None,
+        },
+        Refused {
+            key: "batch_wait",
+            why: BROADCAST_BATCH,
+            answers: None,
+        },
     ],
     elsewhere: &[
         ("delivery", "queue_consumer"),
@@ -224,6 +240,8 @@ pub(crate) struct QueueAttrs {
     pub description: Option<LitStr>,
     pub ack: Option<AckMode>,
     pub priority: Option<PriorityAttrs>,
+    pub batch: Option<Int>,
+    pub batch_wait: Option<Dur>,
 }
 
 /// `priority = ".."` and the keys that go with it, each with the token it was read from.
@@ -349,6 +367,10 @@ impl QueueAttrs {
                 cx,
             ),
             priority: PriorityAttrs::parse(args, cx),
+            batch: args.key("batch", "batch = 50").int(BATCH_SIZE, "", cx),
+            batch_wait: args
+                .key("batch_wait", "batch_wait = \"100ms\"")
+                .duration(true, cx),
         }
     }
 }

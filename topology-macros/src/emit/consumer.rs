@@ -36,6 +36,14 @@ pub(crate) fn queue(
         call("description", attrs.description.as_ref()),
         call("ack", attrs.ack.map(|v| variant("AckMode", v))),
         attrs.priority.as_ref().and_then(priority),
+        attrs.batch.map(|size| {
+            let size = size.value as u32;
+            let wait = (attrs.batch_wait.as_ref()).map(|d| {
+                let d = duration(d.value);
+                quote!(.wait(#d))
+            });
+            quote!(.batch(__nats_topology::BatchDecl::new(#size) #wait))
+        }),
     ];
     let support = attrs.backoff.as_ref().map(|backoff| {
         let durations = backoff.durations.iter().map(|d| duration(*d));
@@ -117,7 +125,20 @@ fn consumer(
     let krate = krate(&attrs.krate)?;
     let stream = attrs.stream.as_ref()?;
     let fn_name = &handler.name();
-    let glue = handler::glue(&handler::CONSUMER, handler, "into_result");
+    let (glue, registration) = match handler.batch_of {
+        None => (
+            handler::glue(&handler::CONSUMER, handler, "into_result"),
+            quote!(ConsumerRegistration),
+        ),
+        Some(_) => (
+            handler::batch_glue(handler),
+            quote!(BatchConsumerRegistration),
+        ),
+    };
+    let entry = match handler.batch_of {
+        None => quote!(__nats_topology_handler),
+        Some(_) => quote!(__nats_topology_batch),
+    };
     let states = handler::states(&handler::CONSUMER, handler);
     let (handle_type, handle_impl) = match settings.broadcast {
         true => relay_handle(handler),
@@ -212,9 +233,9 @@ fn consumer(
                 #common_builders;
             #glue
             __nats_topology::inventory::submit! {
-                __nats_topology::ConsumerRegistration {
+                __nats_topology::#registration {
                     decl: &__NATS_TOPOLOGY_DECL,
-                    handler: __nats_topology_handler,
+                    handler: #entry,
                     states: #states,
                 }
             }
@@ -266,7 +287,10 @@ fn payload_schema(handler: &Handler, fn_name: &str) -> TokenStream {
         return TokenStream::new();
     }
     handler::schema(
-        (&handler.payload, Span::call_site()),
+        (
+            handler.batch_of.as_ref().unwrap_or(&handler.payload),
+            Span::call_site(),
+        ),
         "PayloadSchemaRegistration",
         "__nats_topology_schema",
         fn_name,

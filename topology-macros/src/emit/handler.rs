@@ -193,3 +193,71 @@ pub(crate) fn schema(
         }
     }
 }
+
+/// The glue of a batch handler (`#[queue_consumer(batch = N)]`), `fn(BatchInput) ->
+/// BatchFuture`: decodes each message into the `T` of `Batch<T>` (one that does not decode
+/// fails alone), takes the `State<T>` arguments, calls the user's function, and turns its
+/// result into each message's outcome.
+pub(crate) fn batch_glue(handler: &Handler) -> TokenStream {
+    let input = Ident::new("input", Span::mixed_site());
+    let batch = Ident::new("batch", Span::mixed_site());
+    let error = Ident::new("error", Span::mixed_site());
+    let Some(item_ty) = &handler.batch_of else {
+        return TokenStream::new();
+    };
+    let ty_span = item_ty.span();
+    let decode = ident(
+        if handler.raw {
+            CONSUMER.decode_raw
+        } else {
+            CONSUMER.decode_json
+        },
+        ty_span,
+    );
+    let payload_ty = &handler.payload;
+    let decode = quote_spanned! {ty_span=>
+        let #batch: #payload_ty =
+            __nats_topology::BatchInput::decode(&mut #input, __nats_topology::#decode::<#item_ty>);
+    };
+    let mut states = TokenStream::new();
+    let mut args = vec![quote!(#batch)];
+    for (i, arg) in handler.rest.iter().enumerate() {
+        // A `Context` argument was refused by validation.
+        if let Arg::State(state_ty) = arg {
+            let value = Ident::new(&format!("state_{i}"), Span::mixed_site());
+            states.extend(quote_spanned! {state_ty.span()=>
+                let #value: #state_ty = match __nats_topology::batch_state::<#state_ty>(&#input) {
+                    ::core::result::Result::Ok(value) => value,
+                    ::core::result::Result::Err(#error) => return #input.fail_all(#error),
+                };
+            });
+            args.push(quote!(#value));
+        }
+    }
+    let user_fn = &handler.ident;
+    let result = Ident::new("__nats_topology_result", handler.output_span);
+    let finish = ident("into_batch_result", handler.output_span);
+    let call = quote_spanned! {handler.output_span=>
+        let #result = #user_fn(#(#args),*).await;
+        #input.finish(__nats_topology::#finish(#result))
+    };
+    let name_span = handler.ident.span();
+    let send = ident(CONSUMER.send, name_span);
+    let future = quote_spanned! {name_span=>
+        __nats_topology::#send(async move {
+            #decode
+            if #input.none_decoded() {
+                return #input.finish(::core::result::Result::Ok(()));
+            }
+            #states
+            #call
+        })
+    };
+    quote! {
+        fn __nats_topology_batch(
+            mut #input: __nats_topology::BatchInput,
+        ) -> __nats_topology::BatchFuture {
+            __nats_topology::Box::pin(#future)
+        }
+    }
+}

@@ -5,9 +5,11 @@
 //! need another item (the stream a consumer names by type) are generated as `const _`
 //! assertions by [`crate::emit`].
 
+mod batch;
 mod bucket;
 mod service;
 
+pub(crate) use batch::batch;
 pub(crate) use bucket::bucket;
 pub(crate) use service::{endpoint, service, subscription};
 

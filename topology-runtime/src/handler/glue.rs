@@ -130,3 +130,36 @@ impl<T: std::any::Any + Send + Sync> StateArg for State<T> {
 pub fn state<S: StateArg>(incoming: &Incoming) -> Result<S, HandlerError> {
     S::from_incoming(incoming)
 }
+
+/// A batch handler's `State<T>` argument, from the first message of the batch (every message
+/// of a batch comes from one session, which holds the state).
+pub fn batch_state<S: StateArg>(input: &super::BatchInput) -> Result<S, HandlerError> {
+    match input.incoming().first() {
+        Some(incoming) => S::from_incoming(incoming),
+        None => Err(HandlerError::new("an empty batch has no state")),
+    }
+}
+
+/// A batch handler's result as the runtime settles it.
+#[diagnostic::on_unimplemented(
+    message = "a batch handler's error type must convert into `BatchError`; `{Self}` does not",
+    label = "not an error type a batch handler can return",
+    note = "return `Result<(), BatchError>` (built with `Failures` to fail some messages only), or `Result<(), E>` with `E: Into<HandlerError>` to fail the whole batch"
+)]
+pub trait IntoBatchError {
+    /// The conversion.
+    fn into_batch_error(self) -> super::BatchError;
+}
+
+impl<E: Into<super::BatchError>> IntoBatchError for E {
+    fn into_batch_error(self) -> super::BatchError {
+        self.into()
+    }
+}
+
+/// Converts a batch handler's result.
+pub fn into_batch_result<E: IntoBatchError>(
+    result: Result<(), E>,
+) -> Result<(), super::BatchError> {
+    result.map_err(IntoBatchError::into_batch_error)
+}

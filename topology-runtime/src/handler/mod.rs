@@ -2,6 +2,7 @@
 //! the message it handles, its publishes ([`Publish`], under message ids derived from that
 //! message so that a redelivery does not publish twice), and the glue generated code calls.
 
+mod batch;
 mod context;
 mod error;
 #[doc(hidden)]
@@ -12,8 +13,14 @@ mod publish;
 use std::future::Future;
 use std::pin::Pin;
 
+pub(crate) use batch::gathered;
+pub use batch::{
+    Batch, BatchError, BatchFn, BatchFuture, BatchInput, BatchOutcomes, Failures, Item,
+    SharedBatchHandler,
+};
 pub(crate) use context::Scope;
 pub use context::{Context, Incoming};
+pub(crate) use error::panic_message;
 pub use error::{DecodeError, HandlerError};
 pub(crate) use msg_id::{msg_id, stream_epoch};
 pub use publish::Publish;

@@ -10,7 +10,10 @@ use std::collections::hash_map::Entry;
 use std::fmt;
 use std::sync::Arc;
 
-use crate::handler::{HandlerFn, HandlerFuture, Incoming};
+use crate::handler::{
+    BatchFn, BatchFuture, BatchInput, HandlerFn, HandlerFuture, Incoming, SharedBatchHandler,
+    gathered,
+};
 use crate::service::{EndpointFn, ReplyFuture, Request, SubscriptionFn};
 use crate::state::StateKey;
 pub use handlers::{Consumer, Endpoint, Subscription};
@@ -36,6 +39,15 @@ pub struct BucketRegistration {
 pub struct ConsumerRegistration {
     pub decl: &'static ConsumerDecl,
     pub handler: HandlerFn,
+    /// The application state the handler's `State<T>` arguments need.
+    pub states: &'static [StateKey],
+}
+
+/// A queue consumer with a batch handler, registered by `#[queue_consumer(batch = N)]`.
+#[doc(hidden)]
+pub struct BatchConsumerRegistration {
+    pub decl: &'static ConsumerDecl,
+    pub handler: BatchFn,
     /// The application state the handler's `State<T>` arguments need.
     pub states: &'static [StateKey],
 }
@@ -67,6 +79,7 @@ pub struct SubscriptionRegistration {
 inventory::collect!(StreamRegistration);
 inventory::collect!(BucketRegistration);
 inventory::collect!(ConsumerRegistration);
+inventory::collect!(BatchConsumerRegistration);
 inventory::collect!(ServiceRegistration);
 inventory::collect!(EndpointRegistration);
 inventory::collect!(SubscriptionRegistration);
@@ -199,6 +212,10 @@ impl Topology {
             let handler = registration.handler;
             topology.add_consumer(*registration.decl, Arc::new(handler), registration.states);
         }
+        for registration in inventory::iter::<BatchConsumerRegistration> {
+            let handler = registration.handler;
+            topology.add_batch_consumer(*registration.decl, Arc::new(handler), registration.states);
+        }
         for registration in inventory::iter::<ServiceRegistration> {
             topology.add_service(*registration.decl);
         }
@@ -239,12 +256,76 @@ impl Topology {
     }
 
     /// Adds a consumer and its handler.
+    ///
+    /// # Panics
+    ///
+    /// If `decl` declares a batch: its handler takes [`Topology::batch_consumer`].
     pub fn consumer<F>(mut self, decl: ConsumerDecl, handler: F) -> Self
     where
         F: Fn(Incoming) -> HandlerFuture + Send + Sync + 'static,
     {
+        assert!(
+            decl.as_queue().and_then(|q| q.batch).is_none(),
+            "consumer {}: its declaration has a batch, so its handler takes a batch: add it with `Topology::batch_consumer`",
+            decl.handler
+        );
         self.add_consumer(decl, Arc::new(handler), &[]);
         self
+    }
+
+    /// Adds a queue consumer whose handler takes its messages in batches (its declaration's
+    /// [`QueueDecl::batch`](topology_core::model::QueueDecl::batch)), and the consumer's stream.
+    ///
+    /// ```
+    /// use nats_topology::{Batch, Failures, HandlerError, Topology};
+    /// use nats_topology::model::{BatchDecl, ConsumerDecl, QueueDecl, StreamDecl, StreamRef};
+    ///
+    /// static ORDERS: StreamDecl = StreamDecl::new("ORDERS", &["orders.>"]);
+    ///
+    /// let topology = Topology::new().stream(ORDERS).batch_consumer(
+    ///     ConsumerDecl::queue(
+    ///         "billing::bill",
+    ///         StreamRef::Declared(&ORDERS),
+    ///         QueueDecl::new("billing").batch(BatchDecl::new(50)),
+    ///     ),
+    ///     |mut input| Box::pin(async move {
+    ///         let batch: Batch<u64> = input.decode_json();
+    ///         let mut failures = Failures::new();
+    ///         for item in &batch {
+    ///             if *item.value() == 0 {
+    ///                 failures.fail(item.index(), HandlerError::permanent("order 0 is poison"));
+    ///             }
+    ///         }
+    ///         input.finish(failures.into_result())
+    ///     }),
+    /// );
+    /// assert_eq!(topology.consumers()[0].decl.effective_concurrency(), 50);
+    /// ```
+    ///
+    /// # Panics
+    ///
+    /// If `decl` declares no batch: a handler of single messages takes [`Topology::consumer`].
+    pub fn batch_consumer<F>(mut self, decl: ConsumerDecl, handler: F) -> Self
+    where
+        F: Fn(BatchInput) -> BatchFuture + Send + Sync + 'static,
+    {
+        self.add_batch_consumer(decl, Arc::new(handler), &[]);
+        self
+    }
+
+    fn add_batch_consumer(
+        &mut self,
+        decl: ConsumerDecl,
+        handler: SharedBatchHandler,
+        states: &'static [StateKey],
+    ) {
+        let Some(batch) = decl.as_queue().and_then(|q| q.batch) else {
+            panic!(
+                "consumer {}: a batch handler needs a batch in its declaration (`QueueDecl::batch`); a handler of single messages takes `Topology::consumer`",
+                decl.handler
+            );
+        };
+        self.add_consumer(decl, gathered(handler, batch), states);
     }
 
     /// Adds a service (its endpoints add it too).
