@@ -38,6 +38,12 @@
 //! `ours_confirmed_*` rates, `ratio_confirmed_*` (ours confirmed over raw double-ack: sequential
 //! for no-op, the same C for wait) and `confirmed_cost_*` (ours confirmed over ours
 //! fire-and-forget at the same C: what confirmation costs).
+//!
+//! With `--work-us` set, a last table compares a **batch handler** (`batch = 50`, one
+//! `--work-us` wait per batch: a bulk insert) with the **per-message** handler at concurrency
+//! 50 (one wait per message) and raw concurrent 50, over `--wait-messages` messages; the JSON
+//! adds `ours_batch50_msgs_per_sec`, `ours_c50_wait_msgs_per_sec`, `raw_c50_wait_msgs_per_sec`
+//! and `ratio_batch50_over_c50` (batch over per-message).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -45,7 +51,7 @@ use std::time::{Duration, Instant};
 
 use async_nats::jetstream::{self, consumer, stream};
 use futures::{StreamExt, TryStreamExt};
-use nats_topology::model::{AckMode, ConsumerDecl, QueueDecl, StreamDecl, StreamRef};
+use nats_topology::model::{AckMode, BatchDecl, ConsumerDecl, QueueDecl, StreamDecl, StreamRef};
 use nats_topology::{HandlerError, Runtime, Topology};
 use nats_topology_testkit::NatsServer;
 
@@ -292,6 +298,55 @@ async fn main() -> Result<(), BoxError> {
         }
     }
 
+    // Batch 50 against one message per handler call at concurrency 50, the same wait each call.
+    let mut batch_rates: [Vec<f64>; 3] = Default::default();
+    if args.work_us > 0 {
+        let work_for = Duration::from_micros(args.work_us);
+        let count = args.wait_messages;
+        for rep in 0..args.reps {
+            for (i, label) in BATCH_VARIANTS.iter().enumerate() {
+                run += 1;
+                let durable: &'static str = format!("bench_{run}").leak();
+                let (elapsed, _) = match i {
+                    0 => raw(&js, durable, count, args.batch, BATCH, work_for, false).await?,
+                    1 => {
+                        let tuning = Tuning {
+                            batch: None,
+                            ahead: args.pull_ahead,
+                        };
+                        let c = BATCH as u32;
+                        let ack = AckMode::FireAndForget;
+                        (
+                            ours(&client, durable, count, tuning, c, work_for, ack).await?,
+                            0,
+                        )
+                    }
+                    _ => (
+                        ours_batch(&client, durable, count, work_for, args.pull_ahead).await?,
+                        0,
+                    ),
+                };
+                let rate = count as f64 / elapsed.as_secs_f64();
+                println!("  round {} batch  {label:<24} {rate:>10.0} msg/s", rep + 1);
+                batch_rates[i].push(rate);
+                js.get_stream(BENCH.name)
+                    .await?
+                    .delete_consumer(durable)
+                    .await?;
+            }
+        }
+    }
+    let batch_medians: Vec<f64> = batch_rates
+        .iter()
+        .map(|r| {
+            if r.is_empty() {
+                f64::NAN
+            } else {
+                median(r.clone())
+            }
+        })
+        .collect();
+
     let medians: Vec<Vec<f64>> = rates
         .iter()
         .map(|phase| phase.iter().map(|r| median(r.clone())).collect())
@@ -320,6 +375,15 @@ async fn main() -> Result<(), BoxError> {
                 r / rate(p, reference),
                 reference.label()
             );
+        }
+    }
+    if args.work_us > 0 {
+        println!(
+            "\nbatch ({} us per handler call, {} messages):\n| variant | median msg/s | over ours per message |\n|---|---:|---:|",
+            args.work_us, args.wait_messages
+        );
+        for (label, r) in BATCH_VARIANTS.iter().zip(&batch_medians) {
+            println!("| {label} | {r:.0} | {:.3} |", r / batch_medians[1]);
         }
     }
     let (noop, wait) = (0, 1);
@@ -404,6 +468,14 @@ async fn main() -> Result<(), BoxError> {
         "{},{}",
         json.trim_end_matches('}'),
         confirmed.trim_start_matches('{')
+    );
+    let json = format!(
+        "{},\"raw_c50_wait_msgs_per_sec\":{:.0},\"ours_c50_wait_msgs_per_sec\":{:.0},\"ours_batch50_msgs_per_sec\":{:.0},\"ratio_batch50_over_c50\":{:.3}}}",
+        json.trim_end_matches('}'),
+        batch_medians[0],
+        batch_medians[1],
+        batch_medians[2],
+        batch_medians[2] / batch_medians[1],
     );
     println!("{}", json.replace("NaN", "null"));
     Ok(())
@@ -564,6 +636,68 @@ async fn ours(
     done.notified().await;
     // The last handler has returned; its ack follows at once. Wait for the counter of acked
     // messages so that the time includes every ack.
+    while health.consumers()[0].handled < count {
+        tokio::task::yield_now().await;
+    }
+    let elapsed = first.get().expect("messages arrived").elapsed();
+    let _ = stop.send(());
+    running.await??;
+    Ok(elapsed)
+}
+
+/// The batch size of the batch comparison (the issue's: 50), also the per-message concurrency
+/// and the raw loop's it is compared with.
+const BATCH: usize = 50;
+
+const BATCH_VARIANTS: [&str; 3] = [
+    "raw concurrent 50",
+    "ours per message, conc. 50",
+    "ours batch 50",
+];
+
+/// Our runtime with a batch handler of [`BATCH`] messages that does `work_for` once per batch:
+/// timed from the first batch to the last ack.
+async fn ours_batch(
+    client: &async_nats::Client,
+    durable: &'static str,
+    count: u64,
+    work_for: Duration,
+    ahead: Option<Duration>,
+) -> Result<Duration, BoxError> {
+    let first: Arc<std::sync::OnceLock<Instant>> = Arc::default();
+    let handled = Arc::new(AtomicU64::new(0));
+    let done = Arc::new(tokio::sync::Notify::new());
+    let (h_first, h_handled, h_done) = (first.clone(), handled.clone(), done.clone());
+    let decl = ConsumerDecl::queue(
+        "bench::batch",
+        StreamRef::Declared(&BENCH),
+        QueueDecl::new(durable).batch(BatchDecl::new(BATCH as u32)),
+    );
+    let topology = Topology::new()
+        .stream(BENCH)
+        .batch_consumer(decl, move |input| {
+            h_first.get_or_init(Instant::now);
+            let (handled, done) = (h_handled.clone(), h_done.clone());
+            Box::pin(async move {
+                let size = input.incoming().len() as u64;
+                work(work_for).await;
+                if handled.fetch_add(size, Ordering::Relaxed) + size == count {
+                    done.notify_one();
+                }
+                input.finish(Ok(()))
+            })
+        });
+    let mut runtime = Runtime::builder(client.clone()).topology(topology);
+    if let Some(ahead) = ahead {
+        runtime = runtime.pull_ahead(ahead);
+    }
+    let runtime = runtime.build()?;
+    let health = runtime.health();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let running = tokio::spawn(runtime.run_until(async move {
+        let _ = stopped.await;
+    }));
+    done.notified().await;
     while health.consumers()[0].handled < count {
         tokio::task::yield_now().await;
     }

@@ -95,7 +95,7 @@
 //!   `nats-server` processes: a JetStream server, a three-node cluster, or a hub and a leaf
 //!   node with their own JetStream domains; `NATS_SERVER_VERSION` picks the server version.
 
-pub use topology_runtime::handler::HandlerFuture;
+pub use topology_runtime::handler::{BatchFuture, HandlerFuture};
 pub use topology_runtime::{
     Batch, BatchError, BatchInput, ConsumerState, ConsumerStatus, Context, EndpointStatus,
     Failures, HandlerError, Health, Incoming, Inspection, Item, JetStreamStatus, NotReady,

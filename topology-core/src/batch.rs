@@ -83,10 +83,10 @@ impl BatchError {
                 "batch_wait must be more than zero and at most about 292 years; omit it for 100ms"
             }
             BatchError::ConcurrencyBelowSize => {
-                "concurrency counts messages, and a batch consumer holds a whole batch at once: concurrency must be at least the batch size (omit it for one batch at a time; a multiple of it runs that many batches at once)"
+                "a batch consumer holds a whole batch at once, so its concurrency (counted in messages) must be at least the batch size: omit it for one batch at a time, or set a multiple of the batch size to run that many batches at once"
             }
             BatchError::MaxAckPendingBelowSize => {
-                "max_ack_pending is below the batch size, so the server never delivers a whole batch; raise it to at least the batch size times the replicas, or omit it"
+                "the server would never deliver a whole batch: raise max_ack_pending to at least the batch size times the replicas, or omit it"
             }
         }
     }

@@ -171,13 +171,18 @@ pub fn stream(attr: TokenStream, item: TokenStream) -> TokenStream {
 /// | `pinned_ttl` | duration, at least `"1s"` | With `"pinned_client"`, required: how long the pinned instance may go without pulling before another takes over. `pinned_ttl = "10s"` |
 /// | `min_pending` | integer ≥ 1 | With `"overflow"`: a spill-over instance takes work while at least this many messages wait undelivered. |
 /// | `min_ack_pending` | integer ≥ 1 | With `"overflow"`: a spill-over instance takes work while at least this many messages are unacknowledged. `"overflow"` needs this or `min_pending`. |
+/// | `batch` | integer 1..=10000 | A batch handler: the function takes `Batch<T>` instead of one payload and is given up to this many messages at once (see [Batch handlers](#batch-handlers)). `concurrency` defaults to it and may not be below it, nor may `max_ack_pending`. `batch = 50` |
+/// | `batch_wait` | duration, not zero | With `batch`: how long the first message of a batch waits for the rest before the handler is called with what arrived (default `"100ms"`). |
 /// | `crate` | path | Where the facade is, when not at `::nats_topology`: `crate = my_alias`. |
 ///
 /// # Errors
 ///
 /// Besides the errors of each key (as for [`macro@stream`]): a missing `group`; a pinned client
 /// without `pinned_ttl`, overflow without a threshold, a priority key without its policy, a
-/// priority on a push consumer (or on a `#[broadcast]`); and any
+/// priority on a push consumer (or on a `#[broadcast]`); `batch` without a `Batch<T>` payload,
+/// a `Batch<T>` payload without `batch`, `batch_wait` alone, a `Context` beside a batch (each
+/// item carries its own), `concurrency` or `max_ack_pending` below the batch, and `batch` on a
+/// `#[broadcast]`; and any
 /// `durable`, `durable_name` or `deliver_group` key (plain durables); `subject` together with
 /// `subjects`; a `backoff` longer than `max_deliver`; `migrate_from` naming the group itself;
 /// and a handler that is not an `async fn`, is generic, takes `self`, takes no payload or more
@@ -185,6 +190,42 @@ pub fn stream(attr: TokenStream, item: TokenStream) -> TokenStream {
 /// argument that is not a `State` or a
 /// `Context` is reported as "the second argument of a handler is its `Context`": to receive
 /// several values, make the payload a struct that holds them.
+///
+/// # Batch handlers
+///
+/// With `batch = N` the handler takes `Batch<T>` (`T` decoded as a payload is, `Vec<u8>` for raw
+/// bytes) and any `State<T>` arguments, and is called with up to `N` messages: as many as
+/// arrived within `batch_wait` of the first. Each message is settled on its own. `Ok(())` acks
+/// every message; an `Err` that converts into `HandlerError` fails the whole batch (each
+/// message is redelivered, or dead-lettered, as a single handler's error would); a
+/// `Failures` value names the messages that failed by index
+/// and acks the rest. A message that does not decode fails alone (dead-lettered as a decode
+/// error) and the handler gets the others. Progress acks cover every message of the batch while
+/// the handler runs, so a batch that takes longer than `ack_wait` is not redelivered, and a drain
+/// finishes the batch in hand.
+///
+/// ```
+/// use nats_topology::{queue_consumer, Batch, BatchError, Failures, HandlerError};
+/// # #[derive(serde::Deserialize)]
+/// # struct Order { id: u64 }
+/// # fn store(_: &[&Order]) -> Result<(), HandlerError> { Ok(()) }
+///
+/// #[queue_consumer(stream = "ORDERS", group = "archive", subject = "orders.paid",
+///                  batch = 50, batch_wait = "200ms")]
+/// async fn archive(orders: Batch<Order>) -> Result<(), BatchError> {
+///     let mut failures = Failures::new();
+///     for order in &orders {
+///         if order.value().id == 0 {
+///             // This message alone is dead-lettered; the others are acked.
+///             failures.fail(order.index(), HandlerError::permanent("order without an id"));
+///         }
+///     }
+///     let good: Vec<&Order> = orders.iter().map(|item| item.value()).filter(|o| o.id != 0).collect();
+///     store(&good)?; // an error here fails the whole batch
+///     failures.into_result()
+/// }
+/// # fn main() {}
+/// ```
 ///
 /// The attribute goes on a **free function**, not on an associated function inside an `impl`
 /// block. A proc macro is given the function alone, so this is read from the handler's source

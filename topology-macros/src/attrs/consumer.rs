@@ -241,6 +241,8 @@ pub(crate) struct QueueAttrs {
     pub ack: Option<AckMode>,
     pub priority: Option<PriorityAttrs>,
     pub batch: Option<Int>,
+    /// `batch` was written, even when its value was refused (its error already reported).
+    pub batch_given: bool,
     pub batch_wait: Option<Dur>,
 }
 
@@ -368,6 +370,7 @@ impl QueueAttrs {
             ),
             priority: PriorityAttrs::parse(args, cx),
             batch: args.key("batch", "batch = 50").int(BATCH_SIZE, "", cx),
+            batch_given: args.get("batch").is_some(),
             batch_wait: args
                 .key("batch_wait", "batch_wait = \"100ms\"")
                 .duration(true, cx),

@@ -16,12 +16,16 @@ pub(crate) fn batch(attrs: &QueueAttrs, handler: Option<&Handler>, cx: &mut Ctxt
     let msg = |key: &str, what: &str| key_msg(attr, key, what);
     let batched = handler.and_then(|h| h.batch_of.as_ref().map(|_| h));
     let Some(size) = attrs.batch else {
+        if attrs.batch_given {
+            // The value was refused as it was read; one error is enough.
+            return;
+        }
         if let Some(wait) = &attrs.batch_wait {
             cx.error_spanned_by(
                 &wait.lit,
                 msg(
                     "batch_wait",
-                    "is how long a batch waits to fill, and no `batch = N` is set; add `batch = 50` (and a handler taking `Batch<T>`), or remove the key",
+                    "sets how long a batch waits to fill, and no `batch = N` is set: add `batch = 50` (and a handler taking `Batch<T>`), or remove the key",
                 ),
             );
         }
