@@ -72,7 +72,55 @@ fn find_cycle<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use topology_core::model::Origin;
+    use crate::handler::{HandlerFuture, Incoming};
+    use crate::registry::Topology;
+    use topology_core::model::{BroadcastDecl, ConsumerDecl, Origin, QueueDecl, StreamRef};
+
+    fn handle(_: Incoming) -> HandlerFuture {
+        Box::pin(async { Ok(()) })
+    }
+
+    /// At start-up, with streams named by string (no type to check at compile time): a
+    /// consumer on a mirror is checked against the origin's subjects within the mirror's
+    /// filter, one on a stream with sources against any origin's, and a loop is found.
+    #[test]
+    fn consumers_on_mirrors_and_loops_are_checked_at_start_up() {
+        static ORDERS: StreamDecl = StreamDecl::new("ORDERS", &["orders.>"]);
+        static EU: StreamDecl =
+            StreamDecl::mirror_of("EU", Origin::named("ORDERS").filter("orders.eu.>"));
+        static ALL: StreamDecl =
+            StreamDecl::sourced("ALL", &[Origin::named("EU"), Origin::named("LOOP")]);
+        static LOOP: StreamDecl = StreamDecl::sourced("LOOP", &[Origin::named("ALL")]);
+        let queue = |handler, stream, subject| {
+            ConsumerDecl::queue(handler, StreamRef::Named(stream), QueueDecl::new(handler))
+                .subjects(std::slice::from_ref(Box::leak(Box::new(subject))))
+        };
+        let relay = ConsumerDecl::broadcast("relay", StreamRef::Named("ALL"), BroadcastDecl::new())
+            .subjects(&["orders.eu.>"]);
+        let topology = Topology::new()
+            .stream(ORDERS)
+            .stream(EU)
+            .stream(ALL)
+            .stream(LOOP)
+            .consumer(queue("eu", "EU", "orders.eu.paid"), handle)
+            .consumer(queue("us", "EU", "orders.us.paid"), handle)
+            .consumer(relay, handle);
+        let problems = crate::validate::validate(&topology)
+            .expect_err("problems")
+            .problems;
+        let text: Vec<String> = problems.iter().map(|p| p.to_string()).collect();
+        assert_eq!(problems.len(), 2, "{text:#?}");
+        assert!(
+            text.iter().any(|p| p.contains("handler `us`")
+                && p.contains("`orders.us.paid` is not among the messages the stream holds")),
+            "{text:#?}"
+        );
+        assert!(
+            text.iter()
+                .any(|p| p.starts_with("stream `ALL`") && p.contains("ALL <- LOOP <- ALL")),
+            "{text:#?}"
+        );
+    }
 
     #[test]
     fn a_loop_through_three_streams_is_reported_once() {
