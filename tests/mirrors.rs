@@ -7,6 +7,8 @@
 //! - exported (no server): the NATS JSON carries the mirror and the sources as the server takes
 //!   them, the AsyncAPI document names them and has an operation for a handler reading a whole
 //!   mirror;
+//! - across JetStream domains (a hub and an edge leaf node): a mirror at the edge of the hub's
+//!   stream, its origin named with `domain`, and a queue consumer on it at the edge;
 //! - on a supercluster of two one-node clusters joined by gateways: a mirror in A of a stream
 //!   in B follows it; the gateway stalled while B keeps storing, then healed: the mirror catches
 //!   up and the queue consumer on it handles every message once.
@@ -21,7 +23,7 @@ use nats_topology::export::{self, ApiInfo};
 use nats_topology::model::{ConsumerDecl, Origin, Placement, QueueDecl, StreamDecl, StreamRef};
 use nats_topology::report::Action;
 use nats_topology::{ProvisionErrorKind, Runtime, Topology};
-use nats_topology_testkit::{NatsSupercluster, eventually};
+use nats_topology_testkit::{NatsLeafTopology, NatsSupercluster, eventually};
 
 static ORDERS: StreamDecl = StreamDecl::new("M_ORDERS", &["m.orders.>"]);
 static COPY: StreamDecl = StreamDecl::mirror_of("M_COPY", Origin::of(&ORDERS));
@@ -359,4 +361,57 @@ async fn a_mirror_in_another_cluster_catches_up_after_a_stalled_gateway() {
         result.expect("clean drain");
     }
     ledger.assert_handled_once(200);
+}
+
+static HUB_ORDERS: StreamDecl = StreamDecl::new("H_ORDERS", &["h.orders.>"]);
+/// Declared by a service connected to the edge: its origin is in the hub's domain.
+static EDGE_COPY: StreamDecl =
+    StreamDecl::mirror_of("E_COPY", Origin::named("H_ORDERS").domain("hub"));
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mirror_at_the_edge_of_a_stream_in_the_hub_domain() {
+    let servers = NatsLeafTopology::start()
+        .await
+        .expect("a hub and a leaf node start and connect");
+    assert_eq!(servers.hub_domain(), "hub");
+    let hub = async_nats::connect(servers.hub_url())
+        .await
+        .expect("connect to the hub");
+    let edge = async_nats::connect(servers.leaf_url())
+        .await
+        .expect("connect to the edge");
+    let (js_hub, js_edge) = (jetstream::new(hub.clone()), jetstream::new(edge.clone()));
+
+    // The hub's service owns the origin; the edge's service mirrors it and consumes the copy.
+    fixture::fast(Runtime::builder(hub.clone()))
+        .topology(Topology::new().stream(HUB_ORDERS))
+        .build()
+        .expect("a valid topology")
+        .provision()
+        .await
+        .expect("provisioned in the hub");
+    let ledger = Ledger::default();
+    let queue = fixture::queue(
+        "tests::ship_at_edge",
+        &EDGE_COPY,
+        "h.orders.>",
+        QueueDecl::new("edge"),
+    );
+    let topology = Topology::new()
+        .stream(EDGE_COPY)
+        .consumer(queue, fixture::job_handler(ledger.clone(), Duration::ZERO));
+    let worker = start(edge.clone(), topology).await;
+    let copy = config(&js_edge, "E_COPY").await;
+    let mirror = copy.mirror.expect("a mirror");
+    assert_eq!(mirror.name, "H_ORDERS");
+    assert_eq!(
+        mirror.external.map(|e| e.api_prefix).as_deref(),
+        Some("$JS.hub.API")
+    );
+
+    fixture::publish_jobs(&js_hub, "h.orders.placed", 0..50).await;
+    ledger.wait_covers(0..50, Duration::from_secs(30)).await;
+    worker.stop().await.expect("clean drain");
+    ledger.assert_handled_once(50);
+    assert_eq!(messages(&js_edge, "E_COPY").await, Some(50));
 }
