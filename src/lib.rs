@@ -145,8 +145,8 @@ pub mod __private {
     pub use ::std::boxed::Box;
     pub use topology_core::model::{
         AckMode, BatchDecl, BroadcastDecl, BucketDecl, ConsumerDecl, ConsumerKind, DeliverPolicy,
-        Delivery, Discard, KvBucketDef, ObjectStoreDef, Overflow, Placement, QueueDecl, Retention,
-        Storage, StreamDecl, StreamDef, StreamRef,
+        Delivery, Discard, KvBucketDef, ObjectStoreDef, Origin, Overflow, Placement, QueueDecl,
+        Retention, Storage, StreamDecl, StreamDef, StreamRef, SubjectTransform,
     };
     pub use topology_core::service::{
         EndpointDecl, Fanout, ServiceDecl, ServiceDef, SubscriptionDecl,
@@ -178,6 +178,7 @@ pub mod __private {
     pub use topology_runtime::{Relay, Runtime};
     // The rules that generated `const _` assertions call (the same functions the macros call
     // at expansion time and the runtime at start-up).
+    pub use topology_core::origin::delivers;
     pub use topology_core::rules::{allows_broadcast, dead_letter_loops};
     pub use topology_core::subject::covered_by;
 }

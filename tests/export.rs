@@ -41,6 +41,14 @@ struct Orders;
 #[stream(name = "EXPORT_JOBS", subjects = ["export.jobs.>"], retention = "workqueue", replicas = 1)]
 struct Jobs;
 
+/// A mirror of part of the orders (no subjects of its own), read whole by a queue consumer.
+#[stream(name = "EXPORT_ORDERS_COPY", mirror = { stream = Orders, filter = "export.orders.placed" })]
+struct OrdersCopy;
+
+/// The orders again, their subjects rewritten on the way in.
+#[stream(name = "EXPORT_LEDGER", sources = [{ stream = Orders, transform = "export.ledger.>" }])]
+struct Ledger;
+
 /// Owned by someone else: never exported as NATS JSON, present in the AsyncAPI document.
 #[stream(name = "EXPORT_MAIL", subjects = ["export.mail.>"], external)]
 struct Mail;
@@ -86,6 +94,12 @@ async fn run_job(job: String) -> Result<(), HandlerError> {
 
 #[queue_consumer(stream = Mail, group = "export-mailer", subject = "export.mail.send")]
 async fn send_mail(raw: Vec<u8>) -> Result<(), HandlerError> {
+    let _ = raw;
+    Ok(())
+}
+
+#[queue_consumer(stream = OrdersCopy, group = "export-copy")]
+async fn audit_copy(raw: Vec<u8>) -> Result<(), HandlerError> {
     let _ = raw;
     Ok(())
 }
@@ -212,6 +226,7 @@ fn export_asyncapi_is_valid_for_the_official_parser() {
         addresses,
         [
             "(null)",
+            "(null)",
             "export.audit.*",
             "export.cache.invalidate",
             "export.dead.billing",
@@ -241,6 +256,7 @@ fn export_asyncapi_is_valid_for_the_official_parser() {
     assert_eq!(
         queues,
         [
+            ("export.audit_copy".to_owned(), group("export-copy")),
             ("export.audit_member".to_owned(), group("auditors")),
             ("export.bill_order.1".to_owned(), group("export-billing")),
             ("export.bill_order.2".to_owned(), group("export-billing")),
@@ -254,7 +270,7 @@ fn export_asyncapi_is_valid_for_the_official_parser() {
     // The parser saw the same bindings.
     let mut parsed_queues: Vec<Value> = results[0]["queues"].as_array().unwrap().clone();
     parsed_queues.sort_by_key(|q| q.to_string());
-    assert_eq!(parsed_queues.iter().filter(|q| q.is_string()).count(), 6);
+    assert_eq!(parsed_queues.iter().filter(|q| q.is_string()).count(), 7);
     // The parser read the endpoint's reply and the service.
     let get = &results[0]["endpoint"];
     assert_eq!(get["id"], "export.get_member", "{}", results[0]);
@@ -319,6 +335,17 @@ fn export_asyncapi_is_valid_for_the_official_parser() {
         .unwrap();
     assert_eq!(mail["x-nats-stream"]["owned"], false);
     assert!(mail["x-nats-stream"].get("config").is_none());
+
+    // A handler reading a whole mirror: a channel for the mirror, which names its origin.
+    let copy = operations["export.audit_copy"]["channel"]["$ref"]
+        .as_str()
+        .unwrap()
+        .trim_start_matches("#/channels/");
+    assert_eq!(channels[copy]["x-nats-stream"]["mirror"], "EXPORT_ORDERS");
+    assert_eq!(
+        channels[copy]["x-nats-stream"]["config"]["mirror"]["filter_subject"],
+        "export.orders.placed"
+    );
 
     // Payload schemas: from schemars when the feature is on, else open.
     let payload = &placed["messages"]["export.bill_order.payload"]["payload"];
@@ -422,9 +449,12 @@ async fn export_nats_json_added_by_the_js_manager_equals_what_the_runtime_provis
         [
             "EXPORT_JOBS.export-worker.consumer.json",
             "EXPORT_JOBS.stream.json",
+            "EXPORT_LEDGER.stream.json",
             "EXPORT_MAIL.export-mailer.consumer.json",
             "EXPORT_ORDERS.export-billing.consumer.json",
             "EXPORT_ORDERS.stream.json",
+            "EXPORT_ORDERS_COPY.export-copy.consumer.json",
+            "EXPORT_ORDERS_COPY.stream.json",
         ]
     );
 
@@ -456,6 +486,10 @@ async fn export_nats_json_added_by_the_js_manager_equals_what_the_runtime_provis
             provisioned, added,
             "stream {name}: runtime vs exported file"
         );
+        if name == "EXPORT_LEDGER" {
+            let transform = &added["sources"][0]["subject_transforms"][0];
+            assert_eq!(transform["dest"], "export.ledger.>", "{added}");
+        }
         if name == "EXPORT_ORDERS" {
             assert_eq!(added["storage"], "memory", "{added}");
             assert_eq!(added["retention"], "interest", "{added}");

@@ -25,6 +25,7 @@ pub mod bucket;
 pub mod duration;
 pub mod model;
 pub mod names;
+pub mod origin;
 pub mod placement;
 pub mod priority;
 pub mod rules;

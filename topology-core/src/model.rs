@@ -8,6 +8,7 @@ use core::time::Duration;
 
 pub use crate::batch::BatchDecl;
 pub use crate::bucket::{BucketDecl, BucketKind, BucketShape, KvBucketDef, ObjectStoreDef};
+pub use crate::origin::{External, Origin, SubjectTransform};
 pub use crate::placement::Placement;
 pub use crate::priority::{Overflow, Priority};
 pub use crate::service::{EndpointDecl, Fanout, ServiceDecl, ServiceDef, SubscriptionDecl};
@@ -127,6 +128,13 @@ pub struct StreamDecl {
     /// Where the stream's replicas live: a cluster and/or server tags. Editable: a changed
     /// placement moves the stream.
     pub placement: Option<Placement>,
+    /// The stream this one mirrors (copies as it is; a mirror declares no subjects). Immutable
+    /// on the server: another origin is a new stream.
+    pub mirror: Option<Origin>,
+    /// The streams this one aggregates, besides its own subjects. Editable.
+    pub sources: &'static [Origin],
+    /// A rewrite of the subjects the stream stores.
+    pub subject_transform: Option<SubjectTransform>,
     /// Maximum messages kept per subject (a key-value bucket's history).
     pub max_msgs_per_subject: Option<i64>,
     /// The stream shape of a key-value bucket or object store (ADR-8, ADR-20): roll-ups
@@ -157,6 +165,9 @@ impl StreamDecl {
             duplicate_window: None,
             description: None,
             placement: None,
+            mirror: None,
+            sources: &[],
+            subject_transform: None,
             max_msgs_per_subject: None,
             bucket_shape: None,
             external: false,
@@ -231,6 +242,29 @@ impl StreamDecl {
     /// Sets where the stream's replicas live.
     pub const fn placement(mut self, placement: Placement) -> Self {
         self.placement = Some(placement);
+        self
+    }
+    /// A mirror of `origin`, named `name`: it declares no subjects, it holds the origin's.
+    pub const fn mirror_of(name: &'static str, origin: Origin) -> Self {
+        StreamDecl::new(name, &[]).mirror(origin)
+    }
+    /// A stream named `name` aggregating `sources`, with no subjects of its own.
+    pub const fn sourced(name: &'static str, sources: &'static [Origin]) -> Self {
+        StreamDecl::new(name, &[]).sources(sources)
+    }
+    /// Makes the stream a mirror of `origin`.
+    pub const fn mirror(mut self, origin: Origin) -> Self {
+        self.mirror = Some(origin);
+        self
+    }
+    /// Sets the streams this one aggregates.
+    pub const fn sources(mut self, sources: &'static [Origin]) -> Self {
+        self.sources = sources;
+        self
+    }
+    /// Sets the rewrite of the subjects the stream stores.
+    pub const fn subject_transform(mut self, transform: SubjectTransform) -> Self {
+        self.subject_transform = Some(transform);
         self
     }
     /// Marks the stream as owned elsewhere: verified, never created or changed.

@@ -27,8 +27,11 @@
 use core::time::Duration;
 
 use crate::duration;
-use crate::model::{ConsumerDecl, ConsumerKind, DeliverPolicy, Placement, Retention, StreamDecl};
+use crate::model::{
+    ConsumerDecl, ConsumerKind, DeliverPolicy, Origin, Placement, Retention, StreamDecl,
+};
 use crate::names::{self, NameError};
+use crate::origin;
 use crate::subject::{self, SubjectError};
 
 /// An inclusive range of integers a key accepts.
@@ -204,6 +207,19 @@ pub enum StreamError {
     /// A placement's cluster name or a tag is empty or has whitespace (see
     /// [`placement_name_ok`]).
     PlacementName,
+    /// A mirror that declares subjects: it holds its origin's.
+    MirrorWithSubjects,
+    /// Both a mirror and sources: a mirror copies one stream as it is.
+    MirrorAndSources,
+    /// The stream is its own mirror or one of its own sources.
+    NamesItself,
+    /// An origin's stream name is not a valid stream name.
+    OriginName,
+    /// An origin's `filter`, or a `transform` / `subject_transform` subject, is not a valid
+    /// subject filter, or a transform's destination is empty.
+    OriginSubject,
+    /// An origin with both `domain` and `api_prefix`: the domain is a shorthand for the prefix.
+    OriginDomainAndPrefix,
 }
 
 impl StreamError {
@@ -238,6 +254,24 @@ impl StreamError {
             StreamError::PlacementName => {
                 "a placement's cluster and tags must be non-empty and without whitespace; tags are matched as written in the servers' `server_tags` (case-insensitively)"
             }
+            StreamError::MirrorWithSubjects => {
+                "a mirror declares no subjects: it holds the messages of the stream it mirrors (narrow them with the mirror's `filter`); remove `subjects`"
+            }
+            StreamError::MirrorAndSources => {
+                "a stream is either a mirror (a copy of one stream) or has sources (an aggregate of several), not both; use `sources = [..]` to aggregate"
+            }
+            StreamError::NamesItself => {
+                "a stream cannot be its own mirror or source; name another stream (or the same name in another `domain`)"
+            }
+            StreamError::OriginName => {
+                "the stream mirrored or sourced must have a valid stream name (letters, digits, `-` and `_`)"
+            }
+            StreamError::OriginSubject => {
+                "a mirror's or source's `filter` and a `subject_transform`'s `src` must be valid subject filters, and a transform's destination must not be empty"
+            }
+            StreamError::OriginDomainAndPrefix => {
+                "give a mirror or source either `domain` (its API is `$JS.<domain>.API`) or `api_prefix`, not both"
+            }
             StreamError::ExternalWithSettings => {
                 "an external stream is never created or changed here, so it takes no settings but its name, subjects and retention"
             }
@@ -250,8 +284,17 @@ pub const fn check_stream(decl: &StreamDecl) -> Result<(), StreamError> {
     if let Err(error) = names::check_stream_name(decl.name) {
         return Err(StreamError::Name(error));
     }
-    if decl.subjects.is_empty() {
+    if decl.mirror.is_some() && !decl.sources.is_empty() {
+        return Err(StreamError::MirrorAndSources);
+    }
+    if decl.mirror.is_some() && !decl.subjects.is_empty() {
+        return Err(StreamError::MirrorWithSubjects);
+    }
+    if decl.subjects.is_empty() && decl.mirror.is_none() && decl.sources.is_empty() {
         return Err(StreamError::NoSubjects);
+    }
+    if let Err(error) = check_origins(decl) {
+        return Err(error);
     }
     let mut i = 0;
     while i < decl.subjects.len() {
@@ -263,7 +306,7 @@ pub const fn check_stream(decl: &StreamDecl) -> Result<(), StreamError> {
     if let Some((first, second)) = first_overlap(decl.subjects) {
         return Err(StreamError::SubjectsOverlap { first, second });
     }
-    if decl.external && has_settings(decl) {
+    if decl.external && (has_settings(decl) || !decl.sources.is_empty()) {
         return Err(StreamError::ExternalWithSettings);
     }
     if let Some(n) = decl.replicas
@@ -374,7 +417,56 @@ external_refuses!(
     duplicate_window,
     description,
     placement,
+    mirror,
+    subject_transform,
 );
+
+/// Checks a stream's mirror, sources and subject transform on their own: names and subjects
+/// valid, not the stream itself. (Loops through other streams are found at start-up.)
+pub const fn check_origins(decl: &StreamDecl) -> Result<(), StreamError> {
+    if origin::names_itself(decl) {
+        return Err(StreamError::NamesItself);
+    }
+    if let Some(mirror) = &decl.mirror
+        && let Err(error) = check_origin(mirror)
+    {
+        return Err(error);
+    }
+    let mut i = 0;
+    while i < decl.sources.len() {
+        if let Err(error) = check_origin(&decl.sources[i]) {
+            return Err(error);
+        }
+        i += 1;
+    }
+    if let Some(transform) = decl.subject_transform
+        && (subject::check_filter(transform.src).is_err() || transform.dest.is_empty())
+    {
+        return Err(StreamError::OriginSubject);
+    }
+    Ok(())
+}
+
+/// Checks one mirror or source.
+pub const fn check_origin(origin: &Origin) -> Result<(), StreamError> {
+    if names::check_stream_name(origin.name()).is_err() {
+        return Err(StreamError::OriginName);
+    }
+    if let Some(filter) = origin.filter
+        && subject::check_filter(filter).is_err()
+    {
+        return Err(StreamError::OriginSubject);
+    }
+    if let Some(dest) = origin.transform
+        && dest.is_empty()
+    {
+        return Err(StreamError::OriginSubject);
+    }
+    if origin.domain.is_some() && origin.api_prefix.is_some() {
+        return Err(StreamError::OriginDomainAndPrefix);
+    }
+    Ok(())
+}
 
 /// Why a consumer declaration is invalid (on its own, whatever its stream).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -603,9 +695,19 @@ pub const fn check_consumer_on_stream(
     consumer: &ConsumerDecl,
     stream: &StreamDecl,
 ) -> Result<(), FitError> {
+    check_consumer_among(consumer, stream, &[])
+}
+
+/// [`check_consumer_on_stream`], where the origins of a mirror or of sources named by string
+/// are looked up in `declared` (see [`origin::delivers`]).
+pub const fn check_consumer_among(
+    consumer: &ConsumerDecl,
+    stream: &StreamDecl,
+    declared: &[&StreamDecl],
+) -> Result<(), FitError> {
     let mut i = 0;
     while i < consumer.subjects.len() {
-        if !subject::covered_by(consumer.subjects[i], stream.subjects) {
+        if !origin::delivers(consumer.subjects[i], stream, declared) {
             return Err(FitError::SubjectNotCovered { index: i });
         }
         i += 1;
@@ -724,6 +826,43 @@ mod tests {
                 StreamError::Name(NameError::Dot),
             ),
             (StreamDecl::new("A", &[]), StreamError::NoSubjects),
+            (
+                StreamDecl::new("A", &["a"]).mirror(Origin::named("B")),
+                StreamError::MirrorWithSubjects,
+            ),
+            (
+                StreamDecl::mirror_of("A", Origin::named("B"))
+                    .sources(const { &[Origin::named("C")] }),
+                StreamError::MirrorAndSources,
+            ),
+            (
+                StreamDecl::mirror_of("A", Origin::named("A")),
+                StreamError::NamesItself,
+            ),
+            (
+                StreamDecl::sourced("A", const { &[Origin::named("B.C")] }),
+                StreamError::OriginName,
+            ),
+            (
+                StreamDecl::mirror_of("A", Origin::named("B").filter("b..c")),
+                StreamError::OriginSubject,
+            ),
+            (
+                StreamDecl::mirror_of("A", Origin::named("B").domain("d").api_prefix("$JS.d.API")),
+                StreamError::OriginDomainAndPrefix,
+            ),
+            (
+                StreamDecl::new("A", &["a"])
+                    .external()
+                    .mirror(Origin::named("B")),
+                StreamError::MirrorWithSubjects,
+            ),
+            (
+                StreamDecl::new("A", &["a"])
+                    .external()
+                    .sources(const { &[Origin::named("B")] }),
+                StreamError::ExternalWithSettings,
+            ),
             (
                 StreamDecl::new("A", &["a", "b..c"]),
                 StreamError::Subject {

@@ -101,6 +101,15 @@ impl Args {
                         });
                         return Ok(());
                     }
+                    if meta.input.peek(syn::token::Bracket) && holds_block(meta.input) {
+                        // `[A, { stream = B, .. }]`: a list with blocks, read by its key.
+                        let group: Group = meta.input.parse()?;
+                        parsed = Some(Arg {
+                            key,
+                            value: Value::Parens(group),
+                        });
+                        return Ok(());
+                    }
                     let expr: Expr = meta.input.parse()?;
                     if !meta.input.is_empty() {
                         // Keep what parsed; the rest is a missing comma or stray tokens.
@@ -219,6 +228,15 @@ impl Args {
             cx.error_at(proc_macro2::Span::call_site(), message);
         }
     }
+}
+
+/// Whether the `[..]` next in `input` has a `{ .. }` block among its elements.
+fn holds_block(input: syn::parse::ParseStream) -> bool {
+    input.fork().parse::<Group>().is_ok_and(|group| {
+        group.stream().into_iter().any(|tree| {
+            matches!(&tree, TokenTree::Group(g) if g.delimiter() == proc_macro2::Delimiter::Brace)
+        })
+    })
 }
 
 /// The message for an unknown key, and the key it is probably a typo of.

@@ -24,7 +24,7 @@ pub(crate) fn stream(attr: TokenStream, item: TokenStream) -> TokenStream {
     let args = Args::parse(&STREAM_SPEC, attr, &mut cx);
     let target = item::unit_struct(("stream", "stream", "Orders"), &item, &mut cx);
     let attrs = StreamAttrs::parse(&args, &mut cx);
-    validate::stream(&attrs, &mut cx);
+    validate::stream(&attrs, target.as_ref().map(|t| &t.ident), &mut cx);
 
     let Some(target) = target else {
         return emit::with_errors(item, cx, STREAM_SPEC.attr);

@@ -76,6 +76,13 @@ use proc_macro::TokenStream;
 /// // Owned by another service: never created or changed here, only verified.
 /// #[stream(name = "EMAIL", subjects = ["email.>"], external, retention = "workqueue")]
 /// pub struct Email;
+///
+/// // A copy of part of another stream, and an aggregate of two: no subjects of their own.
+/// #[stream(name = "DAEMON_SYNC_DONE", mirror = { stream = DaemonSync, filter = "daemon.sync.complete" })]
+/// pub struct DaemonSyncDone;
+///
+/// #[stream(name = "AUDIT", sources = [DaemonSync, { stream = "BILLING", transform = "audit.billing.>" }])]
+/// pub struct Audit;
 /// # fn main() {}
 /// ```
 ///
@@ -84,7 +91,7 @@ use proc_macro::TokenStream;
 /// | key | value | meaning |
 /// |-----|-------|---------|
 /// | `name` | string, **required** | The stream's name on the server: no whitespace, `.`, `*`, `>`, `/`, `\` or control characters, at most 255 bytes. `name = "ORDERS"` |
-/// | `subjects` | list of strings, **required** | The subjects the stream captures (at least one; wildcards allowed; they cannot overlap each other). `subjects = ["orders.>"]` |
+/// | `subjects` | list of strings, **required** unless `mirror` or `sources` | The subjects the stream captures (at least one; wildcards allowed; they cannot overlap each other). `subjects = ["orders.>"]` |
 /// | `replicas` | integer 1..=5 | Copies kept in a cluster. `replicas = 3` |
 /// | `storage` | `"file"` \| `"memory"` | Where messages are kept (server default: file). |
 /// | `retention` | `"limits"` \| `"interest"` \| `"workqueue"` | When messages are removed (server default: limits). A `"workqueue"` stream takes no `#[broadcast]`. |
@@ -96,6 +103,9 @@ use proc_macro::TokenStream;
 /// | `duplicate_window` | duration, not zero, at most `max_age` | Window in which a repeated `Nats-Msg-Id` is a duplicate. `duplicate_window = "2m"` |
 /// | `description` | string, at most 4096 bytes | Stored on the server. |
 /// | `placement` | `{ cluster = "..", tags = [..] }`, either or both | Where the replicas live: in that cluster of a supercluster, on servers carrying every tag (their `server_tags`). Editable: a changed placement moves the stream, and `plan` says so. `placement = { cluster = "east", tags = ["ssd"] }` |
+/// | `mirror` | a `#[stream]` type, a stream's name, or `{ stream = .., filter = "..", transform = "..", domain = "..", api_prefix = ".." }` | A copy of that stream: the stream declares no `subjects` and no `sources`. `filter` takes part of it, `transform` rewrites the subjects taken, `domain` (or `api_prefix`, not both) reaches a stream of another JetStream. Fixed on the server: another origin is a conflict. `mirror = { stream = Orders, filter = "orders.eu.>" }` |
+/// | `sources` | list of what `mirror` takes | Streams aggregated into this one, besides its own `subjects`. Editable. `sources = [Orders, "BILLING"]` |
+/// | `subject_transform` | `{ src = "..", dest = ".." }` | Stores the messages captured on `src` under `dest` (nats-server 2.10+). `subject_transform = { src = "in.>", dest = "events.>" }` |
 /// | `external` | flag | Owned elsewhere: never created or changed, only verified. Takes no settings but `name`, `subjects` and `retention` (declare the retention to get the work-queue checks). |
 /// | `crate` | path | Where the facade is, when not at `::nats_topology` (a renamed dependency or a re-export): `crate = my_alias`. |
 ///
@@ -103,7 +113,8 @@ use proc_macro::TokenStream;
 ///
 /// Every mistake of the attribute is reported, each at its token: a missing or invalid key, a
 /// key given twice, an unknown key (with the expected keys and the nearest one), a value of the
-/// wrong kind or out of range, settings on an `external` stream, and anything but a unit struct
+/// wrong kind or out of range, settings on an `external` stream, a mirror with `subjects` or
+/// `sources`, a stream that is its own mirror or source, and anything but a unit struct
 /// without generics.
 #[proc_macro_attribute]
 pub fn stream(attr: TokenStream, item: TokenStream) -> TokenStream {

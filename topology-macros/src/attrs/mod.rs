@@ -10,6 +10,7 @@
 
 pub(crate) mod bucket;
 pub(crate) mod consumer;
+pub(crate) mod origin;
 pub(crate) mod service;
 pub(crate) mod stream;
 
@@ -17,5 +18,6 @@ pub(crate) use bucket::BucketAttrs;
 pub(crate) use consumer::{
     BroadcastAttrs, ConsumerAttrs, Filters, PolicyName, PriorityAttrs, QueueAttrs,
 };
+pub(crate) use origin::OriginAttrs;
 pub(crate) use service::{EndpointAttrs, ServiceAttrs, SubscriptionAttrs};
 pub(crate) use stream::{PlacementAttrs, StreamAttrs};

@@ -4,6 +4,7 @@ use syn::{Ident, LitStr};
 use topology_core::model::{Discard, Retention, Storage};
 use topology_core::rules::{MAX_BYTES, MAX_MSG_SIZE, MAX_MSGS, REPLICAS};
 
+use super::origin::{self, OriginAttrs, TransformAttrs};
 use crate::args::{Args, Spec};
 use crate::ctxt::Ctxt;
 use crate::value::{Dur, Int, Krate, StrList};
@@ -24,6 +25,9 @@ pub(crate) static SPEC: Spec = Spec {
         "duplicate_window",
         "description",
         "placement",
+        "mirror",
+        "sources",
+        "subject_transform",
         "external",
         "crate",
     ],
@@ -79,6 +83,10 @@ pub(crate) struct StreamAttrs {
     pub duplicate_window: Option<Dur>,
     pub description: Option<LitStr>,
     pub placement: Option<PlacementAttrs>,
+    pub mirror: Option<OriginAttrs>,
+    /// The sources, and the list's brackets.
+    pub sources: Option<(Vec<OriginAttrs>, proc_macro2::Span)>,
+    pub subject_transform: Option<TransformAttrs>,
     pub external: bool,
     /// Every key given, as written, whatever its value: the keys an external stream cannot
     /// take are refused even when their value is wrong too.
@@ -96,11 +104,13 @@ impl StreamAttrs {
         );
         let subjects_key = args.key("subjects", "subjects = [\"orders.>\"]");
         let subjects = subjects_key.strings(cx);
-        args.require(
-            "subjects",
-            "`#[stream]` needs `subjects = [\"...\"]`: the subjects the stream captures, as in `subjects = [\"orders.>\"]`",
-            cx,
-        );
+        if args.get("mirror").is_none() && args.get("sources").is_none() {
+            args.require(
+                "subjects",
+                "`#[stream]` needs `subjects = [\"...\"]`: the subjects the stream captures, as in `subjects = [\"orders.>\"]` (or `mirror = ..` / `sources = [..]` for a stream that takes its messages from others)",
+                cx,
+            );
+        }
         StreamAttrs {
             krate,
             name,
@@ -161,6 +171,27 @@ impl StreamAttrs {
                     speaks: group.stream().is_empty() || !block.given().is_empty(),
                     block: group,
                 }),
+            mirror: origin::mirror(
+                &args.key(
+                    "mirror",
+                    "mirror = Orders` or `mirror = { stream = Orders, filter = \"orders.eu.>\" }",
+                ),
+                cx,
+            ),
+            sources: origin::sources(
+                &args.key(
+                    "sources",
+                    "sources = [Orders, { stream = \"BILLING\", filter = \"billing.>\" }]",
+                ),
+                cx,
+            ),
+            subject_transform: origin::transform(
+                &args.key(
+                    "subject_transform",
+                    "subject_transform = { src = \"in.>\", dest = \"events.>\" }",
+                ),
+                cx,
+            ),
             given: args.given(),
         }
     }

@@ -174,12 +174,12 @@ fn consumer(
             };
             for lit in subjects {
                 let message = format!(
-                    "`#[{attr}]` filter {:?} is not covered by the subjects of stream `{stream_text}`, so it would never receive a message; add a subject that covers it to the stream's `subjects`, or change the filter",
+                    "`#[{attr}]` filter {:?} is not covered by the subjects of stream `{stream_text}` (for a mirror or a stream with sources: by the subjects of the streams it takes from, within their `filter`), so it would never receive a message; add a subject that covers it to the stream's `subjects` (for a mirror or sources: to the origin's, or widen their `filter`), or change the filter",
                     lit.value()
                 );
                 checks.extend(assertion(
                     lit.span(),
-                    quote!(__nats_topology::covered_by(#lit, __NATS_TOPOLOGY_STREAM.subjects)),
+                    quote!(__nats_topology::delivers(#lit, __NATS_TOPOLOGY_STREAM, &[])),
                     &message,
                 ));
             }

@@ -5,13 +5,21 @@ use quote::{quote, quote_spanned};
 use syn::Ident;
 
 use super::{call, duration, krate, variant};
-use crate::attrs::StreamAttrs;
-use crate::value::{Int, Krate};
+use syn::spanned::Spanned;
 
-/// The struct's `StreamDef` impl and registration; `None` without a name, subjects or a
-/// `crate` path (which validation reported).
+use crate::attrs::{OriginAttrs, StreamAttrs};
+use crate::value::{Int, Krate, PathOrString};
+
+/// The struct's `StreamDef` impl and registration; `None` without a name, subjects (unless a
+/// mirror or sources give the stream its messages) or a `crate` path (which validation
+/// reported).
 pub(crate) fn stream(ident: &Ident, attrs: &StreamAttrs) -> Option<TokenStream> {
-    let (name, subjects) = (attrs.name.as_ref()?, &attrs.subjects.as_ref()?.lits);
+    let name = attrs.name.as_ref()?;
+    let subjects = match &attrs.subjects {
+        Some(subjects) => subjects.lits.as_slice(),
+        None if attrs.mirror.is_some() || attrs.sources.is_some() => &[],
+        None => return None,
+    };
     let krate = krate(&attrs.krate)?;
     let builders = builders(attrs);
     Some(quote! {
@@ -47,7 +55,7 @@ pub(crate) fn stream_fallback(ident: &Ident, krate: &Krate) -> Option<TokenStrea
 }
 
 /// `.setting(value)` calls, in `StreamDecl`'s field order.
-fn builders(attrs: &StreamAttrs) -> [Option<TokenStream>; 13] {
+fn builders(attrs: &StreamAttrs) -> [Option<TokenStream>; 16] {
     let number = |n: Option<Int>| n.map(|n| n.value);
     [
         attrs.replicas.map(|n| {
@@ -77,8 +85,46 @@ fn builders(attrs: &StreamAttrs) -> [Option<TokenStream>; 13] {
             let tags = p.tags.iter().flat_map(|t| &t.lits);
             quote!(.placement(__nats_topology::Placement { cluster: #cluster, tags: &[#(#tags),*] }))
         }),
+        attrs.mirror.as_ref().map(|mirror| {
+            let origin = origin(mirror);
+            quote!(.mirror(#origin))
+        }),
+        attrs.sources.as_ref().map(|(sources, _)| {
+            let origins = sources.iter().map(origin);
+            quote!(.sources(const { &[#(#origins),*] }))
+        }),
+        attrs.subject_transform.as_ref().and_then(|t| {
+            let (src, dest) = (t.src.as_ref()?, t.dest.as_ref()?);
+            Some(quote!(.subject_transform(__nats_topology::SubjectTransform::new(#src, #dest))))
+        }),
         attrs.external.then(|| quote!(.external())),
         // The declaring crate's version, stamped on the server (expanded in the user's crate).
         Some(quote!(.version(::core::env!("CARGO_PKG_VERSION")))),
     ]
+}
+
+/// An `Origin` value: `Origin::of(&<Path as StreamDef>::DECL)` (spanned at the path, so that
+/// "is not a stream" points at it) or `Origin::named("..")`, with what is taken from it.
+fn origin(attrs: &OriginAttrs) -> TokenStream {
+    let mut tokens = match &attrs.stream {
+        Some(PathOrString::Path(path)) => quote_spanned! {path.span()=>
+            __nats_topology::Origin::of(&<#path as __nats_topology::StreamDef>::DECL)
+        },
+        Some(PathOrString::String(name)) => quote!(__nats_topology::Origin::named(#name)),
+        // Reported; the build fails anyway.
+        None => quote!(__nats_topology::Origin::named("")),
+    };
+    let options = [
+        ("filter", &attrs.filter),
+        ("transform", &attrs.transform),
+        ("domain", &attrs.domain),
+        ("api_prefix", &attrs.api_prefix),
+    ];
+    for (method, value) in options {
+        if let Some(value) = value {
+            let method = syn::Ident::new(method, proc_macro2::Span::call_site());
+            tokens.extend(quote!(.#method(#value)));
+        }
+    }
+    tokens
 }

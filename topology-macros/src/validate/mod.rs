@@ -7,6 +7,7 @@
 
 mod batch;
 mod bucket;
+mod origin;
 mod service;
 
 pub(crate) use batch::batch;
@@ -28,7 +29,8 @@ use topology_core::priority::{MIN_PINNED_TTL, PriorityError};
 
 /// The rules of `#[stream]`: the name, the subjects, no settings on an external stream, the
 /// duplicate window within `max_age`, the description's length.
-pub(crate) fn stream(attrs: &StreamAttrs, cx: &mut Ctxt) {
+pub(crate) fn stream(attrs: &StreamAttrs, ident: Option<&syn::Ident>, cx: &mut Ctxt) {
+    origin::origins(attrs, ident, cx);
     let msg = |key: &str, what: String| key_msg("stream", key, what);
     if let Some(name) = &attrs.name {
         valid_name("stream", "name", name, STREAM, cx);
@@ -55,7 +57,7 @@ pub(crate) fn stream(attrs: &StreamAttrs, cx: &mut Ctxt) {
     }
     if attrs.external {
         for (key, token) in &attrs.given {
-            if EXTERNAL_REFUSED_KEYS.contains(key) {
+            if EXTERNAL_REFUSED_KEYS.contains(key) || *key == "sources" {
                 cx.error_spanned_by(
                     token,
                     format!(

@@ -6,8 +6,8 @@ use std::time::Duration;
 use async_nats::jetstream::{consumer, stream};
 
 use topology_core::model::{
-    ConsumerDecl, ConsumerKind, DeliverPolicy, Delivery, Discard, Priority, QueueDecl, Retention,
-    Storage, StreamDecl,
+    ConsumerDecl, ConsumerKind, DeliverPolicy, Delivery, Discard, External, Origin, Priority,
+    QueueDecl, Retention, Storage, StreamDecl,
 };
 
 /// The stream configuration a declaration creates.
@@ -66,6 +66,18 @@ pub(crate) fn apply_stream_decl(decl: &StreamDecl, config: &mut stream::Config) 
             tags: placement.tags.iter().map(|t| (*t).to_owned()).collect(),
         });
     }
+    if let Some(origin) = &decl.mirror {
+        config.mirror = Some(source_config(origin));
+    }
+    if !decl.sources.is_empty() {
+        config.sources = Some(decl.sources.iter().map(source_config).collect());
+    }
+    if let Some(transform) = decl.subject_transform {
+        config.subject_transform = Some(stream::SubjectTransform {
+            source: transform.src.to_owned(),
+            destination: transform.dest.to_owned(),
+        });
+    }
     if let Some(max) = decl.max_msgs_per_subject {
         config.max_messages_per_subject = max;
     }
@@ -73,6 +85,35 @@ pub(crate) fn apply_stream_decl(decl: &StreamDecl, config: &mut stream::Config) 
         config.allow_rollup = shape.allow_rollup;
         config.deny_delete = shape.deny_delete;
         config.allow_direct = shape.allow_direct;
+    }
+}
+
+/// The server's form of a mirror or source: a `filter` alone is a filter subject; with a
+/// `transform` both go into one subject transform (the server refuses a filter subject beside
+/// transforms); a domain is the API prefix `$JS.<domain>.API`, as async-nats writes it.
+pub(crate) fn source_config(origin: &Origin) -> stream::Source {
+    let (filter_subject, subject_transforms) = match (origin.filter, origin.transform) {
+        (filter, None) => (filter.map(str::to_owned), Vec::new()),
+        (filter, Some(dest)) => (
+            None,
+            vec![stream::SubjectTransform {
+                source: filter.unwrap_or(">").to_owned(),
+                destination: dest.to_owned(),
+            }],
+        ),
+    };
+    stream::Source {
+        name: origin.name().to_owned(),
+        filter_subject,
+        subject_transforms,
+        external: origin.external().map(|external| stream::External {
+            api_prefix: match external {
+                External::Prefix(prefix) => prefix.to_owned(),
+                External::Domain(domain) => format!("$JS.{domain}.API"),
+            },
+            delivery_prefix: None,
+        }),
+        ..Default::default()
     }
 }
 

@@ -31,6 +31,7 @@ mod error;
 mod instance;
 mod leader;
 mod migrate;
+mod origins;
 mod priority;
 pub(crate) mod reconcile;
 mod stream;

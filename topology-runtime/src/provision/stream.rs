@@ -32,6 +32,8 @@ impl Provisioner {
     }
 
     async fn ensure_owned_stream(&self, decl: &StreamDecl) -> Result<stream::Info, Failure> {
+        self.check_transforms_supported(decl)?;
+        self.origins_exist(decl).await?;
         let config = stamped_stream_config(decl, self.version.as_deref());
         let stamp = self.stream_stamp(decl);
         let created = self
@@ -169,6 +171,53 @@ impl Provisioner {
             }
             Err(e) => Err(rejected("reading the stream", name, None, e).into()),
         }
+    }
+
+    /// The streams a mirror or sources name by string in this JetStream exist (the server would
+    /// accept the stream and copy nothing): else the stream waits, not ready, as for an
+    /// external stream. A declared origin (`Origin::of`) is created by its declaration.
+    async fn origins_exist(&self, decl: &StreamDecl) -> Result<(), Failure> {
+        let named = decl.mirror.iter().chain(decl.sources).filter(|origin| {
+            origin.is_local() && matches!(origin.stream, topology_core::model::StreamRef::Named(_))
+        });
+        for origin in named {
+            match self
+                .client
+                .request_empty::<stream::Info>(format!("STREAM.INFO.{}", origin.name()))
+                .await
+            {
+                Ok(_) => {}
+                Err(e) if e.code() == Some(ErrorCode::STREAM_NOT_FOUND) => {
+                    let role = if decl.mirror.is_some() {
+                        "mirrors"
+                    } else {
+                        "sources from"
+                    };
+                    let why = format!(
+                        "the stream `{}` it {role} does not exist; declare it, or deploy the \
+                         service that owns it (this stream waits, not ready, until it exists)",
+                        origin.name()
+                    );
+                    return Err(ProvisionError::new(
+                        ProvisionErrorKind::ExternalNotReady,
+                        decl.name,
+                        why,
+                    )
+                    .into());
+                }
+                Err(e) if e.is_transient() => return Err(Failure::Transient(e)),
+                Err(e) => {
+                    return Err(rejected(
+                        "reading a mirrored or sourced stream",
+                        decl.name,
+                        None,
+                        e,
+                    )
+                    .into());
+                }
+            }
+        }
+        Ok(())
     }
 
     async fn verify_external(

@@ -14,6 +14,7 @@
 
 mod buckets;
 mod index;
+mod origins;
 mod services;
 
 use std::collections::BTreeMap;
@@ -110,15 +111,16 @@ pub fn validate(topology: &Topology) -> Result<(), ValidationError> {
     }
     buckets::check(topology, &mut problems);
     check_owned_overlaps(&streams, &mut problems);
+    origins::check_loops(&streams, &mut problems);
+    let declared: Vec<&StreamDecl> = streams.values().copied().collect();
     for consumers in by_stream(topology) {
         let stream = streams.get(consumers[0].decl.stream.name());
         for consumer in consumers {
-            check_consumer(&consumer.decl, stream.copied(), &mut problems);
+            check_consumer(&consumer.decl, stream.copied(), &declared, &mut problems);
         }
     }
     check_groups(topology, &mut problems);
     check_work_queues(topology, &streams, &mut problems);
-    let declared: Vec<&StreamDecl> = streams.values().copied().collect();
     services::check(topology, &declared, &mut problems);
     if problems.0.is_empty() {
         Ok(())
@@ -137,7 +139,12 @@ fn by_stream(topology: &Topology) -> impl Iterator<Item = &[Consumer]> {
 }
 
 /// One consumer's own rules, and how it fits its stream (`None`: not declared).
-fn check_consumer(decl: &ConsumerDecl, stream: Option<&StreamDecl>, problems: &mut Problems) {
+fn check_consumer(
+    decl: &ConsumerDecl,
+    stream: Option<&StreamDecl>,
+    declared: &[&StreamDecl],
+    problems: &mut Problems,
+) {
     if let Err(e) = rules::check_consumer(decl) {
         problems.push(consumer_at(decl), e.message());
     }
@@ -153,8 +160,18 @@ fn check_consumer(decl: &ConsumerDecl, stream: Option<&StreamDecl>, problems: &m
         );
         return;
     };
-    match rules::check_consumer_on_stream(decl, stream) {
+    match rules::check_consumer_among(decl, stream, declared) {
         Ok(()) => {}
+        Err(rules::FitError::SubjectNotCovered { index }) if stream.subjects.is_empty() => problems
+            .push(
+                consumer_at(decl),
+                format!(
+                    "subject `{}` is not among the messages the stream holds (those of its \
+                     mirror's or sources' streams, within their `filter`), so it would never \
+                     receive a message; change the consumer's subject, or the filter",
+                    decl.subjects[index]
+                ),
+            ),
         Err(rules::FitError::SubjectNotCovered { index }) => problems.push(
             consumer_at(decl),
             format!(

@@ -87,7 +87,10 @@ pub(super) const NATS_BINDING_VERSION: &str = "0.1.0";
 ///
 /// - a channel per declared subject (the subjects of streams, consumer filters and dead-letter
 ///   subjects), its address the NATS subject (wildcards as written), the stream that captures
-///   it as the `x-nats-stream` extension (with the stream's configuration when it is owned);
+///   it as the `x-nats-stream` extension (with the stream's configuration when it is owned,
+///   and the names of its `mirror` or `sources`); a handler reading the whole of a mirror or
+///   of a stream with sources only gets a channel for that stream, saying where its messages
+///   come from;
 /// - a `receive` operation per handler (one per subject it reads, when it reads several), with
 ///   the `nats` operation binding's `queue` set to the group of a queue consumer, and the
 ///   consumer's kind, group and configuration as the `x-nats-consumer` extension;
@@ -132,6 +135,8 @@ pub fn asyncapi(topology: &Topology, info: &ApiInfo) -> AsyncApi {
         let declared = topology.find_stream(stream);
         // What the handler reads: its filters, else the whole stream.
         let subjects: Vec<Option<&str>> = match (decl.subjects, declared) {
+            // A mirror, or a stream with sources only: its subjects are its origins'.
+            ([], Some(s)) if s.subjects.is_empty() => vec![None],
             ([], Some(s)) => s.subjects.iter().map(|s| Some(*s)).collect(),
             // A stream declared elsewhere: its subjects are not known here.
             ([], None) => vec![None],
@@ -277,10 +282,12 @@ impl Document {
             channel["x-nats-stream"] = stream_extension(stream, topology.find_stream(stream));
         }
         if subject.is_none() {
-            channel["description"] = json!(format!(
-                "Every subject of stream `{}` (declared elsewhere).",
-                stream.unwrap_or("unknown")
-            ));
+            let name = stream.unwrap_or("unknown");
+            let taken = stream.and_then(|s| topology.find_stream(s)).map(taken_from);
+            channel["description"] = json!(match taken.filter(|t| !t.is_empty()) {
+                Some(taken) => format!("Every message of stream `{name}`: {taken}."),
+                None => format!("Every subject of stream `{name}` (declared elsewhere)."),
+            });
         }
         self.channels.insert(id.clone(), channel);
         self.addresses.insert(id.clone(), key);
@@ -290,12 +297,39 @@ impl Document {
 
 fn stream_extension(name: &str, decl: Option<&StreamDecl>) -> Value {
     match decl {
-        Some(decl) if !decl.external => json!({
-            "name": name,
-            "owned": true,
-            "config": to_value(&stamped_stream_config(decl, None)),
-        }),
+        Some(decl) if !decl.external => {
+            let mut extension = json!({
+                "name": name,
+                "owned": true,
+                "config": to_value(&stamped_stream_config(decl, None)),
+            });
+            // Where its messages come from, also in `config` (`mirror`, `sources`), named here
+            // for a reader.
+            if let Some(mirror) = &decl.mirror {
+                extension["mirror"] = json!(mirror.name());
+            }
+            if !decl.sources.is_empty() {
+                let names: Vec<&str> = decl.sources.iter().map(|s| s.name()).collect();
+                extension["sources"] = json!(names);
+            }
+            extension
+        }
         _ => json!({ "name": name, "owned": false }),
+    }
+}
+
+/// "a mirror of `A`" or "sourced from `A`, `B`" (empty for a stream that takes from none).
+fn taken_from(decl: &StreamDecl) -> String {
+    let names = |origins: &mut dyn Iterator<Item = &topology_core::model::Origin>| {
+        origins
+            .map(|o| format!("`{}`", o.name()))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    match &decl.mirror {
+        Some(mirror) => format!("a mirror of {}", names(&mut std::iter::once(mirror))),
+        None if decl.sources.is_empty() => String::new(),
+        None => format!("sourced from {}", names(&mut decl.sources.iter())),
     }
 }
 
