@@ -111,7 +111,8 @@ pub mod cli;
 pub mod http;
 
 pub use topology_macros::{
-    broadcast, endpoint, kv_bucket, object_store, queue_consumer, service, stream, subscription,
+    broadcast, endpoint, kv_bucket, kv_watch, object_store, queue_consumer, service, stream,
+    subscription,
 };
 
 pub use topology_runtime::connect::{
@@ -146,12 +147,15 @@ pub mod __private {
     pub use topology_core::model::{
         AckMode, BroadcastDecl, BucketDecl, ConsumerDecl, ConsumerKind, DeliverPolicy, Delivery,
         Discard, KvBucketDef, ObjectStoreDef, Overflow, Placement, QueueDecl, Retention, Storage,
-        StreamDecl, StreamDef, StreamRef,
+        StreamDecl, StreamDef, StreamRef, WatchDecl, WatchFrom,
     };
     pub use topology_core::service::{
         EndpointDecl, Fanout, ServiceDecl, ServiceDef, SubscriptionDecl,
     };
-    pub use topology_runtime::bucket::{Bytes, JetStreamSource, Kv, ObjectStore};
+    pub use topology_runtime::bucket::{
+        Bytes, JetStreamSource, JsonValue, Kv, KvBucketValue, ObjectStore, RawValue,
+        decode_kv_entry,
+    };
     pub use topology_runtime::export::{
         PayloadSchema, PayloadSchemaRegistration, ReplySchemaRegistration, SchemaFallback,
         SchemaProbe, SchemaSpecialized,
@@ -163,7 +167,7 @@ pub mod __private {
     pub use topology_runtime::handler::{HandlerError, HandlerFuture, Incoming};
     pub use topology_runtime::registry::{
         BucketRegistration, ConsumerRegistration, EndpointRegistration, ServiceRegistration,
-        StreamRegistration, SubscriptionRegistration,
+        StreamRegistration, SubscriptionRegistration, WatchRegistration,
     };
     pub use topology_runtime::service::glue::{
         EndpointContext, EndpointReturn, IntoServiceError, RawReply, ReplyBody, RequestStateArg,

@@ -7,9 +7,11 @@
 
 mod bucket;
 mod service;
+mod watch;
 
 pub(crate) use bucket::bucket;
 pub(crate) use service::{endpoint, service, subscription};
+pub(crate) use watch::watch;
 
 use syn::LitStr;
 use topology_core::names::{self, NameError};

@@ -1,5 +1,5 @@
 //! The declarations that `#[stream]`, `#[queue_consumer]`, `#[broadcast]`, `#[kv_bucket]`,
-//! `#[object_store]`, `#[service]`, `#[endpoint]` and `#[subscription]` register through `inventory`, read once into a sorted,
+//! `#[kv_watch]`, `#[object_store]`, `#[service]`, `#[endpoint]` and `#[subscription]` register through `inventory`, read once into a sorted,
 //! deterministic [`Topology`].
 
 mod handlers;
@@ -18,6 +18,7 @@ use ordered::{Keyed, Ordered};
 use topology_core::bucket::BucketDecl;
 use topology_core::model::{ConsumerDecl, StreamDecl};
 use topology_core::service::{EndpointDecl, ServiceDecl, SubscriptionDecl};
+use topology_core::watch::WatchDecl;
 
 /// A stream registered by `#[stream]`.
 #[doc(hidden)]
@@ -35,6 +36,15 @@ pub struct BucketRegistration {
 #[doc(hidden)]
 pub struct ConsumerRegistration {
     pub decl: &'static ConsumerDecl,
+    pub handler: HandlerFn,
+    /// The application state the handler's `State<T>` arguments need.
+    pub states: &'static [StateKey],
+}
+
+/// A watch registered by `#[kv_watch]`.
+#[doc(hidden)]
+pub struct WatchRegistration {
+    pub decl: &'static WatchDecl,
     pub handler: HandlerFn,
     /// The application state the handler's `State<T>` arguments need.
     pub states: &'static [StateKey],
@@ -67,6 +77,7 @@ pub struct SubscriptionRegistration {
 inventory::collect!(StreamRegistration);
 inventory::collect!(BucketRegistration);
 inventory::collect!(ConsumerRegistration);
+inventory::collect!(WatchRegistration);
 inventory::collect!(ServiceRegistration);
 inventory::collect!(EndpointRegistration);
 inventory::collect!(SubscriptionRegistration);
@@ -199,6 +210,10 @@ impl Topology {
             let handler = registration.handler;
             topology.add_consumer(*registration.decl, Arc::new(handler), registration.states);
         }
+        for registration in inventory::iter::<WatchRegistration> {
+            let handler = registration.handler;
+            topology.add_watch(*registration.decl, Arc::new(handler), registration.states);
+        }
         for registration in inventory::iter::<ServiceRegistration> {
             topology.add_service(*registration.decl);
         }
@@ -244,6 +259,34 @@ impl Topology {
         F: Fn(Incoming) -> HandlerFuture + Send + Sync + 'static,
     {
         self.add_consumer(decl, Arc::new(handler), &[]);
+        self
+    }
+
+    /// Adds a watch of a key-value bucket (and the bucket) with its handler: a relay on the
+    /// bucket's stream, run by every instance, that hands each change of the watched keys to
+    /// the handler in revision order (see `#[kv_watch]`).
+    ///
+    /// ```
+    /// use nats_topology::{HandlerError, Topology};
+    /// use nats_topology::model::{BucketDecl, WatchDecl};
+    ///
+    /// static FLAGS: BucketDecl = BucketDecl::kv("FLAGS");
+    ///
+    /// let topology = Topology::new().watch(
+    ///     WatchDecl::new("app::on_flag", &FLAGS, "flag.>"),
+    ///     |incoming| Box::pin(async move {
+    ///         println!("{} changed", incoming.context().subject());
+    ///         Ok::<(), HandlerError>(())
+    ///     }),
+    /// );
+    /// assert_eq!(topology.consumers()[0].decl.subjects, ["$KV.FLAGS.flag.>"]);
+    /// assert!(topology.find_stream("KV_FLAGS").is_some());
+    /// ```
+    pub fn watch<F>(mut self, decl: WatchDecl, handler: F) -> Self
+    where
+        F: Fn(Incoming) -> HandlerFuture + Send + Sync + 'static,
+    {
+        self.add_watch(decl, Arc::new(handler), &[]);
         self
     }
 
@@ -412,6 +455,11 @@ impl Topology {
             handler,
             states,
         });
+    }
+
+    fn add_watch(&mut self, decl: WatchDecl, handler: SharedHandler, states: &'static [StateKey]) {
+        self.add_bucket(*decl.bucket);
+        self.add_consumer(crate::bucket::watch_consumer(&decl), handler, states);
     }
 
     fn add_consumer(

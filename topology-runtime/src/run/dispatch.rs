@@ -54,6 +54,10 @@ pub(super) struct MessageMeta {
     pub(super) delivered: u64,
     /// The message's stream sequence (`None` if the reply subject could not be read).
     pub(super) stream_sequence: Option<u64>,
+    /// When the server stored it.
+    pub(super) published: Option<std::time::SystemTime>,
+    /// What the consumer had left to deliver after it.
+    pub(super) pending: u64,
 }
 
 impl MessageMeta {
@@ -62,10 +66,14 @@ impl MessageMeta {
             Ok(info) => MessageMeta {
                 delivered: u64::try_from(info.delivered).unwrap_or(1),
                 stream_sequence: Some(info.stream_sequence),
+                published: crate::bucket::system_time(info.published.unix_timestamp_nanos()),
+                pending: info.pending,
             },
             Err(_) => MessageMeta {
                 delivered: 1,
                 stream_sequence: None,
+                published: None,
+                pending: 0,
             },
         }
     }
@@ -136,6 +144,8 @@ async fn run_handler(
             headers: message.headers.clone(),
             delivered: meta.delivered,
             stream_sequence: meta.stream_sequence.unwrap_or(0),
+            published: meta.published,
+            pending: meta.pending,
             scope: session.scope.clone(),
             publishes: Default::default(),
         },

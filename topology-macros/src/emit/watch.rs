@@ -1,0 +1,58 @@
+//! The code of `#[kv_watch]`: the watch's declaration, the glue that hands the handler the
+//! change as a `KvEntry` of the bucket's value type, and the registration.
+
+use proc_macro2::TokenStream;
+use quote::{quote, quote_spanned};
+use syn::spanned::Spanned;
+use topology_core::watch::WatchFrom;
+
+use super::{handler, krate};
+use crate::attrs::WatchAttrs;
+use crate::item::Handler;
+
+/// The item and its registration as a watch; `None` without a bucket type (reported).
+pub(crate) fn watch(
+    attrs: &WatchAttrs,
+    item: &TokenStream,
+    handler: &Handler,
+) -> Option<TokenStream> {
+    let krate = krate(&attrs.krate)?;
+    let bucket = attrs.bucket.as_ref()?;
+    let fn_name = handler.name();
+    let keys = match &attrs.keys {
+        Some(lit) => quote!(#lit),
+        None => quote!(">"),
+    };
+    let from = (attrs.from == Some(WatchFrom::Now))
+        .then(|| quote!(.from(__nats_topology::WatchFrom::Now)));
+    // A type that is not a `#[kv_bucket]` (an object store, a stream) is reported at its token.
+    let decl_of_bucket = quote_spanned! {bucket.span()=>
+        &<#bucket as __nats_topology::KvBucketDef>::DECL
+    };
+    let payload_span = handler.payload.span();
+    let decode = |input: &syn::Ident| quote_spanned!(payload_span=> __nats_topology::decode_kv_entry::<#bucket>(&#input));
+    let glue = handler::glue_decoding(&handler::CONSUMER, handler, "into_result", Some(&decode));
+    let states = handler::states(&handler::CONSUMER, handler);
+    Some(quote! {
+        #item
+        const _: () = {
+            use #krate::__private as __nats_topology;
+            static __NATS_TOPOLOGY_WATCH: __nats_topology::WatchDecl =
+                __nats_topology::WatchDecl::new(
+                    ::core::concat!(::core::module_path!(), "::", #fn_name),
+                    #decl_of_bucket,
+                    #keys,
+                )
+                #from
+                .version(::core::env!("CARGO_PKG_VERSION"));
+            #glue
+            __nats_topology::inventory::submit! {
+                __nats_topology::WatchRegistration {
+                    decl: &__NATS_TOPOLOGY_WATCH,
+                    handler: __nats_topology_handler,
+                    states: #states,
+                }
+            }
+        };
+    })
+}
