@@ -41,6 +41,10 @@ pub(super) struct Session {
     pub(super) observer: Observer,
     /// How acks, terms and progress acks are sent.
     pub(super) acks: Acks,
+    /// A `#[kv_watch]`: its handler sees each revision once, in order, so a delivery at or
+    /// below the last revision it handled (its ack lost, the consumer's state restored from
+    /// before it) is acknowledged again without calling the handler.
+    pub(super) in_order: bool,
 }
 
 /// The reply subjects of messages whose handler was stopped before it finished (a drain's
@@ -86,6 +90,21 @@ pub(super) async fn handle(
     deadline: AckDeadline,
     session: Arc<Session>,
 ) {
+    if session.in_order {
+        let sequence = MessageMeta::of(&message).stream_sequence;
+        if session.observer.handled_past(sequence) {
+            tracing::debug!(
+                stream = %session.scope.stream,
+                consumer = %session.scope.consumer,
+                sequence,
+                "delivered again after it was handled; acknowledged without calling the handler"
+            );
+            if let Err(e) = session.acks.settle(&message, AckKind::Ack, deadline).await {
+                tracing::debug!(error = %e, "could not acknowledge a message delivered again");
+            }
+            return;
+        }
+    }
     let (meta, outcome) = dispatch(message, deadline, &session).await;
     session.observer.ended(meta.stream_sequence, outcome);
 }
