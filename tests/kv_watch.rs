@@ -5,6 +5,7 @@
 //! Every test asserts which revisions each instance handled, never log lines.
 
 mod fixture;
+mod npm;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -375,6 +376,61 @@ async fn a_watch_from_now_receives_only_later_changes_as_raw_bytes() {
             ("beta".to_owned(), put + 1, KvOperation::Delete, None),
             ("gamma".to_owned(), purged, KvOperation::Purge, None),
         ]
+    );
+    running.stop().await.expect("clean drain");
+}
+
+/// Interop: a value put, then deleted, by the official JavaScript client (`@nats-io/kv`, pinned
+/// in `tests/js/package.json`) reaches the watch as a put of the declared type, then a delete.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_value_written_by_the_official_javascript_client_reaches_the_watch() {
+    let fx = Fixture::start().await;
+    let watched = Watched::default();
+    let (running, _relay) = run_watching(instance(&fx, &watched).await, "on_status").await;
+
+    let url = fx.server.url();
+    let (ok, stdout) = tokio::task::spawn_blocking(move || {
+        npm::node(
+            "kv_put.mjs",
+            &[
+                &url,
+                "MEMBER_STATUS",
+                "member.js",
+                r#"{"online":true,"seen":7}"#,
+            ],
+        )
+    })
+    .await
+    .expect("node runs");
+    assert!(ok, "the JavaScript client writes to the bucket: {stdout}");
+    let reported: serde_json::Value = serde_json::from_str(stdout.trim()).expect("one JSON line");
+    let put = reported["put"].as_u64().expect("the revision of the put");
+
+    eventually(HANDLED_WITHIN, "the put and the delete handled", || {
+        let n = watched.handled_status();
+        async move { (n >= 2).then_some(()) }
+    })
+    .await;
+    assert_eq!(
+        watched.status(),
+        [
+            Change {
+                key: "member.js".to_owned(),
+                revision: put,
+                operation: KvOperation::Put,
+                value: Some(Status {
+                    online: true,
+                    seen: 7
+                }),
+            },
+            Change {
+                key: "member.js".to_owned(),
+                revision: put + 1,
+                operation: KvOperation::Delete,
+                value: None,
+            },
+        ],
+        "what the JavaScript client reported: {reported}"
     );
     running.stop().await.expect("clean drain");
 }
