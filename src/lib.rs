@@ -154,7 +154,7 @@ pub mod __private {
     };
     pub use topology_runtime::bucket::{
         Bytes, JetStreamSource, JsonValue, Kv, KvBucketValue, ObjectStore, RawValue,
-        decode_kv_entry,
+        decode_kv_entry, decode_kv_watch_arg,
     };
     pub use topology_runtime::export::{
         PayloadSchema, PayloadSchemaRegistration, ReplySchemaRegistration, SchemaFallback,

@@ -30,7 +30,8 @@ pub(crate) fn watch(
         &<#bucket as __nats_topology::KvBucketDef>::DECL
     };
     let payload_span = handler.payload.span();
-    let decode = |input: &syn::Ident| quote_spanned!(payload_span=> __nats_topology::decode_kv_entry::<#bucket>(&#input));
+    let payload_ty = &handler.payload;
+    let decode = |input: &syn::Ident| quote_spanned!(payload_span=> __nats_topology::decode_kv_watch_arg::<#bucket, #payload_ty>(&#input));
     let glue = handler::glue_decoding(&handler::CONSUMER, handler, "into_result", Some(&decode));
     let states = handler::states(&handler::CONSUMER, handler);
     Some(quote! {

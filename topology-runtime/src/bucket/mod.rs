@@ -23,7 +23,10 @@ pub(crate) use stream::is_reserved_subject;
 pub use stream::stream_of;
 pub use watch::KvOperation;
 #[doc(hidden)]
-pub use watch::{JsonValue, KvBucketValue, RawValue, ValueCodec, decode_kv_entry};
+pub use watch::{
+    JsonValue, KvBucketValue, KvWatchArg, RawValue, ValueCodec, decode_kv_entry,
+    decode_kv_watch_arg,
+};
 pub(crate) use watch::{system_time, watch_consumer};
 
 /// Where a handle finds JetStream: a [`Runtime`](crate::Runtime), a handler's

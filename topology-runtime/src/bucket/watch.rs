@@ -104,6 +104,38 @@ impl ValueCodec<Bytes> for RawValue {
     }
 }
 
+/// What the first argument of a `#[kv_watch]` handler of bucket `B` may be: the bucket's
+/// `KvEntry<V>`, and nothing else (the compiler says so at the argument). Not public API.
+#[doc(hidden)]
+#[diagnostic::on_unimplemented(
+    message = "the first argument of a `#[kv_watch]` handler of `{B}` is the change, `KvEntry<V>` with `V` the bucket's value type, not `{Self}`",
+    label = "not the `KvEntry` of `{B}`'s values",
+    note = "write `entry: KvEntry<V>` with the `value` type of `{B}`'s `#[kv_bucket]` (`KvEntry<Bytes>` when it declares none); the value is `entry.value`, `None` for a delete or a purge"
+)]
+pub trait KvWatchArg<B>: Sized {
+    /// The argument, from the change.
+    fn from_entry(entry: KvEntry<B::Value>) -> Self
+    where
+        B: KvBucketValue;
+}
+
+impl<B: KvBucketValue> KvWatchArg<B> for KvEntry<B::Value> {
+    fn from_entry(entry: KvEntry<B::Value>) -> Self {
+        entry
+    }
+}
+
+/// [`decode_kv_entry`], as the handler's first argument `A` (which must be `B`'s `KvEntry`).
+#[doc(hidden)]
+pub fn decode_kv_watch_arg<B, A>(incoming: &Incoming) -> Result<A, HandlerError>
+where
+    B: KvBucketValue,
+    B::Codec: ValueCodec<B::Value>,
+    A: KvWatchArg<B>,
+{
+    decode_kv_entry::<B>(incoming).map(A::from_entry)
+}
+
 /// The change a `#[kv_watch]` handler receives, from a message of `B`'s stream. A value that
 /// does not decode is a permanent failure naming the bucket, the key and the revision: the
 /// watch passes over it (counted in health and metrics as dead-lettered, and logged).
