@@ -73,6 +73,9 @@
 //!   buckets and object stores, provisioned as the streams every NATS client expects, with
 //!   typed handles (`MemberStatus::kv(&runtime)`, [`bucket::Kv`]) whose compare-and-swap
 //!   loss is its own error kind ([`bucket::KvErrorKind::Conflict`]).
+//!   `#[kv_watch(bucket = MemberStatus, keys = "member.>")]` hands every instance each change
+//!   of those keys ([`bucket::KvEntry`]: puts, deletes and purges) in revision order, resuming
+//!   after the last revision it handled (`examples/feature_flags.rs`).
 //! - [`connect`] and [`connect_from_env`] connect the way a supervised service needs (retry on
 //!   initial connect, unlimited reconnects, a connection name); [`connect_options`] starts
 //!   from the same options to add credentials or TLS. The client is the re-exported
@@ -127,7 +130,8 @@ pub use topology_runtime::run::CLEANUP_WAIT;
 pub use topology_runtime::telemetry;
 
 /// Typed handles on key-value buckets ([`Kv`](bucket::Kv)) and object stores
-/// ([`ObjectStore`](bucket::ObjectStore)), and their errors.
+/// ([`ObjectStore`](bucket::ObjectStore)), their errors, and the change a `#[kv_watch]`
+/// handler receives ([`KvEntry`](bucket::KvEntry), [`KvOperation`](bucket::KvOperation)).
 pub use topology_runtime::bucket;
 
 /// How the leader watch paces itself ([`RuntimeBuilder::leader_timings`]).
