@@ -1,6 +1,7 @@
 //! `#[kv_watch]` against real servers: every instance handles every revision of the watched
 //! keys, in order, starting with their current values, across the loss of its watch consumer;
-//! a value that does not decode is counted and passed over, never a stuck watch.
+//! a value that does not decode is counted (health and metrics) and passed over, never a stuck
+//! watch; a value written by the official JavaScript client reaches the watch.
 //!
 //! Every test asserts which revisions each instance handled, never log lines.
 
@@ -8,12 +9,17 @@ mod fixture;
 mod npm;
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use async_nats::jetstream::kv;
 use fixture::{Fixture, Running};
+use metrics::{
+    Counter, Gauge, Histogram, Key, KeyName, Label, Metadata, Recorder, SharedString, Unit,
+};
+use metrics_util::registry::{AtomicStorage, Registry};
 use nats_topology::bucket::{Bytes, KvEntry, KvOperation};
+use nats_topology::telemetry::names;
 use nats_topology::{HandlerError, Relay, Runtime, State, kv_bucket, kv_watch};
 use nats_topology_testkit::eventually;
 use serde::{Deserialize, Serialize};
@@ -33,6 +39,57 @@ struct MemberStatus;
 
 #[kv_bucket(name = "RAW_FLAGS")]
 struct RawFlags;
+
+/// A recorder whose values are read as they are (as in `tests/metrics.rs`): the process's
+/// global one, installed by the first test that asks.
+#[derive(Clone)]
+struct Values(Arc<Registry<Key, AtomicStorage>>);
+
+impl Recorder for Values {
+    fn describe_counter(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+    fn describe_gauge(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+    fn describe_histogram(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+
+    fn register_counter(&self, key: &Key, _: &Metadata<'_>) -> Counter {
+        self.0
+            .get_or_create_counter(key, |c| Counter::from_arc(c.clone()))
+    }
+
+    fn register_gauge(&self, key: &Key, _: &Metadata<'_>) -> Gauge {
+        self.0
+            .get_or_create_gauge(key, |g| Gauge::from_arc(g.clone()))
+    }
+
+    fn register_histogram(&self, key: &Key, _: &Metadata<'_>) -> Histogram {
+        self.0
+            .get_or_create_histogram(key, |h| Histogram::from_arc(h.clone()))
+    }
+}
+
+fn values() -> &'static Values {
+    static VALUES: OnceLock<Values> = OnceLock::new();
+    VALUES.get_or_init(|| {
+        let values = Values(Arc::new(Registry::atomic()));
+        metrics::set_global_recorder(values.clone()).expect("no other recorder in this binary");
+        values
+    })
+}
+
+/// A counter of the `on_status` watch (its series: the bucket's stream and the handler), summed
+/// over the tests of this binary that ran so far.
+fn on_status_counter(name: &'static str) -> u64 {
+    let key = Key::from_parts(
+        name,
+        vec![
+            Label::new("stream", "KV_MEMBER_STATUS"),
+            Label::new("consumer", "kv_watch::on_status"),
+        ],
+    );
+    values()
+        .0
+        .get_counter(&key)
+        .map_or(0, |c| c.load(std::sync::atomic::Ordering::SeqCst))
+}
 
 /// One change as a watch handler received it.
 #[derive(Debug, Clone, PartialEq)]
@@ -288,6 +345,7 @@ async fn two_watchers_handle_every_revision_in_order_across_a_lost_consumer() {
 /// over at once: the revisions after it are handled, and it is never retried.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_value_that_does_not_decode_is_reported_and_passed_over() {
+    values();
     let fx = Fixture::start().await;
     let js = fx.jetstream().await;
     let watched = Watched::default();
@@ -334,6 +392,16 @@ async fn a_value_that_does_not_decode_is_reported_and_passed_over() {
         (status.handled, status.failed, status.retried),
         (2, 2, 0),
         "each bad value failed once, never retried: {status}"
+    );
+    // The only bad values of this binary's tests: the watch's metrics count exactly them.
+    assert_eq!(
+        (
+            on_status_counter(names::DEAD_LETTERED),
+            on_status_counter(names::FAILED),
+            on_status_counter(names::RETRIED),
+        ),
+        (2, 2, 0),
+        "the watch's metrics count the bad values"
     );
     running.stop().await.expect("clean drain");
 }
