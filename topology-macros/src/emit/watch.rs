@@ -34,8 +34,21 @@ pub(crate) fn watch(
     let decode = |input: &syn::Ident| quote_spanned!(payload_span=> __nats_topology::decode_kv_watch_arg::<#bucket, #payload_ty>(&#input));
     let glue = handler::glue_decoding(&handler::CONSUMER, handler, "into_result", Some(&decode));
     let states = handler::states(&handler::CONSUMER, handler);
+    // The typed handle on the watch's relay, as `#[broadcast]` gives one: a type named like
+    // the handler (types and functions live in different namespaces).
+    let (ident, vis) = (&handler.ident, &handler.vis);
+    let doc = format!(
+        "The typed handle on the watch of the `#[kv_watch]` handler [`{ident}`](fn@{ident}): \
+         `{ident}::relay(&runtime)` gives the `Relay` it runs as (its consumer's name, whether \
+         it runs)."
+    );
     Some(quote! {
         #item
+        #[doc = #doc]
+        #[allow(non_camel_case_types, dead_code)]
+        #vis struct #ident {
+            _private: (),
+        }
         const _: () = {
             use #krate::__private as __nats_topology;
             static __NATS_TOPOLOGY_WATCH: __nats_topology::WatchDecl =
@@ -47,6 +60,19 @@ pub(crate) fn watch(
                 #from
                 .version(::core::env!("CARGO_PKG_VERSION"));
             #glue
+            impl #ident {
+                /// The relay this watch runs as in `runtime`: cheap, valid while the runtime
+                /// runs.
+                ///
+                /// # Panics
+                ///
+                /// If `runtime` was built from a hand-built topology without this watch.
+                #[allow(dead_code)]
+                #[track_caller]
+                pub fn relay(runtime: &__nats_topology::Runtime) -> __nats_topology::Relay {
+                    runtime.__relay_of(__NATS_TOPOLOGY_WATCH.handler)
+                }
+            }
             __nats_topology::inventory::submit! {
                 __nats_topology::WatchRegistration {
                     decl: &__NATS_TOPOLOGY_WATCH,
