@@ -73,6 +73,9 @@
 //!   buckets and object stores, provisioned as the streams every NATS client expects, with
 //!   typed handles (`MemberStatus::kv(&runtime)`, [`bucket::Kv`]) whose compare-and-swap
 //!   loss is its own error kind ([`bucket::KvErrorKind::Conflict`]).
+//!   `#[kv_watch(bucket = MemberStatus, keys = "member.>")]` hands every instance each change
+//!   of those keys ([`bucket::KvEntry`]: puts, deletes and purges) in revision order, resuming
+//!   after the last revision it handled (`examples/feature_flags.rs`).
 //! - [`connect`] and [`connect_from_env`] connect the way a supervised service needs (retry on
 //!   initial connect, unlimited reconnects, a connection name); [`connect_options`] starts
 //!   from the same options to add credentials or TLS. The client is the re-exported
@@ -111,7 +114,8 @@ pub mod cli;
 pub mod http;
 
 pub use topology_macros::{
-    broadcast, endpoint, kv_bucket, object_store, queue_consumer, service, stream, subscription,
+    broadcast, endpoint, kv_bucket, kv_watch, object_store, queue_consumer, service, stream,
+    subscription,
 };
 
 pub use topology_runtime::connect::{
@@ -126,7 +130,8 @@ pub use topology_runtime::run::CLEANUP_WAIT;
 pub use topology_runtime::telemetry;
 
 /// Typed handles on key-value buckets ([`Kv`](bucket::Kv)) and object stores
-/// ([`ObjectStore`](bucket::ObjectStore)), and their errors.
+/// ([`ObjectStore`](bucket::ObjectStore)), their errors, and the change a `#[kv_watch]`
+/// handler receives ([`KvEntry`](bucket::KvEntry), [`KvOperation`](bucket::KvOperation)).
 pub use topology_runtime::bucket;
 
 /// How the leader watch paces itself ([`RuntimeBuilder::leader_timings`]).
@@ -146,12 +151,16 @@ pub mod __private {
     pub use topology_core::model::{
         AckMode, BatchDecl, BroadcastDecl, BucketDecl, ConsumerDecl, ConsumerKind, DeliverPolicy,
         Delivery, Discard, KvBucketDef, ObjectStoreDef, Origin, Overflow, Placement, QueueDecl,
-        Retention, Storage, StreamDecl, StreamDef, StreamRef, SubjectTransform,
+        Retention, Storage, StreamDecl, StreamDef, StreamRef, SubjectTransform, WatchDecl,
+        WatchFrom,
     };
     pub use topology_core::service::{
         EndpointDecl, Fanout, ServiceDecl, ServiceDef, SubscriptionDecl,
     };
-    pub use topology_runtime::bucket::{Bytes, JetStreamSource, Kv, ObjectStore};
+    pub use topology_runtime::bucket::{
+        Bytes, JetStreamSource, JsonValue, Kv, KvBucketValue, ObjectStore, RawValue,
+        decode_kv_entry, decode_kv_watch_arg,
+    };
     pub use topology_runtime::export::{
         PayloadSchema, PayloadSchemaRegistration, ReplySchemaRegistration, SchemaFallback,
         SchemaProbe, SchemaSpecialized,
@@ -165,7 +174,7 @@ pub mod __private {
     };
     pub use topology_runtime::registry::{
         BatchConsumerRegistration, BucketRegistration, ConsumerRegistration, EndpointRegistration,
-        ServiceRegistration, StreamRegistration, SubscriptionRegistration,
+        ServiceRegistration, StreamRegistration, SubscriptionRegistration, WatchRegistration,
     };
     pub use topology_runtime::service::glue::{
         EndpointContext, EndpointReturn, IntoServiceError, RawReply, ReplyBody, RequestStateArg,

@@ -123,7 +123,10 @@ async fn the_typed_handle_reads_and_writes_values_of_the_declared_type() {
         ("HANDLE_STATUS", Some("member.1"))
     );
     let entry = status.entry("member.1").await.unwrap().unwrap();
-    assert_eq!((entry.value.clone(), entry.revision), (up.clone(), first));
+    assert_eq!(
+        (entry.value.clone(), entry.revision),
+        (Some(up.clone()), first)
+    );
     let down = Status {
         online: false,
         seen: 2,

@@ -170,8 +170,9 @@ pub(crate) fn stream_error(e: &jetstream::context::CreateStreamError) -> String 
     }
 }
 
-/// The UPDATE-first sequence: `create_or_update_stream` (UPDATE, CREATE on 404), then both
-/// consumers with `create_consumer` (create-or-update) concurrently, each step under the
+/// The UPDATE-first sequence: `create_or_update_stream` (UPDATE, CREATE on 404), then the
+/// bucket with `create_key_value` (its errors carry no code: a JetStream error is retried as a
+/// timeout is) and both consumers with `create_consumer` (create-or-update) concurrently, each step under the
 /// same full-jitter retry as the runtime. Returns the attempts made, or those and the error;
 /// counts the requests that timed out in `timed_out`.
 pub(crate) async fn update_first(
@@ -202,7 +203,19 @@ pub(crate) async fn update_first(
     let name = shape.stream.name;
     let a = Shape::consumer_config(GROUP_A, shape.subject_a);
     let b = Shape::consumer_config(GROUP_B, shape.subject_b);
-    let (ra, rb) = tokio::join!(
+    let bucket = shape.bucket_config();
+    let (rk, ra, rb) = tokio::join!(
+        policy.run(
+            || js.create_key_value(bucket.clone()),
+            |e| {
+                count(e.kind() == jetstream::context::CreateKeyValueErrorKind::TimedOut);
+                matches!(
+                    e.kind(),
+                    jetstream::context::CreateKeyValueErrorKind::TimedOut
+                        | jetstream::context::CreateKeyValueErrorKind::JetStream
+                )
+            }
+        ),
         policy.run(
             || js.create_consumer_on_stream(a.clone(), name),
             |e| {
@@ -220,6 +233,15 @@ pub(crate) async fn update_first(
     );
     let mut attempts = stream_attempts;
     let mut errors = Vec::new();
+    match rk {
+        Ok((_, n)) => attempts += n,
+        Err(Failed {
+            error, attempts: n, ..
+        }) => {
+            attempts += n;
+            errors.push(format!("bucket: {error}{}", causes(&error)));
+        }
+    }
     for (group, result) in [(GROUP_A, ra), (GROUP_B, rb)] {
         match result {
             Ok((_, n)) => attempts += n,

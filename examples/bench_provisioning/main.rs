@@ -1,5 +1,6 @@
 //! Cold-start provisioning benchmark: N separate processes provision one replicated (R3)
-//! stream and two queue consumers at the same instant, against one 3-node cluster.
+//! stream, two queue consumers and one R3 key-value bucket at the same instant, against one
+//! 3-node cluster.
 //!
 //! ```text
 //! cargo run --release --example bench_provisioning -- \
@@ -63,8 +64,8 @@
 //! Each process is this executable re-invoked with `--child`. It connects to all three
 //! nodes, prints `ready`, waits for a start instant (ms since the epoch) on stdin, sleeps
 //! until that instant, provisions, and prints one JSON line: `ok`, `ms` (time to ready from
-//! the start instant), `attempts` (provisioning attempts; 3 = one per stream and consumer,
-//! no retry; for a failed process, the attempts of the step that failed), `timed_out` (its
+//! the start instant), `attempts` (provisioning attempts; 4 = one per stream, bucket and
+//! consumer, no retry; for a failed process, the attempts of the step that failed), `timed_out` (its
 //! requests that went unanswered for the whole request timeout; an attempt the runtime gave
 //! up earlier, woken by an election, is not one; `null` when a failed `provision` does not
 //! say) and `error`. The
@@ -110,8 +111,9 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 const READY_TIMEOUT: Duration = Duration::from_secs(30);
 /// The delay between the last `ready` and the start instant (time to write every stdin).
 const START_MARGIN: Duration = Duration::from_millis(150);
-/// Provisioning attempts of a process that needed no retry: the stream and two consumers.
-const MIN_ATTEMPTS: u32 = 3;
+/// Provisioning attempts of a process that needed no retry: the stream, the bucket and two
+/// consumers.
+const MIN_ATTEMPTS: u32 = 4;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Mode {
@@ -320,8 +322,8 @@ async fn parent_main(args: Args) -> Result<(), BoxError> {
     );
     println!(
         "Per cell, one value per repetition. median/max: time to ready (ms from the common \
-         start instant) of the successful processes. attempts: per process, 3 = one per stream \
-         and consumer (no retry). timed out: requests that went unanswered for the whole \
+         start instant) of the successful processes. attempts: per process, 4 = one per stream, \
+         bucket and consumer (no retry). timed out: requests that went unanswered for the whole \
          request timeout, over all processes (an attempt given up earlier is not one)."
     );
     // The first R3 create on a fresh cluster may time out (nats-facts §6.1): warm the meta
@@ -416,7 +418,9 @@ async fn parent_main(args: Args) -> Result<(), BoxError> {
                                 kill.dropped,
                             );
                         }
-                        delete_stream(&js, shape.stream.name).await;
+                        for name in shape.stream_names() {
+                            delete_stream(&js, &name).await;
+                        }
                         tokio::time::sleep(args.settle).await;
                         runs_n.push(run);
                     }

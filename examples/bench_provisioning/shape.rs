@@ -2,16 +2,18 @@
 
 use std::time::Duration;
 
-use async_nats::jetstream::{self, ErrorCode, consumer, stream};
-use nats_topology::model::{ConsumerDecl, QueueDecl, Storage, StreamDecl, StreamRef};
+use async_nats::jetstream::{self, ErrorCode, consumer, kv, stream};
+use nats_topology::model::{BucketDecl, ConsumerDecl, QueueDecl, Storage, StreamDecl, StreamRef};
 use nats_topology::{HandlerError, HandlerFuture, Incoming, Runtime, Topology};
 use tokio::time::Instant;
 
 use crate::BoxError;
 
-/// One R3 stream `name` on `prefix.>` and two queue consumers on `prefix.a` / `prefix.b`.
+/// One R3 stream `name` on `prefix.>`, two queue consumers on `prefix.a` / `prefix.b`, and
+/// one R3 key-value bucket `<name>_KV` (the stream `KV_<name>_KV`).
 pub(crate) struct Shape {
     pub(crate) stream: &'static StreamDecl,
+    pub(crate) bucket: &'static BucketDecl,
     pub(crate) subject_a: &'static str,
     pub(crate) subject_b: &'static str,
 }
@@ -32,8 +34,14 @@ impl Shape {
                 .replicas(3)
                 .storage(storage),
         ));
+        let bucket = Box::leak(Box::new(
+            BucketDecl::kv(leak(format!("{name}_KV")))
+                .replicas(3)
+                .storage(storage),
+        ));
         Shape {
             stream,
+            bucket,
             subject_a: leak(format!("{prefix}.a")),
             subject_b: leak(format!("{prefix}.b")),
         }
@@ -44,6 +52,7 @@ impl Shape {
         let b: &'static [&'static str] = Box::leak(vec![self.subject_b].into());
         Topology::new()
             .stream(*self.stream)
+            .bucket(*self.bucket)
             .consumer(
                 ConsumerDecl::queue(
                     "bench::a",
@@ -83,6 +92,27 @@ impl Shape {
         }
     }
 
+    /// The bucket's configuration, for `create_key_value` in the UPDATE-first sequence.
+    pub(crate) fn bucket_config(&self) -> kv::Config {
+        kv::Config {
+            bucket: self.bucket.name.to_owned(),
+            num_replicas: 3,
+            storage: match self.bucket.storage {
+                Some(Storage::Memory) => stream::StorageType::Memory,
+                _ => stream::StorageType::File,
+            },
+            ..Default::default()
+        }
+    }
+
+    /// The streams a cell leaves behind: the stream and the bucket's.
+    pub(crate) fn stream_names(&self) -> [String; 2] {
+        [
+            self.stream.name.to_owned(),
+            format!("KV_{}", self.bucket.name),
+        ]
+    }
+
     /// The consumer configuration our runtime sends for a pull queue consumer.
     pub(crate) fn consumer_config(group: &str, subject: &str) -> consumer::pull::Config {
         consumer::pull::Config {
@@ -118,7 +148,9 @@ pub(crate) async fn warm_up(
 ) -> Result<(), BoxError> {
     let shape = Shape::new("BENCH_PROV_WARMUP", "bench.prov.warmup", storage);
     prepare_warm(client, &shape).await?;
-    delete_stream(js, shape.stream.name).await;
+    for name in shape.stream_names() {
+        delete_stream(js, &name).await;
+    }
     Ok(())
 }
 

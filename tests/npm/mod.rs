@@ -37,6 +37,7 @@ pub fn npm_packages() -> PathBuf {
             let packages = [
                 "@asyncapi/parser",
                 "@nats-io/jetstream",
+                "@nats-io/kv",
                 "@nats-io/services",
                 "@nats-io/transport-node",
             ];

@@ -9,6 +9,7 @@
 //! - [`names`], [`subject`], [`duration`]: the leaf rules (names, subjects and filters,
 //!   duration literals).
 //! - [`bucket`]: key-value buckets and object stores (streams underneath), with their rules.
+//! - [`watch`]: watches of a key-value bucket (`#[kv_watch]`), with the rule for their keys.
 //! - [`placement`]: where a stream's replicas live (a cluster, server tags).
 //! - [`priority`]: priority groups on a queue consumer (pinned client, overflow).
 //! - [`service`]: services, endpoints and core subscriptions (request/reply), with their rules.
@@ -31,6 +32,7 @@ pub mod priority;
 pub mod rules;
 pub mod service;
 pub mod subject;
+pub mod watch;
 #[doc(hidden)]
 pub mod xorshift;
 

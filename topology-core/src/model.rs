@@ -12,6 +12,7 @@ pub use crate::origin::{External, Origin, SubjectTransform};
 pub use crate::placement::Placement;
 pub use crate::priority::{Overflow, Priority};
 pub use crate::service::{EndpointDecl, Fanout, ServiceDecl, ServiceDef, SubscriptionDecl};
+pub use crate::watch::{WatchDecl, WatchFrom};
 
 /// Where a stream keeps its messages.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -431,6 +432,9 @@ impl QueueDecl {
 pub struct BroadcastDecl {
     /// Where the relay starts.
     pub deliver: DeliverPolicy,
+    /// The key-value bucket whose changes this relay hands to a `#[kv_watch]` handler
+    /// (`None`: a `#[broadcast]`): it handles one change at a time, in revision order.
+    pub kv_watch: Option<&'static str>,
 }
 
 impl BroadcastDecl {
@@ -438,7 +442,13 @@ impl BroadcastDecl {
     pub const fn new() -> Self {
         BroadcastDecl {
             deliver: DeliverPolicy::New,
+            kv_watch: None,
         }
+    }
+    /// Makes the relay a watch of the key-value bucket `bucket` (see [`crate::watch`]).
+    pub const fn kv_watch(mut self, bucket: &'static str) -> Self {
+        self.kv_watch = Some(bucket);
+        self
     }
     /// Sets where the relay starts.
     pub const fn deliver(mut self, deliver: DeliverPolicy) -> Self {

@@ -1,4 +1,4 @@
-//! The eight macros, each in three passes: parse the attribute and the item into typed values
+//! The nine macros, each in three passes: parse the attribute and the item into typed values
 //! (recording every mistake in one [`Ctxt`]), validate them, and, when nothing was wrong,
 //! generate the code. On errors the user's item is kept, followed by every error.
 
@@ -10,9 +10,10 @@ use crate::attrs::bucket::{KV_SPEC, OBJECT_SPEC};
 use crate::attrs::consumer::{BROADCAST_SPEC, QUEUE_SPEC};
 use crate::attrs::service::{ENDPOINT_SPEC, SERVICE_SPEC, SUBSCRIPTION_SPEC};
 use crate::attrs::stream::SPEC as STREAM_SPEC;
+use crate::attrs::watch::WATCH_SPEC;
 use crate::attrs::{
     BroadcastAttrs, BucketAttrs, EndpointAttrs, QueueAttrs, ServiceAttrs, StreamAttrs,
-    SubscriptionAttrs,
+    SubscriptionAttrs, WatchAttrs,
 };
 use crate::ctxt::Ctxt;
 use crate::item::{self, Handler, HandlerKind};
@@ -128,6 +129,19 @@ pub(crate) fn queue_consumer(attr: TokenStream, item: TokenStream) -> TokenStrea
 pub(crate) fn broadcast(attr: TokenStream, item: TokenStream) -> TokenStream {
     handler(&BROADCAST, attr, item)
 }
+
+/// `#[kv_watch(..)]` on an `async fn`.
+pub(crate) fn kv_watch(attr: TokenStream, item: TokenStream) -> TokenStream {
+    handler(&WATCH, attr, item)
+}
+
+static WATCH: Passes<WatchAttrs> = Passes {
+    spec: &WATCH_SPEC,
+    kind: &item::CONSUMER,
+    parse: WatchAttrs::parse,
+    validate: |attrs, _, cx| validate::watch(attrs, cx),
+    emit: emit::watch,
+};
 
 static QUEUE: Passes<QueueAttrs> = Passes {
     spec: &QUEUE_SPEC,

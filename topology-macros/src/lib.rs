@@ -1,6 +1,6 @@
 //! Attribute macros of nats-topology: [`macro@stream`], [`macro@queue_consumer`] and
-//! [`macro@broadcast`] for JetStream; [`macro@kv_bucket`] and [`macro@object_store`] for
-//! key-value buckets and object stores; [`macro@service`], [`macro@endpoint`] and
+//! [`macro@broadcast`] for JetStream; [`macro@kv_bucket`], [`macro@kv_watch`] and
+//! [`macro@object_store`] for key-value buckets and object stores; [`macro@service`], [`macro@endpoint`] and
 //! [`macro@subscription`] for request/reply and the other core subscriptions.
 //!
 //! Use them through the facade crate, `nats_topology`, which re-exports them. (The examples
@@ -309,6 +309,12 @@ pub fn broadcast(attr: TokenStream, item: TokenStream) -> TokenStream {
 #[proc_macro_attribute]
 pub fn kv_bucket(attr: TokenStream, item: TokenStream) -> TokenStream {
     expand::kv_bucket(attr.into(), item.into()).into()
+}
+
+#[doc = include_str!("../docs/kv_watch.md")]
+#[proc_macro_attribute]
+pub fn kv_watch(attr: TokenStream, item: TokenStream) -> TokenStream {
+    expand::kv_watch(attr.into(), item.into()).into()
 }
 
 #[doc = include_str!("../docs/object_store.md")]

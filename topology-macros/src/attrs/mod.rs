@@ -1,7 +1,7 @@
 //! What each attribute says, as typed values that keep their tokens: `#[stream]` gives a
 //! [`StreamAttrs`], `#[queue_consumer]` a [`QueueAttrs`], `#[broadcast]` a [`BroadcastAttrs`],
 //! `#[service]` a [`ServiceAttrs`], `#[endpoint]` an [`EndpointAttrs`], `#[subscription]` a
-//! [`SubscriptionAttrs`], `#[kv_bucket]` and `#[object_store]` a [`BucketAttrs`].
+//! [`SubscriptionAttrs`], `#[kv_bucket]` and `#[object_store]` a [`BucketAttrs`], `#[kv_watch]` a [`WatchAttrs`].
 //!
 //! Parsing reads each key's value as the type the key takes (a string, an integer within its
 //! range, a duration, one of a set of words) and reports a missing required key; it applies no
@@ -13,6 +13,7 @@ pub(crate) mod consumer;
 pub(crate) mod origin;
 pub(crate) mod service;
 pub(crate) mod stream;
+pub(crate) mod watch;
 
 pub(crate) use bucket::BucketAttrs;
 pub(crate) use consumer::{
@@ -21,3 +22,4 @@ pub(crate) use consumer::{
 pub(crate) use origin::OriginAttrs;
 pub(crate) use service::{EndpointAttrs, ServiceAttrs, SubscriptionAttrs};
 pub(crate) use stream::{PlacementAttrs, StreamAttrs};
+pub(crate) use watch::WatchAttrs;

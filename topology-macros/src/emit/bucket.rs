@@ -18,7 +18,7 @@ pub(crate) fn bucket(target: &ItemStruct, attrs: &BucketAttrs) -> Option<TokenSt
     let krate = krate(&attrs.krate)?;
     let (ident, vis) = (&target.ident, &target.vis);
     let builders = builders(attrs);
-    let (def, new, handle) = match attrs.kind {
+    let (def, new, handle, value) = match attrs.kind {
         BucketKind::KeyValue => {
             let handle = match &attrs.value {
                 Some(ty) => {
@@ -47,7 +47,18 @@ pub(crate) fn bucket(target: &ItemStruct, attrs: &BucketAttrs) -> Option<TokenSt
                     }
                 },
             };
-            (quote!(KvBucketDef), quote!(kv), handle)
+            // How its watches decode its values (`#[kv_watch]`).
+            let (value_ty, codec) = match &attrs.value {
+                Some(ty) => (quote!(#ty), quote!(JsonValue)),
+                None => (quote!(__nats_topology::Bytes), quote!(RawValue)),
+            };
+            let value = quote! {
+                impl __nats_topology::KvBucketValue for #ident {
+                    type Value = #value_ty;
+                    type Codec = __nats_topology::#codec;
+                }
+            };
+            (quote!(KvBucketDef), quote!(kv), handle, value)
         }
         BucketKind::Object => {
             let handle = quote! {
@@ -62,7 +73,12 @@ pub(crate) fn bucket(target: &ItemStruct, attrs: &BucketAttrs) -> Option<TokenSt
                     )
                 }
             };
-            (quote!(ObjectStoreDef), quote!(object), handle)
+            (
+                quote!(ObjectStoreDef),
+                quote!(object),
+                handle,
+                TokenStream::new(),
+            )
         }
     };
     Some(quote! {
@@ -75,6 +91,7 @@ pub(crate) fn bucket(target: &ItemStruct, attrs: &BucketAttrs) -> Option<TokenSt
             impl #ident {
                 #handle
             }
+            #value
             static __NATS_TOPOLOGY_BUCKET: __nats_topology::BucketDecl =
                 <#ident as __nats_topology::#def>::DECL;
             __nats_topology::inventory::submit! {

@@ -86,6 +86,17 @@ pub(crate) fn states(glue: &Glue, handler: &Handler) -> TokenStream {
 /// `__nats_topology::#finish` (`into_result` for a consumer or a subscription, `reply_json` or
 /// `reply_raw` for an endpoint).
 pub(crate) fn glue(glue: &Glue, handler: &Handler, finish: &str) -> TokenStream {
+    glue_decoding(glue, handler, finish, None)
+}
+
+/// [`glue`], with the payload read by `decode` (given the input's name, an expression giving
+/// a `Result` of the payload type), rather than by the glue's JSON or raw decoding.
+pub(crate) fn glue_decoding(
+    glue: &Glue,
+    handler: &Handler,
+    finish: &str,
+    decode: Option<&dyn Fn(&Ident) -> TokenStream>,
+) -> TokenStream {
     // Local names with mixed-site hygiene: they cannot capture or shadow the user's names.
     let input = Ident::new("input", Span::mixed_site());
     let payload = Ident::new("payload", Span::mixed_site());
@@ -94,16 +105,19 @@ pub(crate) fn glue(glue: &Glue, handler: &Handler, finish: &str) -> TokenStream 
 
     let ty = &handler.payload;
     let ty_span = ty.span();
-    let decode = ident(
-        if handler.raw {
-            glue.decode_raw
-        } else {
-            glue.decode_json
-        },
-        ty_span,
-    );
+    let decode = decode.map(|decode| decode(&input)).unwrap_or_else(|| {
+        let decode = ident(
+            if handler.raw {
+                glue.decode_raw
+            } else {
+                glue.decode_json
+            },
+            ty_span,
+        );
+        quote_spanned!(ty_span=> __nats_topology::#decode::<#ty>(&#input))
+    });
     let decode = quote_spanned! {ty_span=>
-        let #payload: #ty = match __nats_topology::#decode::<#ty>(&#input) {
+        let #payload: #ty = match #decode {
             ::core::result::Result::Ok(value) => value,
             ::core::result::Result::Err(#error) => return ::core::result::Result::Err(#error),
         };

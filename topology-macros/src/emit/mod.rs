@@ -10,6 +10,7 @@ mod consumer;
 mod handler;
 mod service;
 mod stream;
+mod watch;
 
 use core::fmt::Debug;
 use core::time::Duration;
@@ -22,6 +23,7 @@ pub(crate) use bucket::bucket;
 pub(crate) use consumer::{broadcast, queue};
 pub(crate) use service::{endpoint, service, service_fallback, subscription};
 pub(crate) use stream::{stream, stream_fallback};
+pub(crate) use watch::watch;
 
 use crate::ctxt::Ctxt;
 use crate::value::Krate;

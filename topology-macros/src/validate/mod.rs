@@ -9,10 +9,12 @@ mod batch;
 mod bucket;
 mod origin;
 mod service;
+mod watch;
 
 pub(crate) use batch::batch;
 pub(crate) use bucket::bucket;
 pub(crate) use service::{endpoint, service, subscription};
+pub(crate) use watch::watch;
 
 use syn::LitStr;
 use topology_core::names::{self, NameError};

@@ -10,8 +10,8 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tokio::sync::OnceCell;
 
-use super::JetStreamSource;
 use super::error::{KvError, KvErrorKind};
+use super::{JetStreamSource, KvOperation};
 use topology_core::bucket::BucketDecl;
 
 type Encode<T> = fn(&T) -> Result<Bytes, serde_json::Error>;
@@ -68,15 +68,24 @@ impl<T> std::fmt::Debug for Kv<T> {
     }
 }
 
-/// A value with its revision (the stream sequence that wrote it).
+/// One revision of a key: what [`Kv::entry`] reads, and the change a `#[kv_watch]` handler
+/// receives.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KvEntry<T> {
     /// The key.
     pub key: String,
-    /// The value.
-    pub value: T,
-    /// Its revision: what [`Kv::update`] expects to replace.
+    /// The value; `None` for a delete or a purge.
+    pub value: Option<T>,
+    /// Its revision (the stream sequence that wrote it): what [`Kv::update`] expects to
+    /// replace.
     pub revision: u64,
+    /// What the revision did: a put, a delete or a purge.
+    pub operation: KvOperation,
+    /// When it was written, by the server's clock (`None` if unknown).
+    pub created: Option<std::time::SystemTime>,
+    /// How many later changes of the watched keys there were when this one was delivered (0
+    /// for the latest; always 0 from [`Kv::entry`]).
+    pub delta: u64,
 }
 
 impl<T: Serialize + DeserializeOwned> Kv<T> {
@@ -145,7 +154,7 @@ impl<T> Kv<T> {
 
     /// The key's current value; `None` if it has none (never set, deleted or purged).
     pub async fn get(&self, key: &str) -> Result<Option<T>, KvError> {
-        Ok(self.entry(key).await?.map(|entry| entry.value))
+        Ok(self.entry(key).await?.and_then(|entry| entry.value))
     }
 
     /// The key's current value with its revision; `None` if it has none.
@@ -159,9 +168,12 @@ impl<T> Kv<T> {
         })?;
         match found {
             Some(entry) if entry.operation == kv::Operation::Put => Ok(Some(KvEntry {
-                value: self.decode(key, entry.value)?,
+                value: Some(self.decode(key, entry.value)?),
                 key: entry.key,
                 revision: entry.revision,
+                operation: KvOperation::Put,
+                created: super::system_time(entry.created.unix_timestamp_nanos()),
+                delta: 0,
             })),
             _ => Ok(None),
         }

@@ -1,5 +1,6 @@
 //! Key-value buckets and object stores: the stream each one is (`stream`), and the typed
-//! handles on them (`kv`: [`Kv`], `object`: [`ObjectStore`]), with their errors (`error`).
+//! handles on them (`kv`: [`Kv`], `object`: [`ObjectStore`]), with their errors (`error`), and
+//! the watches of a key-value bucket (`watch`: the [`KvEntry`] a `#[kv_watch]` handler receives).
 //!
 //! A declared bucket is provisioned as the stream it is, by the same CREATE-first provisioning,
 //! drift rules and version stamps as a declared stream; the handles read and write it through
@@ -9,6 +10,7 @@ mod error;
 mod kv;
 mod object;
 mod stream;
+mod watch;
 
 use async_nats::jetstream;
 
@@ -19,6 +21,13 @@ pub use kv::{Kv, KvEntry};
 pub use object::ObjectStore;
 pub(crate) use stream::is_reserved_subject;
 pub use stream::stream_of;
+pub use watch::KvOperation;
+#[doc(hidden)]
+pub use watch::{
+    JsonValue, KvBucketValue, KvWatchArg, RawValue, ValueCodec, decode_kv_entry,
+    decode_kv_watch_arg,
+};
+pub(crate) use watch::{system_time, watch_consumer};
 
 /// Where a handle finds JetStream: a [`Runtime`](crate::Runtime), a handler's
 /// [`Context`](crate::Context), an endpoint's [`RequestContext`](crate::RequestContext), or a

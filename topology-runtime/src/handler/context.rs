@@ -71,6 +71,10 @@ pub struct Context {
     pub(crate) headers: Option<HeaderMap>,
     pub(crate) delivered: u64,
     pub(crate) stream_sequence: u64,
+    /// When the server stored the message, and how many messages the consumer had left
+    /// after it when it was delivered.
+    pub(crate) published: Option<std::time::SystemTime>,
+    pub(crate) pending: u64,
     pub(crate) scope: Arc<Scope>,
     /// How many publishes this handler call made (shared by the clones of its context).
     pub(crate) publishes: Arc<AtomicU32>,
@@ -110,6 +114,17 @@ impl Context {
     /// The message's sequence number in its stream.
     pub fn stream_sequence(&self) -> u64 {
         self.stream_sequence
+    }
+
+    /// When the server stored the message (`None` if its delivery did not say).
+    pub fn published(&self) -> Option<std::time::SystemTime> {
+        self.published
+    }
+
+    /// How many messages the consumer had left to deliver after this one, when it was
+    /// delivered (0: it was the latest).
+    pub fn pending(&self) -> u64 {
+        self.pending
     }
 
     /// The stream the message came from.

@@ -184,6 +184,11 @@ pub(crate) fn consumer_config(
             config.inactive_threshold = RELAY_INACTIVE_THRESHOLD;
             config.memory_storage = true;
             config.num_replicas = 1;
+            // A watch hands over one change at a time: a failed one is delivered again before
+            // any later revision, so that the handler sees every key's changes in order.
+            if relay.kv_watch.is_some() {
+                config.max_ack_pending = 1;
+            }
         }
     }
     config

@@ -1,6 +1,6 @@
 //! The declarations that `#[stream]`, `#[queue_consumer]`, `#[broadcast]`, `#[kv_bucket]`,
-//! `#[object_store]`, `#[service]`, `#[endpoint]` and `#[subscription]` register through `inventory`, read once into a sorted,
-//! deterministic [`Topology`].
+//! `#[kv_watch]`, `#[object_store]`, `#[service]`, `#[endpoint]` and `#[subscription]`
+//! register through `inventory`, read once into a sorted, deterministic [`Topology`].
 
 mod handlers;
 mod ordered;
@@ -21,11 +21,12 @@ use ordered::{Keyed, Ordered};
 pub use registrations::{
     BatchConsumerRegistration, BucketRegistration, ConsumerRegistration, EndpointRegistration,
     ServiceRegistration, SharedEndpointHandler, SharedHandler, SharedSubscriptionHandler,
-    StreamRegistration, SubscriptionRegistration,
+    StreamRegistration, SubscriptionRegistration, WatchRegistration,
 };
 use topology_core::bucket::BucketDecl;
 use topology_core::model::{ConsumerDecl, StreamDecl};
 use topology_core::service::{EndpointDecl, ServiceDecl, SubscriptionDecl};
+use topology_core::watch::WatchDecl;
 
 /// Every stream and consumer a runtime provisions and runs.
 ///
@@ -150,6 +151,10 @@ impl Topology {
             let handler = registration.handler;
             topology.add_batch_consumer(*registration.decl, Arc::new(handler), registration.states);
         }
+        for registration in inventory::iter::<WatchRegistration> {
+            let handler = registration.handler;
+            topology.add_watch(*registration.decl, Arc::new(handler), registration.states);
+        }
         for registration in inventory::iter::<ServiceRegistration> {
             topology.add_service(*registration.decl);
         }
@@ -260,6 +265,34 @@ impl Topology {
             );
         };
         self.add_consumer(decl, gathered(handler, batch), states);
+    }
+
+    /// Adds a watch of a key-value bucket (and the bucket) with its handler: a relay on the
+    /// bucket's stream, run by every instance, that hands each change of the watched keys to
+    /// the handler in revision order (see `#[kv_watch]`).
+    ///
+    /// ```
+    /// use nats_topology::{HandlerError, Topology};
+    /// use nats_topology::model::{BucketDecl, WatchDecl};
+    ///
+    /// static FLAGS: BucketDecl = BucketDecl::kv("FLAGS");
+    ///
+    /// let topology = Topology::new().watch(
+    ///     WatchDecl::new("app::on_flag", &FLAGS, "flag.>"),
+    ///     |incoming| Box::pin(async move {
+    ///         println!("{} changed", incoming.context().subject());
+    ///         Ok::<(), HandlerError>(())
+    ///     }),
+    /// );
+    /// assert_eq!(topology.consumers()[0].decl.subjects, ["$KV.FLAGS.flag.>"]);
+    /// assert!(topology.find_stream("KV_FLAGS").is_some());
+    /// ```
+    pub fn watch<F>(mut self, decl: WatchDecl, handler: F) -> Self
+    where
+        F: Fn(Incoming) -> HandlerFuture + Send + Sync + 'static,
+    {
+        self.add_watch(decl, Arc::new(handler), &[]);
+        self
     }
 
     /// Adds a service (its endpoints add it too).
@@ -427,6 +460,11 @@ impl Topology {
             handler,
             states,
         });
+    }
+
+    fn add_watch(&mut self, decl: WatchDecl, handler: SharedHandler, states: &'static [StateKey]) {
+        self.add_bucket(*decl.bucket);
+        self.add_consumer(crate::bucket::watch_consumer(&decl), handler, states);
     }
 
     fn add_consumer(

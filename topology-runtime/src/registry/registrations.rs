@@ -9,6 +9,7 @@ use crate::state::StateKey;
 use topology_core::bucket::BucketDecl;
 use topology_core::model::{ConsumerDecl, StreamDecl};
 use topology_core::service::{EndpointDecl, ServiceDecl, SubscriptionDecl};
+use topology_core::watch::WatchDecl;
 
 /// A stream registered by `#[stream]`.
 #[doc(hidden)]
@@ -36,6 +37,15 @@ pub struct ConsumerRegistration {
 pub struct BatchConsumerRegistration {
     pub decl: &'static ConsumerDecl,
     pub handler: BatchFn,
+    /// The application state the handler's `State<T>` arguments need.
+    pub states: &'static [StateKey],
+}
+
+/// A watch registered by `#[kv_watch]`.
+#[doc(hidden)]
+pub struct WatchRegistration {
+    pub decl: &'static WatchDecl,
+    pub handler: HandlerFn,
     /// The application state the handler's `State<T>` arguments need.
     pub states: &'static [StateKey],
 }
@@ -68,6 +78,7 @@ inventory::collect!(StreamRegistration);
 inventory::collect!(BucketRegistration);
 inventory::collect!(ConsumerRegistration);
 inventory::collect!(BatchConsumerRegistration);
+inventory::collect!(WatchRegistration);
 inventory::collect!(ServiceRegistration);
 inventory::collect!(EndpointRegistration);
 inventory::collect!(SubscriptionRegistration);

@@ -41,6 +41,10 @@ pub(super) struct Session {
     pub(super) observer: Observer,
     /// How acks, terms and progress acks are sent.
     pub(super) acks: Acks,
+    /// A `#[kv_watch]`: its handler sees each revision once, in order, so a delivery at or
+    /// below the last revision it handled (its ack lost, the consumer's state restored from
+    /// before it) is acknowledged again without calling the handler.
+    pub(super) in_order: bool,
 }
 
 /// The reply subjects of messages whose handler was stopped before it finished (a drain's
@@ -54,6 +58,10 @@ pub(super) struct MessageMeta {
     pub(super) delivered: u64,
     /// The message's stream sequence (`None` if the reply subject could not be read).
     pub(super) stream_sequence: Option<u64>,
+    /// When the server stored it.
+    pub(super) published: Option<std::time::SystemTime>,
+    /// What the consumer had left to deliver after it.
+    pub(super) pending: u64,
 }
 
 impl MessageMeta {
@@ -62,10 +70,14 @@ impl MessageMeta {
             Ok(info) => MessageMeta {
                 delivered: u64::try_from(info.delivered).unwrap_or(1),
                 stream_sequence: Some(info.stream_sequence),
+                published: crate::bucket::system_time(info.published.unix_timestamp_nanos()),
+                pending: info.pending,
             },
             Err(_) => MessageMeta {
                 delivered: 1,
                 stream_sequence: None,
+                published: None,
+                pending: 0,
             },
         }
     }
@@ -78,6 +90,21 @@ pub(super) async fn handle(
     deadline: AckDeadline,
     session: Arc<Session>,
 ) {
+    if session.in_order {
+        let sequence = MessageMeta::of(&message).stream_sequence;
+        if session.observer.handled_past(sequence) {
+            tracing::debug!(
+                stream = %session.scope.stream,
+                consumer = %session.scope.consumer,
+                sequence,
+                "delivered again after it was handled; acknowledged without calling the handler"
+            );
+            if let Err(e) = session.acks.settle(&message, AckKind::Ack, deadline).await {
+                tracing::debug!(error = %e, "could not acknowledge a message delivered again");
+            }
+            return;
+        }
+    }
     let (meta, outcome) = dispatch(message, deadline, &session).await;
     session.observer.ended(meta.stream_sequence, outcome);
 }
@@ -136,6 +163,8 @@ async fn run_handler(
             headers: message.headers.clone(),
             delivered: meta.delivered,
             stream_sequence: meta.stream_sequence.unwrap_or(0),
+            published: meta.published,
+            pending: meta.pending,
             scope: session.scope.clone(),
             publishes: Default::default(),
         },

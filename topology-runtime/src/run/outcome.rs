@@ -74,6 +74,15 @@ impl Observer {
         self.metrics.start(delivered)
     }
 
+    /// Whether a relay's session is past `sequence`: it handled it or a later one (or began
+    /// after it). Exact for a relay that handles one message at a time (a `#[kv_watch]`).
+    pub(super) fn handled_past(&self, sequence: Option<u64>) -> bool {
+        match (&self.record, sequence) {
+            (Record::Relay(progress), Some(sequence)) => progress.handled_past(sequence),
+            _ => false,
+        }
+    }
+
     /// The message at `sequence` ended so.
     pub(super) fn ended(&self, sequence: Option<u64>, outcome: Outcome) {
         let (slot, metrics) = (&self.slot, &self.metrics);

@@ -61,7 +61,7 @@ impl Runtime {
         match found {
             Some((_, slot)) => Relay { slot: slot.clone() },
             None => panic!(
-                "the runtime does not run the `#[broadcast]` handler `{handler}`: it was built with \
+                "the runtime does not run the `#[broadcast]` or `#[kv_watch]` handler `{handler}`: it was built with \
                  `Runtime::builder(..).topology(..)` from a topology without it; add it to that \
                  topology, or build without `.topology(..)` to run every registered handler"
             ),

@@ -141,6 +141,13 @@ impl Progress {
         state.handled_max = state.handled_max.max(sequence);
     }
 
+    /// Whether `sequence` is at or below the highest sequence settled in this session (or
+    /// where it began).
+    pub(super) fn handled_past(&self, sequence: u64) -> bool {
+        let state = lock(&self.state);
+        sequence <= state.handled_max.max(state.base)
+    }
+
     fn resume_point(&self) -> ResumePoint {
         let state = lock(&self.state);
         let after = match state.unsettled.first() {

@@ -300,6 +300,7 @@ async fn consume(
             ack_wait: info.config.ack_wait,
             progress_every: (info.config.ack_wait / 2).max(PROGRESS_FLOOR),
         },
+        in_order: matches!(consumer.decl.kind, ConsumerKind::Broadcast(r) if r.kv_watch.is_some()),
     });
     let concurrency = consumer.decl.effective_concurrency().max(1) as usize;
     let flow = Flow::new(concurrency, settings.pull_batch, settings.pull_ahead);
