@@ -143,10 +143,11 @@ async fn a_thousand_jobs_in_batches_of_fifty_with_poison_dead_lettered_alone() {
 }
 
 /// A topology of one batch consumer whose handler works `work` per batch, then records every
-/// job and the batch's size, and the most deliveries any message had.
+/// job and the batch's size, and the most deliveries any message had. `concurrency`: as
+/// declared (`None`: the batch size).
 fn slow_batches(
     stream: &str,
-    queue: QueueDecl,
+    (queue, concurrency): (QueueDecl, Option<u32>),
     work: Duration,
     (ledger, sizes, delivered): (Ledger, Sizes, Arc<Mutex<u64>>),
 ) -> Topology {
@@ -157,6 +158,10 @@ fn slow_batches(
         &format!("{}.jobs", stream.to_lowercase()),
         queue,
     );
+    let consumer = match concurrency {
+        Some(n) => consumer.concurrency(n),
+        None => consumer,
+    };
     Topology::new()
         .stream(decl)
         .batch_consumer(consumer, move |mut input| {
@@ -189,7 +194,7 @@ async fn a_drain_in_the_middle_of_a_batch_loses_nothing() {
     let topology = || {
         slow_batches(
             "MIDBATCH",
-            queue,
+            (queue, None),
             Duration::from_millis(500),
             (fx.ledger.clone(), sizes.clone(), delivered.clone()),
         )
@@ -237,7 +242,7 @@ async fn a_batch_running_past_ack_wait_is_not_delivered_again() {
     let running = fx
         .run(slow_batches(
             "SLOWBATCH",
-            queue,
+            (queue, None),
             Duration::from_secs(3),
             (fx.ledger.clone(), sizes.clone(), delivered.clone()),
         ))
@@ -257,4 +262,41 @@ async fn a_batch_running_past_ack_wait_is_not_delivered_again() {
         .await
         .expect("the consumer");
     assert_eq!(info.num_redelivered, 0, "the server redelivered nothing");
+}
+
+/// Several batches at once (concurrency 100, batches of 20) over a backlog: no batch holds
+/// more than 20 messages, however many the dispatch has in hand, and every job is handled once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn several_batches_at_once_each_hold_at_most_the_batch_size() {
+    let fx = Fixture::start().await;
+    let js = fx.jetstream().await;
+    let sizes = Sizes::default();
+    let delivered = Arc::new(Mutex::new(0));
+    let queue = QueueDecl::new("wide").batch(BatchDecl::new(20).wait(Duration::from_millis(100)));
+    let topology = || {
+        slow_batches(
+            "WIDE",
+            (queue, Some(100)),
+            Duration::from_millis(20),
+            (fx.ledger.clone(), sizes.clone(), delivered.clone()),
+        )
+    };
+    // A first runtime provisions the stream and the consumer; the backlog is published while
+    // none runs, so that the next one has 100 messages in hand at once.
+    let provisioner = fx.run(topology()).await;
+    provisioner.stop().await.expect("a clean drain");
+    fixture::publish_jobs(&js, "wide.jobs", 0..1000).await;
+    let running = fx.run(topology()).await;
+    fx.ledger
+        .wait_len(1000, Duration::from_secs(60), "every job handled")
+        .await;
+    fx.drain_and_settle(running, &js, ("WIDE", "wide"), 1000)
+        .await;
+    let sizes = sizes.all();
+    assert!(
+        sizes.iter().all(|n| (1..=20).contains(n)),
+        "batches of 1 to 20 with 100 messages in hand: {sizes:?}"
+    );
+    assert_eq!(sizes.iter().sum::<usize>(), 1000, "each job in one batch");
+    eprintln!("{} batches: {sizes:?}", sizes.len());
 }

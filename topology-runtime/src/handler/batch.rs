@@ -315,19 +315,23 @@ pub(crate) fn gathered(handler: SharedBatchHandler, batch: BatchDecl) -> SharedH
 }
 
 /// The open batches of one consumer, one per session (by its scope: a session's messages
-/// share it), each gathering until its first message's dispatch takes it.
+/// share it), each gathering until it is full or its first message's dispatch takes it. A full
+/// batch is closed at once, so that the session's next message opens another: no batch holds
+/// more than the declared size, however many messages are handled at once.
 struct Gather {
     handler: SharedBatchHandler,
     size: usize,
     wait: Duration,
-    open: Mutex<HashMap<usize, Open>>,
+    open: Mutex<HashMap<usize, Arc<Open>>>,
 }
 
 type Waiter = oneshot::Sender<Result<(), HandlerError>>;
 
+/// One batch being gathered. Messages are pushed only while it is in `Gather::open`, under
+/// that map's lock; whoever removes it from the map has it whole.
 struct Open {
-    messages: Vec<(Incoming, Waiter)>,
-    full: Arc<Notify>,
+    messages: Mutex<Vec<(Incoming, Waiter)>>,
+    full: Notify,
 }
 
 /// Held by the dispatch that runs a batch: dropped before it took the batch (its handler
@@ -337,21 +341,27 @@ struct Open {
 struct Leading<'a> {
     gather: &'a Gather,
     key: usize,
+    batch: Arc<Open>,
     taken: bool,
 }
 
 impl Drop for Leading<'_> {
     fn drop(&mut self) {
         if !self.taken {
-            self.gather.take(self.key);
+            drop(self.gather.take(self.key, &self.batch));
         }
     }
 }
 
 impl Gather {
-    fn take(&self, key: usize) -> Vec<(Incoming, Waiter)> {
+    /// Closes `batch` (if still open) and returns its messages.
+    fn take(&self, key: usize, batch: &Arc<Open>) -> Vec<(Incoming, Waiter)> {
         let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());
-        open.remove(&key).map(|o| o.messages).unwrap_or_default()
+        if open.get(&key).is_some_and(|o| Arc::ptr_eq(o, batch)) {
+            open.remove(&key);
+        }
+        drop(open);
+        std::mem::take(&mut *batch.messages.lock().unwrap_or_else(|e| e.into_inner()))
     }
 
     async fn join(&self, incoming: Incoming) -> Result<(), HandlerError> {
@@ -359,41 +369,36 @@ impl Gather {
         let (tx, rx) = oneshot::channel();
         let leads = {
             let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());
-            match open.get_mut(&key) {
-                Some(batch) => {
-                    batch.messages.push((incoming, tx));
-                    if batch.messages.len() >= self.size {
-                        batch.full.notify_one();
-                    }
-                    None
-                }
+            let (batch, leads) = match open.get(&key) {
+                Some(batch) => (batch.clone(), None),
                 None => {
-                    let full = Arc::new(Notify::new());
-                    let messages = vec![(incoming, tx)];
-                    if messages.len() >= self.size {
-                        full.notify_one();
-                    }
-                    open.insert(
-                        key,
-                        Open {
-                            messages,
-                            full: full.clone(),
-                        },
-                    );
-                    Some(full)
+                    let batch = Arc::new(Open {
+                        messages: Mutex::new(Vec::with_capacity(self.size)),
+                        full: Notify::new(),
+                    });
+                    open.insert(key, batch.clone());
+                    (batch.clone(), Some(batch))
                 }
+            };
+            let mut messages = batch.messages.lock().unwrap_or_else(|e| e.into_inner());
+            messages.push((incoming, tx));
+            if messages.len() >= self.size {
+                open.remove(&key);
+                batch.full.notify_one();
             }
+            leads
         };
-        if let Some(full) = leads {
+        if let Some(batch) = leads {
             let mut leading = Leading {
                 gather: self,
                 key,
+                batch,
                 taken: false,
             };
-            let _ = tokio::time::timeout(self.wait, full.notified()).await;
+            let _ = tokio::time::timeout(self.wait, leading.batch.full.notified()).await;
             leading.taken = true;
-            let batch = self.take(key);
-            self.run(batch).await;
+            let messages = self.take(key, &leading.batch);
+            self.run(messages).await;
         }
         rx.await.unwrap_or_else(|_| {
             Err(HandlerError::new(
