@@ -3,6 +3,7 @@
 //! buckets, and start-up validation.
 
 mod fixture;
+mod npm;
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -405,4 +406,58 @@ async fn the_nats_json_export_of_a_bucket_creates_the_bucket_the_runtime_would()
         inspection.contains("key-value bucket `EXPORTED` (stream `KV_EXPORTED`): 1 messages"),
         "{inspection}"
     );
+}
+
+/// Interop: an object we put is read back byte for byte by the official JavaScript client
+/// (`@nats-io/obj`, pinned in `tests/js/package.json`), and one it puts is read by our handle,
+/// both large enough to take many chunks.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn objects_cross_with_the_official_javascript_client_byte_for_byte() {
+    static SHARED: BucketDecl = BucketDecl::object("SHARED_FILES");
+    const SIZE: usize = 3 * 1024 * 1024 + 17;
+    let fx = Fixture::start().await;
+    let runtime = runtime(&fx, Topology::new().bucket(SHARED)).await;
+    runtime.provision().await.unwrap();
+    let files = ObjectStore::new(&runtime, SHARED);
+    let ours: Vec<u8> = (0..SIZE as u32)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8)
+        .collect();
+    let put = files.put_bytes("ours.bin", &ours).await.unwrap();
+    assert!(put.chunks > 1, "stored in chunks: {}", put.chunks);
+
+    let copy = std::env::temp_dir().join(format!("nt-obj-{}.bin", std::process::id()));
+    let (url, copy_path) = (fx.server.url(), copy.display().to_string());
+    let (ok, stdout) = tokio::task::spawn_blocking(move || {
+        npm::node(
+            "obj_roundtrip.mjs",
+            &[
+                &url,
+                "SHARED_FILES",
+                "ours.bin",
+                &copy_path,
+                "theirs.bin",
+                &SIZE.to_string(),
+            ],
+        )
+    })
+    .await
+    .expect("node runs");
+    assert!(ok, "the JavaScript client opens the object store: {stdout}");
+    let read = std::fs::read(&copy).expect("the JavaScript client wrote what it read");
+    let _ = std::fs::remove_file(&copy);
+    assert_eq!(read.len(), SIZE, "{stdout}");
+    assert!(
+        read == ours,
+        "the JavaScript client read other bytes than we put"
+    );
+
+    let theirs = files.get_bytes("theirs.bin").await.unwrap();
+    let expected: Vec<u8> = (0..SIZE).map(|i| ((i * 31 + 7) % 251) as u8).collect();
+    assert_eq!(theirs.len(), SIZE, "{stdout}");
+    assert!(
+        theirs == expected,
+        "our handle read other bytes than the JavaScript client put"
+    );
+    let info = files.info("theirs.bin").await.unwrap();
+    assert!(info.chunks > 1, "their object in chunks: {}", info.chunks);
 }

@@ -38,6 +38,7 @@ pub fn npm_packages() -> PathBuf {
                 "@asyncapi/parser",
                 "@nats-io/jetstream",
                 "@nats-io/kv",
+                "@nats-io/obj",
                 "@nats-io/services",
                 "@nats-io/transport-node",
             ];
