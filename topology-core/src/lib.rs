@@ -24,6 +24,7 @@
 pub mod batch;
 pub mod bucket;
 pub mod duration;
+pub mod messages;
 pub mod model;
 pub mod names;
 pub mod origin;

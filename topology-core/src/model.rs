@@ -136,6 +136,12 @@ pub struct StreamDecl {
     pub sources: &'static [Origin],
     /// A rewrite of the subjects the stream stores.
     pub subject_transform: Option<SubjectTransform>,
+    /// Messages may carry their own time to live (`Nats-TTL`; nats-server 2.11). See
+    /// [`StreamDecl::allow_msg_ttl`].
+    pub allow_msg_ttl: bool,
+    /// Messages may be scheduled (`Nats-Schedule`; nats-server 2.12). See
+    /// [`StreamDecl::allow_msg_schedules`].
+    pub allow_msg_schedules: bool,
     /// Maximum messages kept per subject (a key-value bucket's history).
     pub max_msgs_per_subject: Option<i64>,
     /// The stream shape of a key-value bucket or object store (ADR-8, ADR-20): roll-ups
@@ -169,6 +175,8 @@ impl StreamDecl {
             mirror: None,
             sources: &[],
             subject_transform: None,
+            allow_msg_ttl: false,
+            allow_msg_schedules: false,
             max_msgs_per_subject: None,
             bucket_shape: None,
             external: false,

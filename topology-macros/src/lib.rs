@@ -106,6 +106,8 @@ use proc_macro::TokenStream;
 /// | `mirror` | a `#[stream]` type, a stream's name, or `{ stream = .., filter = "..", transform = "..", domain = "..", api_prefix = ".." }` | A copy of that stream: the stream declares no `subjects` and no `sources`. `filter` takes part of it, `transform` rewrites the subjects taken, `domain` (or `api_prefix`, not both) reaches a stream of another JetStream. Fixed on the server: another origin is a conflict. `mirror = { stream = Orders, filter = "orders.eu.>" }` |
 /// | `sources` | list of what `mirror` takes | Streams aggregated into this one, besides its own `subjects`. Editable. `sources = [Orders, "BILLING"]` |
 /// | `subject_transform` | `{ src = "..", dest = ".." }` | Stores the messages captured on `src` under `dest` (nats-server 2.10+). `subject_transform = { src = "in.>", dest = "events.>" }` |
+/// | `allow_msg_ttl` | flag | Messages may carry their own time to live (`Publish::ttl`, the `Nats-TTL` header): removed when it runs out. nats-server 2.11+ (refused at start-up on an older one, naming it); turned on in place on an existing stream, never off. |
+/// | `allow_msg_schedules` | flag | Messages may be scheduled (`Publish::schedule_at`, the `Nats-Schedule` header): the server publishes them to their target subject at their time. nats-server 2.12+ (refused at start-up on an older one); turned on in place, never off. |
 /// | `external` | flag | Owned elsewhere: never created or changed, only verified. Takes no settings but `name`, `subjects` and `retention` (declare the retention to get the work-queue checks). |
 /// | `crate` | path | Where the facade is, when not at `::nats_topology` (a renamed dependency or a re-export): `crate = my_alias`. |
 ///

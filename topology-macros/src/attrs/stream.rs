@@ -28,6 +28,8 @@ pub(crate) static SPEC: Spec = Spec {
         "mirror",
         "sources",
         "subject_transform",
+        "allow_msg_ttl",
+        "allow_msg_schedules",
         "external",
         "crate",
     ],
@@ -87,6 +89,8 @@ pub(crate) struct StreamAttrs {
     /// The sources, and the list's brackets.
     pub sources: Option<(Vec<OriginAttrs>, proc_macro2::Span)>,
     pub subject_transform: Option<TransformAttrs>,
+    pub allow_msg_ttl: bool,
+    pub allow_msg_schedules: bool,
     pub external: bool,
     /// Every key given, as written, whatever its value: the keys an external stream cannot
     /// take are refused even when their value is wrong too.
@@ -117,6 +121,10 @@ impl StreamAttrs {
             subjects,
             subjects_key: subjects_key.arg.map(|arg| arg.key.clone()),
             external: args.key("external", "external").flag(cx),
+            allow_msg_ttl: args.key("allow_msg_ttl", "allow_msg_ttl").flag(cx),
+            allow_msg_schedules: args
+                .key("allow_msg_schedules", "allow_msg_schedules")
+                .flag(cx),
             replicas: args.key("replicas", "replicas = 3").int(
                 REPLICAS,
                 "JetStream keeps a stream on at most 5 servers",

@@ -55,7 +55,7 @@ pub(crate) fn stream_fallback(ident: &Ident, krate: &Krate) -> Option<TokenStrea
 }
 
 /// `.setting(value)` calls, in `StreamDecl`'s field order.
-fn builders(attrs: &StreamAttrs) -> [Option<TokenStream>; 16] {
+fn builders(attrs: &StreamAttrs) -> [Option<TokenStream>; 18] {
     let number = |n: Option<Int>| n.map(|n| n.value);
     [
         attrs.replicas.map(|n| {
@@ -97,6 +97,8 @@ fn builders(attrs: &StreamAttrs) -> [Option<TokenStream>; 16] {
             let (src, dest) = (t.src.as_ref()?, t.dest.as_ref()?);
             Some(quote!(.subject_transform(__nats_topology::SubjectTransform::new(#src, #dest))))
         }),
+        attrs.allow_msg_ttl.then(|| quote!(.allow_msg_ttl())),
+        attrs.allow_msg_schedules.then(|| quote!(.allow_msg_schedules())),
         attrs.external.then(|| quote!(.external())),
         // The declaring crate's version, stamped on the server (expanded in the user's crate).
         Some(quote!(.version(::core::env!("CARGO_PKG_VERSION")))),

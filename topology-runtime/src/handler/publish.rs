@@ -212,6 +212,61 @@ impl Publish<'_> {
         self
     }
 
+    /// Gives the message its own time to live (`Nats-TTL`, in whole seconds, rounded up, at
+    /// least one): the stream removes it when it runs out. The target stream must allow it
+    /// (`#[stream(allow_msg_ttl = true)]`, nats-server 2.11); a stream that does not refuses
+    /// the publish.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use nats_topology::{Context, HandlerError};
+    ///
+    /// async fn on_login(user: String, cx: Context) -> Result<(), HandlerError> {
+    ///     // The session is forgotten an hour after the login, whatever the stream's limits.
+    ///     cx.publisher(format!("sessions.{user}"))
+    ///         .ttl(Duration::from_secs(3600))
+    ///         .json(&user)
+    ///         .await?;
+    ///     Ok(())
+    /// }
+    /// ```
+    pub fn ttl(mut self, ttl: std::time::Duration) -> Self {
+        let seconds = ttl.as_secs() + u64::from(ttl.subsec_nanos() > 0);
+        self.headers
+            .insert("Nats-TTL", format!("{}s", seconds.max(1)).as_str());
+        self
+    }
+
+    /// Schedules the message: stored on this publish's subject (the schedule's own subject;
+    /// a later schedule on it replaces this one), it is published by the server to `target`,
+    /// a subject of the same stream, at `at` (`Nats-Schedule: @at ..`, whole seconds, UTC).
+    /// The stream must allow it (`#[stream(allow_msg_schedules = true)]`, nats-server 2.12); a
+    /// stream that does not refuses the publish.
+    ///
+    /// ```
+    /// use std::time::{Duration, SystemTime};
+    /// use nats_topology::{Context, HandlerError};
+    ///
+    /// async fn on_order(id: u64, cx: Context) -> Result<(), HandlerError> {
+    ///     // A reminder on `orders.remind.<id>` a day from now, scheduled on its own subject.
+    ///     let at = SystemTime::now() + Duration::from_secs(86_400);
+    ///     cx.publisher(format!("orders.schedule.{id}"))
+    ///         .schedule_at(at, format!("orders.remind.{id}"))
+    ///         .json(&id)
+    ///         .await?;
+    ///     Ok(())
+    /// }
+    /// ```
+    pub fn schedule_at(mut self, at: std::time::SystemTime, target: impl Into<String>) -> Self {
+        self.headers.insert(
+            "Nats-Schedule",
+            format!("@at {}", rfc3339_seconds(at)).as_str(),
+        );
+        self.headers
+            .insert("Nats-Schedule-Target", target.into().as_str());
+        self
+    }
+
     /// Sends `value` as JSON and waits for the stream's acknowledgement.
     pub async fn json<T: serde::Serialize + ?Sized>(
         self,
@@ -228,5 +283,25 @@ impl Publish<'_> {
     ) -> Result<jetstream::publish::PublishAck, HandlerError> {
         let headers = self.cx.outgoing_headers(self.headers, self.msg_id);
         self.cx.send(self.subject, headers, payload).await
+    }
+}
+
+/// `at` in RFC 3339, UTC, whole seconds (`2026-12-03T07:00:00Z`): what `Nats-Schedule: @at`
+/// takes.
+fn rfc3339_seconds(at: std::time::SystemTime) -> String {
+    let at = time::OffsetDateTime::from(at);
+    let at = at.replace_nanosecond(0).unwrap_or(at);
+    at.format(&time::format_description::well_known::Rfc3339)
+        .unwrap_or_else(|_| at.unix_timestamp().to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, UNIX_EPOCH};
+
+    #[test]
+    fn schedule_times_are_rfc3339_in_whole_seconds() {
+        let at = UNIX_EPOCH + Duration::from_millis(1_796_281_200_750);
+        assert_eq!(super::rfc3339_seconds(at), "2026-12-03T07:00:00Z");
     }
 }

@@ -78,6 +78,8 @@ pub(crate) fn apply_stream_decl(decl: &StreamDecl, config: &mut stream::Config) 
             destination: transform.dest.to_owned(),
         });
     }
+    config.allow_message_ttl = decl.allow_msg_ttl;
+    config.allow_message_schedules = decl.allow_msg_schedules;
     if let Some(max) = decl.max_msgs_per_subject {
         config.max_messages_per_subject = max;
     }

@@ -137,6 +137,7 @@ pub(crate) fn stream_drift(decl: &StreamDecl, server: &stream::Config) -> Drift 
         bucket_shape_drift(&shape, server, &mut drift);
     }
     super::origins::origin_drift(decl, server, &mut drift);
+    super::messages::message_drift(decl, server, &mut drift);
     if let Some(placement) = decl.placement
         && !placement_matches(&placement, server.placement.as_ref())
     {

@@ -30,6 +30,7 @@ mod ensure;
 mod error;
 mod instance;
 mod leader;
+mod messages;
 mod migrate;
 mod origins;
 mod priority;

@@ -33,6 +33,7 @@ impl Provisioner {
 
     async fn ensure_owned_stream(&self, decl: &StreamDecl) -> Result<stream::Info, Failure> {
         self.check_transforms_supported(decl)?;
+        self.check_message_features_supported(decl)?;
         self.origins_exist(decl).await?;
         let config = stamped_stream_config(decl, self.version.as_deref());
         let stamp = self.stream_stamp(decl);

@@ -22,6 +22,8 @@ use serde::Deserialize;
     duplicate_window = "1h30m",
     description = "daemon synchronisation events",
     placement = { cluster = "east", tags = ["ssd", "az:1"] },
+    allow_msg_ttl,
+    allow_msg_schedules = true,
     crate = ::nats_topology,
 )]
 pub struct DaemonSync;
@@ -129,6 +131,7 @@ fn main() {
     let placement = sync.placement.unwrap();
     assert_eq!(placement.cluster, Some("east"));
     assert_eq!(placement.tags, ["ssd", "az:1"]);
+    assert!(sync.allow_msg_ttl && sync.allow_msg_schedules);
 
     let email = topology.find_stream("EMAIL").unwrap();
     assert!(email.external);
@@ -145,6 +148,7 @@ fn main() {
     assert_eq!(status.replicas, Some(1));
     let placement = status.placement.unwrap();
     assert_eq!((placement.cluster, placement.tags), (None, &["edge"][..]));
+    assert!(!status.allow_msg_ttl && !status.allow_msg_schedules);
 
     let consumer = |name: &str| {
         let handler = format!("{}::{name}", module_path!());
