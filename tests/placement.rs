@@ -56,6 +56,20 @@ async fn a_stream_placed_by_tag_lives_there_and_a_changed_placement_moves_it() {
         Some(("B".to_owned(), 0)),
         "created in the cluster whose servers carry the tag"
     );
+    // `inspect` says where it lives: cluster B, its leader there.
+    let inspection = placed_in_b.inspect().await.expect("inspect");
+    let lives = inspection.streams[0]
+        .server
+        .clone()
+        .expect("the stream exists");
+    assert_eq!(lives.cluster.as_deref(), Some("B"), "{inspection}");
+    assert!(lives.leader.is_some(), "{inspection}");
+    assert!(
+        inspection
+            .to_string()
+            .contains("stream `PLACED`: 0 messages; cluster `B`, leader `"),
+        "{inspection}"
+    );
     for i in 0..20 {
         js.publish(format!("placed.{i}"), "x".into())
             .await
@@ -85,6 +99,16 @@ async fn a_stream_placed_by_tag_lives_there_and_a_changed_placement_moves_it() {
         async move { (where_it_lives(&js).await == Some(("A".to_owned(), 20))).then_some(()) }
     })
     .await;
+    let inspection = placed_in_a.inspect().await.expect("inspect");
+    let lives = inspection.streams[0]
+        .server
+        .clone()
+        .expect("the stream exists");
+    assert_eq!(
+        (lives.cluster.as_deref(), lives.messages),
+        (Some("A"), 20),
+        "{inspection}"
+    );
     let plan = placed_in_a.plan().await.expect("plan");
     assert!(
         matches!(plan.items[0].action, Action::Nothing),

@@ -1,10 +1,11 @@
 //! [`inspect`]: the state of every declared queue consumer, the live instances of every
-//! declared service, and what every declared bucket holds.
+//! declared service, what every declared bucket holds, and where every declared stream lives.
 
 use std::fmt;
 
 use super::buckets::{BucketReport, inspect_buckets};
 use super::services::{SERVICE_PING_WINDOW, ServiceReport, inspect_services};
+use super::streams::{StreamReport, inspect_streams};
 use crate::provision::{ProvisionError, Provisioner, VERSION_KEY};
 use crate::registry::Topology;
 use crate::retry::RetryPolicy;
@@ -79,6 +80,8 @@ pub struct Inspection {
     pub services: Vec<ServiceReport>,
     /// One report per declared key-value bucket and object store, sorted by name.
     pub buckets: Vec<BucketReport>,
+    /// One report per declared stream (buckets aside), sorted by name: where it lives.
+    pub streams: Vec<StreamReport>,
 }
 
 impl fmt::Display for Inspection {
@@ -103,6 +106,12 @@ impl fmt::Display for Inspection {
                         "a new instance pauses it"
                     }
                 )?;
+            }
+        }
+        if !self.streams.is_empty() {
+            writeln!(f, "streams:")?;
+            for stream in &self.streams {
+                writeln!(f, "  {stream}")?;
             }
         }
         if !self.buckets.is_empty() {
@@ -167,12 +176,14 @@ pub(crate) async fn inspect_with(
         });
     }
     let buckets = inspect_buckets(provisioner, topology).await?;
+    let streams = inspect_streams(provisioner, topology).await?;
     let client = provisioner.jetstream().client();
     let services = inspect_services(&client, topology, SERVICE_PING_WINDOW).await;
     Ok(Inspection {
         consumers,
         services,
         buckets,
+        streams,
     })
 }
 

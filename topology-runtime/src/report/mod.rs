@@ -1,7 +1,8 @@
 //! Reports for operators: [`plan`] (what provisioning would do, without doing it, and what is
 //! served with nothing to provision) and [`inspect`] (the state of every declared consumer on
 //! the server: does it exist, is anyone bound or pulling, what is pending; and the live
-//! instances of every declared service; what each declared bucket holds). `inspect` is how "the consumer exists, bound by
+//! instances of every declared service; what each declared bucket holds; where each declared
+//! stream lives: its cluster, leader and replicas). `inspect` is how "the consumer exists, bound by
 //! nobody" and "no instance answers" become visible. And [`ProvisionReport`], what
 //! [`Runtime::provision`](crate::Runtime::provision) did.
 
@@ -9,6 +10,7 @@ mod buckets;
 mod inspect;
 mod plan;
 mod services;
+mod streams;
 
 use std::time::Duration;
 
@@ -22,6 +24,7 @@ pub use services::{
     EndpointStats, InstanceStats, SERVICE_PING_WINDOW, ServiceInstance, ServiceReport,
     inspect_services,
 };
+pub use streams::{Replica, ServerStream, StreamReport};
 
 /// What [`Runtime::provision`](crate::Runtime::provision) did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
