@@ -1,18 +1,23 @@
 //! Eight replicas provisioning placed, mirrored and sourced streams on a fresh supercluster at
-//! the same instant (issue 26): every one is ready, none retries past a first timeout, and the
-//! mirror and the aggregate then follow their origins.
+//! the same instant (issue 26): every one is ready, none retries past a first timeout, the
+//! mirror and the aggregate then follow their origins, and a relay on the aggregate run by a
+//! runtime in each cluster receives every message once.
 //!
 //! The test starts clusters A (three nodes) and B (one), joined by gateways, and re-runs itself
 //! as separate processes (in child mode, told by an environment variable) connected to A, all
 //! released at one instant.
 
+use std::collections::BTreeSet;
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_nats::jetstream;
-use nats_topology::model::{Origin, Placement, StreamDecl};
-use nats_topology::{Runtime, Topology};
+use nats_topology::model::{
+    BroadcastDecl, ConsumerDecl, DeliverPolicy, Origin, Placement, StreamDecl, StreamRef,
+};
+use nats_topology::{HandlerError, Runtime, Topology};
 use nats_topology_testkit::{NatsSupercluster, eventually};
 
 /// Set in child processes: `<url>,<url>,...|<start at, ms since the epoch>`.
@@ -43,6 +48,28 @@ fn topology() -> Topology {
         .stream(LOCAL)
         .stream(MIRROR)
         .stream(SOURCED)
+}
+
+/// The subjects each relay received, every copy.
+type Received = Arc<Mutex<Vec<String>>>;
+
+/// [`topology`] with a relay on the aggregate (both of its origins' subjects, from the start)
+/// recording what it receives.
+fn relaying(received: Received) -> Topology {
+    static SUBJECTS: [&str; 2] = ["cs.origin.>", "cs.local.>"];
+    let relay = ConsumerDecl::broadcast(
+        "tests::on_aggregate",
+        StreamRef::Declared(&SOURCED),
+        BroadcastDecl::new().deliver(DeliverPolicy::All),
+    )
+    .subjects(&SUBJECTS);
+    topology().consumer(relay, move |incoming| {
+        received
+            .lock()
+            .unwrap()
+            .push(incoming.context().subject().to_string());
+        Box::pin(async { Ok::<(), HandlerError>(()) })
+    })
 }
 
 fn now_ms() -> u128 {
@@ -179,6 +206,24 @@ async fn eight_processes_cold_start_placed_mirrored_and_sourced_streams() {
             .await
             .expect("stored in A");
     }
+    // A relay on the aggregate in each cluster: a runtime connected to A, another to B.
+    let mut relays = Vec::new();
+    for cluster in [0, 1] {
+        let received = Received::default();
+        let client = async_nats::connect(sc.server_addrs(cluster))
+            .await
+            .expect("connect");
+        let runtime = Runtime::builder(client)
+            .topology(relaying(received.clone()))
+            .build()
+            .expect("a valid topology");
+        let health = runtime.health();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let running = tokio::spawn(runtime.run_until(async move {
+            let _ = stopped.await;
+        }));
+        relays.push((received, health, stop, running));
+    }
     for (name, expected) in [("CS_MIRROR", 10), ("CS_SOURCED", 15)] {
         eventually(Duration::from_secs(30), name, || {
             let js = js.clone();
@@ -189,5 +234,34 @@ async fn eight_processes_cold_start_placed_mirrored_and_sourced_streams() {
             }
         })
         .await;
+    }
+    let every: BTreeSet<String> = (0..10)
+        .map(|i| format!("cs.origin.{i}"))
+        .chain((0..5).map(|i| format!("cs.local.{i}")))
+        .collect();
+    for (cluster, (received, health, stop, running)) in relays.into_iter().enumerate() {
+        eventually(
+            Duration::from_secs(30),
+            "the relay to receive all 15",
+            || {
+                let n = received.lock().unwrap().len();
+                async move { (n >= 15).then_some(()) }
+            },
+        )
+        .await;
+        let _ = stop.send(());
+        running
+            .await
+            .expect("the runtime task")
+            .expect("a clean drain");
+        let received = received.lock().unwrap().clone();
+        let distinct: BTreeSet<String> = received.iter().cloned().collect();
+        assert_eq!(distinct, every, "cluster {cluster}'s relay");
+        assert_eq!(
+            received.len(),
+            15,
+            "each once in cluster {cluster}: {received:?}"
+        );
+        assert_eq!(health.consumers()[0].handled, 15, "cluster {cluster}");
     }
 }
