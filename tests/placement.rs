@@ -1,15 +1,19 @@
 //! Placement on a supercluster (clusters A of three nodes and B of one, joined by gateways):
 //! a stream declared by a runtime connected to A with `placement` naming cluster B's tag is
 //! created in B; declared again placed in A, `plan` says the placement changes and that the
-//! stream moves, provisioning moves it, and no message is lost on the way.
+//! stream moves, provisioning moves it, and no message is lost on the way. An edge site (a
+//! leaf node in its own JetStream domain) hanging off a supercluster declares and consumes a
+//! stream placed in cluster B through the supercluster's domain.
 
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_nats::jetstream;
-use nats_topology::model::{Placement, StreamDecl};
+use nats_topology::model::{ConsumerDecl, Placement, QueueDecl, StreamDecl, StreamRef};
 use nats_topology::report::Action;
-use nats_topology::{Runtime, Topology};
-use nats_topology_testkit::{NatsSupercluster, eventually};
+use nats_topology::{HandlerError, Runtime, Topology};
+use nats_topology_testkit::{HUB_DOMAIN, NatsSupercluster, eventually};
 
 static IN_B: StreamDecl =
     StreamDecl::new("PLACED", &["placed.>"]).placement(Placement::tagged(&["cluster:b"]));
@@ -115,4 +119,84 @@ async fn a_stream_placed_by_tag_lives_there_and_a_changed_placement_moves_it() {
         "nothing left to do once moved: {}",
         plan.items[0].action
     );
+}
+
+static AT_EDGE: StreamDecl = StreamDecl::new("EDGE_READINGS", &["edge.readings.>"])
+    .placement(Placement::tagged(&["cluster:b"]));
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_edge_site_off_the_supercluster_consumes_a_stream_placed_in_b() {
+    let sc = NatsSupercluster::start_with_leaf(&[1, 1])
+        .await
+        .expect("supercluster with a leaf node");
+    let edge = async_nats::connect(sc.leaf_url())
+        .await
+        .expect("connect to the leaf node");
+    // Every count of each reading handled, by payload.
+    let handled: Arc<Mutex<BTreeMap<String, u32>>> = Arc::default();
+    let seen = handled.clone();
+    let consumer = ConsumerDecl::queue(
+        "tests::on_reading",
+        StreamRef::Declared(&AT_EDGE),
+        QueueDecl::new("readings"),
+    );
+    let topology = Topology::new()
+        .stream(AT_EDGE)
+        .consumer(consumer, move |incoming| {
+            let reading = String::from_utf8_lossy(incoming.payload()).into_owned();
+            *seen.lock().unwrap().entry(reading).or_default() += 1;
+            Box::pin(async { Ok::<(), HandlerError>(()) })
+        });
+    let runtime = Runtime::builder(edge.clone())
+        .domain(HUB_DOMAIN)
+        .topology(topology)
+        .build()
+        .expect("a valid topology");
+    let health = runtime.health();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let running = tokio::spawn(runtime.run_until(async move {
+        let _ = stopped.await;
+    }));
+    eventually(Duration::from_secs(30), "the edge runtime ready", || {
+        let ready = health.ready();
+        async move { ready.then_some(()) }
+    })
+    .await;
+
+    // Published at the edge, stored in B through the hub's domain.
+    let hub_js = jetstream::with_domain(edge, HUB_DOMAIN);
+    for i in 0..50 {
+        hub_js
+            .publish(format!("edge.readings.{i}"), format!("r{i}").into())
+            .await
+            .expect("publish")
+            .await
+            .expect("stored in the supercluster");
+    }
+    let in_a = async_nats::connect(sc.server_addrs(0))
+        .await
+        .expect("connect to A");
+    let mut stream = jetstream::new(in_a)
+        .get_stream("EDGE_READINGS")
+        .await
+        .expect("the stream exists in the supercluster");
+    let info = stream.info().await.expect("its info");
+    assert_eq!(
+        info.cluster.as_ref().and_then(|c| c.name.as_deref()),
+        Some("B"),
+        "placed in B by the edge runtime's declaration"
+    );
+    eventually(Duration::from_secs(30), "50 readings handled", || {
+        let n = handled.lock().unwrap().len();
+        async move { (n >= 50).then_some(()) }
+    })
+    .await;
+    let _ = stop.send(());
+    running
+        .await
+        .expect("the runtime task")
+        .expect("a clean drain");
+    let handled = handled.lock().unwrap().clone();
+    assert_eq!(handled.len(), 50, "every reading");
+    assert!(handled.values().all(|&n| n == 1), "each once: {handled:?}");
 }

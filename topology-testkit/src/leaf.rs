@@ -82,6 +82,7 @@ impl NatsLeafTopology {
                 domain: hub_domain.to_owned(),
                 listen_port: Some(ports[1]),
                 remote_port: None,
+                system_account: false,
             });
             let mut leaf = Node::new(
                 binary.clone(),
@@ -93,6 +94,7 @@ impl NatsLeafTopology {
                 domain: leaf_domain.to_owned(),
                 listen_port: None,
                 remote_port: Some(ports[1]),
+                system_account: false,
             });
             let mut topology = NatsLeafTopology { hub, leaf };
             match topology.launch().await {
@@ -180,7 +182,11 @@ impl std::fmt::Debug for NatsLeafTopology {
 /// Waits until a client of `node` gets an answer without an error to
 /// `$JS.<domain>.API.INFO`: the leaf node connection is up and carries the other server's
 /// JetStream API.
-async fn cross_ready(node: &mut Node, domain: &str, deadline: Instant) -> Result<(), TestkitError> {
+pub(crate) async fn cross_ready(
+    node: &mut Node,
+    domain: &str,
+    deadline: Instant,
+) -> Result<(), TestkitError> {
     let subject = format!("$JS.{domain}.API.INFO");
     let url = node.url();
     let mut last = String::from("not tried");

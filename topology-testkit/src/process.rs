@@ -80,11 +80,26 @@ pub(crate) struct LeafArgs {
     pub(crate) listen_port: Option<u16>,
     /// The leaf node port of the hub this server connects to (the leaf).
     pub(crate) remote_port: Option<u16>,
+    /// Declares the accounts explicitly: a system account `SYS` (a server with both gateways
+    /// and leaf nodes refuses to start without one) and the application's `APP`, with
+    /// JetStream, that clients and leaf nodes without credentials are mapped to
+    /// (`no_auth_user`).
+    pub(crate) system_account: bool,
 }
 
 impl LeafArgs {
     fn config(&self) -> String {
         let mut config = format!("jetstream {{\n  domain: \"{}\"\n}}\n", self.domain);
+        if self.system_account {
+            config.push_str(concat!(
+                "accounts {\n",
+                "  SYS: { users: [{ user: \"sys\", password: \"sys\" }] }\n",
+                "  APP: { jetstream: enabled, users: [{ user: \"app\", password: \"app\" }] }\n",
+                "}\n",
+                "system_account: SYS\n",
+                "no_auth_user: app\n",
+            ));
+        }
         if let Some(port) = self.listen_port {
             config.push_str(&format!(
                 "leafnodes {{\n  listen: \"127.0.0.1:{port}\"\n}}\n"

@@ -6,10 +6,11 @@ use std::time::Duration;
 use crate::binary::server_binary_async;
 use crate::cluster::ClusterMonitor;
 use crate::error::TestkitError;
+use crate::leaf::{HUB_DOMAIN, LEAF_DOMAIN, cross_ready};
 use crate::link::Link;
 use crate::ports::{RefusingPort, free_ports, make_store_dir, unique_suffix};
 use crate::probe::wait_ready;
-use crate::process::{ClusterArgs, GatewayArgs, Node, START_ATTEMPTS};
+use crate::process::{ClusterArgs, GatewayArgs, LeafArgs, Node, START_ATTEMPTS};
 
 /// How long a supercluster may take to become ready.
 const READY_TIMEOUT: Duration = Duration::from_secs(45);
@@ -59,6 +60,10 @@ pub struct NatsSupercluster {
     gateways: Vec<Link>,
     /// The refusing ports the nodes advertise as their gateway URLs, held while they run.
     _advertised: Vec<RefusingPort>,
+    /// A leaf node (JetStream domain [`LEAF_DOMAIN`]) connected to the first node, whose
+    /// whole supercluster is then the JetStream domain [`HUB_DOMAIN`]: the edge site of
+    /// [`NatsLeafTopology`](crate::NatsLeafTopology), hanging off the supercluster.
+    leaf: Option<Node>,
 }
 
 impl NatsSupercluster {
@@ -66,18 +71,32 @@ impl NatsSupercluster {
     /// waits (up to 45 s) until every node answers `$JS.API.INFO` and the JetStream meta group
     /// has formed with every node of every cluster current.
     pub async fn start(sizes: &[usize]) -> Result<NatsSupercluster, TestkitError> {
+        Self::start_inner(sizes, false).await
+    }
+
+    /// As [`start`](Self::start), with a leaf node hanging off the first node, as an edge site
+    /// hangs off a cloud: the supercluster is the JetStream domain [`HUB_DOMAIN`], the leaf
+    /// node the domain [`LEAF_DOMAIN`] (as in [`NatsLeafTopology`](crate::NatsLeafTopology)),
+    /// and the leaf node's clients reach the supercluster's JetStream under `$JS.hub.API`. Also
+    /// waits until each side answers the other's `$JS.<domain>.API.INFO`.
+    pub async fn start_with_leaf(sizes: &[usize]) -> Result<NatsSupercluster, TestkitError> {
+        Self::start_inner(sizes, true).await
+    }
+
+    async fn start_inner(sizes: &[usize], leaf: bool) -> Result<NatsSupercluster, TestkitError> {
         assert!(
             sizes.len() >= 2 && sizes.iter().all(|n| (1..=5).contains(n)),
             "a supercluster of at least two clusters of 1 to 5 nodes each, not {sizes:?}"
         );
         let mut attempt = 1;
         loop {
-            let mut started = Self::configure(sizes).await?;
+            let mut started = Self::configure(sizes, leaf).await?;
             match started.launch().await {
                 Ok(()) => return Ok(started),
                 Err(_)
                     if attempt < START_ATTEMPTS
-                        && started.nodes.iter_mut().any(Node::lost_port_race) =>
+                        && (started.nodes.iter_mut().any(Node::lost_port_race)
+                            || started.leaf.as_mut().is_some_and(Node::lost_port_race)) =>
                 {
                     // Dropping it kills the nodes and removes their directories; new ports.
                     attempt += 1;
@@ -87,10 +106,12 @@ impl NatsSupercluster {
         }
     }
 
-    async fn configure(sizes: &[usize]) -> Result<NatsSupercluster, TestkitError> {
+    async fn configure(sizes: &[usize], leaf: bool) -> Result<NatsSupercluster, TestkitError> {
         let binary = server_binary_async().await?;
         let total: usize = sizes.iter().sum();
-        let ports = free_ports(4 * total)?;
+        // With a leaf node: the first node's leaf node port, and the leaf node's client port.
+        let ports = free_ports(4 * total + 2 * usize::from(leaf))?;
+        let (ports, leaf_ports) = ports.split_at(4 * total);
         let (client_ports, rest) = ports.split_at(total);
         let (cluster_ports, rest) = rest.split_at(total);
         let (monitor_ports, gateway_ports) = rest.split_at(total);
@@ -149,14 +170,42 @@ impl NatsSupercluster {
                     format!("testkit:{suffix}"),
                 ],
             });
+            if leaf {
+                // The whole supercluster is one domain; the first node accepts the leaf node.
+                node.leaf = Some(LeafArgs {
+                    domain: HUB_DOMAIN.to_owned(),
+                    listen_port: (i == 0).then_some(leaf_ports[0]),
+                    remote_port: None,
+                    system_account: true,
+                });
+            }
             nodes.push(node);
         }
+        let leaf = match leaf {
+            false => None,
+            true => {
+                let mut node = Node::new(
+                    binary.clone(),
+                    format!("leaf-{suffix}"),
+                    make_store_dir("leaf")?,
+                );
+                node.port = leaf_ports[1];
+                node.leaf = Some(LeafArgs {
+                    domain: LEAF_DOMAIN.to_owned(),
+                    listen_port: None,
+                    remote_port: Some(leaf_ports[0]),
+                    system_account: false,
+                });
+                Some(node)
+            }
+        };
         Ok(NatsSupercluster {
             nodes,
             cluster_of,
             names,
             gateways,
             _advertised: advertised,
+            leaf,
         })
     }
 
@@ -169,7 +218,7 @@ impl NatsSupercluster {
         let monitor = self.monitor();
         loop {
             let last = match monitor.meta_group().await {
-                Ok(()) => return Ok(()),
+                Ok(()) => return self.launch_leaf(deadline).await,
                 Err(detail) => detail,
             };
             if tokio::time::Instant::now() >= deadline {
@@ -185,6 +234,28 @@ impl NatsSupercluster {
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
+    }
+
+    /// Starts the leaf node, if any, once the supercluster is up, and waits until each side
+    /// reaches the other's JetStream.
+    async fn launch_leaf(&mut self, deadline: tokio::time::Instant) -> Result<(), TestkitError> {
+        let Some(leaf) = self.leaf.as_mut() else {
+            return Ok(());
+        };
+        leaf.spawn()?;
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        wait_ready(std::slice::from_mut(leaf), left).await?;
+        cross_ready(leaf, HUB_DOMAIN, deadline).await?;
+        cross_ready(&mut self.nodes[0], LEAF_DOMAIN, deadline).await
+    }
+
+    /// The leaf node's client URL (see [`start_with_leaf`](Self::start_with_leaf)). Panics if
+    /// it was started without one.
+    pub fn leaf_url(&self) -> String {
+        self.leaf
+            .as_ref()
+            .expect("a supercluster started with `start_with_leaf`")
+            .url()
     }
 
     /// The clusters' names (`A`, `B`, ...), in order.
