@@ -2,6 +2,7 @@
 //! `#[kv_watch]`, `#[object_store]`, `#[service]`, `#[endpoint]` and `#[subscription]`
 //! register through `inventory`, read once into a sorted, deterministic [`Topology`].
 
+mod adapted;
 mod handlers;
 mod ordered;
 mod registrations;
@@ -11,9 +12,7 @@ use std::collections::hash_map::Entry;
 use std::fmt;
 use std::sync::Arc;
 
-use crate::handler::{
-    BatchFuture, BatchInput, HandlerFuture, Incoming, SharedBatchHandler, gathered,
-};
+use crate::handler::{HandlerFuture, Incoming};
 use crate::service::{ReplyFuture, Request};
 use crate::state::StateKey;
 pub use handlers::{Consumer, Endpoint, Subscription};
@@ -26,7 +25,6 @@ pub use registrations::{
 use topology_core::bucket::BucketDecl;
 use topology_core::model::{ConsumerDecl, StreamDecl};
 use topology_core::service::{EndpointDecl, ServiceDecl, SubscriptionDecl};
-use topology_core::watch::WatchDecl;
 
 /// Every stream and consumer a runtime provisions and runs.
 ///
@@ -212,89 +210,6 @@ impl Topology {
         self
     }
 
-    /// Adds a queue consumer whose handler takes its messages in batches (its declaration's
-    /// [`QueueDecl::batch`](topology_core::model::QueueDecl::batch)), and the consumer's stream.
-    ///
-    /// ```
-    /// use nats_topology::{Batch, Failures, HandlerError, Topology};
-    /// use nats_topology::model::{BatchDecl, ConsumerDecl, QueueDecl, StreamDecl, StreamRef};
-    ///
-    /// static ORDERS: StreamDecl = StreamDecl::new("ORDERS", &["orders.>"]);
-    ///
-    /// let topology = Topology::new().stream(ORDERS).batch_consumer(
-    ///     ConsumerDecl::queue(
-    ///         "billing::bill",
-    ///         StreamRef::Declared(&ORDERS),
-    ///         QueueDecl::new("billing").batch(BatchDecl::new(50)),
-    ///     ),
-    ///     |mut input| Box::pin(async move {
-    ///         let batch: Batch<u64> = input.decode_json();
-    ///         let mut failures = Failures::new();
-    ///         for item in &batch {
-    ///             if *item.value() == 0 {
-    ///                 failures.fail(item.index(), HandlerError::permanent("order 0 is poison"));
-    ///             }
-    ///         }
-    ///         input.finish(failures.into_result())
-    ///     }),
-    /// );
-    /// assert_eq!(topology.consumers()[0].decl.effective_concurrency(), 50);
-    /// ```
-    ///
-    /// # Panics
-    ///
-    /// If `decl` declares no batch: a handler of single messages takes [`Topology::consumer`].
-    pub fn batch_consumer<F>(mut self, decl: ConsumerDecl, handler: F) -> Self
-    where
-        F: Fn(BatchInput) -> BatchFuture + Send + Sync + 'static,
-    {
-        self.add_batch_consumer(decl, Arc::new(handler), &[]);
-        self
-    }
-
-    fn add_batch_consumer(
-        &mut self,
-        decl: ConsumerDecl,
-        handler: SharedBatchHandler,
-        states: &'static [StateKey],
-    ) {
-        let Some(batch) = decl.as_queue().and_then(|q| q.batch) else {
-            panic!(
-                "consumer {}: a batch handler needs a batch in its declaration (`QueueDecl::batch`); a handler of single messages takes `Topology::consumer`",
-                decl.handler
-            );
-        };
-        self.add_consumer(decl, gathered(handler, batch), states);
-    }
-
-    /// Adds a watch of a key-value bucket (and the bucket) with its handler: a relay on the
-    /// bucket's stream, run by every instance, that hands each change of the watched keys to
-    /// the handler in revision order (see `#[kv_watch]`).
-    ///
-    /// ```
-    /// use nats_topology::{HandlerError, Topology};
-    /// use nats_topology::model::{BucketDecl, WatchDecl};
-    ///
-    /// static FLAGS: BucketDecl = BucketDecl::kv("FLAGS");
-    ///
-    /// let topology = Topology::new().watch(
-    ///     WatchDecl::new("app::on_flag", &FLAGS, "flag.>"),
-    ///     |incoming| Box::pin(async move {
-    ///         println!("{} changed", incoming.context().subject());
-    ///         Ok::<(), HandlerError>(())
-    ///     }),
-    /// );
-    /// assert_eq!(topology.consumers()[0].decl.subjects, ["$KV.FLAGS.flag.>"]);
-    /// assert!(topology.find_stream("KV_FLAGS").is_some());
-    /// ```
-    pub fn watch<F>(mut self, decl: WatchDecl, handler: F) -> Self
-    where
-        F: Fn(Incoming) -> HandlerFuture + Send + Sync + 'static,
-    {
-        self.add_watch(decl, Arc::new(handler), &[]);
-        self
-    }
-
     /// Adds a service (its endpoints add it too).
     pub fn service(mut self, decl: ServiceDecl) -> Self {
         self.add_service(decl);
@@ -460,11 +375,6 @@ impl Topology {
             handler,
             states,
         });
-    }
-
-    fn add_watch(&mut self, decl: WatchDecl, handler: SharedHandler, states: &'static [StateKey]) {
-        self.add_bucket(*decl.bucket);
-        self.add_consumer(crate::bucket::watch_consumer(&decl), handler, states);
     }
 
     fn add_consumer(

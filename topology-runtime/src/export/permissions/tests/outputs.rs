@@ -1,0 +1,72 @@
+//! What the permissions say beyond the entries of each declaration: other domains and inbox
+//! prefixes, the server block and the JSON beside it, a pinned client's own unpin.
+
+use super::*;
+
+#[test]
+fn domains_prefixes_and_extra_outputs() {
+    let role = Role::owner("svc")
+        .with_domain("edge")
+        .with_inbox_prefix("_I.svc")
+        .publishes("invoices.>");
+    let p = permissions(&every_kind(), &role);
+    assert!(p.allows(
+        Action::Publish,
+        "$JS.edge.API.CONSUMER.MSG.NEXT.ORDERS.pull"
+    ));
+    assert!(!p.allows(Action::Publish, "$JS.API.CONSUMER.MSG.NEXT.ORDERS.pull"));
+    assert!(p.allows(Action::Publish, "_NATS_TOPOLOGY.META.ANSWERS.$JS.edge.API"));
+    assert!(p.allows(Action::Subscribe, "_I.svc.x.y"));
+    assert!(p.allows(Action::Publish, "invoices.paid"));
+    assert_eq!(Role::owner("my service.v2").service(), "my_service_v2");
+}
+
+#[test]
+fn the_server_block_and_the_json_list_the_same_entries_with_their_reasons() {
+    let p = permissions(&every_kind(), &Role::owner("svc"));
+    let block = p.server_config("$SVC_PASSWORD");
+    assert!(block.contains("user: \"svc\""), "{block}");
+    assert!(block.contains("password: $SVC_PASSWORD"), "{block}");
+    assert!(block.contains("# consumer `svc::pull` of stream `ORDERS`: pulls its messages"));
+    let json = p.to_json();
+    let publish = json["pub"]["allow"].as_array().unwrap();
+    let subscribe = json["sub"]["allow"].as_array().unwrap();
+    assert_eq!(publish.len() + subscribe.len(), p.entries.len());
+    for entry in &p.entries {
+        assert!(
+            block.contains(&quoted(&entry.pattern())),
+            "{}",
+            entry.pattern()
+        );
+    }
+    assert!(
+        block.contains("allow_responses = { max: 1, expires: \"300000ms\" }"),
+        "{block}"
+    );
+    assert!(block.contains("# every replica: endpoint `crawl` of service `slow` (handler `svc::slow`): answers its requests"), "{block}");
+    assert_eq!(json["resp"]["ttl"], 300_000_000_000u64);
+    assert!(!block.contains("s3cret"));
+    let literal = p.server_config("pa\"ss");
+    assert!(literal.contains("password: \"pa\\\"ss\""));
+    assert_eq!(p.without(0).entries.len(), p.entries.len() - 1);
+}
+
+#[test]
+fn a_pinned_client_may_unpin_its_own_consumer_only() {
+    let topology = Topology::new().stream(ORDERS).consumer(
+        ConsumerDecl::queue(
+            "svc::active",
+            StreamRef::Declared(&ORDERS),
+            QueueDecl::new("active").pinned_client(Duration::from_secs(10)),
+        ),
+        handler(),
+    );
+    for role in [Role::owner("svc"), Role::bind_only("svc")] {
+        let p = permissions(&topology, &role);
+        assert!(p.allows(Action::Publish, "$JS.API.CONSUMER.UNPIN.ORDERS.active"));
+        assert!(!p.allows(Action::Publish, "$JS.API.CONSUMER.UNPIN.ORDERS.other"));
+    }
+    // Without a pinned client, no unpin.
+    let p = permissions(&every_kind(), &Role::owner("svc"));
+    assert!(!p.allows(Action::Publish, "$JS.API.CONSUMER.UNPIN.ORDERS.pull"));
+}
