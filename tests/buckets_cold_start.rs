@@ -6,18 +6,16 @@
 
 mod fixture;
 
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use fixture::Fixture;
+use fixture::children::{now_ms, provision_at, ready, retried_past_a_first_timeout, run_children};
+use nats_topology::Topology;
 use nats_topology::model::BucketDecl;
-use nats_topology::{Runtime, Topology};
 use nats_topology_testkit::eventually;
 
 /// Set in child processes: `<url>,<url>,...|<bucket name>|<start at, ms since the epoch>`.
 const CHILD_ENV: &str = "NATS_TOPOLOGY_BUCKET_COLD_START_CHILD";
-const RESULT: &str = "BUCKET_COLD_START_RESULT";
 const PROCESSES: usize = 8;
 
 fn topology(name: &'static str, replicas: u8) -> Topology {
@@ -29,45 +27,16 @@ fn topology(name: &'static str, replicas: u8) -> Topology {
     )
 }
 
-fn now_ms() -> u128 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_millis()
-}
-
 /// In a child process: provision at the given instant and print the outcome. Alone: provision
 /// the bucket on a server of its own in one attempt, and find nothing to do the second time.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn provision_one_bucket() {
     if let Ok(spec) = std::env::var(CHILD_ENV) {
         let mut parts = spec.split('|');
-        let urls: Vec<async_nats::ServerAddr> = parts
-            .next()
-            .unwrap()
-            .split(',')
-            .map(|u| u.parse().unwrap())
-            .collect();
+        let urls = parts.next().unwrap();
         let name: &'static str = parts.next().unwrap().to_owned().leak();
         let start_at: u128 = parts.next().unwrap().parse().unwrap();
-        let client = async_nats::connect(urls).await.expect("connect");
-        let runtime = Runtime::builder(client)
-            .topology(topology(name, 3))
-            .build()
-            .unwrap();
-        let wait = start_at.saturating_sub(now_ms());
-        tokio::time::sleep(Duration::from_millis(wait as u64)).await; // the common start instant
-        let started = std::time::Instant::now();
-        let outcome = runtime.provision().await;
-        let ms = started.elapsed().as_millis();
-        match &outcome {
-            Ok(report) => println!(
-                "{RESULT} ok {ms} attempts={} timed_out={}",
-                report.attempts, report.timed_out
-            ),
-            Err(e) => println!("{RESULT} err {ms} {} {e}", e.attempts()),
-        }
-        outcome.expect("provisioning succeeds");
+        provision_at(urls, start_at, topology(name, 3)).await;
         return;
     }
     let fx = Fixture::start().await;
@@ -86,60 +55,17 @@ async fn provision_one_bucket() {
 async fn eight_processes_cold_start_one_r3_bucket() {
     let fx = Fixture::cluster().await;
     let urls = fx.server.urls().join(",");
-    let exe = std::env::current_exe().unwrap();
     for rep in 0..2 {
         let name = format!("COLD_BUCKET_{rep}");
         let start_at = now_ms() + 1_500;
-        let children: Vec<_> = (0..PROCESSES)
-            .map(|_| {
-                Command::new(&exe)
-                    .args([
-                        "--exact",
-                        "provision_one_bucket",
-                        "--nocapture",
-                        "--test-threads=1",
-                    ])
-                    .env(CHILD_ENV, format!("{urls}|{name}|{start_at}"))
-                    .stdout(Stdio::piped())
-                    .stderr(Stdio::null())
-                    .spawn()
-                    .expect("spawn a child process")
-            })
-            .collect();
-        let results: Vec<String> = tokio::task::spawn_blocking(move || {
-            children
-                .into_iter()
-                .map(|mut child| {
-                    let stdout = child.stdout.take().unwrap();
-                    // Read to the end, so the child never writes into a closed pipe.
-                    let lines: Vec<String> = BufReader::new(stdout)
-                        .lines()
-                        .map_while(Result::ok)
-                        .collect();
-                    let status = child.wait().expect("wait for a child");
-                    // libtest prints "test <name> ... " before the test's own output.
-                    let line = lines
-                        .iter()
-                        .find_map(|l| l.find(RESULT).map(|at| l[at..].to_owned()))
-                        .unwrap_or_else(|| format!("{RESULT} no result"));
-                    format!("{line} ({status})")
-                })
-                .collect()
-        })
-        .await
-        .unwrap();
+        let spec = format!("{urls}|{name}|{start_at}");
+        let results = run_children("provision_one_bucket", CHILD_ENV, &spec, PROCESSES).await;
         eprintln!("repetition {}: {results:?}", rep + 1);
-        let ok = results
-            .iter()
-            .filter(|l| l.contains(" ok ") && l.ends_with("(exit status: 0)"))
-            .count();
+        let ok = ready(&results);
         assert_eq!(ok, PROCESSES, "every process provisions: {results:#?}");
         // No process waited out more than one request timeout (a retry after a first timeout
         // would be the cliff this provisioning avoids).
-        let retried: Vec<&String> = results
-            .iter()
-            .filter(|l| !l.contains("timed_out=0") && !l.contains("timed_out=1 "))
-            .collect();
+        let retried = retried_past_a_first_timeout(&results);
         assert!(
             retried.is_empty(),
             "no retry past a first timeout: {retried:#?}"

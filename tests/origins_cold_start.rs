@@ -7,13 +7,14 @@
 //! as separate processes (in child mode, told by an environment variable) connected to A, all
 //! released at one instant.
 
+mod fixture;
+
 use std::collections::BTreeSet;
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use async_nats::jetstream;
+use fixture::children::{now_ms, provision_at, ready, retried_past_a_first_timeout, run_children};
 use nats_topology::model::{
     BroadcastDecl, ConsumerDecl, DeliverPolicy, Origin, Placement, StreamDecl, StreamRef,
 };
@@ -22,7 +23,6 @@ use nats_topology_testkit::{NatsSupercluster, eventually};
 
 /// Set in child processes: `<url>,<url>,...|<start at, ms since the epoch>`.
 const CHILD_ENV: &str = "NATS_TOPOLOGY_ORIGINS_COLD_START_CHILD";
-const RESULT: &str = "ORIGINS_COLD_START_RESULT";
 const PROCESSES: usize = 8;
 
 /// In cluster B, by its servers' tag.
@@ -72,47 +72,11 @@ fn relaying(received: Received) -> Topology {
     })
 }
 
-fn now_ms() -> u128 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_millis()
-}
-
-/// In a child process: provision at the instant given in `spec` and print the outcome.
-async fn provision_origins(spec: &str) {
-    let mut parts = spec.split('|');
-    let urls: Vec<async_nats::ServerAddr> = parts
-        .next()
-        .unwrap()
-        .split(',')
-        .map(|u| u.parse().unwrap())
-        .collect();
-    let start_at: u128 = parts.next().unwrap().parse().unwrap();
-    let client = async_nats::connect(urls).await.expect("connect");
-    let runtime = Runtime::builder(client)
-        .topology(topology())
-        .build()
-        .unwrap();
-    let wait = start_at.saturating_sub(now_ms());
-    tokio::time::sleep(Duration::from_millis(wait as u64)).await; // the common start instant
-    let started = std::time::Instant::now();
-    let outcome = runtime.provision().await;
-    let ms = started.elapsed().as_millis();
-    match &outcome {
-        Ok(report) => println!(
-            "{RESULT} ok {ms} attempts={} timed_out={}",
-            report.attempts, report.timed_out
-        ),
-        Err(e) => println!("{RESULT} err {ms} {} {e}", e.attempts()),
-    }
-    outcome.expect("provisioning succeeds");
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn eight_processes_cold_start_placed_mirrored_and_sourced_streams() {
     if let Ok(spec) = std::env::var(CHILD_ENV) {
-        provision_origins(&spec).await;
+        let (urls, start_at) = spec.split_once('|').unwrap();
+        provision_at(urls, start_at.parse().unwrap(), topology()).await;
         return;
     }
     let sc = NatsSupercluster::start(&[3, 1])
@@ -120,57 +84,19 @@ async fn eight_processes_cold_start_placed_mirrored_and_sourced_streams() {
         .expect("supercluster");
     let urls: Vec<String> = sc.nodes_of(0).into_iter().map(|i| sc.url(i)).collect();
     let urls = urls.join(",");
-    let exe = std::env::current_exe().unwrap();
     let start_at = now_ms() + 1_500;
-    let children: Vec<_> = (0..PROCESSES)
-        .map(|_| {
-            Command::new(&exe)
-                .args([
-                    "--exact",
-                    "eight_processes_cold_start_placed_mirrored_and_sourced_streams",
-                    "--nocapture",
-                    "--test-threads=1",
-                ])
-                .env(CHILD_ENV, format!("{urls}|{start_at}"))
-                .stdout(Stdio::piped())
-                .stderr(Stdio::null())
-                .spawn()
-                .expect("spawn a child process")
-        })
-        .collect();
-    let results: Vec<String> = tokio::task::spawn_blocking(move || {
-        children
-            .into_iter()
-            .map(|mut child| {
-                let stdout = child.stdout.take().unwrap();
-                // Read to the end, so the child never writes into a closed pipe.
-                let lines: Vec<String> = BufReader::new(stdout)
-                    .lines()
-                    .map_while(Result::ok)
-                    .collect();
-                let status = child.wait().expect("wait for a child");
-                // libtest prints "test <name> ... " before the test's own output.
-                let line = lines
-                    .iter()
-                    .find_map(|l| l.find(RESULT).map(|at| l[at..].to_owned()))
-                    .unwrap_or_else(|| format!("{RESULT} no result"));
-                format!("{line} ({status})")
-            })
-            .collect()
-    })
-    .await
-    .unwrap();
+    let results = run_children(
+        "eight_processes_cold_start_placed_mirrored_and_sourced_streams",
+        CHILD_ENV,
+        &format!("{urls}|{start_at}"),
+        PROCESSES,
+    )
+    .await;
     eprintln!("{results:?}");
-    let ok = results
-        .iter()
-        .filter(|l| l.contains(" ok ") && l.ends_with("(exit status: 0)"))
-        .count();
+    let ok = ready(&results);
     assert_eq!(ok, PROCESSES, "every process provisions: {results:#?}");
     // No process waited out more than one request timeout.
-    let retried: Vec<&String> = results
-        .iter()
-        .filter(|l| !l.contains("timed_out=0") && !l.contains("timed_out=1 "))
-        .collect();
+    let retried = retried_past_a_first_timeout(&results);
     assert!(
         retried.is_empty(),
         "no retry past a first timeout: {retried:#?}"
