@@ -7,6 +7,7 @@
 //! looking through mirrors and sources to the subjects of their origins.
 
 use crate::model::{StreamDecl, StreamRef};
+use crate::rules::str_eq;
 use crate::subject;
 
 /// A stream that a mirror copies or a stream sources from, with what is taken from it.
@@ -255,20 +256,6 @@ pub const fn names_itself(decl: &StreamDecl) -> bool {
     false
 }
 
-pub(crate) const fn str_eq(a: &str, b: &str) -> bool {
-    let (a, b) = (a.as_bytes(), b.as_bytes());
-    if a.len() != b.len() {
-        return false;
-    }
-    let mut i = 0;
-    while i < a.len() {
-        if a[i] != b[i] {
-            return false;
-        }
-        i += 1;
-    }
-    true
-}
 
 #[cfg(test)]
 mod tests {

@@ -733,7 +733,8 @@ pub const fn check_consumer_among(
     Ok(())
 }
 
-const fn str_eq(a: &str, b: &str) -> bool {
+/// `a == b`, usable in a `const fn`.
+pub(crate) const fn str_eq(a: &str, b: &str) -> bool {
     let (a, b) = (a.as_bytes(), b.as_bytes());
     if a.len() != b.len() {
         return false;

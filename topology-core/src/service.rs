@@ -20,7 +20,7 @@
 
 use core::time::Duration;
 
-use crate::rules::{DESCRIPTION_TOO_LONG, description_fits};
+use crate::rules::{DESCRIPTION_TOO_LONG, description_fits, str_eq};
 use crate::subject::{self, SubjectError};
 
 /// The queue group of an endpoint that declares none, and of a service that declares none:
@@ -439,9 +439,6 @@ pub const fn check_metadata(metadata: &[(&str, &str)]) -> Result<(), ServiceDecl
     Ok(())
 }
 
-const fn str_eq(a: &str, b: &str) -> bool {
-    a.len() == b.len() && starts_with(a, b)
-}
 
 /// Every rule of a service declaration.
 pub const fn check_service(decl: &ServiceDecl) -> Result<(), ServiceDeclError> {
