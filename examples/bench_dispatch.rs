@@ -605,10 +605,8 @@ async fn ours(
     work_for: Duration,
     ack: AckMode,
 ) -> Result<Duration, BoxError> {
-    let first: Arc<std::sync::OnceLock<Instant>> = Arc::default();
-    let handled = Arc::new(AtomicU64::new(0));
-    let done = Arc::new(tokio::sync::Notify::new());
-    let (h_first, h_handled, h_done) = (first.clone(), handled.clone(), done.clone());
+    let progress = Progress::new(count);
+    let reports = progress.clone();
     let decl = ConsumerDecl::queue(
         "bench::handler",
         StreamRef::Declared(&BENCH),
@@ -618,13 +616,11 @@ async fn ours(
     let topology = Topology::new()
         .stream(BENCH)
         .consumer(decl, move |_incoming| {
-            h_first.get_or_init(Instant::now);
-            let (handled, done) = (h_handled.clone(), h_done.clone());
+            reports.started();
+            let reports = reports.clone();
             Box::pin(async move {
                 work(work_for).await;
-                if handled.fetch_add(1, Ordering::Relaxed) + 1 == count {
-                    done.notify_one();
-                }
+                reports.handled(1);
                 Ok::<(), HandlerError>(())
             })
         });
@@ -635,22 +631,61 @@ async fn ours(
     if let Some(ahead) = tuning.ahead {
         runtime = runtime.pull_ahead(ahead);
     }
-    let runtime = runtime.build()?;
-    let health = runtime.health();
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let running = tokio::spawn(runtime.run_until(async move {
-        let _ = stopped.await;
-    }));
-    done.notified().await;
-    // The last handler has returned; its ack follows at once. Wait for the counter of acked
-    // messages so that the time includes every ack.
-    while health.consumers()[0].handled < count {
-        tokio::task::yield_now().await;
+    progress.time(runtime).await
+}
+
+/// What the bench handlers report: when the first message arrived and how many were handled;
+/// the call that reaches the count ends the run.
+#[derive(Clone)]
+struct Progress {
+    first: Arc<std::sync::OnceLock<Instant>>,
+    handled: Arc<AtomicU64>,
+    done: Arc<tokio::sync::Notify>,
+    count: u64,
+}
+
+impl Progress {
+    fn new(count: u64) -> Self {
+        Progress {
+            first: Arc::default(),
+            handled: Arc::default(),
+            done: Arc::default(),
+            count,
+        }
     }
-    let elapsed = first.get().expect("messages arrived").elapsed();
-    let _ = stop.send(());
-    running.await??;
-    Ok(elapsed)
+
+    fn started(&self) {
+        self.first.get_or_init(Instant::now);
+    }
+
+    /// Counts `n` more handled (a batch need not end exactly at the count).
+    fn handled(&self, n: u64) {
+        let before = self.handled.fetch_add(n, Ordering::Relaxed);
+        if before < self.count && before + n >= self.count {
+            self.done.notify_one();
+        }
+    }
+
+    /// Runs `runtime` until the count is handled and acknowledged: the time from the first
+    /// message to the last ack.
+    async fn time(self, runtime: nats_topology::RuntimeBuilder) -> Result<Duration, BoxError> {
+        let runtime = runtime.build()?;
+        let health = runtime.health();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let running = tokio::spawn(runtime.run_until(async move {
+            let _ = stopped.await;
+        }));
+        self.done.notified().await;
+        // The last handler has returned; its ack follows at once. Wait for the counter of
+        // acked messages so that the time includes every ack.
+        while health.consumers()[0].handled < self.count {
+            tokio::task::yield_now().await;
+        }
+        let elapsed = self.first.get().expect("messages arrived").elapsed();
+        let _ = stop.send(());
+        running.await??;
+        Ok(elapsed)
+    }
 }
 
 /// The batch size of the batch comparison (the issue's: 50), also the per-message concurrency
@@ -674,10 +709,8 @@ async fn ours_batch(
     work_for: Duration,
     ahead: Option<Duration>,
 ) -> Result<Duration, BoxError> {
-    let first: Arc<std::sync::OnceLock<Instant>> = Arc::default();
-    let handled = Arc::new(AtomicU64::new(0));
-    let done = Arc::new(tokio::sync::Notify::new());
-    let (h_first, h_handled, h_done) = (first.clone(), handled.clone(), done.clone());
+    let progress = Progress::new(count);
+    let reports = progress.clone();
     let decl = ConsumerDecl::queue(
         "bench::batch",
         StreamRef::Declared(&BENCH),
@@ -687,16 +720,12 @@ async fn ours_batch(
     let topology = Topology::new()
         .stream(BENCH)
         .batch_consumer(decl, move |input| {
-            h_first.get_or_init(Instant::now);
-            let (handled, done) = (h_handled.clone(), h_done.clone());
+            reports.started();
+            let reports = reports.clone();
             Box::pin(async move {
                 let size = input.incoming().len() as u64;
                 work(work_for).await;
-                // Batches need not add up to `count` exactly: the one that reaches it ends it.
-                let before = handled.fetch_add(size, Ordering::Relaxed);
-                if before < count && before + size >= count {
-                    done.notify_one();
-                }
+                reports.handled(size);
                 input.finish(Ok(()))
             })
         });
@@ -704,20 +733,7 @@ async fn ours_batch(
     if let Some(ahead) = ahead {
         runtime = runtime.pull_ahead(ahead);
     }
-    let runtime = runtime.build()?;
-    let health = runtime.health();
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let running = tokio::spawn(runtime.run_until(async move {
-        let _ = stopped.await;
-    }));
-    done.notified().await;
-    while health.consumers()[0].handled < count {
-        tokio::task::yield_now().await;
-    }
-    let elapsed = first.get().expect("messages arrived").elapsed();
-    let _ = stop.send(());
-    running.await??;
-    Ok(elapsed)
+    progress.time(runtime).await
 }
 
 /// What ours sets beyond the defaults.

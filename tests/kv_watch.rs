@@ -9,15 +9,13 @@ mod fixture;
 mod npm;
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_nats::jetstream::kv;
+use fixture::recorder::values;
 use fixture::{Fixture, Running};
-use metrics::{
-    Counter, Gauge, Histogram, Key, KeyName, Label, Metadata, Recorder, SharedString, Unit,
-};
-use metrics_util::registry::{AtomicStorage, Registry};
+use metrics::{Key, Label};
 use nats_topology::bucket::{Bytes, KvEntry, KvOperation};
 use nats_topology::telemetry::names;
 use nats_topology::{HandlerError, Relay, Runtime, State, kv_bucket, kv_watch};
@@ -43,41 +41,6 @@ struct MemberStatus;
 #[kv_bucket(name = "RAW_FLAGS", history = 64)]
 struct RawFlags;
 
-/// A recorder whose values are read as they are (as in `tests/metrics.rs`): the process's
-/// global one, installed by the first test that asks.
-#[derive(Clone)]
-struct Values(Arc<Registry<Key, AtomicStorage>>);
-
-impl Recorder for Values {
-    fn describe_counter(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
-    fn describe_gauge(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
-    fn describe_histogram(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
-
-    fn register_counter(&self, key: &Key, _: &Metadata<'_>) -> Counter {
-        self.0
-            .get_or_create_counter(key, |c| Counter::from_arc(c.clone()))
-    }
-
-    fn register_gauge(&self, key: &Key, _: &Metadata<'_>) -> Gauge {
-        self.0
-            .get_or_create_gauge(key, |g| Gauge::from_arc(g.clone()))
-    }
-
-    fn register_histogram(&self, key: &Key, _: &Metadata<'_>) -> Histogram {
-        self.0
-            .get_or_create_histogram(key, |h| Histogram::from_arc(h.clone()))
-    }
-}
-
-fn values() -> &'static Values {
-    static VALUES: OnceLock<Values> = OnceLock::new();
-    VALUES.get_or_init(|| {
-        let values = Values(Arc::new(Registry::atomic()));
-        metrics::set_global_recorder(values.clone()).expect("no other recorder in this binary");
-        values
-    })
-}
-
 /// A counter of the `on_status` watch (its series: the bucket's stream and the handler), summed
 /// over the tests of this binary that ran so far.
 fn on_status_counter(name: &'static str) -> u64 {
@@ -88,10 +51,7 @@ fn on_status_counter(name: &'static str) -> u64 {
             Label::new("consumer", "kv_watch::on_status"),
         ],
     );
-    values()
-        .0
-        .get_counter(&key)
-        .map_or(0, |c| c.load(std::sync::atomic::Ordering::SeqCst))
+    values().counter(&key)
 }
 
 /// One change as a watch handler received it.

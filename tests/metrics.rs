@@ -9,53 +9,16 @@
 
 mod fixture;
 
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use fixture::Fixture;
-use metrics::{
-    Counter, Gauge, Histogram, Key, KeyName, Label, Metadata, Recorder, SharedString, Unit,
-};
-use metrics_util::registry::{AtomicStorage, Registry};
+use fixture::recorder::values;
+use metrics::{Key, Label};
 use nats_topology::model::QueueDecl;
 use nats_topology::telemetry::names;
 use nats_topology::{HandlerError, HandlerFuture, Incoming, Topology};
 use nats_topology_testkit::eventually;
-
-/// A recorder whose values are read as they are, never reset by reading.
-#[derive(Clone)]
-struct Values(Arc<Registry<Key, AtomicStorage>>);
-
-impl Recorder for Values {
-    fn describe_counter(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
-    fn describe_gauge(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
-    fn describe_histogram(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
-
-    fn register_counter(&self, key: &Key, _: &Metadata<'_>) -> Counter {
-        self.0
-            .get_or_create_counter(key, |c| Counter::from_arc(c.clone()))
-    }
-
-    fn register_gauge(&self, key: &Key, _: &Metadata<'_>) -> Gauge {
-        self.0
-            .get_or_create_gauge(key, |g| Gauge::from_arc(g.clone()))
-    }
-
-    fn register_histogram(&self, key: &Key, _: &Metadata<'_>) -> Histogram {
-        self.0
-            .get_or_create_histogram(key, |h| Histogram::from_arc(h.clone()))
-    }
-}
-
-/// The process's recorder, installed by the first test that asks (before its runtime starts).
-fn values() -> &'static Values {
-    static VALUES: OnceLock<Values> = OnceLock::new();
-    VALUES.get_or_init(|| {
-        let values = Values(Arc::new(Registry::atomic()));
-        metrics::set_global_recorder(values.clone()).expect("no other recorder in this binary");
-        values
-    })
-}
 
 /// The series of one consumer.
 struct Series {
@@ -76,27 +39,17 @@ impl Series {
 
     /// A counter's value (0 if it was never registered).
     fn counter(&self, name: &'static str) -> u64 {
-        values()
-            .0
-            .get_counter(&self.key(name))
-            .map_or(0, |c| c.load(std::sync::atomic::Ordering::SeqCst))
+        values().counter(&self.key(name))
     }
 
     /// A gauge's value, if it was registered.
     fn gauge(&self, name: &'static str) -> Option<f64> {
-        values()
-            .0
-            .get_gauge(&self.key(name))
-            .map(|g| f64::from_bits(g.load(std::sync::atomic::Ordering::SeqCst)))
+        values().gauge(&self.key(name))
     }
 
     /// A histogram's samples.
     fn samples(&self, name: &'static str) -> Vec<f64> {
-        values()
-            .0
-            .get_histogram(&self.key(name))
-            .map(|h| h.data())
-            .unwrap_or_default()
+        values().samples(&self.key(name))
     }
 }
 
@@ -433,10 +386,7 @@ async fn permission_violations_are_counted_by_declaration() {
         ],
     );
     eventually(Duration::from_secs(10), "the violation counted", || {
-        let counted = values()
-            .0
-            .get_counter(&key)
-            .map_or(0, |c| c.load(std::sync::atomic::Ordering::SeqCst));
+        let counted = values().counter(&key);
         async move { (counted >= 1).then_some(()) }
     })
     .await;

@@ -256,7 +256,6 @@ pub const fn names_itself(decl: &StreamDecl) -> bool {
     false
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;

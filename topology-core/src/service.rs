@@ -439,7 +439,6 @@ pub const fn check_metadata(metadata: &[(&str, &str)]) -> Result<(), ServiceDecl
     Ok(())
 }
 
-
 /// Every rule of a service declaration.
 pub const fn check_service(decl: &ServiceDecl) -> Result<(), ServiceDeclError> {
     if let Err(e) = check_name(decl.name) {
