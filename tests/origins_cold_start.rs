@@ -14,6 +14,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_nats::jetstream;
+use fixture::Running;
 use fixture::children::{now_ms, provision_at, ready, retried_past_a_first_timeout, run_children};
 use nats_topology::model::{
     BroadcastDecl, ConsumerDecl, DeliverPolicy, Origin, Placement, StreamDecl, StreamRef,
@@ -139,16 +140,8 @@ async fn eight_processes_cold_start_placed_mirrored_and_sourced_streams() {
         let client = async_nats::connect(sc.server_addrs(cluster))
             .await
             .expect("connect");
-        let runtime = Runtime::builder(client)
-            .topology(relaying(received.clone()))
-            .build()
-            .expect("a valid topology");
-        let health = runtime.health();
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let running = tokio::spawn(runtime.run_until(async move {
-            let _ = stopped.await;
-        }));
-        relays.push((received, health, stop, running));
+        let builder = Runtime::builder(client).topology(relaying(received.clone()));
+        relays.push((received, Running::start(builder).await));
     }
     for (name, expected) in [("CS_MIRROR", 10), ("CS_SOURCED", 15)] {
         eventually(Duration::from_secs(30), name, || {
@@ -165,7 +158,7 @@ async fn eight_processes_cold_start_placed_mirrored_and_sourced_streams() {
         .map(|i| format!("cs.origin.{i}"))
         .chain((0..5).map(|i| format!("cs.local.{i}")))
         .collect();
-    for (cluster, (received, health, stop, running)) in relays.into_iter().enumerate() {
+    for (cluster, (received, running)) in relays.into_iter().enumerate() {
         eventually(
             Duration::from_secs(30),
             "the relay to receive all 15",
@@ -175,11 +168,8 @@ async fn eight_processes_cold_start_placed_mirrored_and_sourced_streams() {
             },
         )
         .await;
-        let _ = stop.send(());
-        running
-            .await
-            .expect("the runtime task")
-            .expect("a clean drain");
+        let health = running.health.clone();
+        running.stop().await.expect("a clean drain");
         let received = received.lock().unwrap().clone();
         let distinct: BTreeSet<String> = received.iter().cloned().collect();
         assert_eq!(distinct, every, "cluster {cluster}'s relay");

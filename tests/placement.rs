@@ -5,11 +5,14 @@
 //! leaf node in its own JetStream domain) hanging off a supercluster declares and consumes a
 //! stream placed in cluster B through the supercluster's domain.
 
+mod fixture;
+
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_nats::jetstream;
+use fixture::Running;
 use nats_topology::model::{ConsumerDecl, Placement, QueueDecl, StreamDecl, StreamRef};
 use nats_topology::report::Action;
 use nats_topology::{HandlerError, Runtime, Topology};
@@ -147,20 +150,11 @@ async fn an_edge_site_off_the_supercluster_consumes_a_stream_placed_in_b() {
             *seen.lock().unwrap().entry(reading).or_default() += 1;
             Box::pin(async { Ok::<(), HandlerError>(()) })
         });
-    let runtime = Runtime::builder(edge.clone())
-        .domain(HUB_DOMAIN)
-        .topology(topology)
-        .build()
-        .expect("a valid topology");
-    let health = runtime.health();
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let running = tokio::spawn(runtime.run_until(async move {
-        let _ = stopped.await;
-    }));
-    eventually(Duration::from_secs(30), "the edge runtime ready", || {
-        let ready = health.ready();
-        async move { ready.then_some(()) }
-    })
+    let running = Running::start(
+        Runtime::builder(edge.clone())
+            .domain(HUB_DOMAIN)
+            .topology(topology),
+    )
     .await;
 
     // Published at the edge, stored in B through the hub's domain.
@@ -191,11 +185,7 @@ async fn an_edge_site_off_the_supercluster_consumes_a_stream_placed_in_b() {
         async move { (n >= 50).then_some(()) }
     })
     .await;
-    let _ = stop.send(());
-    running
-        .await
-        .expect("the runtime task")
-        .expect("a clean drain");
+    running.stop().await.expect("a clean drain");
     let handled = handled.lock().unwrap().clone();
     assert_eq!(handled.len(), 50, "every reading");
     assert!(handled.values().all(|&n| n == 1), "each once: {handled:?}");
