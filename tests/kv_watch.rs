@@ -34,7 +34,7 @@ struct Status {
 
 // Enough history that no revision written here is removed before a watch reads it: with
 // `history = 1` a change superseded (same key) before the watch read it is gone from the
-// server, the one skip a watch cannot prevent (two runs in twenty failed so).
+// server, the one skip a watch cannot prevent.
 #[kv_bucket(name = "MEMBER_STATUS", value = Status, history = 64)]
 struct MemberStatus;
 
