@@ -267,7 +267,8 @@ fn serving_state(state: &ServingState, value: &mut Value) {
 /// ```
 ///
 /// A consumer's `state` is one of `starting`, `provisioning`, `running`, `standby` (a
-/// pinned-client queue consumer another replica is pinned for: ready), `stalled`,
+/// pinned-client queue consumer another replica is pinned for: ready), `replaying` (an
+/// ordered replay catching up, with `behind`: the messages it has left; not ready), `stalled`,
 /// `retrying`, `draining`, `stopped`; an endpoint's or subscription's one of `starting`,
 /// `subscribing`, `running`, `stalled`, `disconnected`, `retrying`, `draining`, `stopped`; `error` (and `attempt` when retrying, `silent_for_ms` when stalled: how long
 /// nothing has come from the server) say why a consumer is not running; `denied` (on a
@@ -282,6 +283,7 @@ pub fn readiness(health: &Health) -> Value {
                 ConsumerState::Provisioning => ("provisioning", None, None),
                 ConsumerState::Running => ("running", None, None),
                 ConsumerState::Standby => ("standby", None, None),
+                ConsumerState::Replaying { .. } => ("replaying", None, None),
                 ConsumerState::Stalled { cause, .. } => ("stalled", Some(cause.clone()), None),
                 ConsumerState::Retrying { attempt, error } => {
                     ("retrying", Some(error.clone()), Some(*attempt))
@@ -307,6 +309,9 @@ pub fn readiness(health: &Health) -> Value {
             }
             if let Some(attempt) = attempt {
                 value["attempt"] = json!(attempt);
+            }
+            if let ConsumerState::Replaying { behind } = &c.state {
+                value["behind"] = json!(behind);
             }
             if let ConsumerState::Stalled { silent_for, .. } = &c.state {
                 value["silent_for_ms"] = json!(silent_for.as_millis() as u64);

@@ -443,6 +443,11 @@ pub struct BroadcastDecl {
     /// The key-value bucket whose changes this relay hands to a `#[kv_watch]` handler
     /// (`None`: a `#[broadcast]`): it handles one change at a time, in revision order.
     pub kv_watch: Option<&'static str>,
+    /// An ordered replay (`#[broadcast(ordered)]`): every instance rebuilds from the start
+    /// of the stream, one message at a time in stream order, each handled once; a gap in
+    /// what the server delivers, or a handler failure, restarts the relay after the last
+    /// message handled.
+    pub ordered: bool,
 }
 
 impl BroadcastDecl {
@@ -451,7 +456,22 @@ impl BroadcastDecl {
         BroadcastDecl {
             deliver: DeliverPolicy::New,
             kv_watch: None,
+            ordered: false,
         }
+    }
+    /// Makes the relay an ordered replay, from the start of the stream unless
+    /// [`deliver`](Self::deliver) says `LastPerSubject` (see the `ordered` field).
+    pub const fn ordered(mut self) -> Self {
+        self.ordered = true;
+        if matches!(self.deliver, DeliverPolicy::New) {
+            self.deliver = DeliverPolicy::All;
+        }
+        self
+    }
+    /// Whether messages are handled one at a time in stream order: an ordered replay or a
+    /// key-value watch.
+    pub const fn in_order(&self) -> bool {
+        self.ordered || self.kv_watch.is_some()
     }
     /// Makes the relay a watch of the key-value bucket `bucket` (see [`crate::watch`]).
     pub const fn kv_watch(mut self, bucket: &'static str) -> Self {

@@ -97,6 +97,7 @@ pub(crate) static QUEUE_SPEC: Spec = Spec {
     ],
     elsewhere: &[
         ("deliver", "broadcast"),
+        ("ordered", "broadcast"),
         ("replicas", "stream"),
         ("storage", "stream"),
         ("retention", "stream"),
@@ -111,6 +112,7 @@ pub(crate) static BROADCAST_SPEC: Spec = Spec {
         "subject",
         "subjects",
         "deliver",
+        "ordered",
         "concurrency",
         "crate",
     ],
@@ -276,6 +278,8 @@ pub(crate) struct Backoff {
 pub(crate) struct BroadcastAttrs {
     pub common: ConsumerAttrs,
     pub deliver: Option<DeliverPolicy>,
+    /// The `ordered` key, when given (and not `= false`).
+    pub ordered: Option<Ident>,
 }
 
 impl ConsumerAttrs {
@@ -424,7 +428,7 @@ impl Backoff {
 
 impl BroadcastAttrs {
     pub(crate) fn parse(args: &Args, cx: &mut Ctxt) -> BroadcastAttrs {
-        BroadcastAttrs {
+        let attrs = BroadcastAttrs {
             common: ConsumerAttrs::parse(args, BROADCAST_SPEC.attr, cx),
             deliver: args.key("deliver", "deliver = \"new\"").choice(
                 &[
@@ -435,6 +439,39 @@ impl BroadcastAttrs {
                 ],
                 cx,
             ),
+            ordered: {
+                let key = args.key("ordered", "ordered");
+                key.flag(cx)
+                    .then(|| key.arg.map(|a| a.key.clone()))
+                    .flatten()
+            },
+        };
+        if attrs.ordered.is_some() {
+            ordered_rules(&attrs, args, cx);
         }
+        attrs
+    }
+}
+
+/// An ordered replay handles one message at a time, from what the stream holds.
+fn ordered_rules(attrs: &BroadcastAttrs, args: &Args, cx: &mut Ctxt) {
+    use topology_core::rules::{ORDERED_CONCURRENCY, ORDERED_DELIVER};
+    if let Some(n) = &attrs.common.concurrency
+        && n.value > 1
+    {
+        cx.error_at(
+            n.span,
+            format!("`#[broadcast]` key `concurrency`: {ORDERED_CONCURRENCY}"),
+        );
+    }
+    if matches!(
+        attrs.deliver,
+        Some(DeliverPolicy::New | DeliverPolicy::Last)
+    ) && let Some(arg) = args.get("deliver")
+    {
+        cx.error_spanned_by(
+            &arg.key,
+            format!("`#[broadcast]` key `deliver`: {ORDERED_DELIVER}"),
+        );
     }
 }

@@ -91,9 +91,10 @@ pub(crate) fn broadcast(
         let v = variant("DeliverPolicy", deliver);
         quote!(.deliver(#v))
     });
+    let ordered = attrs.ordered.as_ref().map(|_| quote!(.ordered()));
     let settings = Settings {
         constructor: quote!(broadcast),
-        decl: quote!(__nats_topology::BroadcastDecl::new() #deliver),
+        decl: quote!(__nats_topology::BroadcastDecl::new() #ordered #deliver),
         support: TokenStream::new(),
         dead_letter: None,
         broadcast: true,

@@ -38,6 +38,10 @@ pub(crate) struct Slot {
     /// Whether the session stands by (a pinned-client consumer not pinned here): while up,
     /// its state is `standby` rather than `running` ([`Slot::up`]).
     standby: AtomicBool,
+    /// Whether an ordered replay is catching up, and how many messages it has left: while
+    /// up, its state is `replaying` ([`Slot::replayed`]).
+    replaying: AtomicBool,
+    behind: AtomicU64,
 }
 
 impl Slot {
@@ -68,6 +72,8 @@ impl Slot {
             restarts: AtomicU64::new(0),
             cut_off: AtomicBool::new(false),
             standby: AtomicBool::new(false),
+            replaying: AtomicBool::new(false),
+            behind: AtomicU64::new(0),
         }
     }
 
@@ -79,7 +85,10 @@ impl Slot {
     pub(crate) fn cut_off(&self, cut_off: Option<&(Duration, String)>) {
         let live = matches!(
             self.state(),
-            ConsumerState::Running | ConsumerState::Standby | ConsumerState::Stalled { .. }
+            ConsumerState::Running
+                | ConsumerState::Standby
+                | ConsumerState::Replaying { .. }
+                | ConsumerState::Stalled { .. }
         );
         match cut_off {
             Some((silent, why)) => {
@@ -103,13 +112,39 @@ impl Slot {
     }
 
     /// The server delivers to this instance, or holds its requests while it stands by:
-    /// `running` or `standby` (see [`Slot::standby`]).
+    /// `running`, `standby` (see [`Slot::standby`]) or `replaying` (see [`Slot::replayed`]).
     pub(crate) fn up(&self) {
         self.transition(if self.standby.load(Ordering::Relaxed) {
             ConsumerState::Standby
+        } else if self.replaying.load(Ordering::Relaxed) {
+            ConsumerState::Replaying {
+                behind: self.behind.load(Ordering::Relaxed),
+            }
         } else {
             ConsumerState::Running
         });
+    }
+
+    /// An ordered replay's session begins with `pending` messages to handle: it is
+    /// `replaying` while up, until [`Slot::replayed`] hears that none is left.
+    pub(crate) fn replay_from(&self, pending: u64) {
+        self.behind.store(pending, Ordering::Relaxed);
+        self.replaying.store(pending > 0, Ordering::Relaxed);
+    }
+
+    /// An ordered replay handled a message with `pending` left after it: still `replaying`
+    /// (with that many behind), or `running` once none is left.
+    pub(crate) fn replayed(&self, pending: u64) {
+        if !self.replaying.load(Ordering::Relaxed) {
+            return;
+        }
+        self.behind.store(pending, Ordering::Relaxed);
+        if pending == 0 {
+            self.replaying.store(false, Ordering::Relaxed);
+        }
+        if matches!(self.state(), ConsumerState::Replaying { .. }) {
+            self.up();
+        }
     }
 
     /// Records whether the session stands by (not pinned) or is pinned; a consumer that is
@@ -134,7 +169,9 @@ impl Slot {
         let consumer = self.consumer.as_str();
         let mut down = self.down.lock().unwrap_or_else(|e| e.into_inner());
         match &state {
-            ConsumerState::Running | ConsumerState::Standby => *down = (None, None),
+            ConsumerState::Running | ConsumerState::Standby | ConsumerState::Replaying { .. } => {
+                *down = (None, None)
+            }
             ConsumerState::Draining | ConsumerState::Stopped { error: None } => {}
             _ => {
                 let since = *down.0.get_or_insert_with(Instant::now);

@@ -23,6 +23,16 @@ pub enum ConsumerState {
     ///
     /// [`Health::ready`]: super::Health::ready
     Standby,
+    /// An ordered replay (`#[broadcast(ordered)]`) catching up: it consumes, but has not yet
+    /// handled every message the stream held when its session began. Not ready (see
+    /// [`Health::ready`]): the read model it builds is not complete. It runs once it has
+    /// handled a message with nothing left after it.
+    ///
+    /// [`Health::ready`]: super::Health::ready
+    Replaying {
+        /// Messages left to handle after the last one handled (the consumer's pending count).
+        behind: u64,
+    },
     /// Its session is open, but nothing has come from the server for more than two idle
     /// heartbeats: a stalled link, a partition, or a consumer whose leader is lost. Not
     /// running: nothing says that this instance consumes now. It runs again as soon as the
@@ -65,6 +75,7 @@ impl fmt::Display for ConsumerState {
             ConsumerState::Provisioning => f.write_str("provisioning"),
             ConsumerState::Running => f.write_str("running"),
             ConsumerState::Standby => f.write_str("standby"),
+            ConsumerState::Replaying { behind } => write!(f, "replaying ({behind} behind)"),
             ConsumerState::Stalled { silent_for, cause } => {
                 write!(
                     f,

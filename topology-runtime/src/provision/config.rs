@@ -187,7 +187,8 @@ pub(crate) fn consumer_config(
             config.memory_storage = true;
             config.num_replicas = 1;
             // A watch hands over one change at a time: a failed one is delivered again before
-            // any later revision, so that the handler sees every key's changes in order.
+            // any later revision, so that the handler sees every key's changes in order. (An
+            // ordered replay reads ahead: it restarts after a failure instead; see `run::replay`.)
             if relay.kv_watch.is_some() {
                 config.max_ack_pending = 1;
             }

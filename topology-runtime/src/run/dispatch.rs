@@ -45,6 +45,8 @@ pub(super) struct Session {
     /// below the last revision it handled (its ack lost, the consumer's state restored from
     /// before it) is acknowledged again without calling the handler.
     pub(super) in_order: bool,
+    /// An ordered replay's checks (`#[broadcast(ordered)]`, see `replay`).
+    pub(super) replay: Option<super::replay::Replay>,
 }
 
 /// The reply subjects of messages whose handler was stopped before it finished (a drain's
@@ -107,6 +109,13 @@ pub(super) async fn handle(
     }
     let (meta, outcome) = dispatch(message, deadline, &session).await;
     session.observer.ended(meta.stream_sequence, outcome);
+    if let Some(replay) = &session.replay {
+        if outcome.done() {
+            session.observer.slot.replayed(meta.pending);
+        } else {
+            replay.failed(meta.stream_sequence);
+        }
+    }
 }
 
 /// Runs the handler on one message and settles it: ack, nak with a delay, or dead-letter

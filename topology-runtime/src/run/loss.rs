@@ -23,6 +23,17 @@ pub(super) enum Loss {
     SubscriptionEnded(&'static str),
     /// The session could not be opened or go on: subscribing, or sending a pull request.
     Client(String),
+    /// An ordered replay restarts after its last handled message, on a consumer created
+    /// again there (see `replay`); `at_once`: without waiting (a delivery lost), rather than
+    /// after a backoff (a handler failure).
+    Replay { why: String, at_once: bool },
+}
+
+impl Loss {
+    /// Whether a relay that ran for a while is ensured again without waiting.
+    pub(super) fn at_once(&self) -> bool {
+        !matches!(self, Loss::Replay { at_once: false, .. })
+    }
 }
 
 impl fmt::Display for Loss {
@@ -41,6 +52,12 @@ impl fmt::Display for Loss {
             Loss::PushFailed(why) => write!(f, "push delivery failed: {why}"),
             Loss::SubscriptionEnded(kind) => write!(f, "the {kind} subscription ended"),
             Loss::Client(why) => f.write_str(why),
+            Loss::Replay { why, .. } => {
+                write!(
+                    f,
+                    "the ordered replay restarts after its last handled message: {why}"
+                )
+            }
         }
     }
 }

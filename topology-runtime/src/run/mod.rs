@@ -30,6 +30,7 @@ mod pull;
 mod pump;
 mod reach;
 mod relay;
+mod replay;
 mod resume;
 mod serve;
 mod signals;

@@ -30,7 +30,7 @@ pub(super) enum Outcome {
 impl Outcome {
     /// Whether the message is done with: never handled here again (whatever the server does
     /// with an ack that did not arrive). A relay resumes after such messages.
-    fn done(self) -> bool {
+    pub(super) fn done(self) -> bool {
         match self {
             Outcome::Handled { .. } | Outcome::DeadLettered { .. } => true,
             Outcome::DeadLetterUnpublished { last } => last,

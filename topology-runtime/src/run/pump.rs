@@ -84,6 +84,10 @@ pub(super) async fn pump(
         while in_flight.try_join_next().is_some() {
             flow.finished(None);
         }
+        // An ordered replay whose handler failed starts nothing after that message.
+        if let Some(loss) = session.replay.as_ref().and_then(|r| r.take_restart()) {
+            break Exit::Lost(loss);
+        }
         while flow.may_start(running.len() + in_flight.len())
             && let Some(next) = waiting.pop_front()
         {
@@ -109,6 +113,11 @@ pub(super) async fn pump(
             Some(_) = in_flight.join_next(), if !in_flight.is_empty() => Step::Finished(None),
             _ = keep_alive_tick.tick(), if !waiting.is_empty() => Step::KeepAlive,
             next = feed.next(&flow, held), if readable => match next {
+                Ok(fetched) if let Some(Err(loss)) =
+                    session.replay.as_ref().map(|r| r.received(&fetched.message)) =>
+                {
+                    Step::Lost(loss)
+                }
                 // Started at the top of the loop, as soon as there is room.
                 Ok(fetched) => {
                     waiting.push_back(Waiting {

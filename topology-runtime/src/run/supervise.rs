@@ -21,6 +21,7 @@ use super::outcome::{Observer, Record};
 use super::pull::{PullPriority, Puller, Watch};
 use super::pump::{Exit, finish_in_flight, pump};
 use super::relay::relay_name;
+use super::replay::Replay;
 use super::resume::Resume;
 use crate::handler::Scope;
 use crate::health::{ConsumerState, Slot};
@@ -44,6 +45,10 @@ pub(super) async fn supervise(
         ConsumerKind::Queue(_) => None,
     };
     let stream = consumer.decl.stream.name();
+    // An ordered replay never reads on from a consumer it has read before: its deliveries
+    // since the last one handled may be out of order. Each session after the first begins on
+    // a consumer created again after the last message handled (see `replay`).
+    let ordered = matches!(consumer.decl.kind, ConsumerKind::Broadcast(r) if r.ordered);
     // Retiring the old consumer of a migration is provisioning: an operator's, when bind-only.
     let migrated_from = consumer
         .decl
@@ -72,8 +77,21 @@ pub(super) async fn supervise(
         } else {
             UpdateMode::Update
         };
+        let ensure = async {
+            if let (true, true, Some(name)) = (ordered, ensured_once, relay.as_deref()) {
+                inner
+                    .ensurer
+                    .provisioner()
+                    .delete_consumer(stream, name)
+                    .await?;
+            }
+            inner
+                .ensurer
+                .ensure(consumer, relay.as_deref(), &mode)
+                .await
+        };
         let ensured = tokio::select! {
-            r = inner.ensurer.ensure(consumer, relay.as_deref(), &mode) => r,
+            r = ensure => r,
             _ = cancel.cancelled() => break,
         };
         let mut at_once = false;
@@ -126,7 +144,10 @@ pub(super) async fn supervise(
                         // A relay that ran is re-created at once: every broadcast published
                         // meanwhile waits for it in the stream, but a short gap is a short
                         // delay. Only the first attempt: a relay lost again at once backs off.
-                        if relay.is_some() && session.elapsed() >= HEALTHY_SESSION {
+                        if relay.is_some()
+                            && session.elapsed() >= HEALTHY_SESSION
+                            && reason.at_once()
+                        {
                             backoff.reset();
                             at_once = true;
                         }
@@ -140,6 +161,14 @@ pub(super) async fn supervise(
                 break;
             }
         };
+        // An ordered replay resumes after the last message handled: its handler still
+        // running finishes first, so that the point is where it ends.
+        if ordered {
+            tokio::select! {
+                _ = async { while in_flight.join_next().await.is_some() {} } => {}
+                _ = cancel.cancelled() => break,
+            }
+        }
         // Without a deadline, a backoff always gives a delay.
         let delay = backoff.fail().unwrap_or(policy.cap);
         slot.transition(ConsumerState::Retrying {
@@ -263,6 +292,10 @@ async fn consume(
     let settings = &inner.settings;
     let js = inner.ensurer.provisioner().jetstream().clone();
     let queue = consumer.decl.as_queue();
+    let relay = match consumer.decl.kind {
+        ConsumerKind::Broadcast(relay) => Some(relay),
+        ConsumerKind::Queue(_) => None,
+    };
     let max_deliver = u64::try_from(info.config.max_deliver)
         .ok()
         .filter(|n| *n > 0);
@@ -300,8 +333,14 @@ async fn consume(
             ack_wait: info.config.ack_wait,
             progress_every: (info.config.ack_wait / 2).max(PROGRESS_FLOOR),
         },
-        in_order: matches!(consumer.decl.kind, ConsumerKind::Broadcast(r) if r.kv_watch.is_some()),
+        in_order: relay.is_some_and(|r| r.in_order()),
+        replay: relay
+            .filter(|r| r.ordered)
+            .map(|_| Replay::new(info.delivered.consumer_sequence)),
     });
+    if session.replay.is_some() {
+        slot.replay_from(info.num_pending);
+    }
     let concurrency = consumer.decl.effective_concurrency().max(1) as usize;
     let flow = Flow::new(concurrency, settings.pull_batch, settings.pull_ahead);
     let push = queue.is_some_and(|q| q.delivery == Delivery::Push);

@@ -1,0 +1,76 @@
+//! Ordered replays (`#[broadcast(ordered)]`): one relay session reads the stream in order and
+//! hands each message to the handler once, one at a time. The server delivers first
+//! deliveries in stream order and numbers every delivery (its consumer sequence), so a
+//! delivery whose number is not the next one means that one was lost on the way (a pull
+//! response dropped with a connection). Rather than wait out `ack_wait` for it while later
+//! messages arrive, the session ends and its supervisor deletes the consumer and creates it
+//! again after the last message handled, as an ordered consumer does. A handler failure does
+//! the same after a backoff: a nak would have the server deliver the later messages first.
+
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use async_nats::jetstream;
+
+use super::loss::Loss;
+
+/// The order checks of one ordered replay session.
+pub(super) struct Replay {
+    /// The consumer sequence of the last delivery received.
+    last: AtomicU64,
+    /// Why the session must end and restart after its last handled message, once set.
+    restart: Mutex<Option<Loss>>,
+}
+
+impl Replay {
+    /// A session on a consumer that has delivered `delivered` messages so far.
+    pub(super) fn new(delivered: u64) -> Self {
+        Replay {
+            last: AtomicU64::new(delivered),
+            restart: Mutex::new(None),
+        }
+    }
+
+    /// Checks that `message` is the delivery after the last one received.
+    pub(super) fn received(&self, message: &jetstream::Message) -> Result<(), Loss> {
+        let Ok(info) = message.info() else {
+            return Err(Loss::Replay {
+                why: "a delivery without its sequence numbers arrived".to_owned(),
+                at_once: true,
+            });
+        };
+        let expected = self.last.load(Ordering::Relaxed) + 1;
+        self.last.store(info.consumer_sequence, Ordering::Relaxed);
+        if info.consumer_sequence == expected {
+            return Ok(());
+        }
+        Err(Loss::Replay {
+            why: format!(
+                "delivery {} arrived where {expected} was next (stream sequence {}): a delivery \
+                 was lost on the way",
+                info.consumer_sequence, info.stream_sequence
+            ),
+            at_once: true,
+        })
+    }
+
+    /// The handler failed on the message at `sequence`, which it will see again first.
+    pub(super) fn failed(&self, sequence: Option<u64>) {
+        let at = sequence.map_or_else(String::new, |s| format!(" at stream sequence {s}"));
+        let mut restart = self.restart.lock().unwrap_or_else(|e| e.into_inner());
+        restart.get_or_insert(Loss::Replay {
+            why: format!(
+                "the handler failed on the message{at}, handled again before any later one"
+            ),
+            at_once: false,
+        });
+    }
+
+    /// Why the session must restart, if it must (taken once).
+    pub(super) fn take_restart(&self) -> Option<Loss> {
+        self.restart
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+    }
+}
