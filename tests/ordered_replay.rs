@@ -18,7 +18,7 @@ use fixture::{Fixture, Running};
 use nats_topology::{
     ConsumerState, Context, HandlerError, Health, Relay, Runtime, State, broadcast, stream,
 };
-use nats_topology_testkit::eventually;
+use nats_topology_testkit::{Cut, Direction, Link, eventually};
 use serde::{Deserialize, Serialize};
 
 /// Messages in the stream: enough that a replay is well under way when a fault is staged.
@@ -105,7 +105,12 @@ async fn fill(js: &jetstream::Context) {
 
 /// An instance recording into `model`.
 async fn runtime(fx: &Fixture, model: &Model) -> Runtime {
-    fixture::fast(fx.builder().await)
+    runtime_on(fx.connect().await, model)
+}
+
+/// An instance recording into `model`, on `client`.
+fn runtime_on(client: async_nats::Client, model: &Model) -> Runtime {
+    fixture::fast(Runtime::builder(client))
         .state(model.clone())
         .build()
         .expect("every state given")
@@ -119,7 +124,11 @@ fn start(runtime: Runtime) -> (Running, Relay) {
 
 /// An instance recording into `model`, started on a stream filled first.
 async fn filled_then_started(fx: &Fixture, model: &Model) -> (Running, Relay) {
-    let runtime = runtime(fx, model).await;
+    filled_then_run(fx, runtime(fx, model).await).await
+}
+
+/// `runtime` started on a stream filled first.
+async fn filled_then_run(fx: &Fixture, runtime: Runtime) -> (Running, Relay) {
     runtime
         .provision()
         .await
@@ -250,6 +259,70 @@ async fn a_lost_consumer_or_a_failed_message_restarts_the_replay_after_the_last_
         "restarted for the lost consumer and for the failure: {status}"
     );
     assert_eq!(status.failed, 1, "{status}");
+    fixture::wait_ready(&running.health, WITHIN).await;
+    running.stop().await.expect("a clean drain");
+}
+
+/// Deliveries lost on the way: the link from the server stalls while the replay reads on (the
+/// server delivers into it), then is cut, and those deliveries are gone. The next delivery
+/// after the reconnection is out of sequence: the replay restarts at once after the last
+/// message handled, rather than handling later messages first or waiting out `ack_wait` (30 s,
+/// beyond the test's deadline) for the lost ones; it ends with the stream's contents.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deliveries_lost_with_a_cut_link_restart_the_replay_at_once_in_order() {
+    let fx = Fixture::start().await;
+    let js = fx.jetstream().await;
+    let link = Link::start(fx.server.port()).await.expect("a link");
+    let client = fixture::connect_in_order(&[link.url()]).await;
+    let model = Model::opened_to(1_000);
+    let (running, relay) = filled_then_run(&fx, runtime_on(client, &model)).await;
+    holds(&model, 1_000, "a third replayed").await;
+
+    let delivered = |js: jetstream::Context, consumer: String| async move {
+        js.get_stream("LEDGER")
+            .await
+            .ok()?
+            .consumer_info(&consumer)
+            .await
+            .ok()
+            .map(|info| info.delivered.consumer_sequence)
+    };
+    // The gate holds the replay: what the server has delivered so far has reached the
+    // instance, and no more is asked for until it moves on.
+    let before = delivered(js.clone(), relay.consumer())
+        .await
+        .expect("the relay's info");
+    link.stall_one_way(Direction::Back);
+    model.open_to(u64::MAX);
+    // The instance handles what it holds, and asks for more (its requests still reach the
+    // server), which the server delivers into the stalled link.
+    eventually(WITHIN, "deliveries into the stalled link", || {
+        let next = delivered(js.clone(), relay.consumer());
+        async move { next.await.filter(|&d| d > before + 10).map(|_| ()) }
+    })
+    .await;
+    let handled_before_cut = model.len();
+    let accepted = link.accepted();
+    link.cut(Cut::Reset);
+    // Healed only once the client connects again: the old connection, and what the stall
+    // held in it, is gone.
+    eventually(WITHIN, "the client to connect again", || {
+        let again = link.accepted() > accepted;
+        async move { again.then_some(()) }
+    })
+    .await;
+    link.heal();
+
+    holds(&model, MESSAGES, "the replay ends after the cut").await;
+    assert!(handled_before_cut < MESSAGES, "the cut came mid-replay");
+    assert_complete(&model, "after deliveries lost with a cut link");
+    let status = running
+        .health
+        .consumers()
+        .into_iter()
+        .find(|c| c.consumer == relay.consumer())
+        .expect("the relay's status");
+    assert!(status.restarts >= 1, "restarted after the gap: {status}");
     fixture::wait_ready(&running.health, WITHIN).await;
     running.stop().await.expect("a clean drain");
 }
