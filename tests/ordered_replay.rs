@@ -326,3 +326,43 @@ async fn deliveries_lost_with_a_cut_link_restart_the_replay_at_once_in_order() {
     fixture::wait_ready(&running.health, WITHIN).await;
     running.stop().await.expect("a clean drain");
 }
+
+/// The stream deleted and created again after the replay caught up: the relay replays the new
+/// stream from its first message (its sequences start again at 1, which tells a read model to
+/// start over), each message once, in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_created_again_is_replayed_from_its_first_message() {
+    let fx = Fixture::start().await;
+    let js = fx.jetstream().await;
+    let model = Model::opened_to(u64::MAX);
+    let (running, _) = filled_then_started(&fx, &model).await;
+    holds(&model, MESSAGES, "the first stream replayed").await;
+
+    js.delete_stream("LEDGER")
+        .await
+        .expect("the stream deleted");
+    eventually(WITHIN, "the stream created again by the runtime", || {
+        let js = js.clone();
+        async move { js.get_stream("LEDGER").await.ok() }
+    })
+    .await;
+    for n in 1..=5u64 {
+        let payload = serde_json::to_vec(&Entry { n: 10_000 + n }).unwrap();
+        js.publish("ledger.account1", payload.into())
+            .await
+            .expect("published")
+            .await
+            .expect("stored in the new stream");
+    }
+    holds(&model, MESSAGES + 5, "the new stream replayed").await;
+    let entries = model.entries();
+    assert_eq!(entries[..MESSAGES as usize], contents()[..]);
+    let again: Vec<(u64, Entry)> = (1..=5).map(|n| (n, Entry { n: 10_000 + n })).collect();
+    assert_eq!(
+        entries[MESSAGES as usize..],
+        again[..],
+        "the new stream, from 1"
+    );
+    fixture::wait_ready(&running.health, WITHIN).await;
+    running.stop().await.expect("a clean drain");
+}

@@ -293,12 +293,46 @@ pub fn queue_consumer(attr: TokenStream, item: TokenStream) -> TokenStream {
 /// | `stream` | type path or string, **required** | As for [`macro@queue_consumer`]. A stream declared with `retention = "workqueue"` cannot carry a broadcast (checked at compile time for a type, at start-up for a name). |
 /// | `subject` / `subjects` | string / list of strings | Filters, as for [`macro@queue_consumer`]. |
 /// | `deliver` | `"new"` (default) \| `"all"` \| `"last"` \| `"last_per_subject"` | Where the relay starts: messages published after it starts, the whole stream, the last message, or the last message of each subject. |
-/// | `concurrency` | integer ≥ 1 | Messages handled at once by this instance (default 1). |
+/// | `ordered` | flag | An ordered replay (below): from the whole stream unless `deliver = "last_per_subject"`. |
+/// | `concurrency` | integer ≥ 1 | Messages handled at once by this instance (default 1; an ordered replay takes no more than 1). |
 /// | `crate` | path | Where the facade is, when not at `::nats_topology`. |
+///
+/// # Ordered replays
+///
+/// With `ordered`, each instance rebuilds a read model of its own from the stream: its handler
+/// sees every message once, one at a time, in stream order, starting from the beginning of the
+/// stream. While it catches up, the relay's health state is `replaying` with how many messages
+/// are left, and the instance is not ready; once it has handled a message with none left after
+/// it, `running`. A delivery lost on the way (the server numbers each delivery, and one is
+/// missing) or a handler's transient failure ends the session, and the relay starts again
+/// after the last message handled, on a consumer created there, so the handler never sees a
+/// later message first. A permanent failure (`HandlerError::permanent`) passes over its
+/// message, as elsewhere. A restarted instance starts from the beginning; so does a relay whose
+/// stream was deleted and created again (`cx.stream_sequence()` then starts again at 1).
+///
+/// ```
+/// use nats_topology::{broadcast, stream, Context, HandlerError, State};
+/// # #[derive(Debug, serde::Deserialize)]
+/// # struct Entry { account: String, amount: i64 }
+/// # #[derive(Default)]
+/// # struct Balances { by_account: std::sync::Mutex<std::collections::BTreeMap<String, i64>> }
+///
+/// #[stream(name = "LEDGER", subjects = ["ledger.>"])]
+/// pub struct Ledger;
+///
+/// #[broadcast(stream = Ledger, subject = "ledger.>", ordered)]
+/// async fn balances(entry: Entry, cx: Context, model: State<Balances>) -> Result<(), HandlerError> {
+///     let _ = cx.stream_sequence();
+///     *model.by_account.lock().unwrap().entry(entry.account).or_default() += entry.amount;
+///     Ok(())
+/// }
+/// # fn main() {}
+/// ```
 ///
 /// # Errors
 ///
-/// As for [`macro@queue_consumer`]; and a `group`, `durable`, `durable_name` or `deliver_group`
+/// As for [`macro@queue_consumer`]; `ordered` with a `concurrency` above 1, or with
+/// `deliver = "new"` or `"last"` (an ordered replay rebuilds from what the stream holds); and a `group`, `durable`, `durable_name` or `deliver_group`
 /// key (a broadcast is per instance; shared work is a queue consumer). An `ack` key is refused
 /// too: a relay's consumer dies with its instance and resumes after what its own handlers
 /// finished, so a confirmed ack would guarantee nothing more.
