@@ -14,7 +14,8 @@ use crate::report::ConsumerReport;
 pub(super) struct Report {
     streams: Vec<StreamLine>,
     consumers: Vec<ConsumerReport>,
-    relays: Vec<(String, String)>,
+    /// Each relay's stream and handler, and whether it is an ordered replay.
+    relays: Vec<(String, String, bool)>,
 }
 
 struct StreamLine {
@@ -94,8 +95,14 @@ pub(super) async fn read(runtime: &Runtime) -> Result<Report, String> {
     let relays = topology
         .consumers()
         .iter()
-        .filter(|c| matches!(c.decl.kind, ConsumerKind::Broadcast(_)))
-        .map(|c| (c.decl.stream.name().to_owned(), c.decl.handler.to_owned()))
+        .filter_map(|c| match c.decl.kind {
+            ConsumerKind::Broadcast(relay) => Some((
+                c.decl.stream.name().to_owned(),
+                c.decl.handler.to_owned(),
+                relay.ordered,
+            )),
+            ConsumerKind::Queue(_) => None,
+        })
         .collect();
     Ok(Report {
         streams,
@@ -128,10 +135,11 @@ impl fmt::Display for Report {
                 Some(s) => writeln!(f, "{s}")?,
             }
         }
-        for (stream, handler) in &self.relays {
+        for (stream, handler, ordered) in &self.relays {
+            let noun = if *ordered { "ordered replay" } else { "relay" };
             writeln!(
                 f,
-                "relay of `{handler}` on `{stream}`: an ephemeral consumer per running instance (not checked)"
+                "{noun} of `{handler}` on `{stream}`: an ephemeral consumer per running instance (not checked)"
             )?;
         }
         writeln!(

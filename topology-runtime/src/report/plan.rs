@@ -179,9 +179,13 @@ pub(crate) async fn plan_with(
         });
         for c in topology.consumers_of(decl.name) {
             let ConsumerKind::Queue(queue) = &c.decl.kind else {
+                let noun = match &c.decl.kind {
+                    ConsumerKind::Broadcast(relay) if relay.ordered => "ordered replay",
+                    _ => "relay",
+                };
                 items.push(PlanItem {
                     stream: decl.name.to_owned(),
-                    consumer: Some(format!("relay of {}", c.decl.handler)),
+                    consumer: Some(format!("{noun} of {}", c.decl.handler)),
                     bucket: None,
                     action: Action::PerInstance,
                 });
