@@ -27,6 +27,7 @@ pub mod duration;
 pub mod messages;
 pub mod model;
 pub mod names;
+pub mod ordered;
 pub mod origin;
 pub mod placement;
 pub mod priority;

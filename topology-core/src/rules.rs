@@ -561,35 +561,8 @@ impl ConsumerError {
             ConsumerError::DescriptionTooLong => DESCRIPTION_TOO_LONG,
             ConsumerError::Priority(error) => error.message(),
             ConsumerError::Batch(error) => error.message(),
-            ConsumerError::OrderedConcurrency => ORDERED_CONCURRENCY,
-            ConsumerError::OrderedDeliver => ORDERED_DELIVER,
-        }
-    }
-}
-
-/// Why an ordered replay takes no `concurrency` above 1.
-pub const ORDERED_CONCURRENCY: &str = "an ordered replay handles one message at a time, in stream order; remove `concurrency`, or drop `ordered` for a relay whose messages may be handled in any order";
-
-/// Why an ordered replay starts from the stream's messages.
-pub const ORDERED_DELIVER: &str = "an ordered replay rebuilds from what the stream holds: `deliver` is `\"all\"` (the default with `ordered`) or `\"last_per_subject\"`; for a relay of new messages only, drop `ordered`";
-
-/// The rules of an ordered replay: one message at a time, from what the stream holds.
-const fn check_ordered(
-    decl: &ConsumerDecl,
-    relay: &crate::model::BroadcastDecl,
-) -> Result<(), ConsumerError> {
-    if !relay.ordered {
-        return Ok(());
-    }
-    if let Some(n) = decl.concurrency
-        && n > 1
-    {
-        return Err(ConsumerError::OrderedConcurrency);
-    }
-    match relay.deliver {
-        crate::model::DeliverPolicy::All | crate::model::DeliverPolicy::LastPerSubject => Ok(()),
-        crate::model::DeliverPolicy::New | crate::model::DeliverPolicy::Last => {
-            Err(ConsumerError::OrderedDeliver)
+            ConsumerError::OrderedConcurrency => crate::ordered::ORDERED_CONCURRENCY,
+            ConsumerError::OrderedDeliver => crate::ordered::ORDERED_DELIVER,
         }
     }
 }
@@ -619,7 +592,7 @@ pub const fn check_consumer(decl: &ConsumerDecl) -> Result<(), ConsumerError> {
     }
     let queue = match &decl.kind {
         ConsumerKind::Queue(queue) => queue,
-        ConsumerKind::Broadcast(relay) => return check_ordered(decl, relay),
+        ConsumerKind::Broadcast(relay) => return crate::ordered::check_ordered(decl, relay),
     };
     if let Err(error) = names::check_consumer_name(queue.group) {
         return Err(ConsumerError::Group(error));

@@ -6,8 +6,9 @@ use proc_macro2::TokenStream;
 use quote::quote;
 
 use crate::args::{Args, Spec};
+use crate::attrs::broadcast::BROADCAST_SPEC;
 use crate::attrs::bucket::{KV_SPEC, OBJECT_SPEC};
-use crate::attrs::consumer::{BROADCAST_SPEC, QUEUE_SPEC};
+use crate::attrs::consumer::QUEUE_SPEC;
 use crate::attrs::service::{ENDPOINT_SPEC, SERVICE_SPEC, SUBSCRIPTION_SPEC};
 use crate::attrs::stream::SPEC as STREAM_SPEC;
 use crate::attrs::watch::WATCH_SPEC;

@@ -8,7 +8,7 @@ use std::str::FromStr;
 use proc_macro2::{Delimiter, Group, Ident, Literal, Punct, Spacing, Span, TokenStream, TokenTree};
 use topology_core::xorshift::Rng;
 
-use crate::attrs::{consumer, service, stream};
+use crate::attrs::{broadcast, consumer, service, stream};
 use crate::expand;
 
 /// Total inputs (each expanded by all six macros).
@@ -35,7 +35,7 @@ static KEYS: std::sync::LazyLock<Vec<&'static str>> = std::sync::LazyLock::new(|
     for spec in [
         &stream::SPEC,
         &consumer::QUEUE_SPEC,
-        &consumer::BROADCAST_SPEC,
+        &broadcast::BROADCAST_SPEC,
         &service::SERVICE_SPEC,
         &service::ENDPOINT_SPEC,
         &service::SUBSCRIPTION_SPEC,

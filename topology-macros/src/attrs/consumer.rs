@@ -2,7 +2,7 @@
 
 use syn::{Ident, LitStr};
 use topology_core::batch::BATCH_SIZE;
-use topology_core::model::{AckMode, DeliverPolicy, Delivery};
+use topology_core::model::{AckMode, Delivery};
 use topology_core::priority::THRESHOLD;
 use topology_core::rules::{CONCURRENCY, MAX_ACK_PENDING, MAX_DELIVER};
 
@@ -11,8 +11,8 @@ use crate::ctxt::Ctxt;
 use crate::value::{Dur, Int, Key, Krate, PathOrString, StrList};
 
 /// Why a plain durable is refused, and what to write instead: the end of every such message.
-const PLAIN_DURABLE: &str = "a plain durable consumer admits one subscriber, so with a second replica the second instance is refused or receives every message again";
-const FIX: &str = "write `#[queue_consumer(group = \"...\")]` for work shared by all instances (each message handled by one of them), or `#[broadcast]` for every instance to receive every message";
+pub(super) const PLAIN_DURABLE: &str = "a plain durable consumer admits one subscriber, so with a second replica the second instance is refused or receives every message again";
+pub(super) const FIX: &str = "write `#[queue_consumer(group = \"...\")]` for work shared by all instances (each message handled by one of them), or `#[broadcast]` for every instance to receive every message";
 
 /// Why a key is refused, after "`#[attr]` has no `key` key: ".
 const QUEUE_DURABLE: &[&str] = &[
@@ -29,25 +29,6 @@ const QUEUE_DELIVER_GROUP: &[&str] = &[
 const QUEUE_NAME: &[&str] = &[
     "the durable consumer shared by all instances is named by its group; write `group = \"...\"`",
 ];
-const BROADCAST_GROUP: &[&str] = &[
-    "a broadcast gives every instance its own ephemeral consumer, so that every instance receives every message; for work handled once by one instance, write `#[queue_consumer(group = \"...\")]` instead",
-];
-const BROADCAST_ACK: &[&str] = &[
-    "a relay's consumer lives in one instance and dies with it, and a relay re-created after a loss resumes after what its own handlers finished, so a confirmed ack would guarantee nothing more; `ack = \"confirmed\"` is for `#[queue_consumer]`, whose durable outlives any instance",
-];
-const BROADCAST_PRIORITY: &[&str] = &[
-    "priority groups choose which instance of a shared durable receives the work, and a broadcast gives every instance its own consumer that receives every message; for active/standby or spill-over instances, write `#[queue_consumer(group = \"...\", priority = \"pinned_client\", ..)]`",
-];
-const BROADCAST_BATCH: &[&str] = &[
-    "a relay hands each message to its handler in order, and resumes after the last one its handlers finished; batches are for `#[queue_consumer(group = \"...\", batch = N)]`",
-];
-const BROADCAST_DURABLE: &[&str] = &[
-    "a broadcast is an ephemeral consumer on every instance, and ",
-    PLAIN_DURABLE,
-    "; ",
-    FIX,
-];
-
 pub(crate) static QUEUE_SPEC: Spec = Spec {
     attr: "queue_consumer",
     keys: &[
@@ -102,93 +83,6 @@ pub(crate) static QUEUE_SPEC: Spec = Spec {
         ("storage", "stream"),
         ("retention", "stream"),
         ("max_age", "stream"),
-    ],
-};
-
-pub(crate) static BROADCAST_SPEC: Spec = Spec {
-    attr: "broadcast",
-    keys: &[
-        "stream",
-        "subject",
-        "subjects",
-        "deliver",
-        "ordered",
-        "concurrency",
-        "crate",
-    ],
-    refused: &[
-        Refused {
-            key: "group",
-            why: BROADCAST_GROUP,
-            answers: None,
-        },
-        Refused {
-            key: "queue",
-            why: BROADCAST_GROUP,
-            answers: None,
-        },
-        Refused {
-            key: "durable",
-            why: BROADCAST_DURABLE,
-            answers: None,
-        },
-        Refused {
-            key: "durable_name",
-            why: BROADCAST_DURABLE,
-            answers: None,
-        },
-        Refused {
-            key: "deliver_group",
-            why: BROADCAST_DURABLE,
-            answers: None,
-        },
-        Refused {
-            key: "ack",
-            why: BROADCAST_ACK,
-            answers: None,
-        },
-        Refused {
-            key: "priority",
-            why: BROADCAST_PRIORITY,
-            answers: None,
-        },
-        Refused {
-            key: "pinned_ttl",
-            why: BROADCAST_PRIORITY,
-            answers: None,
-        },
-        Refused {
-            key: "min_pending",
-            why: BROADCAST_PRIORITY,
-            answers: None,
-        },
-        Refused {
-            key: "min_ack_pending",
-            why: BROADCAST_PRIORITY,
-            answers: None,
-        },
-        Refused {
-            key: "batch",
-            why: BROADCAST_BATCH,
-            answers: None,
-        },
-        Refused {
-            key: "batch_wait",
-            why: BROADCAST_BATCH,
-            answers: None,
-        },
-    ],
-    elsewhere: &[
-        ("delivery", "queue_consumer"),
-        ("max_deliver", "queue_consumer"),
-        ("ack_wait", "queue_consumer"),
-        ("backoff", "queue_consumer"),
-        ("max_ack_pending", "queue_consumer"),
-        ("dead_letter", "queue_consumer"),
-        ("migrate_from", "queue_consumer"),
-        ("description", "queue_consumer"),
-        ("replicas", "stream"),
-        ("retention", "stream"),
     ],
 };
 
@@ -274,16 +168,8 @@ pub(crate) struct Backoff {
     pub durations: Vec<core::time::Duration>,
 }
 
-/// `#[broadcast(..)]`.
-pub(crate) struct BroadcastAttrs {
-    pub common: ConsumerAttrs,
-    pub deliver: Option<DeliverPolicy>,
-    /// The `ordered` key, when given (and not `= false`).
-    pub ordered: Option<Ident>,
-}
-
 impl ConsumerAttrs {
-    fn parse(args: &Args, attr: &'static str, cx: &mut Ctxt) -> ConsumerAttrs {
+    pub(super) fn parse(args: &Args, attr: &'static str, cx: &mut Ctxt) -> ConsumerAttrs {
         let krate = args.key("crate", "crate = my_facade").crate_path(cx);
         let stream = args.key("stream", "stream = Orders").path_or_string(cx);
         args.require(
@@ -423,55 +309,5 @@ impl Backoff {
             .filter_map(|lit| key.duration_of(lit, true, cx))
             .collect();
         Some(Backoff { steps, durations })
-    }
-}
-
-impl BroadcastAttrs {
-    pub(crate) fn parse(args: &Args, cx: &mut Ctxt) -> BroadcastAttrs {
-        let attrs = BroadcastAttrs {
-            common: ConsumerAttrs::parse(args, BROADCAST_SPEC.attr, cx),
-            deliver: args.key("deliver", "deliver = \"new\"").choice(
-                &[
-                    ("new", DeliverPolicy::New),
-                    ("all", DeliverPolicy::All),
-                    ("last", DeliverPolicy::Last),
-                    ("last_per_subject", DeliverPolicy::LastPerSubject),
-                ],
-                cx,
-            ),
-            ordered: {
-                let key = args.key("ordered", "ordered");
-                key.flag(cx)
-                    .then(|| key.arg.map(|a| a.key.clone()))
-                    .flatten()
-            },
-        };
-        if attrs.ordered.is_some() {
-            ordered_rules(&attrs, args, cx);
-        }
-        attrs
-    }
-}
-
-/// An ordered replay handles one message at a time, from what the stream holds.
-fn ordered_rules(attrs: &BroadcastAttrs, args: &Args, cx: &mut Ctxt) {
-    use topology_core::rules::{ORDERED_CONCURRENCY, ORDERED_DELIVER};
-    if let Some(n) = &attrs.common.concurrency
-        && n.value > 1
-    {
-        cx.error_at(
-            n.span,
-            format!("`#[broadcast]` key `concurrency`: {ORDERED_CONCURRENCY}"),
-        );
-    }
-    if matches!(
-        attrs.deliver,
-        Some(DeliverPolicy::New | DeliverPolicy::Last)
-    ) && let Some(arg) = args.get("deliver")
-    {
-        cx.error_spanned_by(
-            &arg.key,
-            format!("`#[broadcast]` key `deliver`: {ORDERED_DELIVER}"),
-        );
     }
 }

@@ -8,6 +8,7 @@
 //! rule between values. The rules are in [`crate::validate`]; the code is generated from these
 //! structs by [`crate::emit`].
 
+pub(crate) mod broadcast;
 pub(crate) mod bucket;
 pub(crate) mod consumer;
 pub(crate) mod origin;
@@ -15,10 +16,9 @@ pub(crate) mod service;
 pub(crate) mod stream;
 pub(crate) mod watch;
 
+pub(crate) use broadcast::BroadcastAttrs;
 pub(crate) use bucket::BucketAttrs;
-pub(crate) use consumer::{
-    BroadcastAttrs, ConsumerAttrs, Filters, PolicyName, PriorityAttrs, QueueAttrs,
-};
+pub(crate) use consumer::{ConsumerAttrs, Filters, PolicyName, PriorityAttrs, QueueAttrs};
 pub(crate) use origin::OriginAttrs;
 pub(crate) use service::{EndpointAttrs, ServiceAttrs, SubscriptionAttrs};
 pub(crate) use stream::{PlacementAttrs, StreamAttrs};

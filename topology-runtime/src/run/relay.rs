@@ -96,6 +96,9 @@ impl Relay {
     /// Otherwise its supervisor is woken to re-create it now (skipping any backoff) and this
     /// waits until it runs; concurrent callers share that one re-creation. Fails at once if
     /// the runtime was never started (`run_until` not called), has stopped or is draining.
+    ///
+    /// An ordered replay (`#[broadcast(ordered)]`) runs once it has caught up: while it is
+    /// `replaying`, this waits for the read model it builds to be complete.
     pub async fn ensure(&self) -> Result<(), RelayError> {
         if !self.slot.runtime_started() {
             return Err(self.not_running());
