@@ -84,11 +84,11 @@ pub(super) async fn pump(
         while in_flight.try_join_next().is_some() {
             flow.finished(None);
         }
-        // An ordered replay whose handler failed starts nothing after that message.
-        if let Some(loss) = session.replay.as_ref().and_then(|r| r.take_restart()) {
-            break Exit::Lost(loss);
-        }
+        // An ordered replay whose handler failed starts nothing after that message (a handler
+        // may fail inline, within this loop).
+        let restarts = || session.replay.as_ref().is_some_and(|r| r.must_restart());
         while flow.may_start(running.len() + in_flight.len())
+            && !restarts()
             && let Some(next) = waiting.pop_front()
         {
             let handled = handle(next.message, next.deadline, session.clone());
@@ -102,6 +102,9 @@ pub(super) async fn pump(
                 Some(took) => flow.finished(Some(took)),
                 None => running.push(handler),
             }
+        }
+        if let Some(loss) = session.replay.as_ref().and_then(|r| r.take_restart()) {
+            break Exit::Lost(loss);
         }
         let started = running.len() + in_flight.len();
         let held = started + waiting.len();

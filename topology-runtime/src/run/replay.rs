@@ -66,6 +66,14 @@ impl Replay {
         });
     }
 
+    /// Whether the session must restart (its handler failed).
+    pub(super) fn must_restart(&self) -> bool {
+        self.restart
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_some()
+    }
+
     /// Why the session must restart, if it must (taken once).
     pub(super) fn take_restart(&self) -> Option<Loss> {
         self.restart
