@@ -133,7 +133,8 @@ impl Slot {
     }
 
     /// An ordered replay handled a message with `pending` left after it: still `replaying`
-    /// (with that many behind), or `running` once none is left.
+    /// (with that many behind, read by [`Slot::state`]), or `running` once none is left. A
+    /// store per message; the state changes once.
     pub(crate) fn replayed(&self, pending: u64) {
         if !self.replaying.load(Ordering::Relaxed) {
             return;
@@ -141,9 +142,9 @@ impl Slot {
         self.behind.store(pending, Ordering::Relaxed);
         if pending == 0 {
             self.replaying.store(false, Ordering::Relaxed);
-        }
-        if matches!(self.state(), ConsumerState::Replaying { .. }) {
-            self.up();
+            if matches!(self.state(), ConsumerState::Replaying { .. }) {
+                self.up();
+            }
         }
     }
 
@@ -230,12 +231,18 @@ impl Slot {
         previous
     }
 
+    /// The state now; a replay's `behind` as of its last message handled.
     pub(crate) fn state(&self) -> ConsumerState {
-        self.state
+        let mut state = self
+            .state
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .0
-            .clone()
+            .clone();
+        if let ConsumerState::Replaying { behind } = &mut state {
+            *behind = self.behind.load(Ordering::Relaxed);
+        }
+        state
     }
 
     /// Whether the runtime this consumer belongs to was started (`run_until` called).

@@ -184,11 +184,16 @@ pub(crate) fn consumer_config(
                 DeliverPolicy::LastPerSubject => consumer::DeliverPolicy::LastPerSubject,
             };
             config.inactive_threshold = RELAY_INACTIVE_THRESHOLD;
+            // An ordered replay keeps its own place (the last message handled) and never
+            // needs a delivery again: it restarts after a failure or a gap on a consumer
+            // created there (see `run::replay`), so acks would only cost a message each.
+            if relay.ordered {
+                config.ack_policy = consumer::AckPolicy::None;
+            }
             config.memory_storage = true;
             config.num_replicas = 1;
             // A watch hands over one change at a time: a failed one is delivered again before
-            // any later revision, so that the handler sees every key's changes in order. (An
-            // ordered replay reads ahead: it restarts after a failure instead; see `run::replay`.)
+            // any later revision, so that the handler sees every key's changes in order.
             if relay.kv_watch.is_some() {
                 config.max_ack_pending = 1;
             }

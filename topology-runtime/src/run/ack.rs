@@ -17,6 +17,9 @@ pub(super) struct Acks {
     /// Progress acks are sent at this interval while a message is held (its handler runs, or
     /// it waits for one).
     pub(super) progress_every: Duration,
+    /// The consumer takes no acks (`AckPolicy::None`: an ordered replay, which keeps its own
+    /// place): nothing is sent, and every settlement succeeds at once.
+    pub(super) none: bool,
 }
 
 /// How a confirmed ack (or term) is sent: as a request whose reply is the server's
@@ -73,6 +76,9 @@ impl Acks {
         message: &jetstream::Message,
         deadline: &mut AckDeadline,
     ) {
+        if self.none {
+            return;
+        }
         let (Some(confirm), Some(reply)) = (&self.confirm, message.reply.clone()) else {
             progress(message).await;
             return;
@@ -100,6 +106,9 @@ impl Acks {
         kind: AckKind,
         deadline: AckDeadline,
     ) -> Result<(), async_nats::Error> {
+        if self.none {
+            return Ok(());
+        }
         let Some(confirm) = &self.confirm else {
             return message.ack_with(kind).await;
         };

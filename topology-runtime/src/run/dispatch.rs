@@ -242,7 +242,8 @@ async fn fail(
     }
     let delay = redelivery_delay(&session.backoff, &session.redelivery, meta.delivered);
     tracing::debug!(subject = %message.subject, delivered = meta.delivered, ?delay, %error, "handler failed; redelivering later");
-    let naked = ack::nak(message, Some(delay)).await;
+    // A consumer without acks (an ordered replay) restarts after this message instead.
+    let naked = !session.acks.none && ack::nak(message, Some(delay)).await;
     Outcome::Retried { delay, naked }
 }
 

@@ -152,8 +152,10 @@ pub(super) async fn pump(
     // Hand back what was received but not started, so that another instance takes it at once.
     let mut unstarted: Vec<jetstream::Message> = waiting.into_iter().map(|w| w.message).collect();
     unstarted.extend(feed.close().await);
-    for message in unstarted {
-        ack::nak(&message, None).await;
+    if !session.acks.none {
+        for message in unstarted {
+            ack::nak(&message, None).await;
+        }
     }
     exit
 }

@@ -2,10 +2,10 @@
 //! hands each message to the handler once, one at a time. The server delivers first
 //! deliveries in stream order and numbers every delivery (its consumer sequence), so a
 //! delivery whose number is not the next one means that one was lost on the way (a pull
-//! response dropped with a connection). Rather than wait out `ack_wait` for it while later
-//! messages arrive, the session ends and its supervisor deletes the consumer and creates it
-//! again after the last message handled, as an ordered consumer does. A handler failure does
-//! the same after a backoff: a nak would have the server deliver the later messages first.
+//! response dropped with a connection). The consumer takes no acks (the session keeps its own
+//! place), so the server would never deliver that one again: the session ends and its
+//! supervisor deletes the consumer and creates it again after the last message handled, as an
+//! ordered consumer does. A handler failure does the same after a backoff.
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -227,6 +227,10 @@ const PROGRESS_FLOOR: Duration = Duration::from_millis(100);
 /// A push consumer's deletion is polled every pull expiry, and no more often than this.
 const PUSH_GONE_POLL_FLOOR: Duration = Duration::from_secs(1);
 
+/// What an ordered replay holds ahead and asks for in one pull request, unless `pull_batch`
+/// is set: as async-nats' ordered consumer does.
+const REPLAY_BATCH: usize = 500;
+
 /// A relay session that ran this long was not lost at once: its loss is re-ensured without
 /// waiting.
 const HEALTHY_SESSION: Duration = Duration::from_secs(1);
@@ -332,6 +336,7 @@ async fn consume(
                 }),
             ack_wait: info.config.ack_wait,
             progress_every: (info.config.ack_wait / 2).max(PROGRESS_FLOOR),
+            none: info.config.ack_policy == consumer::AckPolicy::None,
         },
         in_order: relay.is_some_and(|r| r.in_order()),
         replay: relay
@@ -342,7 +347,13 @@ async fn consume(
         slot.replay_from(info.num_pending);
     }
     let concurrency = consumer.decl.effective_concurrency().max(1) as usize;
-    let flow = Flow::new(concurrency, settings.pull_batch, settings.pull_ahead);
+    // An ordered replay reads a consumer of its own, which no other instance could take
+    // messages from, and takes no acks: it holds a batch ahead whatever its handler's pace.
+    let pull_batch = match &session.replay {
+        Some(_) => settings.pull_batch.or(Some(REPLAY_BATCH)),
+        None => settings.pull_batch,
+    };
+    let flow = Flow::new(concurrency, pull_batch, settings.pull_ahead);
     let push = queue.is_some_and(|q| q.delivery == Delivery::Push);
     let feed = if push {
         let handle = match push::Config::try_from_consumer_config(info.config.clone()) {
