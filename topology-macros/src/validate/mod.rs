@@ -6,12 +6,14 @@
 //! assertions by [`crate::emit`].
 
 mod batch;
+mod broadcast;
 mod bucket;
 mod origin;
 mod service;
 mod watch;
 
 pub(crate) use batch::batch;
+pub(crate) use broadcast::broadcast;
 pub(crate) use bucket::bucket;
 pub(crate) use service::{endpoint, service, subscription};
 pub(crate) use watch::watch;
@@ -21,13 +23,10 @@ use topology_core::names::{self, NameError};
 use topology_core::rules::{self, EXTERNAL_REFUSED_KEYS};
 use topology_core::subject;
 
-use crate::attrs::{
-    BroadcastAttrs, ConsumerAttrs, Filters, PolicyName, PriorityAttrs, QueueAttrs, StreamAttrs,
-};
+use crate::attrs::{ConsumerAttrs, Filters, PolicyName, PriorityAttrs, QueueAttrs, StreamAttrs};
 use crate::ctxt::Ctxt;
 use crate::value::{PathOrString, key_msg};
-use topology_core::model::{DeliverPolicy, Delivery};
-use topology_core::ordered::{ORDERED_CONCURRENCY, ORDERED_DELIVER};
+use topology_core::model::Delivery;
 use topology_core::priority::{MIN_PINNED_TTL, PriorityError};
 
 /// The rules of `#[stream]`: the name, the subjects, no settings on an external stream, the
@@ -319,30 +318,8 @@ fn priority(attrs: &QueueAttrs, priority: &PriorityAttrs, cx: &mut Ctxt) {
     }
 }
 
-/// The rules of `#[broadcast]`: those of every consumer, and an ordered replay's: one
-/// message at a time, from what the stream holds.
-pub(crate) fn broadcast(attrs: &BroadcastAttrs, cx: &mut Ctxt) {
-    consumer(&attrs.common, cx);
-    if attrs.ordered.is_none() {
-        return;
-    }
-    if let Some(n) = &attrs.common.concurrency
-        && n.value > 1
-    {
-        cx.error_at(
-            n.span,
-            key_msg("broadcast", "concurrency", ORDERED_CONCURRENCY),
-        );
-    }
-    if let (Some(DeliverPolicy::New | DeliverPolicy::Last), Some(key)) =
-        (attrs.deliver, &attrs.deliver_key)
-    {
-        cx.error_spanned_by(key, key_msg("broadcast", "deliver", ORDERED_DELIVER));
-    }
-}
-
 /// The rules both consumer macros share: the stream's name, and the filters.
-fn consumer(attrs: &ConsumerAttrs, cx: &mut Ctxt) {
+pub(super) fn consumer(attrs: &ConsumerAttrs, cx: &mut Ctxt) {
     let attr = attrs.attr;
     if let Some(PathOrString::String(name)) = &attrs.stream {
         valid_name(attr, "stream", name, STREAM, cx);
