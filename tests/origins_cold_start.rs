@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use async_nats::jetstream;
 use fixture::Running;
-use fixture::children::{now_ms, provision_at, ready, retried_past_a_first_timeout, run_children};
+use fixture::children::{assert_all_ready_within_one_timeout, now_ms, provision_at, run_children};
 use nats_topology::model::{
     BroadcastDecl, ConsumerDecl, DeliverPolicy, Origin, Placement, StreamDecl, StreamRef,
 };
@@ -94,14 +94,7 @@ async fn eight_processes_cold_start_placed_mirrored_and_sourced_streams() {
     )
     .await;
     eprintln!("{results:?}");
-    let ok = ready(&results);
-    assert_eq!(ok, PROCESSES, "every process provisions: {results:#?}");
-    // No process waited out more than one request timeout.
-    let retried = retried_past_a_first_timeout(&results);
-    assert!(
-        retried.is_empty(),
-        "no retry past a first timeout: {retried:#?}"
-    );
+    assert_all_ready_within_one_timeout(&results, PROCESSES);
 
     // Where each lives, and the mirror and the aggregate follow their origins.
     let client = async_nats::connect(sc.server_addrs(0))
