@@ -97,6 +97,11 @@ impl Acks {
         }
     }
 
+    /// Naks `message` (see [`nak`]); a consumer without acks sends nothing (`false`).
+    pub(super) async fn nak(&self, message: &jetstream::Message, delay: Option<Duration>) -> bool {
+        !self.none && nak(message, delay).await
+    }
+
     /// Sends `kind` (an ack or a term: the settlements that end a message) fire-and-forget,
     /// or with confirmed acks, as a request sent again until the server confirms it before
     /// `deadline`.

@@ -13,7 +13,7 @@ use async_nats::jetstream::{self, AckKind};
 use futures::FutureExt;
 use tracing::Instrument;
 
-use super::ack::{self, AckDeadline, Acks};
+use super::ack::{AckDeadline, Acks};
 use super::dead_letter::publish_dead_letter;
 use super::outcome::{Observer, Outcome};
 use crate::handler::{Context, HandlerError, Incoming, Scope};
@@ -243,7 +243,7 @@ async fn fail(
     let delay = redelivery_delay(&session.backoff, &session.redelivery, meta.delivered);
     tracing::debug!(subject = %message.subject, delivered = meta.delivered, ?delay, %error, "handler failed; redelivering later");
     // A consumer without acks (an ordered replay) restarts after this message instead.
-    let naked = !session.acks.none && ack::nak(message, Some(delay)).await;
+    let naked = session.acks.nak(message, Some(delay)).await;
     Outcome::Retried { delay, naked }
 }
 
@@ -272,7 +272,10 @@ async fn terminate(
             );
         } else {
             tracing::error!(dead_letter = subject, error = %e, "could not publish a dead letter; the message is redelivered instead");
-            ack::nak(message, Some(session.dead_letter_retry.cap)).await;
+            session
+                .acks
+                .nak(message, Some(session.dead_letter_retry.cap))
+                .await;
         }
         return Outcome::DeadLetterUnpublished { last };
     }

@@ -21,7 +21,7 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::ack::{self, AckDeadline};
+use super::ack::AckDeadline;
 use super::dispatch::{Session, handle};
 use super::feed::Feed;
 use super::flow::Flow;
@@ -152,10 +152,8 @@ pub(super) async fn pump(
     // Hand back what was received but not started, so that another instance takes it at once.
     let mut unstarted: Vec<jetstream::Message> = waiting.into_iter().map(|w| w.message).collect();
     unstarted.extend(feed.close().await);
-    if !session.acks.none {
-        for message in unstarted {
-            ack::nak(&message, None).await;
-        }
+    for message in unstarted {
+        session.acks.nak(&message, None).await;
     }
     exit
 }
