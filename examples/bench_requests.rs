@@ -6,18 +6,28 @@
 //!     [--reps 3] [--work-us 0] [--size 128]
 //! ```
 //!
-//! Each round runs every variant at every caller count, in turn: **raw** is
+//! Three endpoints serve at once, each on a connection of its own: **raw** is
 //! `client.service_builder().start(..)` with one endpoint and the loop a user writes
 //! (`while let Some(request) = endpoint.next().await { request.respond(Ok(body)).await }`);
 //! **ours** is a `Runtime` serving the same endpoint at the defaults a user gets (concurrency
 //! 1); **ours c64** the same endpoint declared with `concurrency = 64`. The handler echoes the
 //! request (after `--work-us` of awaited sleep, when set; the raw loop then handles requests
-//! one at a time, as its loop does). The callers are `C` tasks on one client connection of
-//! their own, each sending `--requests / C` requests one after the other and timing each one.
-//! The tables show the medians over rounds of throughput (requests per second) and of the
-//! rounds' p50 and p99 latencies; the last line is one JSON object with the ratios (ours over
-//! raw: throughput, and p99 latency).
+//! one at a time, as its loop does). Each variant's callers are `C` tasks on a client
+//! connection of their own, each sending `--requests / C` requests one after the other and
+//! timing each one.
+//!
+//! A round measures the three twice: **one at a time** (each alone, in turn, the order
+//! reversed every other round: the throughput a user gets), then **all three at once** (until
+//! the first has sent its requests). Tables show the medians over rounds of throughput
+//! (requests per second) and of the rounds' p50 and p99 latencies. The ratios (ours over raw:
+//! throughput, and p99 latency) are paired: each round's ours over the same round's raw, the
+//! median over rounds, the lowest and highest round beside it. On a shared machine whose speed
+//! drifts from one second to the next, one at a time compares moments a few seconds apart; all
+//! at once meets the same moments with each, so its ratios say what our runtime costs beside
+//! raw's. The last line is one JSON object with the figures (`together_` for all at once).
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use async_nats::service::ServiceExt;
@@ -87,6 +97,14 @@ impl Variant {
         }
     }
 
+    fn key(self) -> &'static str {
+        match self {
+            Variant::Raw => "raw",
+            Variant::Ours => "ours",
+            Variant::OursC64 => "ours_c64",
+        }
+    }
+
     fn subject(self) -> &'static str {
         match self {
             Variant::Raw => "bench.requests.raw",
@@ -106,77 +124,134 @@ struct Sample {
     resent: u64,
 }
 
+/// How a round measures the three endpoints.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Mode {
+    /// Each in turn, alone on the machine: the throughput a user gets.
+    OneAtATime,
+    /// All three at once, until the first has sent its requests: the same moments of a noisy
+    /// machine for each, so that their ratios compare like with like.
+    AllAtOnce,
+}
+
+/// Every sample, one per round, by mode, variant and number of callers.
+type Samples = Vec<((Mode, Variant, usize), Vec<Sample>)>;
+
 #[tokio::main]
 async fn main() -> Result<(), BoxError> {
     let args = args();
     let server = NatsServer::start().await?;
-    let callers_client = async_nats::connect(server.url()).await?;
+    // A connection of their own for each variant's callers.
+    let mut callers_clients = Vec::new();
+    for _ in Variant::ALL {
+        callers_clients.push(async_nats::connect(server.url()).await?);
+    }
+    let client_of = |variant: Variant| &callers_clients[variant as usize];
     let body = Bytes::from(vec![b'x'; args.size]);
 
-    // (variant, callers) -> samples
-    let mut samples: Vec<((Variant, usize), Vec<Sample>)> = Vec::new();
-    for round in 0..args.reps {
-        for &callers in &args.callers {
-            // Alternate which goes first, so that neither always meets a warmer server.
+    let mut samples: Samples = Vec::new();
+    let mut record = |key: (Mode, Variant, usize), sample: Sample, round: usize| {
+        let (mode, variant, callers) = key;
+        eprintln!(
+            "round {} {:<11} {:<24} callers {:>3}: {:>9.0} req/s  p50 {:>8.1?}  p99 {:>8.1?}{}",
+            round + 1,
+            match mode {
+                Mode::OneAtATime => "alone",
+                Mode::AllAtOnce => "all at once",
+            },
+            variant.label(),
+            callers,
+            sample.rate,
+            sample.p50,
+            sample.p99,
+            match sample.resent {
+                0 => String::new(),
+                n => format!("  ({n} sent again after \"no responders\")"),
+            }
+        );
+        match samples.iter_mut().find(|(k, _)| *k == key) {
+            Some((_, list)) => list.push(sample),
+            None => samples.push((key, vec![sample])),
+        }
+    };
+    for &callers in &args.callers {
+        // All three endpoints serve, each on a connection of its own, for every round at this
+        // caller count.
+        let served = Served::start(&server, client_of(Variant::Raw), &args, body.clone()).await?;
+        // Unmeasured: the first requests of each warm the connections and the server.
+        for variant in Variant::ALL {
+            let warm_up = args.requests.min(1_000);
+            call(client_of(variant), variant, warm_up, callers, body.clone()).await?;
+        }
+        for round in 0..args.reps {
+            // Alternate which goes first (A B C, then C B A), so that a machine speeding up or
+            // slowing down during a round favours neither.
             let mut order = Variant::ALL.to_vec();
             if round % 2 == 1 {
                 order.reverse();
             }
             for variant in order {
-                let sample = match variant {
-                    Variant::Raw => {
-                        raw(&server, &callers_client, &args, callers, body.clone()).await?
-                    }
-                    Variant::Ours | Variant::OursC64 => {
-                        ours(
-                            &server,
-                            &callers_client,
-                            &args,
-                            variant,
-                            callers,
-                            body.clone(),
-                        )
-                        .await?
-                    }
-                };
-                eprintln!(
-                    "round {} {:<24} callers {:>3}: {:>9.0} req/s  p50 {:>8.1?}  p99 {:>8.1?}{}",
-                    round + 1,
-                    variant.label(),
+                let sample = call(
+                    client_of(variant),
+                    variant,
+                    args.requests,
                     callers,
-                    sample.rate,
-                    sample.p50,
-                    sample.p99,
-                    match sample.resent {
-                        0 => String::new(),
-                        n => format!("  ({n} sent again after \"no responders\")"),
-                    }
-                );
-                match samples
-                    .iter_mut()
-                    .find(|(key, _)| *key == (variant, callers))
-                {
-                    Some((_, list)) => list.push(sample),
-                    None => samples.push(((variant, callers), vec![sample])),
-                }
+                    body.clone(),
+                )
+                .await?;
+                record((Mode::OneAtATime, variant, callers), sample, round);
+            }
+            let done = Arc::new(AtomicBool::new(false));
+            let all = futures::future::try_join_all(Variant::ALL.map(|variant| {
+                let client = client_of(variant);
+                call_until(client, variant, args.requests, callers, body.clone(), &done)
+            }))
+            .await?;
+            for (variant, sample) in Variant::ALL.into_iter().zip(all) {
+                record((Mode::AllAtOnce, variant, callers), sample, round);
             }
         }
+        served.stop().await?;
     }
 
     println!(
-        "\nrequests {} per round, body {} bytes, handler work {:?}, medians of {} rounds",
+        "\nrequests {} per round, body {} bytes, handler work {:?}, medians of {} rounds; \
+         ratios: the median of each round's ours over the same round's raw, (lowest-highest)",
         args.requests, args.size, args.work, args.reps
     );
+    let mut json = serde_json::Map::new();
+    for (mode, title, prefix) in [
+        (Mode::OneAtATime, "one at a time", ""),
+        (Mode::AllAtOnce, "all three at once", "together_"),
+    ] {
+        println!("\n{title}");
+        report(&samples, mode, &args.callers, prefix, &mut json);
+    }
+    println!("{}", serde_json::Value::Object(json));
+    Ok(())
+}
+
+/// Prints one mode's table, and adds its figures to `json` (keys after `prefix`).
+fn report(
+    samples: &Samples,
+    mode: Mode,
+    callers_counts: &[usize],
+    prefix: &str,
+    json: &mut serde_json::Map<String, serde_json::Value>,
+) {
     println!(
-        "{:<24} {:>7} {:>12} {:>10} {:>10} {:>9} {:>9}",
-        "variant", "callers", "req/s", "p50", "p99", "x raw", "p99 x raw"
+        "{:<24} {:>7} {:>12} {:>10} {:>10} {:>19} {:>19}",
+        "variant", "callers", "req/s", "p50", "p99", "x raw (low-high)", "p99 x raw (low-high)"
     );
-    let median_of = |variant: Variant, callers: usize| -> Sample {
-        let list = &samples
+    let rounds_of = |variant: Variant, callers: usize| -> &Vec<Sample> {
+        &samples
             .iter()
-            .find(|(key, _)| *key == (variant, callers))
+            .find(|(key, _)| *key == (mode, variant, callers))
             .expect("measured")
-            .1;
+            .1
+    };
+    let median_of = |variant: Variant, callers: usize| -> Sample {
+        let list = rounds_of(variant, callers);
         Sample {
             resent: list.iter().map(|s| s.resent).sum(),
             rate: median(list.iter().map(|s| s.rate).collect()),
@@ -188,58 +263,104 @@ async fn main() -> Result<(), BoxError> {
             )),
         }
     };
-    let mut json = serde_json::Map::new();
-    for &callers in &args.callers {
+    // Each round's ratio to the raw endpoint measured in the same round.
+    let paired = |variant: Variant, callers: usize, of: fn(&Sample) -> f64| -> Paired {
+        let ratios = rounds_of(variant, callers)
+            .iter()
+            .zip(rounds_of(Variant::Raw, callers))
+            .map(|(ours, raw)| of(ours) / of(raw))
+            .collect::<Vec<_>>();
+        Paired::of(ratios)
+    };
+    for &callers in callers_counts {
         let raw = median_of(Variant::Raw, callers);
-        json.insert(format!("raw_resent_c{callers}"), raw.resent.into());
+        json.insert(format!("{prefix}raw_resent_c{callers}"), raw.resent.into());
         for variant in Variant::ALL {
             let m = median_of(variant, callers);
-            let rate_ratio = m.rate / raw.rate;
-            let p99_ratio = m.p99.as_secs_f64() / raw.p99.as_secs_f64();
+            let rate_ratio = paired(variant, callers, |s| s.rate);
+            let p99_ratio = paired(variant, callers, |s| s.p99.as_secs_f64());
             println!(
-                "{:<24} {:>7} {:>12.0} {:>10.1?} {:>10.1?} {:>9.3} {:>9.3}",
+                "{:<24} {:>7} {:>12.0} {:>10.1?} {:>10.1?} {:>19} {:>19}",
                 variant.label(),
                 callers,
                 m.rate,
                 m.p50,
                 m.p99,
-                rate_ratio,
-                p99_ratio
+                rate_ratio.to_string(),
+                p99_ratio.to_string()
             );
-            let key = match variant {
-                Variant::Raw => "raw",
-                Variant::Ours => "ours",
-                Variant::OursC64 => "ours_c64",
-            };
+            let key = format!("{prefix}{}", variant.key());
             json.insert(format!("{key}_rate_c{callers}"), m.rate.round().into());
             json.insert(
                 format!("{key}_p99_us_c{callers}"),
                 (m.p99.as_secs_f64() * 1e6).round().into(),
             );
             if variant != Variant::Raw {
-                json.insert(
-                    format!("ratio_{key}_c{callers}"),
-                    ((rate_ratio * 1000.0).round() / 1000.0).into(),
-                );
-                json.insert(
-                    format!("p99_ratio_{key}_c{callers}"),
-                    ((p99_ratio * 1000.0).round() / 1000.0).into(),
-                );
+                let key = variant.key();
+                let ratios = [
+                    ("ratio", rate_ratio.median, ""),
+                    ("ratio", rate_ratio.low, "_low"),
+                    ("p99_ratio", p99_ratio.median, ""),
+                    ("p99_ratio", p99_ratio.high, "_high"),
+                ];
+                for (name, value, suffix) in ratios {
+                    json.insert(
+                        format!("{prefix}{name}_{key}_c{callers}{suffix}"),
+                        rounded(value).into(),
+                    );
+                }
             }
         }
     }
-    println!("{}", serde_json::Value::Object(json));
-    Ok(())
 }
 
-/// The raw async-nats service endpoint, served on a connection of its own.
+/// A runtime serving, and what stops it.
+type Running = (
+    tokio::sync::oneshot::Sender<()>,
+    tokio::task::JoinHandle<Result<(), nats_topology::RunError>>,
+);
+
+/// The three endpoints, serving.
+struct Served {
+    raw: (async_nats::service::Service, tokio::task::JoinHandle<()>),
+    ours: Vec<Running>,
+}
+
+impl Served {
+    async fn start(
+        server: &NatsServer,
+        callers: &async_nats::Client,
+        args: &Args,
+        body: Bytes,
+    ) -> Result<Served, BoxError> {
+        let raw = raw(server, callers, args, body).await?;
+        let mut ours = Vec::new();
+        for variant in [Variant::Ours, Variant::OursC64] {
+            ours.push(self::ours(server, args, variant).await?);
+        }
+        Ok(Served { raw, ours })
+    }
+
+    async fn stop(self) -> Result<(), BoxError> {
+        let (service, serving) = self.raw;
+        serving.abort();
+        service.stop().await?;
+        for (stop, running) in self.ours {
+            let _ = stop.send(());
+            running.await??;
+        }
+        Ok(())
+    }
+}
+
+/// The raw async-nats service endpoint, served on a connection of its own, with the loop a
+/// user writes.
 async fn raw(
     server: &NatsServer,
     callers: &async_nats::Client,
     args: &Args,
-    concurrency: usize,
     body: Bytes,
-) -> Result<Sample, BoxError> {
+) -> Result<(async_nats::service::Service, tokio::task::JoinHandle<()>), BoxError> {
     let client = async_nats::connect(server.url()).await?;
     let service = client
         .service_builder()
@@ -268,30 +389,11 @@ async fn raw(
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    let sample = call(
-        callers,
-        Variant::Raw.subject(),
-        args.requests,
-        concurrency,
-        body,
-        true,
-    )
-    .await;
-    serving.abort();
-    service.stop().await?;
-    drop(client);
-    sample
+    Ok((service, serving))
 }
 
-/// Our runtime serving the same endpoint.
-async fn ours(
-    server: &NatsServer,
-    callers: &async_nats::Client,
-    args: &Args,
-    variant: Variant,
-    concurrency: usize,
-    body: Bytes,
-) -> Result<Sample, BoxError> {
+/// Our runtime serving the same endpoint, on a connection of its own, once ready.
+async fn ours(server: &NatsServer, args: &Args, variant: Variant) -> Result<Running, BoxError> {
     let client = async_nats::connect(server.url()).await?;
     let mut decl = EndpointDecl::new("bench::echo", &SERVICE, "echo", variant.subject());
     if variant == Variant::OursC64 {
@@ -313,40 +415,47 @@ async fn ours(
         let _ = stopped.await;
     }));
     health.wait_ready(Duration::from_secs(30)).await?;
-    let sample = call(
-        callers,
-        variant.subject(),
-        args.requests,
-        concurrency,
-        body,
-        false,
-    )
-    .await;
-    let _ = stop.send(());
-    running.await??;
-    sample
+    Ok((stop, running))
 }
 
-/// `callers` tasks send `total / callers` requests each, one after the other; with `resend`, a
-/// request answered "no responders" is sent again (and counted), else it fails the run.
+/// `callers` tasks send `total / callers` requests each to `variant`, one after the other; to
+/// raw, a request answered "no responders" is sent again (and counted), to ours it fails the
+/// run.
 async fn call(
     client: &async_nats::Client,
-    subject: &'static str,
+    variant: Variant,
     total: usize,
     callers: usize,
     body: Bytes,
-    resend: bool,
 ) -> Result<Sample, BoxError> {
+    call_until(client, variant, total, callers, body, &Arc::default()).await
+}
+
+/// As [`call`], and every caller also stops once `done` is set; sets `done` when it has sent
+/// all of its requests.
+async fn call_until(
+    client: &async_nats::Client,
+    variant: Variant,
+    total: usize,
+    callers: usize,
+    body: Bytes,
+    done: &Arc<AtomicBool>,
+) -> Result<Sample, BoxError> {
+    let (subject, resend) = (variant.subject(), variant == Variant::Raw);
     let per_caller = (total / callers).max(1);
     let started = Instant::now();
     let tasks: Vec<_> = (0..callers)
         .map(|_| {
             let client = client.clone();
             let body = body.clone();
+            let done = done.clone();
             tokio::spawn(async move {
                 let mut latencies = Vec::with_capacity(per_caller);
                 let mut resent = 0;
                 for _ in 0..per_caller {
+                    if done.load(Ordering::Relaxed) {
+                        break;
+                    }
                     let sent = Instant::now();
                     let reply = loop {
                         match client.request(subject, body.clone()).await {
@@ -384,6 +493,7 @@ async fn call(
         resent += again;
     }
     let elapsed = started.elapsed();
+    done.store(true, Ordering::Relaxed);
     latencies.sort_unstable();
     let at = |q: f64| latencies[((latencies.len() as f64 * q) as usize).min(latencies.len() - 1)];
     Ok(Sample {
@@ -392,6 +502,33 @@ async fn call(
         p99: at(0.99),
         resent,
     })
+}
+
+/// Per-round ratios: their median, lowest and highest.
+struct Paired {
+    median: f64,
+    low: f64,
+    high: f64,
+}
+
+impl Paired {
+    fn of(ratios: Vec<f64>) -> Paired {
+        Paired {
+            low: ratios.iter().copied().fold(f64::INFINITY, f64::min),
+            high: ratios.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+            median: median(ratios),
+        }
+    }
+}
+
+impl std::fmt::Display for Paired {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:.3} ({:.2}-{:.2})", self.median, self.low, self.high)
+    }
+}
+
+fn rounded(ratio: f64) -> f64 {
+    (ratio * 1000.0).round() / 1000.0
 }
 
 fn median(mut values: Vec<f64>) -> f64 {
