@@ -220,6 +220,14 @@ async fn main() -> Result<(), BoxError> {
         "| rep | cold: first / half / ready ms | cold CPU ms: ours / server | warm ready ms | warm CPU ms: ours / server | provision ms | raw async-nats ms | KB per consumer |"
     );
     println!("|---:|---:|---:|---:|---:|---:|---:|---:|");
+    // Every server's store is removed at the end, not between measurements: removing
+    // thousands of files loads the disk for seconds after (this machine's file system discards
+    // the freed blocks as it goes), and the next measurement would pay for the last one's.
+    let mut stopped = Vec::new();
+    let mut keep = |mut server: NatsServer| {
+        server.kill();
+        stopped.push(server);
+    };
     for rep in 0..reps {
         let server = NatsServer::start().await?;
         let client = async_nats::connect(server.url()).await?;
@@ -237,7 +245,8 @@ async fn main() -> Result<(), BoxError> {
         let warm_cpu = (cpu_ms(ours) - cpu.0, cpu_ms(theirs) - cpu.1);
         warm.stop.send(()).ok();
         warm.running.await??;
-        drop((client, server));
+        drop(client);
+        keep(server);
 
         let server = NatsServer::start().await?;
         let client = async_nats::connect(server.url()).await?;
@@ -245,12 +254,14 @@ async fn main() -> Result<(), BoxError> {
             .topology(topology(n))
             .build()?;
         let provision = ms(runtime.provision().await?.elapsed);
-        drop((runtime, client, server));
+        drop((runtime, client));
+        keep(server);
 
         let server = NatsServer::start().await?;
         let client = async_nats::connect(server.url()).await?;
         let raw = ms(raw(&client, &topology(n)).await?);
-        drop((client, server));
+        drop(client);
+        keep(server);
 
         let row = [
             ms(cold.first),
