@@ -1,10 +1,12 @@
 //! Request/reply benchmark: a raw async-nats `service` endpoint against our `#[endpoint]`
-//! runtime, side by side in one run, on one server, with the same callers.
+//! runtime, side by side in one run, on one server, called the same way.
 //!
 //! ```text
 //! cargo run --release --example bench_requests -- [--requests 20000] [--callers 1,64]
 //!     [--reps 3] [--work-us 0] [--size 128]
 //! ```
+//!
+//! docs/PERFORMANCE.md reports `--requests 30000 --reps 9`.
 //!
 //! Three endpoints serve at once, each on a connection of its own: **raw** is
 //! `client.service_builder().start(..)` with one endpoint and the loop a user writes
