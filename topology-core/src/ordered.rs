@@ -19,12 +19,23 @@ pub(crate) const fn check_ordered(
     if !relay.ordered {
         return Ok(());
     }
-    if let Some(n) = decl.concurrency
-        && n > 1
-    {
-        return Err(ConsumerError::OrderedConcurrency);
+    if let Err(e) = check_concurrency(decl.concurrency) {
+        return Err(e);
     }
-    match relay.deliver {
+    check_deliver(relay.deliver)
+}
+
+/// An ordered replay's `concurrency`: none, or 1.
+pub const fn check_concurrency(concurrency: Option<u32>) -> Result<(), ConsumerError> {
+    match concurrency {
+        Some(n) if n > 1 => Err(ConsumerError::OrderedConcurrency),
+        _ => Ok(()),
+    }
+}
+
+/// Where an ordered replay starts: from what the stream holds (`All` or `LastPerSubject`).
+pub const fn check_deliver(deliver: DeliverPolicy) -> Result<(), ConsumerError> {
+    match deliver {
         DeliverPolicy::All | DeliverPolicy::LastPerSubject => Ok(()),
         DeliverPolicy::New | DeliverPolicy::Last => Err(ConsumerError::OrderedDeliver),
     }

@@ -1,31 +1,29 @@
 //! The rules of `#[broadcast]`: those of every consumer, and an ordered replay's.
 
-use topology_core::model::DeliverPolicy;
-use topology_core::ordered::{ORDERED_CONCURRENCY, ORDERED_DELIVER};
+use topology_core::ordered;
 
 use super::consumer;
 use crate::attrs::BroadcastAttrs;
 use crate::ctxt::Ctxt;
 use crate::value::key_msg;
 
-/// The rules of `#[broadcast]`: those of every consumer, and an ordered replay's: one
-/// message at a time, from what the stream holds.
+/// The rules of `#[broadcast]`: those of every consumer, and an ordered replay's (decided by
+/// `topology_core::ordered`, reported at the key that breaks them).
 pub(crate) fn broadcast(attrs: &BroadcastAttrs, cx: &mut Ctxt) {
     consumer(&attrs.common, cx);
     if attrs.ordered.is_none() {
         return;
     }
+    // A value outside `u32` is refused by the range check alone.
     if let Some(n) = &attrs.common.concurrency
-        && n.value > 1
+        && let Ok(concurrency) = u32::try_from(n.value)
+        && let Err(e) = ordered::check_concurrency(Some(concurrency))
     {
-        cx.error_at(
-            n.span,
-            key_msg("broadcast", "concurrency", ORDERED_CONCURRENCY),
-        );
+        cx.error_at(n.span, key_msg("broadcast", "concurrency", e.message()));
     }
-    if let (Some(DeliverPolicy::New | DeliverPolicy::Last), Some(key)) =
-        (attrs.deliver, &attrs.deliver_key)
+    if let (Some(deliver), Some(key)) = (attrs.deliver, &attrs.deliver_key)
+        && let Err(e) = ordered::check_deliver(deliver)
     {
-        cx.error_spanned_by(key, key_msg("broadcast", "deliver", ORDERED_DELIVER));
+        cx.error_spanned_by(key, key_msg("broadcast", "deliver", e.message()));
     }
 }
