@@ -14,8 +14,8 @@ use crate::report::ConsumerReport;
 pub(super) struct Report {
     streams: Vec<StreamLine>,
     consumers: Vec<ConsumerReport>,
-    /// Each relay's stream and handler, and whether it is an ordered replay.
-    relays: Vec<(String, String, bool)>,
+    /// Each relay's stream, handler, and what it is called (`BroadcastDecl::noun`).
+    relays: Vec<(String, String, &'static str)>,
 }
 
 struct StreamLine {
@@ -99,7 +99,7 @@ pub(super) async fn read(runtime: &Runtime) -> Result<Report, String> {
             ConsumerKind::Broadcast(relay) => Some((
                 c.decl.stream.name().to_owned(),
                 c.decl.handler.to_owned(),
-                relay.ordered,
+                relay.noun(),
             )),
             ConsumerKind::Queue(_) => None,
         })
@@ -135,8 +135,7 @@ impl fmt::Display for Report {
                 Some(s) => writeln!(f, "{s}")?,
             }
         }
-        for (stream, handler, ordered) in &self.relays {
-            let noun = if *ordered { "ordered replay" } else { "relay" };
+        for (stream, handler, noun) in &self.relays {
             writeln!(
                 f,
                 "{noun} of `{handler}` on `{stream}`: an ephemeral consumer per running instance (not checked)"

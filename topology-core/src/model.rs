@@ -473,6 +473,14 @@ impl BroadcastDecl {
     pub const fn in_order(&self) -> bool {
         self.ordered || self.kv_watch.is_some()
     }
+    /// What `plan` and health call the relay: `"ordered replay"` or `"relay"`.
+    pub const fn noun(&self) -> &'static str {
+        if self.ordered {
+            "ordered replay"
+        } else {
+            "relay"
+        }
+    }
     /// Makes the relay a watch of the key-value bucket `bucket` (see [`crate::watch`]).
     pub const fn kv_watch(mut self, bucket: &'static str) -> Self {
         self.kv_watch = Some(bucket);

@@ -178,18 +178,17 @@ pub(crate) async fn plan_with(
             action,
         });
         for c in topology.consumers_of(decl.name) {
-            let ConsumerKind::Queue(queue) = &c.decl.kind else {
-                let noun = match &c.decl.kind {
-                    ConsumerKind::Broadcast(relay) if relay.ordered => "ordered replay",
-                    _ => "relay",
-                };
-                items.push(PlanItem {
-                    stream: decl.name.to_owned(),
-                    consumer: Some(format!("{noun} of {}", c.decl.handler)),
-                    bucket: None,
-                    action: Action::PerInstance,
-                });
-                continue;
+            let queue = match &c.decl.kind {
+                ConsumerKind::Queue(queue) => queue,
+                ConsumerKind::Broadcast(relay) => {
+                    items.push(PlanItem {
+                        stream: decl.name.to_owned(),
+                        consumer: Some(format!("{} of {}", relay.noun(), c.decl.handler)),
+                        bucket: None,
+                        action: Action::PerInstance,
+                    });
+                    continue;
+                }
             };
             let existing = match server {
                 Some(_) => provisioner.read_consumer(decl.name, queue.group).await?,
