@@ -349,10 +349,8 @@ async fn consume(
     let concurrency = consumer.decl.effective_concurrency().max(1) as usize;
     // An ordered replay reads a consumer of its own, which no other instance could take
     // messages from, and takes no acks: it holds a batch ahead whatever its handler's pace.
-    let pull_batch = match &session.replay {
-        Some(_) => settings.pull_batch.or(Some(REPLAY_BATCH)),
-        None => settings.pull_batch,
-    };
+    let replay_batch = session.replay.as_ref().map(|_| REPLAY_BATCH);
+    let pull_batch = settings.pull_batch.or(replay_batch);
     let flow = Flow::new(concurrency, pull_batch, settings.pull_ahead);
     let push = queue.is_some_and(|q| q.delivery == Delivery::Push);
     let feed = if push {
