@@ -494,19 +494,7 @@ fn payload(id: u64) -> Vec<u8> {
 }
 
 async fn publish(js: &jetstream::Context, count: u64) -> Result<(), BoxError> {
-    let mut pending = Vec::with_capacity(1024);
-    for id in 0..count {
-        pending.push(js.publish(SUBJECT, payload(id).into()).await?);
-        if pending.len() == 1024 {
-            for ack in pending.drain(..) {
-                ack.await?;
-            }
-        }
-    }
-    for ack in pending {
-        ack.await?;
-    }
-    Ok(())
+    nats_topology_testkit::publish_all(js, SUBJECT, (0..count).map(payload)).await
 }
 
 /// The handler's work: an awaited sleep (I/O), or nothing.

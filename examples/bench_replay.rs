@@ -89,21 +89,10 @@ async fn main() -> Result<(), BoxError> {
     Ok(())
 }
 
-/// Publishes `count` small entries, 1,024 acks in flight at most.
+/// Publishes `count` small entries.
 async fn fill(js: &jetstream::Context, count: u64) -> Result<(), BoxError> {
-    let mut pending = Vec::with_capacity(1024);
-    for n in 0..count {
-        pending.push(js.publish(SUBJECT, format!("{{\"n\":{n}}}").into()).await?);
-        if pending.len() == 1024 {
-            for ack in pending.drain(..) {
-                ack.await?;
-            }
-        }
-    }
-    for ack in pending {
-        ack.await?;
-    }
-    Ok(())
+    let entries = (0..count).map(|n| format!("{{\"n\":{n}}}").into_bytes());
+    nats_topology_testkit::publish_all(js, SUBJECT, entries).await
 }
 
 /// async-nats' ordered pull consumer over the whole stream, until `count` messages.

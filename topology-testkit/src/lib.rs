@@ -113,6 +113,7 @@ mod ports;
 mod probe;
 #[cfg(unix)]
 mod process;
+mod publish;
 #[cfg(unix)]
 mod server;
 #[cfg(unix)]
@@ -132,6 +133,7 @@ pub use error::TestkitError;
 pub use leaf::{HUB_DOMAIN, LEAF_DOMAIN, NatsLeafTopology};
 #[cfg(unix)]
 pub use link::{Cut, Direction, Link};
+pub use publish::publish_all;
 #[cfg(unix)]
 pub use server::NatsServer;
 #[cfg(unix)]
