@@ -23,13 +23,14 @@
 use core::time::Duration;
 
 use crate::duration;
-use crate::model::Storage;
-use crate::rules::{self, IntRange, MAX_BYTES, REPLICAS};
+use crate::limits::{self, MAX_BYTES, REPLICAS};
+use crate::placement::Storage;
+use crate::prim::IntRange;
 
 /// `history`: 1 to 64 values kept per key (the server's limit for key-value buckets).
 pub const HISTORY: IntRange = IntRange { min: 1, max: 64 };
 /// `max_value_size`: at least 1 byte, at most `i32::MAX` (omit it for the server's limit).
-pub const MAX_VALUE_SIZE: IntRange = rules::MAX_MSG_SIZE;
+pub const MAX_VALUE_SIZE: IntRange = limits::MAX_MSG_SIZE;
 
 /// The stream settings every client expects of a key-value bucket or an object store.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -212,7 +213,7 @@ pub enum BucketError {
     MaxValueSize,
     /// `max_bytes` outside [`MAX_BYTES`].
     MaxBytes,
-    /// The description is longer than [`rules::MAX_DESCRIPTION_LEN`].
+    /// The description is longer than [`MAX_DESCRIPTION_LEN`](crate::rules::MAX_DESCRIPTION_LEN).
     DescriptionTooLong,
     /// Settings on an external bucket, which is never created or changed here.
     ExternalWithSettings,
@@ -240,7 +241,7 @@ impl BucketError {
                 "max_value_size must be between 1 and 2147483647; omit it for the server's limit"
             }
             BucketError::MaxBytes => "max_bytes must be at least 1; omit it for no limit",
-            BucketError::DescriptionTooLong => rules::DESCRIPTION_TOO_LONG,
+            BucketError::DescriptionTooLong => limits::DESCRIPTION_TOO_LONG,
             BucketError::ExternalWithSettings => {
                 "an external bucket is never created or changed here, so it takes no settings but its name"
             }
@@ -328,7 +329,7 @@ pub const fn check_bucket(decl: &BucketDecl) -> Result<(), BucketError> {
         return Err(BucketError::MaxBytes);
     }
     if let Some(d) = decl.description
-        && !rules::description_fits(d)
+        && !limits::description_fits(d)
     {
         return Err(BucketError::DescriptionTooLong);
     }

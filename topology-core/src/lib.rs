@@ -10,7 +10,7 @@
 //!   duration literals).
 //! - [`bucket`]: key-value buckets and object stores (streams underneath), with their rules.
 //! - [`watch`]: watches of a key-value bucket (`#[kv_watch]`), with the rule for their keys.
-//! - [`placement`]: where a stream's replicas live (a cluster, server tags).
+//! - [`placement`]: where a stream lives (its storage; a cluster, server tags).
 //! - [`priority`]: priority groups on a queue consumer (pinned client, overflow).
 //! - [`service`]: services, endpoints and core subscriptions (request/reply), with their rules.
 //! - [`rules`]: ranges and cross-field rules, and whole-declaration checks built from the leaf
@@ -24,12 +24,15 @@
 pub mod batch;
 pub mod bucket;
 pub mod duration;
+mod error;
+mod limits;
 pub mod messages;
 pub mod model;
 pub mod names;
 pub mod ordered;
 pub mod origin;
 pub mod placement;
+mod prim;
 pub mod priority;
 pub mod rules;
 pub mod service;

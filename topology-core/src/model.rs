@@ -6,22 +6,10 @@
 
 use core::time::Duration;
 
-pub use crate::batch::BatchDecl;
 pub use crate::bucket::{BucketDecl, BucketKind, BucketShape, KvBucketDef, ObjectStoreDef};
-pub use crate::origin::{External, Origin, SubjectTransform};
-pub use crate::placement::Placement;
-pub use crate::priority::{Overflow, Priority};
+pub use crate::placement::{Placement, Storage};
 pub use crate::service::{EndpointDecl, Fanout, ServiceDecl, ServiceDef, SubscriptionDecl};
 pub use crate::watch::{WatchDecl, WatchFrom};
-
-/// Where a stream keeps its messages.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Storage {
-    /// On disk; survives a server restart (the server default).
-    File,
-    /// In memory; lost when the server restarts.
-    Memory,
-}
 
 /// When a stream may discard a message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -314,6 +302,134 @@ impl StreamRef {
     }
 }
 
+/// A stream that a mirror copies or a stream sources from, with what is taken from it.
+///
+/// `stream` is a declared stream ([`Origin::of`], checked at compile time) or a name
+/// ([`Origin::named`]) for a stream declared elsewhere, in another domain (`domain`) or reached
+/// through another account's API (`api_prefix`).
+///
+/// ```
+/// use topology_core::model::{Origin, StreamDecl, StreamDef};
+///
+/// struct Orders;
+/// impl StreamDef for Orders {
+///     const DECL: StreamDecl = StreamDecl::new("ORDERS", &["orders.>"]);
+/// }
+/// const ORDERS_EU: StreamDecl =
+///     StreamDecl::mirror_of("ORDERS_EU", Origin::of(&Orders::DECL).filter("orders.eu.>"));
+/// const HUB: StreamDecl =
+///     StreamDecl::mirror_of("ORDERS_HUB", Origin::named("ORDERS").domain("hub"));
+/// assert_eq!(ORDERS_EU.mirror.unwrap().name(), "ORDERS");
+/// assert!(ORDERS_EU.subjects.is_empty());
+/// assert_eq!(HUB.mirror.unwrap().domain, Some("hub"));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Origin {
+    /// The stream copied or sourced.
+    pub stream: StreamRef,
+    /// Only its messages on subjects matching this filter.
+    pub filter: Option<&'static str>,
+    /// Their subjects rewritten to this destination (a subject mapping: `eu.>`,
+    /// `archive.{{wildcard(1)}}`), from `filter` or, without one, from every subject.
+    pub transform: Option<&'static str>,
+    /// The JetStream domain the stream lives in (its API is `$JS.<domain>.API`).
+    pub domain: Option<&'static str>,
+    /// The API prefix its JetStream is reached through (another account's import).
+    pub api_prefix: Option<&'static str>,
+}
+
+impl Origin {
+    /// A declared stream (`Origin::of(&Orders::DECL)`).
+    pub const fn of(decl: &'static StreamDecl) -> Self {
+        Origin::new(StreamRef::Declared(decl))
+    }
+    /// A stream by its name on the server.
+    pub const fn named(name: &'static str) -> Self {
+        Origin::new(StreamRef::Named(name))
+    }
+    const fn new(stream: StreamRef) -> Self {
+        Origin {
+            stream,
+            filter: None,
+            transform: None,
+            domain: None,
+            api_prefix: None,
+        }
+    }
+    /// Takes only the messages whose subject matches `filter`.
+    pub const fn filter(mut self, filter: &'static str) -> Self {
+        self.filter = Some(filter);
+        self
+    }
+    /// Rewrites the subjects taken to `dest`.
+    pub const fn transform(mut self, dest: &'static str) -> Self {
+        self.transform = Some(dest);
+        self
+    }
+    /// The stream lives in the JetStream domain `domain`.
+    pub const fn domain(mut self, domain: &'static str) -> Self {
+        self.domain = Some(domain);
+        self
+    }
+    /// The stream's JetStream is reached through `api_prefix`.
+    pub const fn api_prefix(mut self, api_prefix: &'static str) -> Self {
+        self.api_prefix = Some(api_prefix);
+        self
+    }
+    /// The stream's name on the server.
+    pub const fn name(&self) -> &'static str {
+        self.stream.name()
+    }
+    /// Whether the stream is reached in this JetStream (no domain, no API prefix): only then
+    /// can it be this stream itself, or part of a loop among declared streams.
+    pub const fn is_local(&self) -> bool {
+        self.domain.is_none() && self.api_prefix.is_none()
+    }
+    /// The API prefix the server is given: `api_prefix`, else `$JS.<domain>.API`; `None` for a
+    /// local stream. (Written by the caller, which owns the allocation.)
+    pub const fn external(&self) -> Option<External> {
+        match (self.api_prefix, self.domain) {
+            (Some(prefix), _) => Some(External::Prefix(prefix)),
+            (None, Some(domain)) => Some(External::Domain(domain)),
+            (None, None) => None,
+        }
+    }
+}
+
+/// How an origin outside this JetStream is reached.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum External {
+    /// Through this API prefix.
+    Prefix(&'static str),
+    /// In this domain: through `$JS.<domain>.API`.
+    Domain(&'static str),
+}
+
+/// A rewrite of the subjects a stream stores: a message captured on a subject matching `src`
+/// is stored under `dest` (a subject mapping, as in `{{wildcard(1)}}`).
+///
+/// ```
+/// use topology_core::model::{StreamDecl, SubjectTransform};
+///
+/// const EVENTS: StreamDecl = StreamDecl::new("EVENTS", &["in.>"])
+///     .subject_transform(SubjectTransform::new("in.>", "events.>"));
+/// assert_eq!(EVENTS.subject_transform.unwrap().dest, "events.>");
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct SubjectTransform {
+    /// The subjects rewritten.
+    pub src: &'static str,
+    /// What they become.
+    pub dest: &'static str,
+}
+
+impl SubjectTransform {
+    /// Rewrites subjects matching `src` to `dest`.
+    pub const fn new(src: &'static str, dest: &'static str) -> Self {
+        SubjectTransform { src, dest }
+    }
+}
+
 /// What kind of consumer a declaration makes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ConsumerKind {
@@ -431,6 +547,116 @@ impl QueueDecl {
     /// The handler gets its messages in batches (see [`BatchDecl`]).
     pub const fn batch(mut self, batch: BatchDecl) -> Self {
         self.batch = Some(batch);
+        self
+    }
+}
+
+/// Which instance of a queue consumer the server delivers to.
+///
+/// ```
+/// use core::time::Duration;
+/// use topology_core::model::{Overflow, Priority, QueueDecl};
+///
+/// // One instance consumes; another takes over 10 s after it stops pulling.
+/// const ACTIVE_STANDBY: QueueDecl = QueueDecl::new("sync").pinned_client(Duration::from_secs(10));
+/// // Spill-over instances take work only while 100 messages or more wait.
+/// const SPILL: QueueDecl = QueueDecl::new("bulk").overflow(Overflow::new().min_pending(100));
+/// assert!(matches!(ACTIVE_STANDBY.priority, Some(Priority::PinnedClient { .. })));
+/// assert_eq!(SPILL.priority, Some(Priority::Overflow(Overflow { min_pending: Some(100), min_ack_pending: None })));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Priority {
+    /// One instance consumes; the others stand by (ready, holding pull requests the server
+    /// does not serve). The server moves the pin when the pinned instance has sent no pull
+    /// request for `ttl`, or at once when it unpins (the runtime does on a drain).
+    PinnedClient {
+        /// How long the pinned instance may go without pulling before another is pinned
+        /// (the consumer's `priority_timeout`).
+        ttl: Duration,
+    },
+    /// Every instance pulls; a spill-over instance (see `RuntimeBuilder::spill_over`) is
+    /// delivered to only while the backlog reaches one of these thresholds.
+    Overflow(Overflow),
+}
+
+/// The thresholds of a spill-over instance: it is delivered to only while the consumer has at
+/// least `min_pending` messages not yet delivered, or at least `min_ack_pending` delivered and
+/// unacknowledged (either suffices).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct Overflow {
+    /// Messages not yet delivered.
+    pub min_pending: Option<i64>,
+    /// Messages delivered and not yet acknowledged.
+    pub min_ack_pending: Option<i64>,
+}
+
+impl Overflow {
+    /// No threshold yet (a declaration needs at least one).
+    pub const fn new() -> Self {
+        Overflow {
+            min_pending: None,
+            min_ack_pending: None,
+        }
+    }
+    /// Sets the backlog of undelivered messages from which spill-over instances take work.
+    pub const fn min_pending(mut self, n: i64) -> Self {
+        self.min_pending = Some(n);
+        self
+    }
+    /// Sets the number of unacknowledged messages from which spill-over instances take work.
+    pub const fn min_ack_pending(mut self, n: i64) -> Self {
+        self.min_ack_pending = Some(n);
+        self
+    }
+}
+
+impl Priority {
+    /// The policy's name in the server's configuration (`priority_policy`).
+    pub const fn policy(&self) -> &'static str {
+        match self {
+            Priority::PinnedClient { .. } => "pinned_client",
+            Priority::Overflow(_) => "overflow",
+        }
+    }
+}
+
+/// How a queue consumer's handler receives its messages in batches.
+///
+/// ```
+/// use core::time::Duration;
+/// use topology_core::batch::BatchDecl;
+/// use topology_core::model::QueueDecl;
+///
+/// const BILLING: QueueDecl = QueueDecl::new("billing").batch(BatchDecl::new(50));
+/// const SLOW: QueueDecl =
+///     QueueDecl::new("audit").batch(BatchDecl::new(500).wait(Duration::from_secs(1)));
+/// assert_eq!(BILLING.batch.unwrap().wait, BatchDecl::DEFAULT_WAIT);
+/// assert_eq!(SLOW.batch.unwrap().size, 500);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct BatchDecl {
+    /// The most messages one call of the handler gets.
+    pub size: u32,
+    /// How long the first message of a batch waits for the others before the handler runs
+    /// with what arrived.
+    pub wait: Duration,
+}
+
+impl BatchDecl {
+    /// How long a batch waits to fill when no `batch_wait` is declared.
+    pub const DEFAULT_WAIT: Duration = Duration::from_millis(100);
+
+    /// Batches of up to `size` messages, waiting [`BatchDecl::DEFAULT_WAIT`] to fill.
+    pub const fn new(size: u32) -> Self {
+        BatchDecl {
+            size,
+            wait: Self::DEFAULT_WAIT,
+        }
+    }
+
+    /// Sets how long a batch waits to fill.
+    pub const fn wait(mut self, wait: Duration) -> Self {
+        self.wait = wait;
         self
     }
 }

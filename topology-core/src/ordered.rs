@@ -2,14 +2,10 @@
 //! instance from what the stream holds, one message at a time in stream order. Their rules,
 //! shared by the macro (at the tokens) and the start-up checks (for a hand-built topology).
 
+pub use crate::error::{ORDERED_CONCURRENCY, ORDERED_DELIVER};
+
+use crate::error::ConsumerError;
 use crate::model::{BroadcastDecl, ConsumerDecl, DeliverPolicy};
-use crate::rules::ConsumerError;
-
-/// Why an ordered replay takes no `concurrency` above 1.
-pub const ORDERED_CONCURRENCY: &str = "an ordered replay handles one message at a time, in stream order; remove `concurrency`, or drop `ordered` for a relay whose messages may be handled in any order";
-
-/// Why an ordered replay starts from the stream's messages.
-pub const ORDERED_DELIVER: &str = "an ordered replay rebuilds from what the stream holds: `deliver` is `\"all\"` (the default with `ordered`) or `\"last_per_subject\"`; for a relay of new messages only, drop `ordered`";
 
 /// The rules of an ordered replay: one message at a time, from what the stream holds.
 pub(crate) const fn check_ordered(

@@ -1,4 +1,14 @@
-//! Where a stream's replicas live: [`Placement`], a cluster and/or server tags.
+//! Where a stream lives: on disk or in memory ([`Storage`]), and on which servers
+//! ([`Placement`], a cluster and/or server tags).
+
+/// Where a stream keeps its messages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Storage {
+    /// On disk; survives a server restart (the server default).
+    File,
+    /// In memory; lost when the server restarts.
+    Memory,
+}
 
 /// Where a stream's replicas live: in the cluster named `cluster` (of a supercluster), on
 /// servers carrying every one of `tags` (their `server_tags`), or both.

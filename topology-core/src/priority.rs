@@ -11,78 +11,12 @@
 
 use core::time::Duration;
 
+pub use crate::error::PriorityError;
+pub use crate::model::{Overflow, Priority};
+
 use crate::duration;
 use crate::model::Delivery;
-use crate::rules::IntRange;
-
-/// Which instance of a queue consumer the server delivers to.
-///
-/// ```
-/// use core::time::Duration;
-/// use topology_core::model::{Overflow, Priority, QueueDecl};
-///
-/// // One instance consumes; another takes over 10 s after it stops pulling.
-/// const ACTIVE_STANDBY: QueueDecl = QueueDecl::new("sync").pinned_client(Duration::from_secs(10));
-/// // Spill-over instances take work only while 100 messages or more wait.
-/// const SPILL: QueueDecl = QueueDecl::new("bulk").overflow(Overflow::new().min_pending(100));
-/// assert!(matches!(ACTIVE_STANDBY.priority, Some(Priority::PinnedClient { .. })));
-/// assert_eq!(SPILL.priority, Some(Priority::Overflow(Overflow { min_pending: Some(100), min_ack_pending: None })));
-/// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Priority {
-    /// One instance consumes; the others stand by (ready, holding pull requests the server
-    /// does not serve). The server moves the pin when the pinned instance has sent no pull
-    /// request for `ttl`, or at once when it unpins (the runtime does on a drain).
-    PinnedClient {
-        /// How long the pinned instance may go without pulling before another is pinned
-        /// (the consumer's `priority_timeout`).
-        ttl: Duration,
-    },
-    /// Every instance pulls; a spill-over instance (see `RuntimeBuilder::spill_over`) is
-    /// delivered to only while the backlog reaches one of these thresholds.
-    Overflow(Overflow),
-}
-
-/// The thresholds of a spill-over instance: it is delivered to only while the consumer has at
-/// least `min_pending` messages not yet delivered, or at least `min_ack_pending` delivered and
-/// unacknowledged (either suffices).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-pub struct Overflow {
-    /// Messages not yet delivered.
-    pub min_pending: Option<i64>,
-    /// Messages delivered and not yet acknowledged.
-    pub min_ack_pending: Option<i64>,
-}
-
-impl Overflow {
-    /// No threshold yet (a declaration needs at least one).
-    pub const fn new() -> Self {
-        Overflow {
-            min_pending: None,
-            min_ack_pending: None,
-        }
-    }
-    /// Sets the backlog of undelivered messages from which spill-over instances take work.
-    pub const fn min_pending(mut self, n: i64) -> Self {
-        self.min_pending = Some(n);
-        self
-    }
-    /// Sets the number of unacknowledged messages from which spill-over instances take work.
-    pub const fn min_ack_pending(mut self, n: i64) -> Self {
-        self.min_ack_pending = Some(n);
-        self
-    }
-}
-
-impl Priority {
-    /// The policy's name in the server's configuration (`priority_policy`).
-    pub const fn policy(&self) -> &'static str {
-        match self {
-            Priority::PinnedClient { .. } => "pinned_client",
-            Priority::Overflow(_) => "overflow",
-        }
-    }
-}
+use crate::prim::IntRange;
 
 /// `min_pending` and `min_ack_pending`: at least 1.
 pub const THRESHOLD: IntRange = IntRange {
@@ -96,37 +30,6 @@ pub const MIN_PINNED_TTL: Duration = Duration::from_secs(1);
 
 /// The first nats-server version with priority groups.
 pub const PRIORITY_SINCE: (u64, u64, u64) = (2, 11, 0);
-
-/// What is wrong with a priority declaration.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum PriorityError {
-    /// A pinned ttl shorter than [`MIN_PINNED_TTL`], or too long.
-    PinnedTtl,
-    /// Overflow without `min_pending` nor `min_ack_pending`.
-    OverflowWithoutThreshold,
-    /// A threshold below 1.
-    Threshold,
-    /// Priority groups on a push consumer (the server refuses it).
-    Push,
-}
-
-impl PriorityError {
-    /// What is wrong, in lowercase.
-    pub const fn message(&self) -> &'static str {
-        match self {
-            PriorityError::PinnedTtl => {
-                "pinned_ttl must be at least 1s (the pinned instance renews its pin by asking again within half of it) and at most about 292 years"
-            }
-            PriorityError::OverflowWithoutThreshold => {
-                "overflow needs a threshold: `min_pending` or `min_ack_pending` (spill-over instances take work only past it)"
-            }
-            PriorityError::Threshold => "min_pending and min_ack_pending must be at least 1",
-            PriorityError::Push => {
-                "priority groups are for pull consumers; the server refuses them on a push consumer"
-            }
-        }
-    }
-}
 
 /// Checks a queue consumer's priority against its delivery.
 pub const fn check_priority(priority: &Priority, delivery: Delivery) -> Result<(), PriorityError> {

@@ -26,85 +26,21 @@
 
 use core::time::Duration;
 
+pub use crate::error::{ConsumerError, FitError, StreamError};
+pub use crate::limits::{
+    CONCURRENCY, MAX_ACK_PENDING, MAX_BYTES, MAX_DELIVER, MAX_DESCRIPTION_LEN, MAX_MSG_SIZE,
+    MAX_MSGS, REPLICAS, description_fits,
+};
+pub use crate::prim::IntRange;
+
 use crate::duration;
 use crate::model::{
     ConsumerDecl, ConsumerKind, DeliverPolicy, Origin, Placement, Retention, StreamDecl,
 };
-use crate::names::{self, NameError};
+use crate::names;
 use crate::origin;
-use crate::subject::{self, SubjectError};
-
-/// An inclusive range of integers a key accepts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct IntRange {
-    /// The smallest accepted value.
-    pub min: i128,
-    /// The largest accepted value.
-    pub max: i128,
-}
-
-impl IntRange {
-    /// Whether `value` is in the range.
-    pub const fn contains(&self, value: i128) -> bool {
-        self.min <= value && value <= self.max
-    }
-}
-
-/// `replicas`: 1 to 5 (a JetStream cluster replicates a stream on at most five servers).
-pub const REPLICAS: IntRange = IntRange { min: 1, max: 5 };
-/// `max_msgs`: at least 1 (omit the key for no limit).
-pub const MAX_MSGS: IntRange = IntRange {
-    min: 1,
-    max: i64::MAX as i128,
-};
-/// `max_bytes`: at least 1 (omit the key for no limit).
-pub const MAX_BYTES: IntRange = IntRange {
-    min: 1,
-    max: i64::MAX as i128,
-};
-/// `max_msg_size`: at least 1 byte, at most `i32::MAX` (omit the key for the server's limit).
-pub const MAX_MSG_SIZE: IntRange = IntRange {
-    min: 1,
-    max: i32::MAX as i128,
-};
-/// `max_deliver`: at least 1 (omit the key for unlimited deliveries; `-1` is not accepted).
-pub const MAX_DELIVER: IntRange = IntRange {
-    min: 1,
-    max: i64::MAX as i128,
-};
-/// `max_ack_pending`: at least 1 (omit the key for the server's default of 1000).
-pub const MAX_ACK_PENDING: IntRange = IntRange {
-    min: 1,
-    max: i64::MAX as i128,
-};
-/// `concurrency`: at least 1 message handled at once by one instance.
-pub const CONCURRENCY: IntRange = IntRange {
-    min: 1,
-    max: u32::MAX as i128,
-};
-
-/// [`MAX_DESCRIPTION_LEN`] as a literal, for the `concat!`ed messages (`concat!` takes
-/// literals only): the number is written once.
-macro_rules! max_description_len {
-    () => {
-        4096
-    };
-}
-
-/// The longest description the server accepts, in bytes.
-pub const MAX_DESCRIPTION_LEN: usize = max_description_len!();
-
-/// What a stream's or a consumer's description over [`MAX_DESCRIPTION_LEN`] is told.
-pub(crate) const DESCRIPTION_TOO_LONG: &str = concat!(
-    "a description cannot be longer than ",
-    max_description_len!(),
-    " bytes"
-);
-
-/// Whether a description fits the server's limit.
-pub const fn description_fits(description: &str) -> bool {
-    description.len() <= MAX_DESCRIPTION_LEN
-}
+use crate::prim::str_eq;
+use crate::subject;
 
 /// Whether a backoff of `len` steps fits `max_deliver`: the server refuses more steps than
 /// deliveries (`None`, no limit, accepts any number).
@@ -160,123 +96,6 @@ pub const fn first_overlap(filters: &[&str]) -> Option<(usize, usize)> {
         j += 1;
     }
     None
-}
-
-/// Why a stream declaration is invalid.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum StreamError {
-    /// The stream name.
-    Name(NameError),
-    /// No subjects.
-    NoSubjects,
-    /// The subject at `index`.
-    Subject {
-        /// Its position in `subjects`.
-        index: usize,
-        /// What is wrong with it.
-        error: SubjectError,
-    },
-    /// The subjects at `first` and `second` overlap (the server refuses overlapping subjects in
-    /// one stream).
-    SubjectsOverlap {
-        /// The earlier one.
-        first: usize,
-        /// The later one.
-        second: usize,
-    },
-    /// `replicas` outside [`REPLICAS`].
-    Replicas,
-    /// `max_msgs` outside [`MAX_MSGS`].
-    MaxMsgs,
-    /// `max_bytes` outside [`MAX_BYTES`].
-    MaxBytes,
-    /// `max_msg_size` outside [`MAX_MSG_SIZE`].
-    MaxMsgSize,
-    /// `max_age` is zero or too long.
-    MaxAge,
-    /// `duplicate_window` is zero or too long.
-    DuplicateWindow,
-    /// `duplicate_window` is longer than `max_age`.
-    DuplicateWindowExceedsMaxAge,
-    /// The description is longer than [`MAX_DESCRIPTION_LEN`].
-    DescriptionTooLong,
-    /// Settings on an external stream, which is never created or changed here.
-    ExternalWithSettings,
-    /// A placement with neither a cluster nor a tag.
-    PlacementEmpty,
-    /// A placement's cluster name or a tag is empty or has whitespace (see
-    /// [`placement_name_ok`]).
-    PlacementName,
-    /// A mirror that declares subjects: it holds its origin's.
-    MirrorWithSubjects,
-    /// Both a mirror and sources: a mirror copies one stream as it is.
-    MirrorAndSources,
-    /// The stream is its own mirror or one of its own sources.
-    NamesItself,
-    /// An origin's stream name is not a valid stream name.
-    OriginName,
-    /// An origin's `filter`, or a `transform` / `subject_transform` subject, is not a valid
-    /// subject filter, or a transform's destination is empty.
-    OriginSubject,
-    /// An origin with both `domain` and `api_prefix`: the domain is a shorthand for the prefix.
-    OriginDomainAndPrefix,
-}
-
-impl StreamError {
-    /// What is wrong, in lowercase.
-    pub const fn message(&self) -> &'static str {
-        match self {
-            StreamError::Name(error) => error.message(),
-            StreamError::NoSubjects => "a stream needs at least one subject",
-            StreamError::Subject { error, .. } => error.message(),
-            StreamError::SubjectsOverlap { .. } => {
-                "the subjects of one stream cannot overlap; keep the wider one"
-            }
-            StreamError::Replicas => "replicas must be between 1 and 5",
-            StreamError::MaxMsgs => "max_msgs must be at least 1; omit it for no limit",
-            StreamError::MaxBytes => "max_bytes must be at least 1; omit it for no limit",
-            StreamError::MaxMsgSize => {
-                "max_msg_size must be between 1 and 2147483647; omit it for the server's limit"
-            }
-            StreamError::MaxAge => {
-                "max_age must be more than zero and at most about 292 years; omit it for no limit"
-            }
-            StreamError::DuplicateWindow => {
-                "duplicate_window must be more than zero and at most about 292 years"
-            }
-            StreamError::DuplicateWindowExceedsMaxAge => {
-                "duplicate_window cannot be longer than max_age"
-            }
-            StreamError::DescriptionTooLong => DESCRIPTION_TOO_LONG,
-            StreamError::PlacementEmpty => {
-                "a placement needs a cluster, tags or both, as in `placement = { cluster = \"east\", tags = [\"ssd\"] }`; omit it to let the server choose"
-            }
-            StreamError::PlacementName => {
-                "a placement's cluster and tags must be non-empty and without whitespace; tags are matched as written in the servers' `server_tags` (case-insensitively)"
-            }
-            StreamError::MirrorWithSubjects => {
-                "a mirror declares no subjects: it holds the messages of the stream it mirrors (narrow them with the mirror's `filter`); remove `subjects`"
-            }
-            StreamError::MirrorAndSources => {
-                "a stream is either a mirror (a copy of one stream) or has sources (an aggregate of several), not both; use `sources = [..]` to aggregate"
-            }
-            StreamError::NamesItself => {
-                "a stream cannot be its own mirror or source; name another stream (or the same name in another `domain`)"
-            }
-            StreamError::OriginName => {
-                "the stream mirrored or sourced must have a valid stream name (letters, digits, `-` and `_`)"
-            }
-            StreamError::OriginSubject => {
-                "a mirror's or source's `filter` and a `subject_transform`'s `src` must be valid subject filters, and a transform's destination must not be empty"
-            }
-            StreamError::OriginDomainAndPrefix => {
-                "give a mirror or source either `domain` (its API is `$JS.<domain>.API`) or `api_prefix`, not both"
-            }
-            StreamError::ExternalWithSettings => {
-                "an external stream is never created or changed here, so it takes no settings but its name, subjects and retention"
-            }
-        }
-    }
 }
 
 /// Checks a stream declaration.
@@ -468,105 +287,6 @@ pub const fn check_origin(origin: &Origin) -> Result<(), StreamError> {
     Ok(())
 }
 
-/// Why a consumer declaration is invalid (on its own, whatever its stream).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum ConsumerError {
-    /// The stream name of a `StreamRef::Named`.
-    StreamName(NameError),
-    /// The queue group (the durable name).
-    Group(NameError),
-    /// The filter subject at `index`.
-    Subject {
-        /// Its position in `subjects`.
-        index: usize,
-        /// What is wrong with it.
-        error: SubjectError,
-    },
-    /// The filters at `first` and `second` overlap (the server refuses overlapping filters in
-    /// one consumer).
-    SubjectsOverlap {
-        /// The earlier one.
-        first: usize,
-        /// The later one.
-        second: usize,
-    },
-    /// `concurrency` outside [`CONCURRENCY`].
-    Concurrency,
-    /// `max_deliver` outside [`MAX_DELIVER`].
-    MaxDeliver,
-    /// `max_ack_pending` outside [`MAX_ACK_PENDING`].
-    MaxAckPending,
-    /// `ack_wait` is zero or too long.
-    AckWait,
-    /// The backoff step at `index` is zero or too long.
-    Backoff {
-        /// Its position in `backoff`.
-        index: usize,
-    },
-    /// More backoff steps than `max_deliver`.
-    BackoffLongerThanMaxDeliver,
-    /// The dead-letter subject.
-    DeadLetter(SubjectError),
-    /// Dead letters would match the consumer's own filters.
-    DeadLetterLoops,
-    /// The consumer to migrate from.
-    MigrateFrom(NameError),
-    /// `migrate_from` names the group itself.
-    MigrateFromItself,
-    /// The description is longer than [`MAX_DESCRIPTION_LEN`].
-    DescriptionTooLong,
-    /// The priority group settings.
-    Priority(crate::priority::PriorityError),
-    /// The batch settings.
-    Batch(crate::batch::BatchError),
-    /// An ordered replay with a `concurrency` above 1.
-    OrderedConcurrency,
-    /// An ordered replay that starts with new messages, or the last one only.
-    OrderedDeliver,
-}
-
-impl ConsumerError {
-    /// What is wrong, in lowercase.
-    pub const fn message(&self) -> &'static str {
-        match self {
-            ConsumerError::StreamName(error)
-            | ConsumerError::Group(error)
-            | ConsumerError::MigrateFrom(error) => error.message(),
-            ConsumerError::Subject { error, .. } | ConsumerError::DeadLetter(error) => {
-                error.message()
-            }
-            ConsumerError::SubjectsOverlap { .. } => {
-                "the filter subjects of one consumer cannot overlap; keep the wider one"
-            }
-            ConsumerError::Concurrency => "concurrency must be at least 1",
-            ConsumerError::MaxDeliver => {
-                "max_deliver must be at least 1; omit it for unlimited deliveries"
-            }
-            ConsumerError::MaxAckPending => {
-                "max_ack_pending must be at least 1; omit it for the server's default"
-            }
-            ConsumerError::AckWait => "ack_wait must be more than zero and at most about 292 years",
-            ConsumerError::Backoff { .. } => {
-                "a backoff step must be more than zero and at most about 292 years"
-            }
-            ConsumerError::BackoffLongerThanMaxDeliver => {
-                "backoff has more steps than max_deliver allows deliveries; the server refuses it"
-            }
-            ConsumerError::DeadLetterLoops => {
-                "dead letters would be delivered to the same consumer again, forever"
-            }
-            ConsumerError::MigrateFromItself => {
-                "migrate_from names the consumer's own group; name the previous consumer"
-            }
-            ConsumerError::DescriptionTooLong => DESCRIPTION_TOO_LONG,
-            ConsumerError::Priority(error) => error.message(),
-            ConsumerError::Batch(error) => error.message(),
-            ConsumerError::OrderedConcurrency => crate::ordered::ORDERED_CONCURRENCY,
-            ConsumerError::OrderedDeliver => crate::ordered::ORDERED_DELIVER,
-        }
-    }
-}
-
 /// Checks a consumer declaration on its own (see [`check_consumer_on_stream`] for the rules
 /// that need its stream).
 pub const fn check_consumer(decl: &ConsumerDecl) -> Result<(), ConsumerError> {
@@ -658,42 +378,6 @@ pub const fn check_consumer(decl: &ConsumerDecl) -> Result<(), ConsumerError> {
     Ok(())
 }
 
-/// Why a consumer cannot read the stream it names.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum FitError {
-    /// The filter subject at `index` is not covered by the stream's subjects.
-    SubjectNotCovered {
-        /// Its position in the consumer's `subjects`.
-        index: usize,
-    },
-    /// A broadcast on a work-queue stream.
-    BroadcastOnWorkQueue,
-    /// A deliver policy other than `all` on a work-queue stream.
-    DeliverPolicyOnWorkQueue,
-    /// Dead letters would be published into the stream the consumer reads in full.
-    DeadLetterLoops,
-}
-
-impl FitError {
-    /// What is wrong, in lowercase.
-    pub const fn message(&self) -> &'static str {
-        match self {
-            FitError::SubjectNotCovered { .. } => {
-                "the filter subject is not covered by the stream's subjects, so it would never receive a message"
-            }
-            FitError::BroadcastOnWorkQueue => {
-                "a work-queue stream hands each message to one consumer and allows only the deliver policy `all`, so it cannot carry a broadcast; use a queue consumer, or a stream with `limits` or `interest` retention"
-            }
-            FitError::DeliverPolicyOnWorkQueue => {
-                "a consumer of a work-queue stream must deliver all messages (deliver policy `all`)"
-            }
-            FitError::DeadLetterLoops => {
-                "dead letters would be published into the stream this consumer reads in full, and delivered to it again, forever"
-            }
-        }
-    }
-}
-
 /// Checks what a consumer needs of its stream: its filters are covered by the stream's subjects,
 /// a work-queue stream carries no broadcast and only deliver policy `all`, and dead letters do not
 /// come back to it.
@@ -739,26 +423,12 @@ pub const fn check_consumer_among(
     Ok(())
 }
 
-/// `a == b`, usable in a `const fn`.
-pub(crate) const fn str_eq(a: &str, b: &str) -> bool {
-    let (a, b) = (a.as_bytes(), b.as_bytes());
-    if a.len() != b.len() {
-        return false;
-    }
-    let mut i = 0;
-    while i < a.len() {
-        if a[i] != b[i] {
-            return false;
-        }
-        i += 1;
-    }
-    true
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::model::{BroadcastDecl, Delivery, QueueDecl, StreamRef};
+    use crate::names::NameError;
+    use crate::subject::SubjectError;
 
     const ORDERS: StreamDecl = StreamDecl::new("ORDERS", &["orders.>", "refunds.*"]);
     const S1: Duration = Duration::from_secs(1);

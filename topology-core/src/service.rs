@@ -20,7 +20,8 @@
 
 use core::time::Duration;
 
-use crate::rules::{DESCRIPTION_TOO_LONG, description_fits, str_eq};
+use crate::limits::{DESCRIPTION_TOO_LONG, description_fits};
+use crate::prim::str_eq;
 use crate::subject::{self, SubjectError};
 
 /// The queue group of an endpoint that declares none, and of a service that declares none:
