@@ -1,5 +1,5 @@
 //! Many replicas provisioning one fresh R3 key-value bucket at the same instant: every one is
-//! ready, none retries past a first timeout (the CREATE-first path of streams, DESIGN.md §4).
+//! ready, none retries past a first timeout (the CREATE-first path of streams, docs/PERFORMANCE.md "Why CREATE first").
 //!
 //! The parent test starts a 3-node cluster and re-runs this test binary as separate processes
 //! (`provision_one_bucket` in child mode), all released at one instant.

@@ -48,7 +48,7 @@ async fn runtime_under(permissions: &export::Permissions) -> (NatsServer, Runtim
 async fn buckets_are_provisioned_and_used_under_exactly_their_generated_permissions() {
     let permissions = export::permissions(&topology(), &Role::owner(SERVICE));
     let published: BTreeSet<String> = permissions
-        .of(export::Action::Publish)
+        .of(export::Verb::Publish)
         .map(|p| p.pattern())
         .filter(|p| p.contains("PERM_") || p.starts_with("$KV") || p.starts_with("$O"))
         .collect();

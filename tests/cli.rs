@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use async_nats::jetstream::{self, consumer};
 use nats_topology::cli::Cli;
-use nats_topology::export::{self, Action, Permissions, Role};
+use nats_topology::export::{self, Permissions, Role, Verb};
 use nats_topology::model::{
     BucketDecl, ConsumerDecl, EndpointDecl, QueueDecl, ServiceDecl, StreamDecl, StreamRef,
     SubscriptionDecl,
@@ -427,7 +427,7 @@ fn allow_lists(json: &serde_json::Value) -> [Vec<String>; 2] {
 
 /// What `permissions` lists, publish then subscribe.
 fn subjects(permissions: &Permissions) -> [Vec<String>; 2] {
-    [Action::Publish, Action::Subscribe].map(|action| {
+    [Verb::Publish, Verb::Subscribe].map(|action| {
         permissions
             .of(action)
             .map(|entry| entry.pattern())

@@ -347,7 +347,7 @@ async fn metrics_count_an_ack_that_was_not_confirmed() {
 /// it: here the consumer's pull requests, without `$JS.API.CONSUMER.MSG.NEXT.<stream>.<name>`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn permission_violations_are_counted_by_declaration() {
-    use nats_topology::export::{self, Action, Role};
+    use nats_topology::export::{self, Role, Verb};
     values();
     let stream = fixture::stream("METRICS_DENIED", &["metrics.denied.>"]);
     let consumer = fixture::queue(
@@ -363,7 +363,7 @@ async fn permission_violations_are_counted_by_declaration() {
     let pull = "$JS.API.CONSUMER.MSG.NEXT.METRICS_DENIED.metrics_denied";
     permissions
         .entries
-        .retain(|e| !(e.action == Action::Publish && e.subject == pull));
+        .retain(|e| !(e.action == Verb::Publish && e.subject == pull));
     let server = nats_topology_testkit::NatsServer::builder()
         .config(fixture::users_config(&[("metered", "pw", &permissions)]))
         .probe_user("admin", "admin")

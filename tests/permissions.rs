@@ -674,7 +674,7 @@ async fn serve_members(
 async fn a_service_answers_requests_and_pings_under_exactly_its_generated_permissions() {
     let permissions = export::permissions(&served_topology(), &role());
     let subscribed: Vec<String> = permissions
-        .of(export::Action::Subscribe)
+        .of(export::Verb::Subscribe)
         .map(Permission::pattern)
         .filter(|p| p.starts_with("perm.") || p.starts_with("$SRV."))
         .collect();

@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use fixture::{Running, admin_of, client_of, fast, users_config};
-use nats_topology::export::{self, Action, Permission, Permissions, Role};
+use nats_topology::export::{self, Permission, Permissions, Role, Verb};
 use nats_topology::model::{ConsumerDecl, QueueDecl, StreamDecl, StreamRef};
 use nats_topology::{HandlerError, PermissionDenial, Runtime, Topology};
 use nats_topology_testkit::{NatsCluster, eventually, within};
@@ -206,7 +206,7 @@ async fn without_what_only_an_outage_uses_health_names_each_entry() {
             "{} not named in health; denials: {denials:?}",
             entry.describe()
         );
-        if entry.action == Action::Publish {
+        if entry.action == Verb::Publish {
             assert!(
                 denials
                     .iter()

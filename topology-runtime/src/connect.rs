@@ -118,9 +118,9 @@ fn process_env(name: &str) -> Option<String> {
 /// Connects with `options` to `servers`: the one place where the connections of this module
 /// (and of [`EnvOptions::connect`]) are made.
 async fn open(options: ConnectOptions, servers: Vec<ServerAddr>) -> Result<Client, ConnectError> {
-    let (options, errors) = crate::events::keep_server_errors(options);
+    let (options, errors) = crate::server_errors::keep_server_errors(options);
     let client = options.connect(servers).await?;
-    crate::events::register(&client, errors);
+    crate::server_errors::register(&client, errors);
     Ok(client)
 }
 

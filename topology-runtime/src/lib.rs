@@ -9,8 +9,8 @@
 
 pub mod bucket;
 pub mod connect;
-mod events;
 pub mod export;
+mod grant;
 pub mod handler;
 mod hash;
 pub mod health;
@@ -20,6 +20,7 @@ pub mod registry;
 pub mod report;
 pub mod retry;
 pub mod run;
+mod server_errors;
 pub mod service;
 pub mod state;
 pub mod telemetry;

@@ -4,7 +4,7 @@
 //!
 //! Full jitter keeps the losers of a start-up race from re-synchronising: when many replicas
 //! start at once against a fresh cluster, a fixed or equal-jitter window makes them collide
-//! again on every attempt (see DESIGN.md, "the cold-start cliff").
+//! again on every attempt (see docs/PERFORMANCE.md, "Why CREATE first").
 
 use std::future::Future;
 use std::time::Duration;

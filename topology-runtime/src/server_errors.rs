@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex, Weak};
 use async_nats::{Client, ConnectOptions, Event, ServerError, Statistics};
 use tokio::sync::broadcast;
 
-use crate::export::Action;
+use crate::grant::Verb;
 
 /// How many recent violations a connection keeps for a runtime built after they came.
 const RECENT: usize = 64;
@@ -34,7 +34,7 @@ pub(crate) enum Heard {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Violation {
     /// A publish (a request is one) or a subscription.
-    pub(crate) action: Action,
+    pub(crate) action: Verb,
     /// The subject denied (a subscription's may be a pattern).
     pub(crate) subject: String,
     /// When it was reported.
@@ -148,8 +148,8 @@ struct RequestDenial<'a> {
 impl RequestDenial<'_> {
     fn matches(&self, violation: &Violation) -> bool {
         match violation.action {
-            Action::Publish => violation.subject == self.subject,
-            Action::Subscribe => violation.subject.starts_with(&self.inboxes),
+            Verb::Publish => violation.subject == self.subject,
+            Verb::Subscribe => violation.subject.starts_with(&self.inboxes),
         }
     }
 }
@@ -211,9 +211,9 @@ fn parse_violation(text: &str) -> Option<Violation> {
     let rest = text.trim().trim_matches('\'');
     let rest = rest.strip_prefix("Permissions Violation for ")?;
     let (action, rest) = if let Some(rest) = rest.strip_prefix("Publish to ") {
-        (Action::Publish, rest)
+        (Verb::Publish, rest)
     } else if let Some(rest) = rest.strip_prefix("Subscription to ") {
-        (Action::Subscribe, rest)
+        (Verb::Subscribe, rest)
     } else {
         return None;
     };
@@ -230,7 +230,7 @@ fn parse_violation(text: &str) -> Option<Violation> {
 mod tests {
     use super::*;
 
-    fn parsed(text: &str) -> Option<(Action, String)> {
+    fn parsed(text: &str) -> Option<(Verb, String)> {
         parse_violation(text).map(|v| (v.action, v.subject))
     }
 
@@ -238,11 +238,11 @@ mod tests {
     fn violations_as_nats_server_words_them() {
         assert_eq!(
             parsed(r#"Permissions Violation for Publish to "$JS.API.INFO""#),
-            Some((Action::Publish, "$JS.API.INFO".into()))
+            Some((Verb::Publish, "$JS.API.INFO".into()))
         );
         assert_eq!(
             parsed(r#"'Permissions Violation for Subscription to "a.>" using queue "q"'"#),
-            Some((Action::Subscribe, "a.>".into()))
+            Some((Verb::Subscribe, "a.>".into()))
         );
         assert_eq!(parsed("Maximum Payload Violation"), None);
         assert_eq!(parsed("Permissions Violation for Publish to x"), None);

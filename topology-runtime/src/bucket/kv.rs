@@ -172,7 +172,7 @@ impl<T> Kv<T> {
                 key: entry.key,
                 revision: entry.revision,
                 operation: KvOperation::Put,
-                created: super::system_time(entry.created.unix_timestamp_nanos()),
+                created: crate::handler::system_time(entry.created.unix_timestamp_nanos()),
                 delta: 0,
             })),
             _ => Ok(None),

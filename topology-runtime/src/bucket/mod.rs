@@ -1,5 +1,4 @@
-//! Key-value buckets and object stores: the stream each one is (`stream`), and the typed
-//! handles on them (`kv`: [`Kv`], `object`: [`ObjectStore`]), with their errors (`error`), and
+//! Key-value buckets and object stores: the typed handles on them (`kv`: [`Kv`], `object`: [`ObjectStore`]), with their errors (`error`), and
 //! the watches of a key-value bucket (`watch`: the [`KvEntry`] a `#[kv_watch]` handler receives).
 //!
 //! A declared bucket is provisioned as the stream it is, by the same CREATE-first provisioning,
@@ -9,25 +8,23 @@
 mod error;
 mod kv;
 mod object;
-mod stream;
 mod watch;
 
 use async_nats::jetstream;
 
 pub use bytes::Bytes;
 
+/// The stream a bucket is (the registry derives it when a bucket is declared).
+pub use crate::registry::stream_of;
 pub use error::{KvError, KvErrorKind, ObjectError, ObjectErrorKind};
 pub use kv::{Kv, KvEntry};
 pub use object::ObjectStore;
-pub(crate) use stream::is_reserved_subject;
-pub use stream::stream_of;
 pub use watch::KvOperation;
 #[doc(hidden)]
 pub use watch::{
     JsonValue, KvBucketValue, KvWatchArg, RawValue, ValueCodec, decode_kv_entry,
     decode_kv_watch_arg,
 };
-pub(crate) use watch::{system_time, watch_consumer};
 
 /// Where a handle finds JetStream: a [`Runtime`](crate::Runtime), a handler's
 /// [`Context`](crate::Context), an endpoint's [`RequestContext`](crate::RequestContext), or a
@@ -37,19 +34,13 @@ pub trait JetStreamSource {
     fn jetstream_context(&self) -> jetstream::Context;
 }
 
-impl JetStreamSource for crate::Runtime {
-    fn jetstream_context(&self) -> jetstream::Context {
-        self.jetstream()
-    }
-}
-
-impl JetStreamSource for crate::Context {
+impl JetStreamSource for crate::handler::Context {
     fn jetstream_context(&self) -> jetstream::Context {
         self.scope.jetstream.clone()
     }
 }
 
-impl JetStreamSource for crate::RequestContext {
+impl JetStreamSource for crate::service::RequestContext {
     fn jetstream_context(&self) -> jetstream::Context {
         self.jetstream().clone()
     }

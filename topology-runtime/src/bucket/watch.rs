@@ -8,14 +8,8 @@
 //! handles one change at a time (`max_ack_pending = 1`): a handler error is retried before
 //! any later revision is delivered.
 
-use std::collections::HashMap;
-use std::sync::{Mutex, OnceLock};
-use std::time::SystemTime;
-
 use bytes::Bytes;
 use topology_core::bucket::KvBucketDef;
-use topology_core::model::{BroadcastDecl, ConsumerDecl, DeliverPolicy, StreamRef};
-use topology_core::watch::{WatchDecl, WatchFrom};
 
 use super::kv::KvEntry;
 use crate::handler::{HandlerError, Incoming};
@@ -182,48 +176,9 @@ where
     })
 }
 
-/// The relay a watch runs as: on the bucket's stream, filtered on its keys, one change at a
-/// time; from each key's last revision, or from new changes only.
-pub(crate) fn watch_consumer(decl: &WatchDecl) -> ConsumerDecl {
-    let stream = super::stream_of(decl.bucket).name;
-    let deliver = match decl.from {
-        WatchFrom::Current => DeliverPolicy::LastPerSubject,
-        WatchFrom::Now => DeliverPolicy::New,
-    };
-    let relay = BroadcastDecl::new()
-        .deliver(deliver)
-        .kv_watch(decl.bucket.name);
-    let mut consumer = ConsumerDecl::broadcast(decl.handler, StreamRef::Named(stream), relay)
-        .subjects(filter(decl.bucket.name, decl.keys))
-        .concurrency(1);
-    consumer.version = decl.version;
-    consumer
-}
-
-/// `[$KV.<bucket>.<keys>]`, made once per watch and kept for the program's life.
-fn filter(bucket: &'static str, keys: &'static str) -> &'static [&'static str] {
-    type Filters = HashMap<(&'static str, &'static str), &'static [&'static str]>;
-    static FILTERS: OnceLock<Mutex<Filters>> = OnceLock::new();
-    let mut filters = FILTERS
-        .get_or_init(Default::default)
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner());
-    filters.entry((bucket, keys)).or_insert_with(|| {
-        let subject: &'static str = Box::leak(format!("$KV.{bucket}.{keys}").into_boxed_str());
-        Vec::leak(vec![subject])
-    })
-}
-
-/// When a change was written, from a message's timestamp.
-pub(crate) fn system_time(nanos_since_epoch: i128) -> Option<SystemTime> {
-    let nanos = u64::try_from(nanos_since_epoch).ok()?;
-    Some(SystemTime::UNIX_EPOCH + std::time::Duration::from_nanos(nanos))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use topology_core::bucket::BucketDecl;
 
     #[test]
     fn operations() {
@@ -239,28 +194,5 @@ mod tests {
         let mut marker = async_nats::HeaderMap::new();
         marker.insert(MARKER_REASON, "MaxAge");
         assert_eq!(KvOperation::of(Some(&marker)), Some(KvOperation::Purge));
-    }
-
-    #[test]
-    fn a_watch_is_a_relay_on_the_buckets_stream() {
-        static FLAGS: BucketDecl = BucketDecl::kv("FLAGS");
-        let watch = WatchDecl::new("app::on_flag", &FLAGS, "flag.>");
-        let consumer = watch_consumer(&watch);
-        assert_eq!(consumer.stream.name(), "KV_FLAGS");
-        assert_eq!(consumer.subjects, ["$KV.FLAGS.flag.>"]);
-        assert_eq!(consumer.effective_concurrency(), 1);
-        let topology_core::model::ConsumerKind::Broadcast(relay) = consumer.kind else {
-            panic!("a watch is a relay");
-        };
-        assert_eq!(relay.deliver, DeliverPolicy::LastPerSubject);
-        assert_eq!(relay.kv_watch, Some("FLAGS"));
-        let now = watch_consumer(&watch.from(WatchFrom::Now));
-        assert!(
-            matches!(now.kind, topology_core::model::ConsumerKind::Broadcast(r) if r.deliver == DeliverPolicy::New)
-        );
-        assert!(std::ptr::eq(
-            consumer.subjects,
-            watch_consumer(&watch).subjects
-        ));
     }
 }

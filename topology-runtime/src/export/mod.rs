@@ -53,8 +53,8 @@ use crate::registry::Topology;
 
 pub use asyncapi::{ApiInfo, AsyncApi, asyncapi};
 pub use permissions::{
-    Access, Action, DEFAULT_RESPONSE_EXPIRY, Declaration, Need, Permission, Permissions, Responses,
-    Role, permissions,
+    Access, DEFAULT_RESPONSE_EXPIRY, Declaration, Need, Permission, Permissions, Responses, Role,
+    Verb, permissions,
 };
 pub use schema::PayloadSchema;
 #[cfg(feature = "schemars")]

@@ -21,8 +21,7 @@ use futures::FutureExt;
 use tokio::sync::{Notify, oneshot};
 use topology_core::model::BatchDecl;
 
-use super::{Context, HandlerError, HandlerFuture, Incoming, panic_message};
-use crate::registry::SharedHandler;
+use super::{Context, HandlerError, HandlerFuture, Incoming, SharedHandler, panic_message};
 
 /// The messages one call of a batch handler gets, decoded, in delivery order. A message whose
 /// payload does not decode is not in it: it is dead-lettered on its own, as a single

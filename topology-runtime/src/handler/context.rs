@@ -177,3 +177,9 @@ impl Incoming {
         &self.context
     }
 }
+
+/// When a change was written, from a message's timestamp.
+pub(crate) fn system_time(nanos_since_epoch: i128) -> Option<std::time::SystemTime> {
+    let nanos = u64::try_from(nanos_since_epoch).ok()?;
+    Some(std::time::SystemTime::UNIX_EPOCH + std::time::Duration::from_nanos(nanos))
+}

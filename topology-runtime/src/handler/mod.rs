@@ -18,8 +18,8 @@ pub use batch::{
     Batch, BatchError, BatchFn, BatchFuture, BatchInput, BatchOutcomes, Failures, Item,
     SharedBatchHandler,
 };
-pub(crate) use context::Scope;
 pub use context::{Context, Incoming};
+pub(crate) use context::{Scope, system_time};
 pub(crate) use error::panic_message;
 pub use error::{DecodeError, HandlerError};
 pub(crate) use msg_id::{msg_id, stream_epoch};
@@ -27,6 +27,9 @@ pub use publish::Publish;
 
 /// The boxed future a registered handler returns.
 pub type HandlerFuture = Pin<Box<dyn Future<Output = Result<(), HandlerError>> + Send + 'static>>;
+
+/// A handler as the runtime holds it: a registered `fn` or any closure.
+pub type SharedHandler = std::sync::Arc<dyn Fn(Incoming) -> HandlerFuture + Send + Sync + 'static>;
 
 /// The type-erased entry point that generated code registers for each handler.
 pub type HandlerFn = fn(Incoming) -> HandlerFuture;

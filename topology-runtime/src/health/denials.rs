@@ -5,13 +5,13 @@ use std::fmt;
 use std::sync::Mutex;
 use std::time::Instant;
 
-use crate::export::{Action, Declaration};
+use crate::grant::{Declaration, Verb};
 
 /// A subject the server refused to this connection's user, and who needs it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PermissionDenial {
     /// Publish (a JetStream API request is one) or subscribe.
-    pub action: Action,
+    pub action: Verb,
     /// The subject the server denied.
     pub subject: String,
     /// The entry of the generated permissions that would allow it (`export --permissions`),

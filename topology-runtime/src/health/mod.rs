@@ -1,19 +1,20 @@
 //! Per-consumer state and counters, readable at any time through a cheap [`Health`] handle.
 //!
-//! - `state`: [`ConsumerState`] and the [`ConsumerStatus`] snapshot;
+//! - `consumer`: [`ConsumerState`] and the [`ConsumerStatus`] snapshot;
 //! - `slot`: one consumer's live state, as its supervisor and handlers change it;
-//! - `reach`: whether JetStream answers through the connection's server;
+//! - `jetstream`: whether JetStream answers through the connection's server;
+//! - `denials`: the permission violations the server reported, and who needs each entry;
 //! - `older`: declarations older than the version stamped on the server (provisioning
 //!   records them);
 //! - `serving`: each endpoint's and core subscription's state ([`ServingState`]) and
 //!   counters.
 
-mod denied;
+mod consumer;
+mod denials;
+mod jetstream;
 mod older;
-mod reach;
 mod serving;
 mod slot;
-mod state;
 
 use std::fmt;
 use std::sync::Arc;
@@ -22,15 +23,15 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
-pub(crate) use denied::Denials;
-pub use denied::PermissionDenial;
+pub use consumer::{ConsumerState, ConsumerStatus};
+pub(crate) use denials::Denials;
+pub use denials::PermissionDenial;
+pub use jetstream::JetStreamStatus;
 pub use older::OlderDeclaration;
 pub(crate) use older::OlderDeclarations;
-pub use reach::JetStreamStatus;
 pub use serving::{EndpointStatus, ServingState, SubscriptionStatus};
 pub(crate) use serving::{ServeSlot, Served};
 pub(crate) use slot::Slot;
-pub use state::{ConsumerState, ConsumerStatus};
 
 /// What every [`Slot`] and [`Health`] handle of one runtime share.
 pub(crate) struct Shared {
@@ -45,7 +46,7 @@ pub(crate) struct Shared {
     /// Declarations older than the version stamped on the server (not applied).
     older: OlderDeclarations,
     /// Whether JetStream answers through the connection's server.
-    pub(crate) reach: reach::Reach,
+    pub(crate) reach: jetstream::Reach,
     /// Permission violations the server reported, with who needs the subject.
     pub(crate) denials: Denials,
     /// Whether the runtime verifies instead of provisioning.

@@ -106,7 +106,7 @@ impl ApiClient {
         let request = self
             .js
             .request::<_, _, serde_json::Value>(subject.clone(), body);
-        let answered = crate::events::unless_denied(&self.js.client(), &full, request).await;
+        let answered = crate::server_errors::unless_denied(&self.js.client(), &full, request).await;
         let answered = answered.map_err(|denied| ApiError::Denied {
             action: denied.action,
             subject: denied.subject,

@@ -8,13 +8,8 @@ use async_nats::jetstream::{consumer, stream};
 
 use super::FieldDiff;
 use super::config::{retention_policy, storage_type};
+use super::error::Drift;
 use topology_core::model::{BucketShape, ConsumerDecl, Discard, Placement, StreamDecl};
-
-#[derive(Debug, Default)]
-pub(crate) struct Drift {
-    pub(crate) editable: Vec<FieldDiff>,
-    pub(crate) immutable: Vec<FieldDiff>,
-}
 
 /// The subjects of the stream on the server that its declaration lacks (kept, said at WARN).
 pub(crate) fn extra_subjects(decl: &StreamDecl, server: &stream::Config) -> Vec<String> {

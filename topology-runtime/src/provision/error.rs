@@ -48,6 +48,14 @@ pub struct FieldDiff {
     pub declared: String,
 }
 
+/// How a configuration on the server differs from its declaration: the fields an update can
+/// change, and those it cannot.
+#[derive(Debug, Default)]
+pub(crate) struct Drift {
+    pub(crate) editable: Vec<FieldDiff>,
+    pub(crate) immutable: Vec<FieldDiff>,
+}
+
 impl fmt::Display for FieldDiff {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
@@ -201,7 +209,7 @@ pub(crate) enum ApiError {
     /// connection: the request itself just went unanswered).
     Denied {
         /// Publish (to the request's subject) or subscribe (to the inboxes answers come to).
-        action: crate::export::Action,
+        action: crate::grant::Verb,
         /// The subject denied.
         subject: String,
     },
@@ -273,8 +281,8 @@ impl fmt::Display for ApiError {
                 "the server denied this connection's user {} `{subject}` (Permissions \
                  Violation)",
                 match action {
-                    crate::export::Action::Publish => "publishing to",
-                    crate::export::Action::Subscribe => "subscribing to",
+                    crate::grant::Verb::Publish => "publishing to",
+                    crate::grant::Verb::Subscribe => "subscribing to",
                 }
             ),
         }

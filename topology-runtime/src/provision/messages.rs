@@ -5,7 +5,7 @@
 
 use async_nats::jetstream::stream;
 
-use super::drift::Drift;
+use super::error::Drift;
 use super::{FieldDiff, ProvisionError, ProvisionErrorKind, Provisioner};
 use topology_core::model::StreamDecl;
 

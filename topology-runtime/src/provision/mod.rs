@@ -2,7 +2,7 @@
 //! start at once.
 //!
 //! Every write is a CREATE first: the server answers an identical CREATE with success, so
-//! replicas racing on a fresh stream do not fall into the UPDATE-first cliff (DESIGN.md §4).
+//! replicas racing on a fresh stream do not fall into the UPDATE-first cliff (docs/PERFORMANCE.md, "Why CREATE first").
 //! Only on "exists with a different configuration" is the server's configuration read and
 //! compared, field by field, against what the declaration sets. Transient failures are
 //! retried with full jitter under a deadline; configuration conflicts never are.
@@ -18,15 +18,12 @@
 //!   executes and `plan` prints.
 //! - `error`: [`ProvisionError`] and the classification of API failures.
 //! - `config`: declaration -> server configuration; `drift`: server vs declaration.
-//! - `ensure`: one runtime's provisioning: streams ensured once (single-flight), consumers
-//!   after their stream, waiting out streams that are not there yet.
 
 mod bound;
 mod client;
 mod config;
 mod consumer;
 mod drift;
-mod ensure;
 mod error;
 mod instance;
 mod leader;
@@ -45,7 +42,7 @@ use crate::retry::RetryPolicy;
 pub use crate::health::OlderDeclaration;
 use crate::health::OlderDeclarations;
 pub(crate) use config::{PRIORITY_GROUP, push_deliver_subject};
-pub(crate) use ensure::{Ensured, Ensurer};
+
 pub(crate) use error::{ApiError, Failure, rejected};
 pub use error::{FieldDiff, ProvisionError, ProvisionErrorKind};
 pub(crate) use instance::Start;

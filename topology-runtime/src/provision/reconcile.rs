@@ -8,7 +8,8 @@ use std::fmt;
 use async_nats::jetstream::{consumer, stream as js_stream};
 use topology_core::model::{ConsumerDecl, StreamDecl};
 
-use super::drift::{Drift, consumer_drift, stream_drift};
+use super::drift::{consumer_drift, stream_drift};
+use super::error::Drift;
 use super::version::{Precedence, VERSION_KEY, precedence};
 use super::{FieldDiff, ProvisionError, Provisioner, UpdateMode, uncovered};
 use crate::health::OlderDeclaration;

@@ -1,17 +1,12 @@
-//! Handlers the topology runs as consumers of another shape: a batch handler, gathered from
-//! single deliveries of its queue consumer, and a key-value watch, a relay on its bucket's
-//! stream.
+//! Batch handlers: a queue consumer whose handler takes its messages in batches, gathered
+//! from single deliveries.
 
 use std::sync::Arc;
 
 use super::Topology;
-use crate::handler::{
-    BatchFuture, BatchInput, HandlerFuture, Incoming, SharedBatchHandler, gathered,
-};
-use crate::registry::SharedHandler;
+use crate::handler::{BatchFuture, BatchInput, SharedBatchHandler, gathered};
 use crate::state::StateKey;
 use topology_core::model::ConsumerDecl;
-use topology_core::watch::WatchDecl;
 
 impl Topology {
     /// Adds a queue consumer whose handler takes its messages in batches (its declaration's
@@ -67,43 +62,5 @@ impl Topology {
             );
         };
         self.add_consumer(decl, gathered(handler, batch), states);
-    }
-
-    /// Adds a watch of a key-value bucket (and the bucket) with its handler: a relay on the
-    /// bucket's stream, run by every instance, that hands each change of the watched keys to
-    /// the handler in revision order (see `#[kv_watch]`).
-    ///
-    /// ```
-    /// use nats_topology::{HandlerError, Topology};
-    /// use nats_topology::model::{BucketDecl, WatchDecl};
-    ///
-    /// static FLAGS: BucketDecl = BucketDecl::kv("FLAGS");
-    ///
-    /// let topology = Topology::new().watch(
-    ///     WatchDecl::new("app::on_flag", &FLAGS, "flag.>"),
-    ///     |incoming| Box::pin(async move {
-    ///         println!("{} changed", incoming.context().subject());
-    ///         Ok::<(), HandlerError>(())
-    ///     }),
-    /// );
-    /// assert_eq!(topology.consumers()[0].decl.subjects, ["$KV.FLAGS.flag.>"]);
-    /// assert!(topology.find_stream("KV_FLAGS").is_some());
-    /// ```
-    pub fn watch<F>(mut self, decl: WatchDecl, handler: F) -> Self
-    where
-        F: Fn(Incoming) -> HandlerFuture + Send + Sync + 'static,
-    {
-        self.add_watch(decl, Arc::new(handler), &[]);
-        self
-    }
-
-    pub(super) fn add_watch(
-        &mut self,
-        decl: WatchDecl,
-        handler: SharedHandler,
-        states: &'static [StateKey],
-    ) {
-        self.add_bucket(*decl.bucket);
-        self.add_consumer(crate::bucket::watch_consumer(&decl), handler, states);
     }
 }

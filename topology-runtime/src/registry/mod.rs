@@ -2,10 +2,12 @@
 //! `#[kv_watch]`, `#[object_store]`, `#[service]`, `#[endpoint]` and `#[subscription]`
 //! register through `inventory`, read once into a sorted, deterministic [`Topology`].
 
-mod adapted;
+mod batches;
+mod buckets;
 mod handlers;
 mod ordered;
 mod registrations;
+mod watches;
 
 use std::collections::HashMap;
 use std::collections::hash_map::Entry;
@@ -15,6 +17,8 @@ use std::sync::Arc;
 use crate::handler::{HandlerFuture, Incoming};
 use crate::service::{ReplyFuture, Request};
 use crate::state::StateKey;
+pub(crate) use buckets::is_reserved_subject;
+pub use buckets::stream_of;
 pub use handlers::{Consumer, Endpoint, Subscription};
 use ordered::{Keyed, Ordered};
 pub use registrations::{
@@ -340,7 +344,7 @@ impl Topology {
     fn add_bucket(&mut self, decl: BucketDecl) {
         if !self.buckets.iter_added().any(|b| *b == decl) {
             self.buckets.push(decl);
-            self.add_stream(crate::bucket::stream_of(&decl));
+            self.add_stream(stream_of(&decl));
         }
     }
 

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use crate::handler::{BatchFn, HandlerFn, HandlerFuture, Incoming};
+use crate::handler::{BatchFn, HandlerFn, HandlerFuture};
 use crate::service::{EndpointFn, ReplyFuture, Request, SubscriptionFn};
 use crate::state::StateKey;
 use topology_core::bucket::BucketDecl;
@@ -83,8 +83,7 @@ inventory::collect!(ServiceRegistration);
 inventory::collect!(EndpointRegistration);
 inventory::collect!(SubscriptionRegistration);
 
-/// A handler as the runtime holds it: a registered `fn` or any closure.
-pub type SharedHandler = Arc<dyn Fn(Incoming) -> HandlerFuture + Send + Sync + 'static>;
+pub use crate::handler::SharedHandler;
 
 /// An endpoint handler as the runtime holds it.
 pub type SharedEndpointHandler = Arc<dyn Fn(Request) -> ReplyFuture + Send + Sync + 'static>;

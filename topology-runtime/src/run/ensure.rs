@@ -8,7 +8,9 @@ use std::future::Future;
 use async_nats::jetstream::{consumer, stream};
 use tokio::sync::Mutex;
 
-use super::{ProvisionError, ProvisionErrorKind, Provisioner, StreamInstance, UpdateMode};
+use crate::provision::{
+    ProvisionError, ProvisionErrorKind, Provisioner, StreamInstance, UpdateMode,
+};
 use crate::registry::{Consumer, Topology};
 use crate::retry::{Failed, RetryPolicy};
 use topology_core::model::StreamDecl;

@@ -4,39 +4,25 @@
 //!
 //! - [`Runtime`] (here): the public handle and its lifecycle (run, drain).
 //! - `builder`: [`RuntimeBuilder`] and the runtime's timings.
+//! - `ensure`: the runtime's provisioning of its topology (each stream once, then consumers).
 //! - `signals`: SIGINT/SIGTERM for [`Runtime::run_until_signal`].
 //! - `relay`: [`Relay`] handles and relay names.
 //! - `tasks`: the supervised tasks of a running runtime, restarted if they panic, drained
 //!   (in the background if the run is dropped).
-//! - `resume`: where a re-created consumer resumes (tied to the stream instance).
-//! - `supervise`: one task per consumer: ensure, consume, re-ensure after a loss, drain.
-//! - `feed`: where a consumer's messages come from (`pull`: our own pull requests; push).
-//! - `pump`: flow control: how many messages are held and started at once.
-//! - `reach`: whether JetStream answers through the connection; moving to another server.
-//! - `dispatch`: one message from fetched to settled.
-//! - `ack`: how acks are sent: fire-and-forget, or confirmed before the delivery's deadline.
+//! - `consume`: one supervised task per consumer, from pull to settle (its `mod.rs` lists
+//!   the steps).
 //! - `serve`: the declared services (NATS micro protocol endpoints) and core subscriptions.
+//! - `watchers`: what the runtime watches beside its consumers: JetStream's reach through the
+//!   connection, the permission violations the server reports, the streams no consumer reads.
 
-mod ack;
 mod builder;
-mod dead_letter;
-mod denied;
-mod dispatch;
-mod feed;
-mod flow;
-mod loss;
-mod outcome;
-mod pull;
-mod pump;
-mod reach;
+mod consume;
+mod ensure;
 mod relay;
-mod replay;
-mod resume;
 mod serve;
 mod signals;
-mod streams;
-mod supervise;
 mod tasks;
+mod watchers;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -45,13 +31,15 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 
 use crate::health::Health;
-use crate::provision::{Ensurer, ProvisionError};
+use crate::provision::ProvisionError;
 use crate::registry::Topology;
 use crate::report::{self, Inspection, Plan, ProvisionReport};
 use crate::state::StateMap;
 
 pub use builder::RuntimeBuilder;
 pub(crate) use builder::Settings;
+pub(crate) use ensure::{Ensured, Ensurer};
+pub(crate) use relay::relay_name;
 pub use relay::{Relay, RelayError};
 use tasks::Tasks;
 
@@ -250,10 +238,16 @@ impl Runtime {
                 "could not flush acknowledgements on shutdown: the connection is down; unflushed acks are redelivered by the server"
             ),
         }
-        denied::sweep(&self.inner);
+        watchers::sweep_denials(&self.inner);
         match fatal {
             Some(error) => Err(error.into()),
             None => Ok(()),
         }
+    }
+}
+
+impl crate::bucket::JetStreamSource for Runtime {
+    fn jetstream_context(&self) -> async_nats::jetstream::Context {
+        self.jetstream()
     }
 }

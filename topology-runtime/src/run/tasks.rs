@@ -11,12 +11,10 @@ use tokio::task::{self, JoinError, JoinSet};
 use tokio_util::sync::CancellationToken;
 
 use super::Inner;
-use super::denied::watch_denials;
-use super::dispatch::panic_message;
-use super::reach::watch_reach;
+use super::consume::supervise;
 use super::serve::{serve_service, serve_subscription};
-use super::streams::supervise_stream;
-use super::supervise::supervise;
+use super::watchers::{supervise_stream, watch_denials, watch_reach};
+use crate::handler::panic_message;
 use crate::health::{ConsumerState, ServingState};
 use crate::provision::ProvisionError;
 use crate::retry::Backoff;

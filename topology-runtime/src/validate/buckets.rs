@@ -2,8 +2,8 @@
 //! and plain streams that reach into the subjects reserved for buckets.
 
 use super::{Problems, stream_at};
-use crate::bucket::is_reserved_subject;
 use crate::registry::Topology;
+use crate::registry::is_reserved_subject;
 use topology_core::bucket::{self, BucketDecl};
 
 pub(super) fn bucket_at(decl: &BucketDecl) -> String {

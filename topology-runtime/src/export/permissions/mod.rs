@@ -18,62 +18,13 @@ use std::time::Duration;
 use topology_core::model::StreamRef;
 use topology_core::subject::is_subset;
 
+pub use crate::grant::{Declaration, Verb};
 use crate::registry::Topology;
 
 #[cfg(test)]
 use render::quoted;
 pub use role::{Access, Role};
 use walk::{Walk, minimal};
-
-/// Publish or subscribe.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Action {
-    /// Publishing to the subject (a JetStream API request is a publish).
-    Publish,
-    /// Subscribing to the subject.
-    Subscribe,
-}
-
-impl Action {
-    /// `publish` or `subscribe`, as in a nats-server `permissions` block.
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            Action::Publish => "publish",
-            Action::Subscribe => "subscribe",
-        }
-    }
-}
-
-/// What needs a permission: the whole service, one stream, or one consumer.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Declaration {
-    /// Every replica, whatever it consumes (its inboxes, the leader watch), and what every
-    /// replica serves: the micro protocol's `$SRV` subjects of its services, its endpoints
-    /// and its core subscriptions (each [`Need`]'s `why` names the service, endpoint or
-    /// subscription).
-    Service,
-    /// A stream.
-    Stream(String),
-    /// A queue consumer or a broadcast relay of `stream`, declared by `handler`.
-    Consumer {
-        /// The stream it reads.
-        stream: String,
-        /// The declaring handler's path.
-        handler: String,
-    },
-}
-
-impl std::fmt::Display for Declaration {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Declaration::Service => f.write_str("every replica"),
-            Declaration::Stream(name) => write!(f, "stream `{name}`"),
-            Declaration::Consumer { stream, handler } => {
-                write!(f, "consumer `{handler}` of stream `{stream}`")
-            }
-        }
-    }
-}
 
 /// One declaration's need of a permission, and why.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -88,7 +39,7 @@ pub struct Need {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Permission {
     /// Publish or subscribe.
-    pub action: Action,
+    pub action: Verb,
     /// The subject (a pattern with `*` and `>`, as nats-server reads it).
     pub subject: String,
     /// For a subscription: the only queue group it may be made in (`None`: any, or none).
@@ -161,7 +112,7 @@ pub struct Permissions {
 /// declarations that need it.
 ///
 /// ```
-/// use nats_topology::export::{self, Action, Role};
+/// use nats_topology::export::{self, Verb, Role};
 /// use nats_topology::model::{ConsumerDecl, QueueDecl, StreamDecl, StreamRef};
 /// use nats_topology::{HandlerError, Topology};
 ///
@@ -171,9 +122,9 @@ pub struct Permissions {
 ///     |_| Box::pin(async { Ok::<(), HandlerError>(()) }),
 /// );
 /// let permissions = export::permissions(&topology, &Role::owner("billing"));
-/// assert!(permissions.allows(Action::Publish, "$JS.API.CONSUMER.MSG.NEXT.ORDERS.billing"));
-/// assert!(permissions.allows(Action::Subscribe, "_INBOX_billing.x1"));
-/// assert!(!permissions.allows(Action::Publish, "$JS.API.STREAM.DELETE.ORDERS"));
+/// assert!(permissions.allows(Verb::Publish, "$JS.API.CONSUMER.MSG.NEXT.ORDERS.billing"));
+/// assert!(permissions.allows(Verb::Subscribe, "_INBOX_billing.x1"));
+/// assert!(!permissions.allows(Verb::Publish, "$JS.API.STREAM.DELETE.ORDERS"));
 /// let block = permissions.server_config("s3cret-from-a-vault");
 /// assert!(block.contains("\"$JS.API.STREAM.CREATE.ORDERS\""));
 /// ```
@@ -181,7 +132,7 @@ pub struct Permissions {
 /// An endpoint is received in its queue group only, and answered through `allow_responses`:
 ///
 /// ```
-/// use nats_topology::export::{self, Action, Role};
+/// use nats_topology::export::{self, Verb, Role};
 /// use nats_topology::model::{EndpointDecl, ServiceDecl};
 /// use nats_topology::{ServiceError, Topology};
 ///
@@ -192,8 +143,8 @@ pub struct Permissions {
 /// );
 /// let permissions = export::permissions(&topology, &Role::owner("members"));
 /// assert!(permissions.allows_queue("members.get", "q"));
-/// assert!(!permissions.allows(Action::Subscribe, "members.get")); // not without the group
-/// assert!(permissions.allows(Action::Subscribe, "$SRV.PING.members.Yq2w8"));
+/// assert!(!permissions.allows(Verb::Subscribe, "members.get")); // not without the group
+/// assert!(permissions.allows(Verb::Subscribe, "$SRV.PING.members.Yq2w8"));
 /// assert!(permissions.allows_responses());
 /// assert!(permissions.permissions_map().contains("\"members.get q\","));
 /// ```
@@ -225,7 +176,7 @@ pub fn permissions(topology: &Topology, role: &Role) -> Permissions {
     walk.served(topology);
     for subject in &role.publishes {
         walk.add(
-            Action::Publish,
+            Verb::Publish,
             subject.clone(),
             Declaration::Service,
             "declared with `Role::publishes`",
@@ -251,7 +202,7 @@ impl Permissions {
     /// Whether `subject` is allowed for `action` (a literal subject, or a subscription's
     /// pattern, which every entry must cover as nats-server checks it); a subscription in no
     /// queue group.
-    pub fn allows(&self, action: Action, subject: &str) -> bool {
+    pub fn allows(&self, action: Verb, subject: &str) -> bool {
         self.entries
             .iter()
             .any(|e| e.action == action && e.queue.is_none() && is_subset(subject, &e.subject))
@@ -264,7 +215,7 @@ impl Permissions {
         let matching = || {
             self.entries
                 .iter()
-                .filter(|e| e.action == Action::Subscribe && is_subset(subject, &e.subject))
+                .filter(|e| e.action == Verb::Subscribe && is_subset(subject, &e.subject))
         };
         let mut grouped = matching().filter_map(|e| e.queue.as_deref()).peekable();
         if grouped.peek().is_some() {
@@ -290,14 +241,14 @@ impl Permissions {
 
     /// The entries that allow `action` on `subject` (in any queue group): where a denial of it
     /// comes from.
-    pub fn granting(&self, action: Action, subject: &str) -> impl Iterator<Item = &Permission> {
+    pub fn granting(&self, action: Verb, subject: &str) -> impl Iterator<Item = &Permission> {
         self.entries
             .iter()
             .filter(move |e| e.action == action && is_subset(subject, &e.subject))
     }
 
     /// The entries of one action, in order.
-    pub fn of(&self, action: Action) -> impl Iterator<Item = &Permission> {
+    pub fn of(&self, action: Verb) -> impl Iterator<Item = &Permission> {
         self.entries.iter().filter(move |e| e.action == action)
     }
 

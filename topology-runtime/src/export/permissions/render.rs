@@ -2,7 +2,7 @@
 
 use std::fmt::Write as _;
 
-use super::{Action, Permissions};
+use super::{Permissions, Verb};
 
 impl Permissions {
     /// The `permissions` map alone (`{ publish = { allow = [..] }, subscribe = { .. } }`, and
@@ -10,7 +10,7 @@ impl Permissions {
     /// which declarations need it: to embed in an `accounts` block or a user of one's own.
     pub fn permissions_map(&self) -> String {
         let mut out = String::from("{\n");
-        for action in [Action::Publish, Action::Subscribe] {
+        for action in [Verb::Publish, Verb::Subscribe] {
             let _ = writeln!(out, "  {} = {{\n    allow = [", action.as_str());
             for entry in self.of(action) {
                 for need in &entry.needed_by {
@@ -89,11 +89,11 @@ impl Permissions {
             "service": self.role.service,
             "role": self.role.access.as_str(),
             "inbox_prefix": self.role.inbox_prefix,
-            "pub": { "allow": allow(Action::Publish) },
-            "sub": { "allow": allow(Action::Subscribe) },
+            "pub": { "allow": allow(Verb::Publish) },
+            "sub": { "allow": allow(Verb::Subscribe) },
             "needed_by": {
-                "pub": needed_by(Action::Publish),
-                "sub": needed_by(Action::Subscribe),
+                "pub": needed_by(Verb::Publish),
+                "sub": needed_by(Verb::Subscribe),
             },
         });
         if let Some(responses) = &self.responses {

@@ -5,7 +5,7 @@
 use topology_core::service::{EndpointDecl, Fanout, SubscriptionDecl};
 
 use super::walk::Walk;
-use super::{Action, Declaration, Need};
+use super::{Declaration, Need, Verb};
 use crate::registry::Topology;
 
 /// The micro protocol's verbs every service instance answers.
@@ -47,7 +47,7 @@ impl Walk<'_> {
                 format!("$SRV.{verb}.{name}"),
                 format!("$SRV.{verb}.{name}.*"),
             ] {
-                self.add(Action::Subscribe, subject, Declaration::Service, &why);
+                self.add(Verb::Subscribe, subject, Declaration::Service, &why);
             }
         }
         self.responses.push(Need {
@@ -55,7 +55,7 @@ impl Walk<'_> {
             why: format!("service `{name}`: answers PING, INFO and STATS"),
         });
         self.add(
-            Action::Publish,
+            Verb::Publish,
             format!("$SRV.PING.{name}.*"),
             Declaration::Service,
             &format!(
@@ -71,7 +71,7 @@ impl Walk<'_> {
         let why =
             format!("`inspect`: finds the instances of service `{name}` and reads their stats");
         for subject in [format!("$SRV.PING.{name}"), format!("$SRV.STATS.{name}.*")] {
-            self.add(Action::Publish, subject, Declaration::Service, &why);
+            self.add(Verb::Publish, subject, Declaration::Service, &why);
         }
     }
 
@@ -82,7 +82,7 @@ impl Walk<'_> {
         );
         let group = decl.queue_group();
         self.add_in(
-            Action::Subscribe,
+            Verb::Subscribe,
             decl.subject.to_owned(),
             Some(group),
             Declaration::Service,
@@ -97,7 +97,7 @@ impl Walk<'_> {
     fn subscription(&mut self, decl: &SubscriptionDecl) {
         let what = format!("subscription of handler `{}`", decl.handler);
         self.add(
-            Action::Publish,
+            Verb::Publish,
             format!("{}.>", self.role.inbox_prefix),
             Declaration::Service,
             &format!(
@@ -107,14 +107,14 @@ impl Walk<'_> {
         );
         match decl.fanout {
             Fanout::Group(group) => self.add_in(
-                Action::Subscribe,
+                Verb::Subscribe,
                 decl.subject.to_owned(),
                 Some(group),
                 Declaration::Service,
                 &format!("{what}: receives its messages, in queue group `{group}`"),
             ),
             Fanout::EachInstance => self.add(
-                Action::Subscribe,
+                Verb::Subscribe,
                 decl.subject.to_owned(),
                 Declaration::Service,
                 &format!("{what}: receives every message on every instance (each_instance)"),

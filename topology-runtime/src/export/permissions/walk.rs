@@ -3,7 +3,7 @@
 use topology_core::bucket::{BucketDecl, BucketKind};
 use topology_core::model::{AckMode, ConsumerDecl, ConsumerKind, Delivery, Priority};
 
-use super::{Access, Action, Declaration, Need, Permission, Role};
+use super::{Access, Declaration, Need, Permission, Role, Verb};
 use crate::provision::{ADVISORY_PREFIX, FLEET_PREFIX};
 
 pub(super) struct Walk<'a> {
@@ -17,7 +17,7 @@ pub(super) struct Walk<'a> {
 impl Walk<'_> {
     pub(super) fn add(
         &mut self,
-        action: Action,
+        action: Verb,
         subject: String,
         declaration: Declaration,
         why: &str,
@@ -28,7 +28,7 @@ impl Walk<'_> {
     /// [`Walk::add`], for a subscription in queue group `queue` when there is one.
     pub(super) fn add_in(
         &mut self,
-        action: Action,
+        action: Verb,
         subject: String,
         queue: Option<&str>,
         declaration: Declaration,
@@ -59,7 +59,7 @@ impl Walk<'_> {
 
     fn api(&mut self, request: String, declaration: Declaration, why: &str) {
         let subject = format!("{}.{request}", self.api);
-        self.add(Action::Publish, subject, declaration, why);
+        self.add(Verb::Publish, subject, declaration, why);
     }
 
     pub(super) fn owns(&self) -> bool {
@@ -74,7 +74,7 @@ impl Walk<'_> {
     pub(super) fn service(&mut self) {
         let inbox = format!("{}.>", self.role.inbox_prefix);
         self.add(
-            Action::Subscribe,
+            Verb::Subscribe,
             inbox,
             Declaration::Service,
             "replies to this service's requests: JetStream API answers, pulled messages, \
@@ -92,14 +92,14 @@ impl Walk<'_> {
             "CONSUMER.LEADER_ELECTED.>",
         ] {
             self.add(
-                Action::Subscribe,
+                Verb::Subscribe,
                 format!("{ADVISORY_PREFIX}.{advisory}"),
                 Declaration::Service,
                 "the leader watch: an election wakes the requests that wait for it",
             );
         }
         let fleet = format!("{FLEET_PREFIX}.*.{}", self.api);
-        for action in [Action::Publish, Action::Subscribe] {
+        for action in [Verb::Publish, Verb::Subscribe] {
             self.add(
                 action,
                 fleet.clone(),
@@ -139,7 +139,7 @@ impl Walk<'_> {
         if self.consumes() {
             for subject in subjects {
                 self.add(
-                    Action::Publish,
+                    Verb::Publish,
                     (*subject).to_owned(),
                     declaration.clone(),
                     "the handlers publish into the streams the service owns \
@@ -165,7 +165,7 @@ impl Walk<'_> {
         };
         let noun = decl.kind.noun();
         let why = format!("the handle on {noun} `{}` writes its values", decl.name);
-        self.add(Action::Publish, subjects, declaration.clone(), &why);
+        self.add(Verb::Publish, subjects, declaration.clone(), &why);
         let reads: [(String, &str); 6] = [
             (format!("STREAM.INFO.{stream}"), "opened by its handle"),
             (
@@ -256,7 +256,7 @@ impl Walk<'_> {
             return;
         }
         self.add(
-            Action::Subscribe,
+            Verb::Subscribe,
             format!("{ADVISORY_PREFIX}.CONSUMER.LEADER_ELECTED.{stream}.{name}"),
             declaration.clone(),
             "pulls again at once when its consumer's leader changes",
@@ -268,7 +268,7 @@ impl Walk<'_> {
                 "pulls its messages",
             ),
             Delivery::Push => self.add(
-                Action::Subscribe,
+                Verb::Subscribe,
                 crate::provision::push_deliver_subject(stream, name),
                 declaration.clone(),
                 "receives its pushed messages (queue group)",
@@ -283,7 +283,7 @@ impl Walk<'_> {
             );
         }
         self.add(
-            Action::Publish,
+            Verb::Publish,
             format!("$JS.ACK.{stream}.{name}.>"),
             declaration.clone(),
             match queue.ack {
@@ -296,7 +296,7 @@ impl Walk<'_> {
         );
         if let Some(subject) = queue.dead_letter {
             self.add(
-                Action::Publish,
+                Verb::Publish,
                 subject.to_owned(),
                 declaration,
                 "publishes a message it gives up on (`dead_letter`)",
@@ -328,13 +328,13 @@ impl Walk<'_> {
             "pulls its messages",
         );
         self.add(
-            Action::Subscribe,
+            Verb::Subscribe,
             format!("{ADVISORY_PREFIX}.CONSUMER.LEADER_ELECTED.{stream}.*"),
             d.clone(),
             "pulls again at once when its consumer's leader changes",
         );
         self.add(
-            Action::Publish,
+            Verb::Publish,
             format!("$JS.ACK.{stream}.*.>"),
             d,
             "acknowledges its messages",

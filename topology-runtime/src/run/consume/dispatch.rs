@@ -13,57 +13,51 @@ use async_nats::jetstream::{self, AckKind};
 use futures::FutureExt;
 use tracing::Instrument;
 
-use super::ack::{AckDeadline, Acks};
-use super::dead_letter::publish_dead_letter;
+use super::ack::{AckDeadline, Acks, Stopped};
+use super::dead_letter::{DeadLetter, Delivery, publish_dead_letter};
 use super::outcome::{Observer, Outcome};
-use crate::handler::{Context, HandlerError, Incoming, Scope};
+use crate::handler::{Context, HandlerError, Incoming, Scope, panic_message};
 use crate::registry::SharedHandler;
 use crate::retry::RetryPolicy;
 use crate::telemetry;
 
 /// What one session of a consumer needs to handle and settle its messages.
-pub(super) struct Session {
-    pub(super) handler: SharedHandler,
-    pub(super) scope: Arc<Scope>,
+pub(in crate::run) struct Session {
+    pub(in crate::run) handler: SharedHandler,
+    pub(in crate::run) scope: Arc<Scope>,
     /// The consumer's redelivery limit (`None`: unlimited).
-    pub(super) max_deliver: Option<u64>,
+    pub(in crate::run) max_deliver: Option<u64>,
     /// The declared backoff, applied by naks (never sent to the server).
-    pub(super) backoff: Vec<Duration>,
+    pub(in crate::run) backoff: Vec<Duration>,
     /// The redelivery delay when no backoff is declared.
-    pub(super) redelivery: RetryPolicy,
-    pub(super) dead_letter: Option<&'static str>,
-    /// How publishing a dead letter is retried, and how often at most.
-    pub(super) dead_letter_retry: RetryPolicy,
-    pub(super) dead_letter_attempts: u32,
+    pub(in crate::run) redelivery: RetryPolicy,
+    /// Where a message that will not be handled goes, if declared.
+    pub(in crate::run) dead_letter: Option<DeadLetter>,
     /// Where handlers stopped before they finished leave their message (see [`Unfinished`]).
-    pub(super) stopped: StoppedHandlers,
+    pub(in crate::run) stopped: Stopped,
     /// Accounts for each message as it starts and ends.
-    pub(super) observer: Observer,
+    pub(in crate::run) observer: Observer,
     /// How acks, terms and progress acks are sent.
-    pub(super) acks: Acks,
+    pub(in crate::run) acks: Acks,
     /// A `#[kv_watch]`: its handler sees each revision once, in order, so a delivery at or
     /// below the last revision it handled (its ack lost, the consumer's state restored from
     /// before it) is acknowledged again without calling the handler.
-    pub(super) in_order: bool,
+    pub(in crate::run) in_order: bool,
     /// An ordered replay's checks (`#[broadcast(ordered)]`, see `replay`).
-    pub(super) replay: Option<super::replay::Replay>,
+    pub(in crate::run) replay: Option<super::replay::Replay>,
 }
-
-/// The reply subjects of messages whose handler was stopped before it finished (a drain's
-/// grace period ran out): nothing settled them, so the drain naks them.
-pub(super) type StoppedHandlers = Arc<std::sync::Mutex<Vec<async_nats::Subject>>>;
 
 /// A message's delivery metadata, read once from its reply subject.
 #[derive(Clone, Copy)]
-pub(super) struct MessageMeta {
+pub(in crate::run) struct MessageMeta {
     /// This delivery's number (1 for the first).
-    pub(super) delivered: u64,
+    pub(in crate::run) delivered: u64,
     /// The message's stream sequence (`None` if the reply subject could not be read).
-    pub(super) stream_sequence: Option<u64>,
+    pub(in crate::run) stream_sequence: Option<u64>,
     /// When the server stored it.
-    pub(super) published: Option<std::time::SystemTime>,
+    pub(in crate::run) published: Option<std::time::SystemTime>,
     /// What the consumer had left to deliver after it.
-    pub(super) pending: u64,
+    pub(in crate::run) pending: u64,
 }
 
 impl MessageMeta {
@@ -72,7 +66,7 @@ impl MessageMeta {
             Ok(info) => MessageMeta {
                 delivered: u64::try_from(info.delivered).unwrap_or(1),
                 stream_sequence: Some(info.stream_sequence),
-                published: crate::bucket::system_time(info.published.unix_timestamp_nanos()),
+                published: crate::handler::system_time(info.published.unix_timestamp_nanos()),
                 pending: info.pending,
             },
             Err(_) => MessageMeta {
@@ -87,7 +81,7 @@ impl MessageMeta {
 
 /// Runs the handler on one message, settles it, and has the session's observer account for
 /// how it ended.
-pub(super) async fn handle(
+pub(in crate::run) async fn handle(
     message: jetstream::Message,
     deadline: AckDeadline,
     session: Arc<Session>,
@@ -120,7 +114,7 @@ pub(super) async fn handle(
 
 /// Runs the handler on one message and settles it: ack, nak with a delay, or dead-letter
 /// and terminate. Every message ends in exactly one of the three; returns which.
-pub(super) async fn dispatch(
+pub(in crate::run) async fn dispatch(
     message: jetstream::Message,
     mut deadline: AckDeadline,
     session: &Session,
@@ -139,7 +133,7 @@ pub(super) async fn dispatch(
     let outcome = async move {
         let mut unfinished = Unfinished {
             reply: message.reply.clone(),
-            stopped: session.stopped.clone(),
+            session,
         };
         let running = session
             .observer
@@ -252,13 +246,20 @@ async fn fail(
 async fn terminate(
     message: &jetstream::Message,
     session: &Session,
-    (meta, deadline): (MessageMeta, AckDeadline),
+    (meta, mut deadline): (MessageMeta, AckDeadline),
     last: bool,
     error: &HandlerError,
 ) -> Outcome {
-    if let Some(subject) = session.dead_letter
-        && let Err(failed) = publish_dead_letter(message, session, subject, meta, error).await
+    let delivery = Delivery {
+        delivered: meta.delivered,
+        stream_sequence: meta.stream_sequence,
+    };
+    let holder = (&*session.scope, &session.acks);
+    if let Some(target) = &session.dead_letter
+        && let Err(failed) =
+            publish_dead_letter(message, holder, target, (delivery, &mut deadline), error).await
     {
+        let subject = target.subject;
         let (attempts, e) = (failed.attempts, failed.error);
         if last {
             tracing::error!(
@@ -272,10 +273,7 @@ async fn terminate(
             );
         } else {
             tracing::error!(dead_letter = subject, error = %e, "could not publish a dead letter; the message is redelivered instead");
-            session
-                .acks
-                .nak(message, Some(session.dead_letter_retry.cap))
-                .await;
+            session.acks.nak(message, Some(target.retry.cap)).await;
         }
         return Outcome::DeadLetterUnpublished { last };
     }
@@ -308,29 +306,24 @@ fn redelivery_delay(backoff: &[Duration], redelivery: &RetryPolicy, delivered: u
 /// aborted, or an inline handler dropped, at the end of a drain's grace period. Once the
 /// handler has returned, settling is under way (ack, nak or dead letter and term), and a
 /// drop no longer records anything: a message is never settled twice.
-struct Unfinished {
+struct Unfinished<'a> {
     reply: Option<async_nats::Subject>,
-    stopped: StoppedHandlers,
+    session: &'a Session,
 }
 
-impl Unfinished {
+impl Unfinished<'_> {
     fn handled(&mut self) {
         self.reply = None;
     }
 }
 
-impl Drop for Unfinished {
+impl Drop for Unfinished<'_> {
     fn drop(&mut self) {
         if let Some(reply) = self.reply.take() {
-            self.stopped
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .push(reply);
+            self.session.acks.stopped(&self.session.stopped, reply);
         }
     }
 }
-
-pub(super) use crate::handler::panic_message;
 
 #[cfg(test)]
 mod tests {

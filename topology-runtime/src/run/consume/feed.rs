@@ -10,23 +10,14 @@ use async_nats::jetstream::{self, consumer::push};
 use futures::{FutureExt, StreamExt};
 use tokio_util::sync::CancellationToken;
 
+pub(in crate::run) use super::ack::Fetched;
 use super::flow::Flow;
 use super::loss::Loss;
 use super::pull::Puller;
 use crate::handler::Scope;
 
-/// A message as its feed received it.
-pub(super) struct Fetched {
-    pub(super) message: jetstream::Message,
-    /// No later than the server delivered it, so no later than its `ack_wait` started: when
-    /// the pull request it answers was sent; for a push delivery, when it arrived (a push
-    /// consumer asks for nothing, so nothing earlier is known: a delivery held in a stalled
-    /// link for longer than its `ack_wait` may be confirmed after its redelivery).
-    pub(super) delivered_after: tokio::time::Instant,
-}
-
 /// Where a consumer's messages come from.
-pub(super) enum Feed {
+pub(in crate::run) enum Feed {
     Pull(Box<Puller>),
     Push(Box<Pusher>),
 }
@@ -34,14 +25,14 @@ pub(super) enum Feed {
 impl Feed {
     /// Whether the server sends only what was asked for: a pull feed may be read while every
     /// handler is busy (it asks for no more than `flow` wants); a push feed may not.
-    pub(super) fn asks(&self) -> bool {
+    pub(in crate::run) fn asks(&self) -> bool {
         matches!(self, Feed::Pull(_))
     }
 
     /// The next message, or why the consumer is lost. `held`: how many messages this instance
     /// is running or holding; a pull feed asks the server for what `flow` wants on top of
     /// them. Cancel-safe.
-    pub(super) async fn next(&mut self, flow: &Flow, held: usize) -> Result<Fetched, Loss> {
+    pub(in crate::run) async fn next(&mut self, flow: &Flow, held: usize) -> Result<Fetched, Loss> {
         match self {
             Feed::Pull(puller) => puller.next(flow, held).await,
             Feed::Push(pusher) => pusher.next().await.map(|message| Fetched {
@@ -53,7 +44,7 @@ impl Feed {
 
     /// Stops receiving; returns what was received but not handed out (to be returned to the
     /// server).
-    pub(super) async fn close(self) -> Vec<jetstream::Message> {
+    pub(in crate::run) async fn close(self) -> Vec<jetstream::Message> {
         match self {
             Feed::Pull(puller) => puller
                 .close()
@@ -68,13 +59,13 @@ impl Feed {
 
 /// A push consumer's queue subscription, and a poll that notices the consumer's deletion
 /// (a push subscription never reports it).
-pub(super) struct Pusher {
+pub(in crate::run) struct Pusher {
     messages: push::Messages,
     gone: Pin<Box<dyn Future<Output = Loss> + Send>>,
 }
 
 impl Pusher {
-    pub(super) fn new(
+    pub(in crate::run) fn new(
         messages: push::Messages,
         gone: impl Future<Output = Loss> + Send + 'static,
     ) -> Self {
@@ -119,7 +110,7 @@ impl Pusher {
 
 /// Resolves when the consumer is gone from the server (checked `every`; push consumers never
 /// report it).
-pub(super) async fn consumer_gone(
+pub(in crate::run) async fn consumer_gone(
     js: jetstream::Context,
     scope: Arc<Scope>,
     every: Duration,

@@ -21,10 +21,10 @@ use std::time::Duration;
 
 /// At the defaults, the most messages held ahead (and asked for in one request) when the
 /// concurrency is lower.
-pub(super) const AHEAD_CAP: usize = 64;
+pub(in crate::run) const AHEAD_CAP: usize = 64;
 
 /// One consumer's flow control.
-pub(super) struct Flow {
+pub(in crate::run) struct Flow {
     concurrency: usize,
     /// The most one request asks for.
     batch: usize,
@@ -43,7 +43,11 @@ impl Flow {
     /// The flow of a consumer running `concurrency` handlers. `pull_batch`: the batch set on
     /// the runtime, if any; `horizon`: how long a message fetched ahead may wait for a free
     /// handler at the defaults (zero: nothing ahead).
-    pub(super) fn new(concurrency: usize, pull_batch: Option<usize>, horizon: Duration) -> Self {
+    pub(in crate::run) fn new(
+        concurrency: usize,
+        pull_batch: Option<usize>,
+        horizon: Duration,
+    ) -> Self {
         let concurrency = concurrency.max(1);
         match pull_batch {
             Some(batch) => Flow {
@@ -71,7 +75,7 @@ impl Flow {
     }
 
     /// Whether another handler may start while `started` run.
-    pub(super) fn may_start(&self, started: usize) -> bool {
+    pub(in crate::run) fn may_start(&self, started: usize) -> bool {
         started < self.concurrency
     }
 
@@ -79,7 +83,7 @@ impl Flow {
     /// are asked for and not delivered yet: never more than a batch in one request, and while
     /// a request is open, none until half of what may be held (at most a batch) can be asked
     /// for. A session's first request asks for `want(0, 0)`.
-    pub(super) fn want(&self, held: usize, asked: usize) -> usize {
+    pub(in crate::run) fn want(&self, held: usize, asked: usize) -> usize {
         let capacity = self.capacity();
         let want = capacity.saturating_sub(held + asked).min(self.batch);
         let half = capacity.min(self.batch).div_ceil(2);
@@ -91,7 +95,7 @@ impl Flow {
 
     /// A handler finished (settled or not) after running `took`; `None` when it is not known
     /// (a handler of an earlier session).
-    pub(super) fn finished(&mut self, took: Option<Duration>) {
+    pub(in crate::run) fn finished(&mut self, took: Option<Duration>) {
         if let (Ahead::Paced { pace, .. }, Some(took)) = (&mut self.ahead, took) {
             pace.finished(took);
         }

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 /// Why a consumer's session was lost.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) enum Loss {
+pub(in crate::run) enum Loss {
     /// The consumer or its stream is gone from the server (a probe's or a poll's answer).
     Gone(String),
     /// The server ended the session's pull requests for good (the consumer deleted, turned
@@ -31,7 +31,7 @@ pub(super) enum Loss {
 
 impl Loss {
     /// Whether a relay that ran for a while is ensured again without waiting.
-    pub(super) fn at_once(&self) -> bool {
+    pub(in crate::run) fn at_once(&self) -> bool {
         !matches!(self, Loss::Replay { at_once: false, .. })
     }
 }

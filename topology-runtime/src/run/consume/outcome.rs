@@ -5,13 +5,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::resume::{Progress, Settled};
+use super::resume::Record;
 use crate::health::Slot;
 use crate::telemetry::{ConsumerMetrics, Running};
 
 /// How one message ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Outcome {
+pub(in crate::run) enum Outcome {
     /// The handler succeeded; `acked`: its ack was sent (with confirmed acks: confirmed).
     /// Unacked, the server delivers it again after `ack_wait`.
     Handled { acked: bool },
@@ -30,7 +30,7 @@ pub(super) enum Outcome {
 impl Outcome {
     /// Whether the message is done with: never handled here again (whatever the server does
     /// with an ack that did not arrive). A relay resumes after such messages.
-    pub(super) fn done(self) -> bool {
+    pub(in crate::run) fn done(self) -> bool {
         match self {
             Outcome::Handled { .. } | Outcome::DeadLettered { .. } => true,
             Outcome::DeadLetterUnpublished { last } => last,
@@ -48,26 +48,18 @@ impl Outcome {
     }
 }
 
-/// Where a consumer records what it handled, to resume after it when re-created.
-pub(super) enum Record {
-    /// A queue consumer: the sequences it settled above its ack floor.
-    Queue(Arc<Settled>),
-    /// A relay: its session's progress (started, and done with).
-    Relay(Arc<Progress>),
-}
-
 /// Accounts for one consumer's messages as they start and end.
-pub(super) struct Observer {
-    pub(super) slot: Arc<Slot>,
+pub(in crate::run) struct Observer {
+    pub(in crate::run) slot: Arc<Slot>,
     /// Telemetry: counters, duration, in flight (the `metrics` facade).
-    pub(super) metrics: ConsumerMetrics,
-    pub(super) record: Record,
+    pub(in crate::run) metrics: ConsumerMetrics,
+    pub(in crate::run) record: Record,
 }
 
 impl Observer {
     /// A handler starts on the `delivered`-th delivery of the message at `sequence`: it is in
     /// flight until the returned guard drops.
-    pub(super) fn started(&self, sequence: Option<u64>, delivered: u64) -> Running<'_> {
+    pub(in crate::run) fn started(&self, sequence: Option<u64>, delivered: u64) -> Running<'_> {
         if let (Record::Relay(progress), Some(sequence)) = (&self.record, sequence) {
             progress.started(sequence);
         }
@@ -76,7 +68,7 @@ impl Observer {
 
     /// Whether a relay's session is past `sequence`: it handled it or a later one (or began
     /// after it). Exact for a relay that handles one message at a time (a `#[kv_watch]`).
-    pub(super) fn handled_past(&self, sequence: Option<u64>) -> bool {
+    pub(in crate::run) fn handled_past(&self, sequence: Option<u64>) -> bool {
         match (&self.record, sequence) {
             (Record::Relay(progress), Some(sequence)) => progress.handled_past(sequence),
             _ => false,
@@ -84,7 +76,7 @@ impl Observer {
     }
 
     /// The message at `sequence` ended so.
-    pub(super) fn ended(&self, sequence: Option<u64>, outcome: Outcome) {
+    pub(in crate::run) fn ended(&self, sequence: Option<u64>, outcome: Outcome) {
         let (slot, metrics) = (&self.slot, &self.metrics);
         match outcome {
             Outcome::Handled { acked: true } => {

@@ -29,7 +29,7 @@ use super::loss::Loss;
 use crate::health::{ConsumerState, Slot};
 
 /// Why consuming stopped.
-pub(super) enum Exit {
+pub(in crate::run) enum Exit {
     /// Shutdown: drained.
     Drained,
     /// The consumer, its stream or the connection was lost: ensure again and resume.
@@ -64,7 +64,7 @@ enum Step {
 /// Reads messages and dispatches them as `flow` allows, until shutdown or loss. Handlers
 /// still running when the session ends go into `in_flight`, which outlives it (the grace
 /// period is applied to them by [`finish_in_flight`]).
-pub(super) async fn pump(
+pub(in crate::run) async fn pump(
     mut feed: Feed,
     session: Arc<Session>,
     mut flow: Flow,
@@ -170,7 +170,11 @@ async fn keep_waiting(waiting: &mut VecDeque<Waiting>, session: &Session, every:
 
 /// Waits (within the grace period) for the handlers still running; the ones still running
 /// after it are stopped (their messages are recorded as abandoned, see `dispatch`).
-pub(super) async fn finish_in_flight(in_flight: &mut JoinSet<()>, grace: Duration, slot: &Slot) {
+pub(in crate::run) async fn finish_in_flight(
+    in_flight: &mut JoinSet<()>,
+    grace: Duration,
+    slot: &Slot,
+) {
     let finished = tokio::time::timeout(grace, async {
         while in_flight.join_next().await.is_some() {}
     })

@@ -15,7 +15,7 @@ use async_nats::jetstream;
 use super::loss::Loss;
 
 /// The order checks of one ordered replay session.
-pub(super) struct Replay {
+pub(in crate::run) struct Replay {
     /// The consumer sequence of the last delivery received.
     last: AtomicU64,
     /// Why the session must end and restart after its last handled message, once set.
@@ -24,7 +24,7 @@ pub(super) struct Replay {
 
 impl Replay {
     /// A session on a consumer that has delivered `delivered` messages so far.
-    pub(super) fn new(delivered: u64) -> Self {
+    pub(in crate::run) fn new(delivered: u64) -> Self {
         Replay {
             last: AtomicU64::new(delivered),
             restart: Mutex::new(None),
@@ -32,7 +32,7 @@ impl Replay {
     }
 
     /// Checks that `message` is the delivery after the last one received.
-    pub(super) fn received(&self, message: &jetstream::Message) -> Result<(), Loss> {
+    pub(in crate::run) fn received(&self, message: &jetstream::Message) -> Result<(), Loss> {
         let Ok(info) = message.info() else {
             return Err(Loss::Replay {
                 why: "a delivery without its sequence numbers arrived".to_owned(),
@@ -55,7 +55,7 @@ impl Replay {
     }
 
     /// The handler failed on the message at `sequence`, which it will see again first.
-    pub(super) fn failed(&self, sequence: Option<u64>) {
+    pub(in crate::run) fn failed(&self, sequence: Option<u64>) {
         let at = sequence.map_or_else(String::new, |s| format!(" at stream sequence {s}"));
         let mut restart = self.restart.lock().unwrap_or_else(|e| e.into_inner());
         restart.get_or_insert(Loss::Replay {
@@ -67,7 +67,7 @@ impl Replay {
     }
 
     /// Whether the session must restart (its handler failed).
-    pub(super) fn must_restart(&self) -> bool {
+    pub(in crate::run) fn must_restart(&self) -> bool {
         self.restart
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -75,7 +75,7 @@ impl Replay {
     }
 
     /// Why the session must restart, if it must (taken once).
-    pub(super) fn take_restart(&self) -> Option<Loss> {
+    pub(in crate::run) fn take_restart(&self) -> Option<Loss> {
         self.restart
             .lock()
             .unwrap_or_else(|e| e.into_inner())

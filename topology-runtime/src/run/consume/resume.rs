@@ -8,11 +8,18 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use async_nats::jetstream::consumer;
 
-use super::outcome::Record;
 use crate::provision::{ResumePoint, StreamInstance};
 
+/// Where a consumer records what it handled, to resume after it when re-created.
+pub(in crate::run) enum Record {
+    /// A queue consumer: the sequences it settled above its ack floor.
+    Queue(Arc<Settled>),
+    /// A relay: its session's progress (started, and done with).
+    Relay(Arc<Progress>),
+}
+
 /// Where one supervised consumer would resume, across its sessions.
-pub(super) struct Resume {
+pub(in crate::run) struct Resume {
     /// A relay's (`true`) resume point is what its handlers handled; a queue consumer's is
     /// its ack floor on the server, and what this instance settled above it since.
     relay: bool,
@@ -30,16 +37,16 @@ pub(super) struct Resume {
 /// after them too, where they are contiguous above the floor (a gap is a message this
 /// instance does not know settled: another instance's, or one the filter skips).
 #[derive(Default)]
-pub(super) struct Settled(Mutex<BTreeSet<u64>>);
+pub(in crate::run) struct Settled(Mutex<BTreeSet<u64>>);
 
 impl Settled {
-    pub(super) fn record(&self, sequence: u64) {
+    pub(in crate::run) fn record(&self, sequence: u64) {
         lock(&self.0).insert(sequence);
     }
 }
 
 impl Resume {
-    pub(super) fn new(relay: bool) -> Self {
+    pub(in crate::run) fn new(relay: bool) -> Self {
         Resume {
             relay,
             floor: Mutex::new(None),
@@ -49,7 +56,7 @@ impl Resume {
     }
 
     /// Where a consumer re-created now should start after (`None`: as declared).
-    pub(super) fn point(&self) -> Option<ResumePoint> {
+    pub(in crate::run) fn point(&self) -> Option<ResumePoint> {
         if self.relay {
             return lock(&self.session).as_ref().map(|p| p.resume_point());
         }
@@ -65,7 +72,11 @@ impl Resume {
     /// consumer just created at a resume point has its floor there). Returns the floor now
     /// held, and where the session records what it handled: a queue consumer's settled
     /// sequences, a relay's progress.
-    pub(super) fn begin(&self, stream: &StreamInstance, info: &consumer::Info) -> (u64, Record) {
+    pub(in crate::run) fn begin(
+        &self,
+        stream: &StreamInstance,
+        info: &consumer::Info,
+    ) -> (u64, Record) {
         let floor = info.ack_floor.stream_sequence;
         let held = self.follow(stream, floor);
         if !self.relay {
@@ -85,7 +96,7 @@ impl Resume {
 
     /// The ack floor read on the server in `stream`: it only moves forward within one stream
     /// instance, and starts again in another. Returns the floor now held.
-    pub(super) fn follow(&self, stream: &StreamInstance, floor: u64) -> u64 {
+    pub(in crate::run) fn follow(&self, stream: &StreamInstance, floor: u64) -> u64 {
         let mut held = lock(&self.floor);
         let mut settled = lock(&self.settled.0);
         match &mut *held {
@@ -114,7 +125,7 @@ impl Resume {
 /// is left unhandled. A message fetched but never started (returned when the session ended,
 /// to a consumer that may be gone) has a higher sequence than every first delivery started
 /// before it (the server delivers in stream order), so it is above the point too.
-pub(super) struct Progress {
+pub(in crate::run) struct Progress {
     stream: StreamInstance,
     state: Mutex<ProgressState>,
 }
@@ -129,13 +140,13 @@ struct ProgressState {
 }
 
 impl Progress {
-    pub(super) fn started(&self, sequence: u64) {
+    pub(in crate::run) fn started(&self, sequence: u64) {
         lock(&self.state).unsettled.insert(sequence);
     }
 
     /// The message is done with: handled, or failed for good (dead-lettered and terminated,
     /// or left on its last delivery): never handled here again.
-    pub(super) fn settled(&self, sequence: u64) {
+    pub(in crate::run) fn settled(&self, sequence: u64) {
         let mut state = lock(&self.state);
         state.unsettled.remove(&sequence);
         state.handled_max = state.handled_max.max(sequence);
@@ -143,7 +154,7 @@ impl Progress {
 
     /// Whether `sequence` is at or below the highest sequence settled in this session (or
     /// where it began).
-    pub(super) fn handled_past(&self, sequence: u64) -> bool {
+    pub(in crate::run) fn handled_past(&self, sequence: u64) -> bool {
         let state = lock(&self.state);
         sequence <= state.handled_max.max(state.base)
     }

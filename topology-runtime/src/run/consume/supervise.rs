@@ -11,28 +11,30 @@ use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use super::Inner;
-use super::ack::{self, Acks, Confirm};
-use super::dispatch::{Session, StoppedHandlers};
+use super::ack::{Acks, Confirm, Stopped};
+use super::dead_letter::DeadLetter;
+use super::dispatch::Session;
 use super::feed::{Feed, Pusher, consumer_gone};
 use super::flow::Flow;
 use super::loss::Loss;
-use super::outcome::{Observer, Record};
+use super::outcome::Observer;
 use super::pull::{PullPriority, Puller, Watch};
 use super::pump::{Exit, finish_in_flight, pump};
-use super::relay::relay_name;
 use super::replay::Replay;
-use super::resume::Resume;
+use super::resume::{Record, Resume};
 use crate::handler::Scope;
 use crate::health::{ConsumerState, Slot};
-use crate::provision::{Advisories, Ensured, ProvisionError, StreamInstance, UpdateMode};
+use crate::provision::{Advisories, ProvisionError, StreamInstance, UpdateMode};
 use crate::registry::Consumer;
+use crate::run::Ensured;
+use crate::run::Inner;
+use crate::run::relay_name;
 use crate::telemetry::{ConsumerMetrics, LagGauges, consumer_label};
 use topology_core::model::{AckMode, ConsumerKind, Delivery, Priority};
 
 /// Supervises the consumer at `index` until shutdown, or until a failure no retry fixes
 /// (sent to `fatal` after its drain).
-pub(super) async fn supervise(
+pub(in crate::run) async fn supervise(
     inner: Arc<Inner>,
     index: usize,
     cancel: CancellationToken,
@@ -63,7 +65,7 @@ pub(super) async fn supervise(
     // Handlers outlive the session that started them: a lost consumer is re-ensured at once,
     // while they finish and settle their messages (their acks go to the same durable).
     let mut in_flight = JoinSet::new();
-    let stopped = StoppedHandlers::default();
+    let stopped = Stopped::default();
     // A failure no retry can fix ends the loop too, through the same drain.
     let mut stopped_by: Option<ProvisionError> = None;
     loop {
@@ -194,20 +196,17 @@ pub(super) async fn supervise(
     finish_in_flight(&mut in_flight, inner.settings.grace_period, &slot).await;
     // Handlers stopped by the grace period settled nothing: return their messages now rather
     // than after their ack_wait.
-    let stopped = std::mem::take(&mut *stopped.lock().unwrap_or_else(|e| e.into_inner()));
-    for reply in stopped {
-        ack::nak_reply(&inner.client, reply).await;
-    }
+    stopped.return_all(&inner.client).await;
     if let Some(relay) = &relay {
         let deleted = tokio::time::timeout(
-            super::CLEANUP_WAIT,
+            crate::run::CLEANUP_WAIT,
             inner.ensurer.provisioner().delete_consumer(stream, relay),
         )
         .await;
         let error = match deleted {
             Ok(Ok(())) => None,
             Ok(Err(e)) => Some(e.to_string()),
-            Err(_) => Some(format!("no answer within {:?}", super::CLEANUP_WAIT)),
+            Err(_) => Some(format!("no answer within {:?}", crate::run::CLEANUP_WAIT)),
         };
         if let Some(error) = error {
             tracing::warn!(stream, consumer = %relay, error, "could not delete the relay on shutdown; the server reaps it after its inactivity threshold");
@@ -264,7 +263,7 @@ async fn follow_ack_floor(
             // this consumer with it (its idle heartbeats still come: the pull session alone
             // would call it running). Marked before the reach watch is woken to move.
             let server = inner.client.server_info().server_name;
-            let cut_off = super::reach::cut_off(info.cluster.as_ref(), &server);
+            let cut_off = crate::run::watchers::cut_off(info.cluster.as_ref(), &server);
             slot.cut_off(cut_off.as_ref());
             inner
                 .health
@@ -291,7 +290,7 @@ async fn consume(
     cancel: &CancellationToken,
     in_flight: &mut JoinSet<()>,
     // Where stopped handlers leave their messages.
-    stopped: &StoppedHandlers,
+    stopped: &Stopped,
 ) -> Exit {
     let settings = &inner.settings;
     let js = inner.ensurer.provisioner().jetstream().clone();
@@ -318,9 +317,11 @@ async fn consume(
         // The declared backoff (never sent to the server: there it would replace ack_wait).
         backoff: queue.map(|q| q.backoff.to_vec()).unwrap_or_default(),
         redelivery: settings.redelivery,
-        dead_letter: queue.and_then(|q| q.dead_letter),
-        dead_letter_retry: settings.dead_letter,
-        dead_letter_attempts: settings.dead_letter_attempts,
+        dead_letter: queue.and_then(|q| q.dead_letter).map(|subject| DeadLetter {
+            subject,
+            retry: settings.dead_letter,
+            attempts: settings.dead_letter_attempts,
+        }),
         stopped: stopped.clone(),
         observer: Observer {
             slot: slot.clone(),

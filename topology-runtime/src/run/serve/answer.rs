@@ -14,8 +14,8 @@ use futures::FutureExt;
 use tracing::Instrument;
 
 use super::micro::EndpointStats;
+use crate::handler::panic_message;
 use crate::registry::SharedEndpointHandler;
-use crate::run::dispatch::panic_message;
 use crate::service::{Request, RequestContext, RequestScope, ServiceError};
 use crate::telemetry;
 

@@ -17,10 +17,10 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use super::probe::Prober;
+use crate::handler::panic_message;
 use crate::health::{ServeSlot, ServingState};
 use crate::registry::Subscription;
 use crate::run::Inner;
-use crate::run::dispatch::panic_message;
 use crate::service::{Request, RequestContext, RequestScope};
 use crate::telemetry::{self, SubscriptionMetrics};
 use topology_core::service::Fanout;

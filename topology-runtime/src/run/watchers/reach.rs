@@ -16,11 +16,11 @@ use async_nats::connection::State;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::Inner;
 use crate::health::ConsumerState;
+use crate::run::Inner;
 
 /// Watches until `cancel` (see the module documentation).
-pub(super) async fn watch_reach(inner: Arc<Inner>, cancel: CancellationToken) {
+pub(in crate::run) async fn watch_reach(inner: Arc<Inner>, cancel: CancellationToken) {
     let client = &inner.client;
     let shared = &inner.health.shared;
     let every = inner.settings.heartbeat;
@@ -120,7 +120,7 @@ const PEERS_SILENT: Duration = Duration::from_secs(3);
 /// [`PEERS_SILENT`]. Such a leader keeps serving its local clients (idle heartbeats included)
 /// until it steps down for want of a quorum (10 to 20 s after the cut), and nothing new
 /// reaches it meanwhile.
-pub(super) fn cut_off(
+pub(in crate::run) fn cut_off(
     cluster: Option<&async_nats::jetstream::stream::ClusterInfo>,
     server: &str,
 ) -> Option<(Duration, String)> {

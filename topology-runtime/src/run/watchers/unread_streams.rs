@@ -6,13 +6,13 @@ use std::sync::Arc;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use super::Inner;
 use crate::provision::ProvisionError;
+use crate::run::Inner;
 use topology_core::model::StreamDecl;
 
 /// Ensures `stream` (retrying transient failures), then reads it every two heartbeats and
 /// ensures it again when it is gone, until shutdown. A failure no retry fixes goes to `fatal`.
-pub(super) async fn supervise_stream(
+pub(in crate::run) async fn supervise_stream(
     inner: Arc<Inner>,
     stream: StreamDecl,
     cancel: CancellationToken,

@@ -9,15 +9,15 @@ use std::time::Instant;
 use tokio::sync::broadcast::error::RecvError;
 use tokio_util::sync::CancellationToken;
 
-use super::Inner;
-use crate::events::{Heard, Violation};
 use crate::export::{Declaration, Permissions, Role, permissions};
 use crate::health::PermissionDenial;
+use crate::run::Inner;
+use crate::server_errors::{Heard, Violation};
 use crate::telemetry::permission_violation;
 
 /// Watches until `cancel`; does nothing on a connection whose events it cannot read.
-pub(super) async fn watch_denials(inner: Arc<Inner>, cancel: CancellationToken) {
-    let Some(errors) = crate::events::of(&inner.client) else {
+pub(in crate::run) async fn watch_denials(inner: Arc<Inner>, cancel: CancellationToken) {
+    let Some(errors) = crate::server_errors::of(&inner.client) else {
         return cancel.cancelled().await;
     };
     let needs = needed(&inner);
@@ -49,8 +49,8 @@ pub(super) async fn watch_denials(inner: Arc<Inner>, cancel: CancellationToken) 
 
 /// After the drain, when the watch has stopped: what the server refused during it (a relay's
 /// deletion, the last acks) is still shown in health.
-pub(super) fn sweep(inner: &Inner) {
-    let Some(errors) = crate::events::of(&inner.client) else {
+pub(in crate::run) fn sweep_denials(inner: &Inner) {
+    let Some(errors) = crate::server_errors::of(&inner.client) else {
         return;
     };
     let (recent, _) = errors.subscribe();
@@ -77,7 +77,7 @@ pub(super) fn sweep(inner: &Inner) {
 /// Everything this runtime may use, as an owner uses it (a superset of the other roles'),
 /// under its JetStream API prefix and its connection's inbox prefix.
 fn needed(inner: &Inner) -> Permissions {
-    let prefix = crate::events::inbox_prefix(&inner.client);
+    let prefix = crate::server_errors::inbox_prefix(&inner.client);
     let api = inner.ensurer.provisioner().jetstream_api().prefix();
     let role = Role::owner("runtime")
         .with_inbox_prefix(prefix)

@@ -6,7 +6,7 @@ use topology_core::model::{
 use topology_core::service::{EndpointDecl, ServiceDecl, SubscriptionDecl};
 
 use super::*;
-use crate::HandlerError;
+use crate::handler::HandlerError;
 
 mod outputs;
 
@@ -15,15 +15,16 @@ static AUDIT: StreamDecl = StreamDecl::new("AUDIT", &["audit.>"]).external();
 static MEMBERS: ServiceDecl = ServiceDecl::new("members", "1.2.0");
 static SLOW: ServiceDecl = ServiceDecl::new("slow", "0.1.0").queue_group("slowpokes");
 
-fn reply(_: crate::Request) -> crate::service::ReplyFuture {
-    Box::pin(async { Ok::<_, crate::ServiceError>(bytes::Bytes::new()) })
+fn reply(_: crate::service::Request) -> crate::service::ReplyFuture {
+    Box::pin(async { Ok::<_, crate::service::ServiceError>(bytes::Bytes::new()) })
 }
 
-fn listen(_: crate::Request) -> crate::handler::HandlerFuture {
+fn listen(_: crate::service::Request) -> crate::handler::HandlerFuture {
     Box::pin(async { Ok::<(), HandlerError>(()) })
 }
 
-fn handler() -> impl Fn(crate::Incoming) -> crate::handler::HandlerFuture + Send + Sync + 'static {
+fn handler()
+-> impl Fn(crate::handler::Incoming) -> crate::handler::HandlerFuture + Send + Sync + 'static {
     |_| Box::pin(async { Ok::<(), HandlerError>(()) })
 }
 
@@ -183,7 +184,7 @@ fn every_declared_kind_contributes_entries() {
             "{subject} in other allowed"
         );
         assert!(
-            !p.allows(Action::Subscribe, subject),
+            !p.allows(Verb::Subscribe, subject),
             "{subject} without a group allowed"
         );
     }
@@ -194,49 +195,46 @@ fn every_declared_kind_contributes_entries() {
                 format!("$SRV.{verb}.{name}"),
                 format!("$SRV.{verb}.{name}.Yq2wnRDjSbKRZDzvKVOmYZ"),
             ] {
-                assert!(p.allows(Action::Subscribe, &subject), "{subject} denied");
+                assert!(p.allows(Verb::Subscribe, &subject), "{subject} denied");
             }
         }
         // The self-probe: a round trip to its own `$SRV.PING.<name>.<id>`, and no other verb.
-        assert!(p.allows(Action::Publish, &format!("$SRV.PING.{name}.Yq2wnRDjS")));
-        assert!(!p.allows(Action::Publish, &format!("$SRV.INFO.{name}.Yq2wnRDjS")));
+        assert!(p.allows(Verb::Publish, &format!("$SRV.PING.{name}.Yq2wnRDjS")));
+        assert!(!p.allows(Verb::Publish, &format!("$SRV.INFO.{name}.Yq2wnRDjS")));
     }
-    assert!(p.allows(Action::Subscribe, "cache.invalidate.members.7"));
+    assert!(p.allows(Verb::Subscribe, "cache.invalidate.members.7"));
     // A core subscription's probe: a round trip through an inbox of the service's own.
-    assert!(p.allows(Action::Publish, "_INBOX_svc.probe.1"));
-    assert!(!p.allows(Action::Publish, "_INBOX.probe.1"));
-    assert!(!p.allows(Action::Subscribe, "$SRV.PING.other"));
-    assert!(!p.allows(Action::Subscribe, "$SRV.>"));
+    assert!(p.allows(Verb::Publish, "_INBOX_svc.probe.1"));
+    assert!(!p.allows(Verb::Publish, "_INBOX.probe.1"));
+    assert!(!p.allows(Verb::Subscribe, "$SRV.PING.other"));
+    assert!(!p.allows(Verb::Subscribe, "$SRV.>"));
     // And each setting that uses a subject of its own.
     for (action, subject) in [
-        (Action::Publish, "orders.dead"),
-        (Action::Publish, "$JS.API.CONSUMER.PAUSE.ORDERS.pull-v1"),
-        (Action::Publish, "$JS.API.CONSUMER.DELETE.ORDERS.pull-v1"),
+        (Verb::Publish, "orders.dead"),
+        (Verb::Publish, "$JS.API.CONSUMER.PAUSE.ORDERS.pull-v1"),
+        (Verb::Publish, "$JS.API.CONSUMER.DELETE.ORDERS.pull-v1"),
         (
-            Action::Publish,
+            Verb::Publish,
             "$JS.API.CONSUMER.CREATE.ORDERS.pull.orders.created",
         ),
-        (Action::Publish, "$JS.API.CONSUMER.MSG.NEXT.ORDERS.pull"),
-        (Action::Publish, "$JS.ACK.ORDERS.pull.1.2.3.4.5"),
-        (Action::Subscribe, "_NT_DELIVER.ORDERS.push"),
+        (Verb::Publish, "$JS.API.CONSUMER.MSG.NEXT.ORDERS.pull"),
+        (Verb::Publish, "$JS.ACK.ORDERS.pull.1.2.3.4.5"),
+        (Verb::Subscribe, "_NT_DELIVER.ORDERS.push"),
         (
-            Action::Publish,
+            Verb::Publish,
             "$JS.API.CONSUMER.CREATE.ORDERS.relay_x_2.orders.shipped",
         ),
+        (Verb::Publish, "$JS.API.CONSUMER.MSG.NEXT.ORDERS.relay_x_2"),
+        (Verb::Publish, "$JS.API.STREAM.INFO.AUDIT"),
+        (Verb::Publish, "$JS.API.STREAM.INFO.LEDGER"),
+        (Verb::Publish, "$JS.API.CONSUMER.MSG.NEXT.LEDGER.named"),
+        (Verb::Publish, "orders.anything"),
+        (Verb::Subscribe, "_INBOX_svc.abc.*"),
         (
-            Action::Publish,
-            "$JS.API.CONSUMER.MSG.NEXT.ORDERS.relay_x_2",
-        ),
-        (Action::Publish, "$JS.API.STREAM.INFO.AUDIT"),
-        (Action::Publish, "$JS.API.STREAM.INFO.LEDGER"),
-        (Action::Publish, "$JS.API.CONSUMER.MSG.NEXT.LEDGER.named"),
-        (Action::Publish, "orders.anything"),
-        (Action::Subscribe, "_INBOX_svc.abc.*"),
-        (
-            Action::Subscribe,
+            Verb::Subscribe,
             "$JS.EVENT.ADVISORY.CONSUMER.LEADER_ELECTED.>",
         ),
-        (Action::Publish, "_NATS_TOPOLOGY.META.WAITING.$JS.API"),
+        (Verb::Publish, "_NATS_TOPOLOGY.META.WAITING.$JS.API"),
     ] {
         assert!(p.allows(action, subject), "{action:?} {subject} denied");
     }
@@ -246,21 +244,21 @@ fn every_declared_kind_contributes_entries() {
 fn nothing_else_is_granted() {
     let p = permissions(&every_kind(), &Role::owner("svc"));
     for (action, subject) in [
-        (Action::Publish, "$JS.API.STREAM.CREATE.AUDIT"),
-        (Action::Publish, "$JS.API.STREAM.DELETE.ORDERS"),
-        (Action::Publish, "$JS.API.STREAM.PURGE.ORDERS"),
+        (Verb::Publish, "$JS.API.STREAM.CREATE.AUDIT"),
+        (Verb::Publish, "$JS.API.STREAM.DELETE.ORDERS"),
+        (Verb::Publish, "$JS.API.STREAM.PURGE.ORDERS"),
         // A relay's per-instance consumer name is unknown in advance, so a stream with a
         // relay grants any consumer name on it; a stream without one grants names only.
-        (Action::Publish, "$JS.API.CONSUMER.DELETE.AUDIT.audit"),
-        (Action::Publish, "$JS.API.CONSUMER.CREATE.AUDIT.other"),
-        (Action::Publish, "$JS.API.CONSUMER.CREATE.LEDGER.other"),
-        (Action::Publish, "$JS.API.STREAM.CREATE.LEDGER"),
-        (Action::Publish, "audit.written"),
-        (Action::Publish, "$JS.ACK.AUDIT.other.1"),
-        (Action::Subscribe, "_INBOX.>"),
-        (Action::Subscribe, "orders.>"),
-        (Action::Subscribe, ">"),
-        (Action::Publish, "$JS.API.>"),
+        (Verb::Publish, "$JS.API.CONSUMER.DELETE.AUDIT.audit"),
+        (Verb::Publish, "$JS.API.CONSUMER.CREATE.AUDIT.other"),
+        (Verb::Publish, "$JS.API.CONSUMER.CREATE.LEDGER.other"),
+        (Verb::Publish, "$JS.API.STREAM.CREATE.LEDGER"),
+        (Verb::Publish, "audit.written"),
+        (Verb::Publish, "$JS.ACK.AUDIT.other.1"),
+        (Verb::Subscribe, "_INBOX.>"),
+        (Verb::Subscribe, "orders.>"),
+        (Verb::Subscribe, ">"),
+        (Verb::Publish, "$JS.API.>"),
     ] {
         assert!(!p.allows(action, subject), "{action:?} {subject} allowed");
     }
@@ -306,24 +304,24 @@ fn roles_differ_in_what_they_may_change() {
     let pause = "$JS.API.CONSUMER.PAUSE.ORDERS.pull-v1";
     let pull = "$JS.API.CONSUMER.MSG.NEXT.ORDERS.pull";
     let relay = "$JS.API.CONSUMER.CREATE.ORDERS.relay_x_2.orders.shipped";
-    assert!(owner.allows(Action::Publish, create) && owner.allows(Action::Publish, pause));
-    assert!(!bind.allows(Action::Publish, create) && !bind.allows(Action::Publish, pause));
+    assert!(owner.allows(Verb::Publish, create) && owner.allows(Verb::Publish, pause));
+    assert!(!bind.allows(Verb::Publish, create) && !bind.allows(Verb::Publish, pause));
     assert!(!bind.allows(
-        Action::Publish,
+        Verb::Publish,
         "$JS.API.CONSUMER.CREATE.ORDERS.pull.orders.created"
     ));
-    assert!(bind.allows(Action::Publish, pull) && bind.allows(Action::Publish, relay));
-    assert!(bind.allows(Action::Publish, "$JS.API.CONSUMER.INFO.ORDERS.pull"));
-    assert!(operator.allows(Action::Publish, create) && operator.allows(Action::Publish, pause));
-    assert!(!operator.allows(Action::Publish, pull) && !operator.allows(Action::Publish, relay));
-    assert!(!operator.allows(Action::Publish, "orders.created"));
-    assert!(operator.allows(Action::Subscribe, "_INBOX_ops.x"));
+    assert!(bind.allows(Verb::Publish, pull) && bind.allows(Verb::Publish, relay));
+    assert!(bind.allows(Verb::Publish, "$JS.API.CONSUMER.INFO.ORDERS.pull"));
+    assert!(operator.allows(Verb::Publish, create) && operator.allows(Verb::Publish, pause));
+    assert!(!operator.allows(Verb::Publish, pull) && !operator.allows(Verb::Publish, relay));
+    assert!(!operator.allows(Verb::Publish, "orders.created"));
+    assert!(operator.allows(Verb::Subscribe, "_INBOX_ops.x"));
     // The operator inspects the services and serves nothing.
-    assert!(operator.allows(Action::Publish, "$SRV.PING.members"));
-    assert!(operator.allows(Action::Publish, "$SRV.STATS.members.abc"));
-    assert!(!operator.allows(Action::Publish, "$SRV.INFO.members"));
+    assert!(operator.allows(Verb::Publish, "$SRV.PING.members"));
+    assert!(operator.allows(Verb::Publish, "$SRV.STATS.members.abc"));
+    assert!(!operator.allows(Verb::Publish, "$SRV.INFO.members"));
     assert!(!operator.allows_queue("members.get", "q"));
-    assert!(!operator.allows(Action::Subscribe, "$SRV.PING"));
+    assert!(!operator.allows(Verb::Subscribe, "$SRV.PING"));
     assert!(operator.responses.is_none());
     // A bind-only replica serves as an owner does.
     assert!(bind.allows_queue("members.get", "q") && bind.responses.is_some());
@@ -343,14 +341,14 @@ fn queue_entries_follow_nats_server_rules() {
         );
     let p = permissions(&topology, &Role::owner("svc"));
     let members: Vec<String> = p
-        .of(Action::Subscribe)
+        .of(Verb::Subscribe)
         .filter(|e| e.subject.starts_with("members"))
         .map(Permission::pattern)
         .collect();
     assert_eq!(members, ["members.>"]);
     assert!(p.allows_queue("members.get", "q") && p.allows_queue("members.get", "any"));
     let merged = p
-        .of(Action::Subscribe)
+        .of(Verb::Subscribe)
         .find(|e| e.subject == "members.>")
         .unwrap();
     assert!(
@@ -368,7 +366,7 @@ fn queue_entries_follow_nats_server_rules() {
         &Role::owner("svc"),
     );
     let entry = alone
-        .of(Action::Subscribe)
+        .of(Verb::Subscribe)
         .find(|e| e.subject == "members.get")
         .unwrap();
     assert_eq!(entry.pattern(), "members.get q");

@@ -10,14 +10,11 @@ fn domains_prefixes_and_extra_outputs() {
         .with_inbox_prefix("_I.svc")
         .publishes("invoices.>");
     let p = permissions(&every_kind(), &role);
-    assert!(p.allows(
-        Action::Publish,
-        "$JS.edge.API.CONSUMER.MSG.NEXT.ORDERS.pull"
-    ));
-    assert!(!p.allows(Action::Publish, "$JS.API.CONSUMER.MSG.NEXT.ORDERS.pull"));
-    assert!(p.allows(Action::Publish, "_NATS_TOPOLOGY.META.ANSWERS.$JS.edge.API"));
-    assert!(p.allows(Action::Subscribe, "_I.svc.x.y"));
-    assert!(p.allows(Action::Publish, "invoices.paid"));
+    assert!(p.allows(Verb::Publish, "$JS.edge.API.CONSUMER.MSG.NEXT.ORDERS.pull"));
+    assert!(!p.allows(Verb::Publish, "$JS.API.CONSUMER.MSG.NEXT.ORDERS.pull"));
+    assert!(p.allows(Verb::Publish, "_NATS_TOPOLOGY.META.ANSWERS.$JS.edge.API"));
+    assert!(p.allows(Verb::Subscribe, "_I.svc.x.y"));
+    assert!(p.allows(Verb::Publish, "invoices.paid"));
     assert_eq!(Role::owner("my service.v2").service(), "my_service_v2");
 }
 
@@ -63,10 +60,10 @@ fn a_pinned_client_may_unpin_its_own_consumer_only() {
     );
     for role in [Role::owner("svc"), Role::bind_only("svc")] {
         let p = permissions(&topology, &role);
-        assert!(p.allows(Action::Publish, "$JS.API.CONSUMER.UNPIN.ORDERS.active"));
-        assert!(!p.allows(Action::Publish, "$JS.API.CONSUMER.UNPIN.ORDERS.other"));
+        assert!(p.allows(Verb::Publish, "$JS.API.CONSUMER.UNPIN.ORDERS.active"));
+        assert!(!p.allows(Verb::Publish, "$JS.API.CONSUMER.UNPIN.ORDERS.other"));
     }
     // Without a pinned client, no unpin.
     let p = permissions(&every_kind(), &Role::owner("svc"));
-    assert!(!p.allows(Action::Publish, "$JS.API.CONSUMER.UNPIN.ORDERS.pull"));
+    assert!(!p.allows(Verb::Publish, "$JS.API.CONSUMER.UNPIN.ORDERS.pull"));
 }

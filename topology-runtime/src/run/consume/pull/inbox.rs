@@ -7,7 +7,7 @@
 //! longer current (a pinned-client priority group). The 408/409 of a request that delivered
 //! part of its batch carry how many it did not (`Nats-Pending-Messages`).
 
-use crate::run::loss::Loss;
+use super::super::loss::Loss;
 use async_nats::StatusCode;
 
 /// One thing the server sent to the inbox.

@@ -7,7 +7,7 @@
 //! leader's advisory makes the session pull again at once (the old leader took the open
 //! requests with it).
 
-use crate::run::loss::Loss;
+use super::super::loss::Loss;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;

@@ -21,10 +21,10 @@ use async_nats::jetstream::{self, consumer};
 use futures::{FutureExt, StreamExt};
 use tokio::time::Instant;
 
-use super::Settings;
-use super::feed::Fetched;
+use super::ack::Fetched;
 use super::flow::Flow;
 use super::loss::Loss;
+use crate::run::Settings;
 use inbox::Inbox;
 pub(in crate::run) use liveness::Watch;
 use liveness::{Event, Liveness};

@@ -1,0 +1,31 @@
+//! Consuming: one supervised task per queue consumer, relay or watch, from the pull request to
+//! the settled message. Each step decides one thing:
+//!
+//! - `supervise`: the task: ensure, consume, re-ensure after a loss, drain.
+//! - `resume`: where a re-created consumer resumes (tied to the stream instance).
+//! - `feed`: where a consumer's messages come from (`pull`: our own pull requests; push).
+//! - `pull`: the pull requests, their inbox, the liveness of the pulls, priority groups.
+//! - `flow`: how many messages to ask for.
+//! - `pump`: how many messages are held and started at once.
+//! - `loss`: a delivery lost to a cut link, said once to everything that must react.
+//! - `dispatch`: one message from fetched to settled.
+//! - `ack`: every settle (ack, nak, term, progress): fire-and-forget, or confirmed before the
+//!   delivery's deadline, or none for a consumer that takes no acks.
+//! - `dead_letter`: a message that will not be handled, published with its error.
+//! - `outcome`: one observer of each message's outcome for health, metrics and resume.
+//! - `replay`: an ordered replay's own place in its stream.
+
+mod ack;
+mod dead_letter;
+mod dispatch;
+mod feed;
+mod flow;
+mod loss;
+mod outcome;
+mod pull;
+mod pump;
+mod replay;
+mod resume;
+mod supervise;
+
+pub(super) use supervise::supervise;
