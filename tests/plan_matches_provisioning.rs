@@ -1,8 +1,12 @@
-//! `plan` says what provisioning then does, for every drift case: missing, the same, editable
-//! drift, immutable drift (stream and consumer), an older, a newer, an unordered and a
-//! missing version stamp, extra subjects on the server, a migration, external streams
-//! (covering and not), and a bind-only runtime's verification (missing, drifted). Each case reads the plan, provisions, and compares what changed on the
-//! server (and what failed, and what health says) with the plan's action.
+//! `plan` says what provisioning then does, for every case: missing, the same, editable
+//! drift, immutable drift (stream and consumer), a plain durable where a queue consumer is
+//! declared, an older, a newer, an unordered and a missing version stamp, extra subjects on
+//! the server, a migration with and without the old consumer, a consumer a newer declaration
+//! migrated away from, a relay, external streams (covering and not), and a bind-only
+//! runtime's verification (missing, drifted). Each case reads the plan, provisions, and
+//! compares what changed on the server (and what failed, and what health says) with the
+//! plan's action. A refusal (a feature the server lacks) is planned as one, with the message
+//! provisioning fails with: tests/versions.rs, on a server that lacks it.
 
 mod fixture;
 
@@ -179,6 +183,12 @@ async fn plan_then_provision(fx: &Fixture, runtime: Runtime) -> Plan {
             Action::Verify(Err(_)) | Action::Bound(Err(_)) => {
                 let error = provisioned.as_ref().expect_err("not ready fails");
                 assert_eq!(error.kind(), ProvisionErrorKind::ExternalNotReady, "{what}");
+                assert_eq!(before, after, "{what}");
+            }
+            Action::Refused(why) => {
+                let error = provisioned.as_ref().expect_err("a refusal fails");
+                assert_eq!(error.kind(), ProvisionErrorKind::Unsupported, "{what}");
+                assert_eq!(&error.to_string(), why, "the same message: {what}");
                 assert_eq!(before, after, "{what}");
             }
             Action::PerInstance => unreachable!("filtered out"),
@@ -433,5 +443,87 @@ async fn plan_says_what_a_bind_only_runtime_does() {
         plan.items[0].action,
         Action::Bound(Ok(Vec::new())),
         "{plan}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plan_says_what_provisioning_does_with_plain_durables_relays_and_retired_consumers() {
+    let fx = Fixture::start().await;
+    let js = fx.jetstream().await;
+
+    // A plain push durable (one subscriber) where a queue consumer is declared: a conflict.
+    let (decl, t) = topology(&fx, "PLAN_PLAIN", 3600, 3);
+    js.create_stream(stream::Config {
+        name: decl.name.to_owned(),
+        subjects: decl.subjects.iter().map(|s| (*s).to_owned()).collect(),
+        max_age: Duration::from_secs(3600),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    js.create_consumer_on_stream(
+        consumer::push::Config {
+            durable_name: Some("workers".into()),
+            deliver_subject: "plain.deliver".into(),
+            filter_subject: "plan_plain.work".into(),
+            ..Default::default()
+        },
+        decl.name,
+    )
+    .await
+    .unwrap();
+    let plan = plan_then_provision(&fx, runtime(fx.connect().await, t, "1.0.0")).await;
+    assert!(
+        kinds(&plan)[1].starts_with("Conflict"),
+        "a plain durable cannot become a queue consumer in place: {plan}"
+    );
+
+    // `migrate_from` whose old consumer does not exist (a first deploy): created.
+    let decl = stream("PLAN_FRESH", &["plan_fresh.>"]).max_age(Duration::from_secs(3600));
+    let fresh = queue(
+        "tests::on_job",
+        &decl,
+        "plan_fresh.work",
+        QueueDecl::new("workers-v2")
+            .max_deliver(3)
+            .migrate_from("workers"),
+    );
+    let t = job_topology(decl, fresh, fx.ledger.clone(), Duration::ZERO);
+    let plan = plan_then_provision(&fx, runtime(fx.connect().await, t, "2.0.0")).await;
+    assert_eq!(kinds(&plan), ["Create", "Create"]);
+
+    // A consumer a newer declaration migrated away from (deleted, its successor naming it):
+    // at start-up the older declaration creates it again, as the plan says (the newer
+    // fleet's retirement pauses and deletes it again; after a loss it stays superseded).
+    let (decl, t) = topology(&fx, "PLAN_RETIRED", 3600, 3);
+    plan_then_provision(&fx, runtime(fx.connect().await, t, "1.0.0")).await;
+    let moved = queue(
+        "tests::on_job",
+        &decl,
+        "plan_retired.work",
+        QueueDecl::new("workers-v2")
+            .max_deliver(3)
+            .migrate_from("workers"),
+    );
+    let t = job_topology(decl, moved, fx.ledger.clone(), Duration::ZERO);
+    plan_then_provision(&fx, runtime(fx.connect().await, t, "2.0.0")).await;
+    fixture::delete_consumer(&js, decl.name, "workers").await;
+    let (_, t) = topology(&fx, "PLAN_RETIRED", 3600, 3);
+    let plan = plan_then_provision(&fx, runtime(fx.connect().await, t, "1.0.0")).await;
+    assert_eq!(kinds(&plan), ["Nothing", "Create"]);
+
+    // A relay: created by each instance when it runs, never by provisioning.
+    let decl = stream("PLAN_RELAY", &["plan_relay.>"]);
+    let t = Topology::new().stream(decl).consumer(
+        fixture::relay("tests::on_status", &decl, "plan_relay.status"),
+        fixture::job_handler(fx.ledger.clone(), Duration::ZERO),
+    );
+    let plan = plan_then_provision(&fx, runtime(fx.connect().await, t, "1.0.0")).await;
+    assert_eq!(kinds(&plan), ["Create", "PerInstance"]);
+    let mut relay_stream = js.get_stream("PLAN_RELAY").await.unwrap();
+    assert_eq!(
+        relay_stream.info().await.unwrap().state.consumer_count,
+        0,
+        "provisioning creates no relay: {plan}"
     );
 }

@@ -285,7 +285,7 @@ async fn migrate_from_on_a_server_without_consumer_pause_is_refused_naming_its_v
         "old.work",
         QueueDecl::new("v2").migrate_from("v1"),
     );
-    let outcome = fast(Runtime::builder(client.clone()))
+    let runtime = fast(Runtime::builder(client.clone()))
         .topology(job_topology(
             decl,
             migrating,
@@ -293,14 +293,21 @@ async fn migrate_from_on_a_server_without_consumer_pause_is_refused_naming_its_v
             Duration::ZERO,
         ))
         .build()
-        .unwrap()
-        .run_until(std::future::pending::<()>())
-        .await;
+        .unwrap();
+    let plan = runtime.plan().await.expect("a plan");
+    let outcome = runtime.run_until(std::future::pending::<()>()).await;
     let Err(RunError::Provision(error)) = outcome else {
         panic!("refused at start-up: {outcome:?}");
     };
     assert_eq!(error.kind(), ProvisionErrorKind::Unsupported);
     let text = error.to_string();
+    // The plan said so, in the same words.
+    assert_eq!(
+        plan.items[1].action,
+        Action::Refused(text.clone()),
+        "{plan}"
+    );
+    assert!(plan.fails(), "{plan}");
     assert!(
         text.contains("2.10.25") && text.contains("migrate_from"),
         "{text}"
@@ -350,7 +357,7 @@ async fn priority_groups_on_a_server_without_them_are_refused_naming_its_version
         ),
     ] {
         let consumer = queue_decl(&decl, queue);
-        let outcome = fast(Runtime::builder(client.clone()))
+        let runtime = fast(Runtime::builder(client.clone()))
             .topology(job_topology(
                 decl,
                 consumer,
@@ -358,14 +365,19 @@ async fn priority_groups_on_a_server_without_them_are_refused_naming_its_version
                 Duration::ZERO,
             ))
             .build()
-            .unwrap()
-            .run_until(std::future::pending::<()>())
-            .await;
+            .unwrap();
+        let plan = runtime.plan().await.expect("a plan");
+        let outcome = runtime.run_until(std::future::pending::<()>()).await;
         let Err(RunError::Provision(error)) = outcome else {
             panic!("refused at start-up: {outcome:?}");
         };
         assert_eq!(error.kind(), ProvisionErrorKind::Unsupported);
         let text = error.to_string();
+        assert_eq!(
+            plan.items[1].action,
+            Action::Refused(text.clone()),
+            "{plan}"
+        );
         assert!(
             text.contains(OldServer::VERSION)
                 && text.contains(&format!("priority = \"{policy}\""))

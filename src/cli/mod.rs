@@ -219,10 +219,10 @@ impl Cli {
             Command::Plan(_) => {
                 let plan = runtime.plan().await.map_err(|e| e.to_string())?;
                 print!("{plan}");
-                if plan.has_conflicts() {
-                    eprintln!("error: provisioning would fail on the conflicts above");
+                if plan.fails() {
+                    eprintln!("error: provisioning would fail on the conflicts or refusals above");
                 }
-                Ok(!plan.has_conflicts())
+                Ok(!plan.fails())
             }
             Command::Inspect(_) => {
                 let inspection = runtime.inspect().await.map_err(|e| e.to_string())?;

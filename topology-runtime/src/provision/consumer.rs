@@ -5,7 +5,7 @@ use async_nats::jetstream::{ErrorCode, consumer, stream};
 use serde::Serialize;
 
 use super::config::apply_editable_consumer_fields;
-use super::reconcile::{self, Action};
+use super::reconcile::{self, Action, Approach};
 use super::version::{MIGRATED_FROM_KEY, VERSION_KEY, stamped_consumer_config};
 use super::{
     ApiError, Failure, ProvisionError, ProvisionErrorKind, Provisioner, ResumePoint, Start,
@@ -58,19 +58,16 @@ impl Provisioner {
             .name
             .clone()
             .expect("consumer_config always names the consumer");
-        self.check_priority_supported(stream_name, decl)?;
-        if self.bind_only && decl.as_queue().is_some() {
-            return self.verify_bound(stream_name, &name, decl, &config).await;
-        }
-        let migrating = decl
-            .as_queue()
-            .and_then(|q| q.migrate_from)
-            .filter(|old| *old != name);
-        if let Some(old) = migrating {
-            self.check_migration_supported(stream_name, &name, old)?;
-            self.migrate(stream_name, (old, &name), &config, workqueue)
-                .await?;
-        }
+        let migrating = match self.consumer_approach(stream_name, decl, &name) {
+            Approach::Refuse(refused) => return Err(refused),
+            Approach::Verify => return self.verify_bound(stream_name, &name, decl, &config).await,
+            Approach::Migrate(old) => {
+                self.migrate(stream_name, (old, &name), &config, workqueue)
+                    .await?;
+                true
+            }
+            Approach::Ensure => false,
+        };
         if matches!(mode, UpdateMode::CreateOnly { .. }) && decl.as_queue().is_some() {
             self.refuse_to_resurrect(stream_name, &name).await?;
         }
@@ -91,7 +88,7 @@ impl Provisioner {
                     // still count it as overlapping the new one (10099/10100): try again.
                     Err(Failure::Fatal(e))
                         if workqueue
-                            && migrating.is_some()
+                            && migrating
                             && e.server_code().is_some_and(|code| {
                                 code == ErrorCode(10099) || code == ErrorCode(10100)
                             }) =>

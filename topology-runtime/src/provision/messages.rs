@@ -15,8 +15,8 @@ impl Provisioner {
         &self,
         decl: &StreamDecl,
     ) -> Result<(), ProvisionError> {
-        let version = self.client.jetstream().client().server_info().version;
-        let Some(parsed) = super::parse_version(&version) else {
+        let version = self.server();
+        let Some(parsed) = version.parsed() else {
             return Ok(());
         };
         let Some((key, (major, minor, _))) = decl.message_feature_missing(parsed) else {

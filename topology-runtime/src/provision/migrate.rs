@@ -28,9 +28,6 @@ use super::{Failure, ProvisionError, ProvisionErrorKind, Provisioner, rejected};
 /// that the server's remaining-time arithmetic (nanoseconds in an i64) cannot overflow.
 pub(crate) const PAUSED_UNTIL: &str = "2099-12-31T00:00:00Z";
 
-/// The first nats-server with consumer pause.
-const PAUSE_SINCE: (u64, u64, u64) = (2, 11, 0);
-
 /// How often the old consumer is read while waiting for it to pause and drain.
 const POLL: Duration = Duration::from_millis(100);
 
@@ -41,12 +38,6 @@ const IDLE_READS: u32 = 3;
 /// Once the old consumer is gone, it is read every this many ticks.
 const ABSENT_EVERY: u32 = 30;
 
-/// Whether `version` (a server's) has consumer pause; `None` if it does not parse (then the
-/// pause request itself tells).
-pub(crate) fn has_pause(version: &str) -> Option<bool> {
-    super::parse_version(version).map(|found| found >= PAUSE_SINCE)
-}
-
 impl Provisioner {
     /// Refuses `migrate_from` on a server without consumer pause, naming its version.
     pub(crate) fn check_migration_supported(
@@ -55,8 +46,8 @@ impl Provisioner {
         new: &str,
         old: &str,
     ) -> Result<(), ProvisionError> {
-        let version = self.client.jetstream().client().server_info().version;
-        if has_pause(&version) == Some(false) {
+        let version = self.server();
+        if version.has_pause() == Some(false) {
             return Err(ProvisionError::new(
                 ProvisionErrorKind::Unsupported,
                 stream,
@@ -317,21 +308,5 @@ impl Provisioner {
             }
             idle_since = None;
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn consumer_pause_is_gated_on_the_server_version() {
-        assert_eq!(has_pause("2.10.25"), Some(false));
-        assert_eq!(has_pause("2.9.25"), Some(false));
-        assert_eq!(has_pause("2.11.0"), Some(true));
-        assert_eq!(has_pause("2.11.0-RC.1"), Some(true));
-        assert_eq!(has_pause("2.15.1"), Some(true));
-        assert_eq!(has_pause("3.0.0"), Some(true));
-        assert_eq!(has_pause("unknown"), None);
     }
 }

@@ -20,6 +20,7 @@
 //! - `config`: declaration -> server configuration; `drift`: server vs declaration.
 
 mod bound;
+mod capabilities;
 mod client;
 mod config;
 mod consumer;
@@ -50,6 +51,7 @@ pub use instance::{ResumePoint, StreamInstance};
 pub use leader::LeaderTimings;
 pub(crate) use leader::{ADVISORY_PREFIX, Advisories, FLEET_PREFIX};
 pub use reconcile::Action;
+pub(crate) use reconcile::Approach;
 pub(crate) use stream::uncovered;
 pub use version::{MIGRATED_FROM_KEY, Precedence, VERSION_KEY, precedence};
 pub(crate) use version::{stamped_consumer_config, stamped_stream_config};
@@ -77,6 +79,8 @@ pub struct Provisioner {
     client: client::ApiClient,
     /// Whether the server-version warning was given ([`Provisioner::warn_if_server_too_old`]).
     warned_version: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    /// The last server version read ([`Provisioner::server`]).
+    server: capabilities::KnownServer,
     /// The version stamped on what this provisioner creates or updates, overriding the
     /// declarations' own ([`RuntimeBuilder::version`](crate::RuntimeBuilder::version)).
     version: Option<std::sync::Arc<str>>,
@@ -85,17 +89,6 @@ pub struct Provisioner {
     /// Verifies owned streams and queue consumers instead of creating or changing them
     /// ([`RuntimeBuilder::bind_only`](crate::RuntimeBuilder::bind_only)).
     bind_only: bool,
-}
-
-/// The oldest server on which repeating an identical CREATE is safe.
-const MIN_SERVER_VERSION: (u64, u64, u64) = (2, 14, 5);
-
-/// `"2.15.1"` (or `"2.15.1-beta"`) as a tuple.
-pub(crate) fn parse_version(version: &str) -> Option<(u64, u64, u64)> {
-    let mut parts = version
-        .split(['.', '-', '+'])
-        .map(|p| p.parse::<u64>().ok());
-    Some((parts.next()??, parts.next()??, parts.next()??))
 }
 
 impl Provisioner {
@@ -120,6 +113,7 @@ impl Provisioner {
         Provisioner {
             client: client::ApiClient::new(client, policy, api, timings),
             warned_version: Default::default(),
+            server: Default::default(),
             version: None,
             older: OlderDeclarations::default(),
             bind_only: false,
@@ -166,10 +160,8 @@ impl Provisioner {
         {
             return;
         }
-        let version = self.client.jetstream().client().server_info().version;
-        if let Some(found) = parse_version(&version)
-            && found < MIN_SERVER_VERSION
-        {
+        let version = self.server();
+        if version.at_least(capabilities::SAFE_CREATE_SINCE) == Some(false) {
             tracing::warn!(
                 server_version = %version,
                 "nats-server {version} is older than 2.14.5: concurrent identical stream creates can \

@@ -8,13 +8,7 @@ use super::config::source_config;
 use super::error::Drift;
 use super::{FieldDiff, ProvisionError, ProvisionErrorKind, Provisioner};
 use topology_core::model::StreamDecl;
-use topology_core::origin::{TRANSFORMS_SINCE, first_transform};
-
-/// Whether `version` (a server's) applies subject transforms to a stream, its mirror and its
-/// sources; `None` if it does not parse (then the server's own answer tells).
-pub(crate) fn has_transforms(version: &str) -> Option<bool> {
-    super::parse_version(version).map(|found| found >= TRANSFORMS_SINCE)
-}
+use topology_core::origin::first_transform;
 
 impl Provisioner {
     /// Refuses a stream declaring a subject transform on a server that would ignore it.
@@ -25,8 +19,8 @@ impl Provisioner {
         let Some((key, dest)) = first_transform(decl) else {
             return Ok(());
         };
-        let version = self.client.jetstream().client().server_info().version;
-        if has_transforms(&version) == Some(false) {
+        let version = self.server();
+        if version.has_transforms() == Some(false) {
             return Err(ProvisionError::new(
                 ProvisionErrorKind::Unsupported,
                 decl.name,
@@ -158,14 +152,6 @@ mod tests {
     use topology_core::model::Origin;
 
     static ORDERS: StreamDecl = StreamDecl::new("ORDERS", &["orders.>"]);
-
-    #[test]
-    fn transforms_since_2_10() {
-        assert_eq!(has_transforms("2.9.25"), Some(false));
-        assert_eq!(has_transforms("2.10.0"), Some(true));
-        assert_eq!(has_transforms("2.15.1"), Some(true));
-        assert_eq!(has_transforms("dev"), None);
-    }
 
     #[test]
     fn another_origin_is_immutable_and_says_how_to_fix_it() {

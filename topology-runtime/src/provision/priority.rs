@@ -3,15 +3,8 @@
 //! naming the server's version.
 
 use topology_core::model::ConsumerDecl;
-use topology_core::priority::PRIORITY_SINCE;
 
 use super::{ProvisionError, ProvisionErrorKind, Provisioner};
-
-/// Whether `version` (a server's) has priority groups; `None` if it does not parse (then the
-/// server's own answer tells).
-pub(crate) fn has_priority_groups(version: &str) -> Option<bool> {
-    super::parse_version(version).map(|found| found >= PRIORITY_SINCE)
-}
 
 impl Provisioner {
     /// Refuses a queue consumer declaring a priority on a server without priority groups.
@@ -24,8 +17,8 @@ impl Provisioner {
         else {
             return Ok(());
         };
-        let version = self.client.jetstream().client().server_info().version;
-        if has_priority_groups(&version) == Some(false) {
+        let version = self.server();
+        if version.has_priority_groups() == Some(false) {
             return Err(ProvisionError::new(
                 ProvisionErrorKind::Unsupported,
                 stream,
@@ -39,18 +32,5 @@ impl Provisioner {
             .consumer(queue.group));
         }
         Ok(())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::has_priority_groups;
-
-    #[test]
-    fn since_2_11() {
-        assert_eq!(has_priority_groups("2.10.26"), Some(false));
-        assert_eq!(has_priority_groups("2.11.0"), Some(true));
-        assert_eq!(has_priority_groups("2.12.0-RC.1"), Some(true));
-        assert_eq!(has_priority_groups("dev"), None);
     }
 }

@@ -1,6 +1,13 @@
-//! Reconciliation: what to do with one declaration, given what the server holds. One function
-//! per kind ([`stream`], [`consumer`]); provisioning executes the [`Action`] it returns and
-//! `plan` prints it, so the two cannot disagree.
+//! Reconciliation: what to do with one declaration. Two steps, each decided here once:
+//!
+//! - before anything is compared ([`Provisioner::stream_approach`],
+//!   [`Provisioner::consumer_approach`]): refused on this server (a feature it lacks), only
+//!   verified (external, bind-only), migrated to from an older consumer, or ensured;
+//! - then, given what the server holds, one function per kind ([`stream`], [`consumer`]).
+//!
+//! Provisioning executes what they return and `plan` prints it, so the two cannot disagree:
+//! a refusal is an action too ([`Action::Refused`], with the message provisioning fails
+//! with).
 
 use std::collections::HashMap;
 use std::fmt;
@@ -26,6 +33,9 @@ pub enum Action {
     Update(Vec<FieldDiff>),
     /// It exists with fields that cannot be changed in place: provisioning fails.
     Conflict(Vec<FieldDiff>),
+    /// Refused before anything is compared (a feature the server lacks): provisioning fails
+    /// with this message.
+    Refused(String),
     /// An external stream: verified only. `Ok` if it exists and covers what is consumed.
     Verify(Result<(), String>),
     /// The consumer is created from `from` at its ack floor, and `from` deleted.
@@ -70,6 +80,7 @@ impl fmt::Display for Action {
                 f.write_str("CONFLICT (cannot change in place): ")?;
                 fields(f, diffs)
             }
+            Action::Refused(why) => write!(f, "REFUSED: {why}"),
             Action::Verify(Ok(())) => {
                 f.write_str("external: exists and covers the consumed subjects")
             }
@@ -105,6 +116,63 @@ impl fmt::Display for Action {
                 fields(f, diffs)
             }
             Action::Bound(Err(why)) => write!(f, "bind-only, NOT READY: {why}"),
+        }
+    }
+}
+
+/// What provisioning does with a declaration before it compares anything with the server.
+pub(crate) enum Approach {
+    /// Refused here: provisioning fails with this error.
+    Refuse(ProvisionError),
+    /// Only verified: an external stream, or a bind-only runtime's stream or queue consumer.
+    Verify,
+    /// A queue consumer moved to from the older consumer named (if it still exists).
+    Migrate(&'static str),
+    /// Created first, compared only on conflict.
+    Ensure,
+}
+
+impl Provisioner {
+    /// The approach to a stream: verified when external or bind-only; refused when it
+    /// declares what the server would ignore (a subject transform, a per-message feature);
+    /// else ensured.
+    pub(crate) fn stream_approach(&self, decl: &StreamDecl) -> Approach {
+        if decl.external || self.bind_only {
+            return Approach::Verify;
+        }
+        match self
+            .check_transforms_supported(decl)
+            .and_then(|()| self.check_message_features_supported(decl))
+        {
+            Err(refused) => Approach::Refuse(refused),
+            Ok(()) => Approach::Ensure,
+        }
+    }
+
+    /// The approach to the consumer `name` declared as `decl` on `stream`: refused when it
+    /// declares a priority or a migration the server lacks; verified by a bind-only runtime
+    /// (a queue consumer); migrated to when it declares `migrate_from`; else ensured.
+    pub(crate) fn consumer_approach(
+        &self,
+        stream: &str,
+        decl: &ConsumerDecl,
+        name: &str,
+    ) -> Approach {
+        if let Err(refused) = self.check_priority_supported(stream, decl) {
+            return Approach::Refuse(refused);
+        }
+        let Some(queue) = decl.as_queue() else {
+            return Approach::Ensure;
+        };
+        if self.bind_only {
+            return Approach::Verify;
+        }
+        match queue.migrate_from.filter(|old| *old != name) {
+            Some(old) => match self.check_migration_supported(stream, name, old) {
+                Err(refused) => Approach::Refuse(refused),
+                Ok(()) => Approach::Migrate(old),
+            },
+            None => Approach::Ensure,
         }
     }
 }

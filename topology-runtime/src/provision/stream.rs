@@ -5,7 +5,7 @@ use async_nats::jetstream::{ErrorCode, stream};
 
 use super::config::apply_stream_decl;
 use super::drift::extra_subjects;
-use super::reconcile::{self, Action};
+use super::reconcile::{self, Action, Approach};
 use super::version::{set_stamp, stamp, stamped_stream_config};
 use super::{Failure, ProvisionError, ProvisionErrorKind, Provisioner, rejected};
 use topology_core::model::StreamDecl;
@@ -20,20 +20,22 @@ impl Provisioner {
         consumed: &[&str],
     ) -> Result<stream::Info, ProvisionError> {
         self.warn_if_server_too_old();
-        if decl.external || self.bind_only {
-            return self
-                .client
-                .retry(decl.name, None, || self.verify_external(decl, consumed))
-                .await;
+        match self.stream_approach(decl) {
+            Approach::Refuse(refused) => Err(refused),
+            Approach::Verify => {
+                self.client
+                    .retry(decl.name, None, || self.verify_external(decl, consumed))
+                    .await
+            }
+            Approach::Migrate(_) | Approach::Ensure => {
+                self.client
+                    .retry(decl.name, None, || self.ensure_owned_stream(decl))
+                    .await
+            }
         }
-        self.client
-            .retry(decl.name, None, || self.ensure_owned_stream(decl))
-            .await
     }
 
     async fn ensure_owned_stream(&self, decl: &StreamDecl) -> Result<stream::Info, Failure> {
-        self.check_transforms_supported(decl)?;
-        self.check_message_features_supported(decl)?;
         self.origins_exist(decl).await?;
         let config = stamped_stream_config(decl, self.version.as_deref());
         let stamp = self.stream_stamp(decl);

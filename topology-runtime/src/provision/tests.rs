@@ -34,15 +34,6 @@ fn a_resume_point_holds_in_its_own_stream_instance_only() {
     assert!(matches!(point.start_in(&other_name), Start::Fresh(_)));
 }
 
-#[test]
-fn versions_compare_as_numbers() {
-    assert_eq!(parse_version("2.15.1"), Some((2, 15, 1)));
-    assert_eq!(parse_version("2.14.5-beta.1"), Some((2, 14, 5)));
-    assert!(parse_version("2.9.25").unwrap() < MIN_SERVER_VERSION);
-    assert!(parse_version("2.14.10").unwrap() > MIN_SERVER_VERSION);
-    assert_eq!(parse_version(""), None);
-}
-
 /// An answer the provisioner cannot read (here: a stream's info read as another shape) is
 /// tried a few times, then reported with the request and the answer, as a kind a
 /// supervisor retries with its backoff rather than in a loop.

@@ -3,7 +3,7 @@
 use std::fmt;
 
 use super::Action;
-use crate::provision::{ProvisionError, Provisioner, UpdateMode, reconcile};
+use crate::provision::{Approach, ProvisionError, Provisioner, UpdateMode, reconcile};
 use crate::registry::Topology;
 use crate::retry::RetryPolicy;
 use topology_core::model::ConsumerKind;
@@ -116,6 +116,14 @@ impl Plan {
             .iter()
             .any(|i| matches!(i.action, Action::Conflict(_)))
     }
+
+    /// Whether provisioning would fail: on a conflict, or on a declaration refused on this
+    /// server.
+    pub fn fails(&self) -> bool {
+        self.items
+            .iter()
+            .any(|i| matches!(i.action, Action::Conflict(_) | Action::Refused(_)))
+    }
 }
 
 impl fmt::Display for Plan {
@@ -168,7 +176,10 @@ pub(crate) async fn plan_with(
         let server = provisioner.read_stream(decl.name).await?;
         let consumed = topology.consumed_subjects(decl.name);
         let on_server = server.as_ref().map(|i| &i.config);
-        let action = provisioner.stream_action(decl, &consumed, on_server);
+        let action = match provisioner.stream_approach(decl) {
+            Approach::Refuse(refused) => Action::Refused(refused.to_string()),
+            _ => provisioner.stream_action(decl, &consumed, on_server),
+        };
         items.push(PlanItem {
             stream: decl.name.to_owned(),
             consumer: None,
@@ -190,37 +201,32 @@ pub(crate) async fn plan_with(
                     continue;
                 }
             };
-            let existing = match server {
-                Some(_) => provisioner.read_consumer(decl.name, queue.group).await?,
-                None => None,
+            let approach = provisioner.consumer_approach(decl.name, &c.decl, queue.group);
+            let existing = match (&approach, &server) {
+                (Approach::Refuse(_), _) | (_, None) => None,
+                (_, Some(_)) => provisioner.read_consumer(decl.name, queue.group).await?,
             };
+            let on_server = existing.as_ref().map(|i| &i.config);
             let declared = provisioner.declared_consumer_config(decl.name, &c.decl, None);
-            if provisioner.is_bind_only() {
-                items.push(PlanItem {
-                    stream: decl.name.to_owned(),
-                    consumer: Some(queue.group.to_owned()),
-                    bucket: None,
-                    action: reconcile::bound_consumer(
+            let action = match approach {
+                Approach::Refuse(refused) => Action::Refused(refused.to_string()),
+                Approach::Verify => reconcile::bound_consumer(&c.decl, &declared, on_server),
+                Approach::Migrate(old) => {
+                    let old_exists = existing.is_none()
+                        && server.is_some()
+                        && provisioner.read_consumer(decl.name, old).await?.is_some();
+                    reconcile::consumer(
                         &c.decl,
                         &declared,
-                        existing.as_ref().map(|i| &i.config),
-                    ),
-                });
-                continue;
-            }
-            let migrate_from_exists = match queue.migrate_from {
-                Some(old) if existing.is_none() && server.is_some() => {
-                    provisioner.read_consumer(decl.name, old).await?.is_some()
+                        on_server,
+                        old_exists,
+                        &UpdateMode::Update,
+                    )
                 }
-                _ => false,
+                Approach::Ensure => {
+                    reconcile::consumer(&c.decl, &declared, on_server, false, &UpdateMode::Update)
+                }
             };
-            let action = reconcile::consumer(
-                &c.decl,
-                &declared,
-                existing.as_ref().map(|i| &i.config),
-                migrate_from_exists,
-                &UpdateMode::Update,
-            );
             items.push(PlanItem {
                 stream: decl.name.to_owned(),
                 consumer: Some(queue.group.to_owned()),
