@@ -3,7 +3,7 @@
 //! `Event::ServerError`), never the request or the subscription it concerns, which just get
 //! no answer. The connections [`connect`](crate::connect) makes carry a callback that keeps
 //! them here, so that the runtime on such a connection can say in health which declaration a
-//! denied subject concerns (see `run/denied.rs`).
+//! denied subject concerns (see `run/watchers/violations.rs`).
 //!
 //! The callback is set before the client exists; the client is found again by its
 //! statistics, which every clone of it shares and nothing else does.

@@ -7,7 +7,7 @@
 //! - `pull`: the pull requests, their inbox, the liveness of the pulls, priority groups.
 //! - `flow`: how many messages to ask for.
 //! - `pump`: how many messages are held and started at once.
-//! - `loss`: a delivery lost to a cut link, said once to everything that must react.
+//! - `loss`: why a consumer's session ended before shutdown; its supervisor ensures it again.
 //! - `dispatch`: one message from fetched to settled.
 //! - `ack`: every settle (ack, nak, term, progress): fire-and-forget, or confirmed before the
 //!   delivery's deadline, or none for a consumer that takes no acks.

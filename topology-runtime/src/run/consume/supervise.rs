@@ -1,6 +1,5 @@
 //! Supervision: one task per consumer that ensures it, consumes, re-ensures it after any loss
-//! (with backoff, never giving up), and drains it on shutdown; and one per stream no consumer
-//! reads.
+//! (with backoff, never giving up), and drains it on shutdown.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;

@@ -1,5 +1,5 @@
 //! The denial watch: reads the permission violations the server reports on the runtime's
-//! connection (kept by its event callback, see `events.rs`), finds the declarations that need
+//! connection (kept by its event callback, see `server_errors.rs`), finds the declarations that need
 //! each denied subject in the service's own generated permissions (`export::permissions`:
 //! the same walk), and shows them in health and metrics.
 
