@@ -2,10 +2,27 @@
 //! declared streams and consumers. (Real `nats-server` processes for tests come from the
 //! `nats-topology-testkit` crate.)
 //!
-//! Modules depend one way: `model` <- `validate` <- `provision` <- `report` <- `run`;
-//! `handler`, `state`, `health`, `retry` and `hash` are the ground every layer stands on.
-//! `run/`, `provision/` and `handler/` are folders, one concern per file (their `mod.rs` lists
-//! them).
+//! Modules stand on layers, bottom first, and import only from layers below their own
+//! (docs/ARCHITECTURE.md, "Layers"; `tests/layers.rs` checks it):
+//!
+//! 1. the ground: `hash`, `retry`, `jsapi`, `grant`, `state`, `telemetry`;
+//! 2. what the runtime records and what handlers see: `health`, `server_errors`, `handler`;
+//! 3. talking to the server: `connect`, `provision`, `service`;
+//! 4. the declarations: `registry`;
+//! 5. what is read from them: `validate`, `export`, `report`, `bucket`;
+//! 6. running them: `run` (`run/consume`, `run/serve`, `run/watchers`).
+
+/// `Debug` as the human message (`Display`), as anyhow's errors do: a `main` returning
+/// `Result<(), E>` prints what went wrong and what to do, not a struct.
+macro_rules! debug_as_display {
+    ($($error:ty),+ $(,)?) => {$(
+        impl ::std::fmt::Debug for $error {
+            fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
+                ::std::fmt::Display::fmt(self, f)
+            }
+        }
+    )+};
+}
 
 pub mod bucket;
 pub mod connect;

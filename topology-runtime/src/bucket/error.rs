@@ -42,7 +42,6 @@ pub enum KvErrorKind {
 /// }
 /// # }
 /// ```
-#[derive(Debug)]
 pub struct KvError {
     kind: KvErrorKind,
     bucket: &'static str,
@@ -141,7 +140,6 @@ pub enum ObjectErrorKind {
 
 /// An error of an [`ObjectStore`](super::ObjectStore) handle: what, in which store, for which
 /// object.
-#[derive(Debug)]
 pub struct ObjectError {
     kind: ObjectErrorKind,
     bucket: &'static str,
@@ -210,3 +208,5 @@ impl StdError for ObjectError {
             .map(|s| s as &(dyn StdError + 'static))
     }
 }
+
+debug_as_display!(KvError, ObjectError);

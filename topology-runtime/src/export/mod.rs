@@ -101,7 +101,7 @@ pub struct NatsJson {
 }
 
 /// Why an export could not be written.
-#[derive(Debug, thiserror::Error)]
+#[derive(thiserror::Error)]
 #[error("cannot write the export to {}: {source}; check that the directory is writable", path.display())]
 pub struct ExportError {
     /// The file or directory.
@@ -110,6 +110,8 @@ pub struct ExportError {
     #[source]
     pub source: std::io::Error,
 }
+
+debug_as_display!(ExportError);
 
 /// The stream and consumer configurations the runtime provisions for `topology`, built by the
 /// same code (no server needed).

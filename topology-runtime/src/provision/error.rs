@@ -67,7 +67,6 @@ impl fmt::Display for FieldDiff {
 }
 
 /// A provisioning failure: what, where (stream, consumer, fields) and what to do.
-#[derive(Debug)]
 pub struct ProvisionError {
     kind: ProvisionErrorKind,
     stream: String,
@@ -337,3 +336,5 @@ pub(crate) fn rejected(
     .source(error)
     .in_consumer(consumer)
 }
+
+debug_as_display!(ProvisionError);

@@ -44,7 +44,7 @@ pub use relay::{Relay, RelayError};
 use tasks::Tasks;
 
 /// Why [`Runtime::run_until`] returned an error.
-#[derive(Debug, thiserror::Error)]
+#[derive(thiserror::Error)]
 #[non_exhaustive]
 pub enum RunError {
     /// A consumer could not be provisioned and retrying cannot fix it (a configuration
@@ -251,3 +251,5 @@ impl crate::bucket::JetStreamSource for Runtime {
         self.jetstream()
     }
 }
+
+debug_as_display!(RunError);

@@ -82,7 +82,7 @@ pub struct Relay {
 }
 
 /// Why [`Relay::ensure`] failed.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
     "the relay `{consumer}` on stream `{stream}` is not supervised: the runtime is not running (start it with `run_until`)"
 )]
@@ -143,3 +143,5 @@ impl Relay {
         }
     }
 }
+
+debug_as_display!(RelayError);

@@ -42,7 +42,7 @@ impl fmt::Display for Problem {
 }
 
 /// Every problem found in a topology.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct ValidationError {
     /// The problems: streams first, then consumers, each in name order; then services,
     /// endpoints and subscriptions.
@@ -320,6 +320,8 @@ fn check_work_queues(
         }
     }
 }
+
+debug_as_display!(ValidationError);
 
 #[cfg(test)]
 mod tests;

@@ -38,7 +38,6 @@ pub enum EnvErrorKind {
 /// assert!(error.to_string().contains("NATS_PASSWORD"));
 /// # }
 /// ```
-#[derive(Debug)]
 pub struct EnvError {
     pub(super) kind: EnvErrorKind,
     pub(super) variable: Option<&'static str>,
@@ -96,3 +95,5 @@ impl std::error::Error for EnvError {
             .map(|source| source.as_ref() as &(dyn std::error::Error + 'static))
     }
 }
+
+debug_as_display!(EnvError);
