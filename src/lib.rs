@@ -119,8 +119,8 @@ pub use topology_macros::{
 };
 
 pub use topology_runtime::connect::{
-    EnvError, EnvErrorKind, EnvOptions, connect, connect_from_env, connect_options, connect_with,
-    options_from,
+    ConnectionProblem, EnvError, EnvErrorKind, EnvOptions, ProblemKind, connect, connect_from_env,
+    connect_options, connect_with, diagnose, options_from,
 };
 
 /// How long a drain waits for each clean-up that needs the broker (the final flush of

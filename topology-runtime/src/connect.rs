@@ -25,7 +25,11 @@
 
 use async_nats::{Client, ConnectError, ConnectErrorKind, ConnectOptions, ServerAddr};
 
+mod diagnose;
 mod env;
+
+pub(crate) use diagnose::no_jetstream;
+pub use diagnose::{ConnectionProblem, ProblemKind, diagnose};
 
 pub use env::{
     EnvError, EnvErrorKind, EnvOptions, NATS_CA, NATS_CERT, NATS_CREDS, NATS_INBOX_PREFIX,
@@ -119,8 +123,8 @@ fn process_env(name: &str) -> Option<String> {
 /// (and of [`EnvOptions::connect`]) are made.
 async fn open(options: ConnectOptions, servers: Vec<ServerAddr>) -> Result<Client, ConnectError> {
     let (options, errors) = crate::server_errors::keep_server_errors(options);
-    let client = options.connect(servers).await?;
-    crate::server_errors::register(&client, errors);
+    let client = options.connect(servers.clone()).await?;
+    crate::server_errors::register(&client, servers, errors);
     Ok(client)
 }
 

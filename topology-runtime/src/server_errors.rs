@@ -11,7 +11,7 @@
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, Weak};
 
-use async_nats::{Client, ConnectOptions, Event, ServerError, Statistics};
+use async_nats::{Client, ClientError, ConnectOptions, Event, ServerAddr, ServerError, Statistics};
 use tokio::sync::broadcast;
 
 use crate::grant::Verb;
@@ -41,10 +41,13 @@ pub(crate) struct Violation {
     pub(crate) at: std::time::Instant,
 }
 
-/// One connection's reported violations: the recent ones, and the ones to come.
+/// One connection's reported violations (the recent ones, and the ones to come), the servers
+/// it lists, and the last failure to connect the client reported (until it connects).
 pub(crate) struct ServerErrors {
     recent: Mutex<VecDeque<Violation>>,
     coming: broadcast::Sender<Heard>,
+    servers: Mutex<Vec<ServerAddr>>,
+    failure: Mutex<Option<String>>,
 }
 
 impl ServerErrors {
@@ -52,7 +55,29 @@ impl ServerErrors {
         Arc::new(ServerErrors {
             recent: Mutex::new(VecDeque::new()),
             coming: broadcast::Sender::new(RECENT),
+            servers: Mutex::new(Vec::new()),
+            failure: Mutex::new(None),
         })
+    }
+
+    /// The servers the connection lists, and the last failure to connect the client reported
+    /// since it was last connected.
+    pub(crate) fn connection(&self) -> (Vec<ServerAddr>, Option<String>) {
+        let servers = self
+            .servers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        let failure = self
+            .failure
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        (servers, failure)
+    }
+
+    fn failed(&self, what: String) {
+        *self.failure.lock().unwrap_or_else(|e| e.into_inner()) = Some(what);
     }
 
     fn report(&self, violation: Violation) {
@@ -66,6 +91,7 @@ impl ServerErrors {
     }
 
     fn connected(&self) {
+        *self.failure.lock().unwrap_or_else(|e| e.into_inner()) = None;
         self.recent
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -108,8 +134,18 @@ pub(crate) fn keep_server_errors(options: ConnectOptions) -> (ConnectOptions, Ar
                     }
                     None => tracing::warn!(error = %text, "the server reported an error"),
                 },
+                Event::ServerError(ServerError::AuthorizationViolation) => {
+                    tracing::warn!("the server refused the connection's credentials");
+                    kept.failed("authorization violation".to_owned());
+                }
                 Event::ServerError(error) => {
                     tracing::warn!(error = %error, "the server reported an error")
+                }
+                // A failed attempt to connect: async-nats says only its kind ("IO error",
+                // "TLS error", "authorization violation", ...); `connect::diagnose` says more.
+                Event::ClientError(ClientError::Other(kind)) => {
+                    tracing::debug!(error = %kind, "could not connect");
+                    kept.failed(kind);
                 }
                 Event::Connected => kept.connected(),
                 other => tracing::debug!(event = %other, "connection event"),
@@ -119,8 +155,9 @@ pub(crate) fn keep_server_errors(options: ConnectOptions) -> (ConnectOptions, Ar
     (options, errors)
 }
 
-/// Records that `client`'s server errors are kept in `errors`.
-pub(crate) fn register(client: &Client, errors: Arc<ServerErrors>) {
+/// Records that `client` (connected to `servers`) keeps its server errors in `errors`.
+pub(crate) fn register(client: &Client, servers: Vec<ServerAddr>, errors: Arc<ServerErrors>) {
+    *errors.servers.lock().unwrap_or_else(|e| e.into_inner()) = servers;
     let mut connections = CONNECTIONS.lock().unwrap_or_else(|e| e.into_inner());
     connections.retain(|(stats, _)| stats.strong_count() > 0);
     connections.push((Arc::downgrade(&client.statistics()), errors));

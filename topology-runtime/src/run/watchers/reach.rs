@@ -16,6 +16,7 @@ use async_nats::connection::State;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use crate::connect::{self, ConnectionProblem};
 use crate::health::ConsumerState;
 use crate::run::Inner;
 
@@ -30,17 +31,43 @@ pub(in crate::run) async fn watch_reach(inner: Arc<Inner>, cancel: CancellationT
     );
     // A slow link may take longer than a heartbeat to answer: the request timeout bounds it.
     let timeout = inner.ensurer.policy().request_timeout;
+    let local_api = matches!(
+        inner.ensurer.provisioner().jetstream_api(),
+        crate::jsapi::JetStreamApi::Local
+    );
     let mut ticker = tokio::time::interval(every);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // What was last said at WARN about the connection, so that each problem is said once.
+    let mut said: Option<ConnectionProblem> = None;
     loop {
+        let disconnected = client.connection_state() != State::Connected;
         tokio::select! {
             _ = ticker.tick() => {}
             // A consumer's info said that this server is cut off.
             _ = shared.reach.wake.notified() => {}
+            // Not connected, and why not yet said: look again sooner than a heartbeat.
+            _ = tokio::time::sleep(DISCONNECTED_POLL), if disconnected && said.is_none() => {}
             _ = cancel.cancelled() => return,
         }
-        // A lost connection is the client's own to re-establish.
+        // A lost connection is the client's own to re-establish; this says why it is not.
         if client.connection_state() != State::Connected {
+            let problem = tokio::select! {
+                problem = connect::diagnose(client) => problem,
+                _ = cancel.cancelled() => return,
+            };
+            if let Some(problem) = problem {
+                let before = shared.reach.status();
+                shared
+                    .reach
+                    .unanswered(problem.server.clone(), problem.to_string());
+                shared
+                    .reach
+                    .act("waiting for the connection (the client retries without end)");
+                tell(&mut said, problem);
+                if shared.reach.status().changed_from(&before) {
+                    shared.changed();
+                }
+            }
             continue;
         }
         let server = server_of(client);
@@ -51,10 +78,23 @@ pub(in crate::run) async fn watch_reach(inner: Arc<Inner>, cancel: CancellationT
         };
         let silent = match answer {
             Ok(()) => {
+                if said.take().is_some() {
+                    tracing::info!(%server, "connected, and JetStream answers");
+                }
                 shared.reach.answered(server.clone());
                 None
             }
-            Err(why) => Some((shared.reach.unanswered(server.clone(), why.clone()), why)),
+            Err(why) => {
+                let why = match connect::no_jetstream(client, local_api) {
+                    Some(problem) => {
+                        let named = problem.to_string();
+                        tell(&mut said, problem);
+                        named
+                    }
+                    None => why,
+                };
+                Some((shared.reach.unanswered(server.clone(), why.clone()), why))
+            }
         };
         let move_after = inner.settings.move_after;
         let waiting = inner.health.slots.iter().any(|slot| waits(&slot.state()));
@@ -104,6 +144,17 @@ pub(in crate::run) async fn watch_reach(inner: Arc<Inner>, cancel: CancellationT
         if shared.reach.status().changed_from(&before) {
             shared.changed();
         }
+    }
+}
+
+/// While the connection is down, how often the reach watch looks for why.
+const DISCONNECTED_POLL: Duration = Duration::from_secs(1);
+
+/// Says `problem` at WARN unless it is what was said last.
+fn tell(said: &mut Option<ConnectionProblem>, problem: ConnectionProblem) {
+    if said.as_ref() != Some(&problem) {
+        tracing::warn!(server = %problem.server, kind = ?problem.kind, "{problem}");
+        *said = Some(problem);
     }
 }
 
