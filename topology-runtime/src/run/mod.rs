@@ -221,10 +221,18 @@ impl Runtime {
                 Some(ended) = tasks.join_next() => tasks.ended(ended),
             }
         };
+        // A runtime that never reached a server received nothing: there is nothing to finish,
+        // settle or delete, and every clean-up would wait for a server that may never come.
+        if never_connected(&self.inner.client) {
+            tracing::info!("stopping: the connection never came up, so nothing is in flight");
+            tasks.abort(None);
+            watchers::sweep_denials(&self.inner);
+            return fatal.map_or(Ok(()), |error| Err(error.into()));
+        }
         tracing::info!("draining consumers");
         tokio::select! {
             _ = tasks.drain() => {}
-            _ = force => tasks.abort(),
+            _ = force => tasks.abort(Some("stopped before its handlers finished (forced shutdown)")),
         }
         // Bounded: with the broker gone, a flush would wait for a reconnection that may never
         // come, and the process would not exit.
@@ -244,6 +252,11 @@ impl Runtime {
             None => Ok(()),
         }
     }
+}
+
+/// Whether `client` has never been connected to a server (it has no server's `INFO` yet).
+fn never_connected(client: &async_nats::Client) -> bool {
+    client.server_info().server_id.is_empty()
 }
 
 impl crate::bucket::JetStreamSource for Runtime {

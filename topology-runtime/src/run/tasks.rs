@@ -218,26 +218,24 @@ impl Tasks {
         self.armed = false;
     }
 
-    /// Stops every task at once (a second signal during the drain).
-    pub(super) fn abort(&mut self) {
+    /// Stops every task at once (a second signal during the drain, or a runtime that never
+    /// reached a server); `why` is what health says of each stopped consumer and endpoint
+    /// (`None`: a clean stop, nothing was left unfinished).
+    pub(super) fn abort(&mut self, why: Option<&str>) {
         self.cancel.cancel();
         self.set.abort_all();
         self.armed = false;
         for slot in self.inner.health.slots.iter() {
             if !matches!(slot.state(), ConsumerState::Stopped { .. }) {
                 slot.transition(ConsumerState::Stopped {
-                    error: Some(
-                        "stopped before its handlers finished (forced shutdown)".to_owned(),
-                    ),
+                    error: why.map(str::to_owned),
                 });
             }
         }
         for slot in self.inner.health.serve_slots() {
             if !matches!(slot.state(), ServingState::Stopped { .. }) {
                 slot.transition(ServingState::Stopped {
-                    error: Some(
-                        "stopped before its handlers finished (forced shutdown)".to_owned(),
-                    ),
+                    error: why.map(str::to_owned),
                 });
             }
         }
