@@ -38,7 +38,7 @@ pub(crate) struct Violation {
     /// The subject denied (a subscription's may be a pattern).
     pub(crate) subject: String,
     /// When it was reported.
-    pub(crate) at: std::time::Instant,
+    pub(crate) at: tokio::time::Instant,
 }
 
 /// One connection's reported violations (the recent ones, and the ones to come), the servers
@@ -259,7 +259,7 @@ fn parse_violation(text: &str) -> Option<Violation> {
     Some(Violation {
         action,
         subject: subject.to_owned(),
-        at: std::time::Instant::now(),
+        at: tokio::time::Instant::now(),
     })
 }
 

@@ -3,7 +3,7 @@
 
 use std::fmt;
 use std::sync::Mutex;
-use std::time::Instant;
+use tokio::time::Instant;
 
 use crate::grant::{Declaration, Verb};
 

@@ -3,7 +3,9 @@
 
 use std::fmt;
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 /// Whether JetStream answers through the server the runtime's connection is on, as last
 /// asked (a `$JS.API.INFO` request every heartbeat), and what the runtime did about it.

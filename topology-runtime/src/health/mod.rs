@@ -52,7 +52,7 @@ pub(crate) struct Shared {
     /// Whether the runtime verifies instead of provisioning.
     bind_only: bool,
     /// When the runtime was built.
-    pub(crate) built: std::time::Instant,
+    pub(crate) built: tokio::time::Instant,
 }
 
 impl Shared {
@@ -69,7 +69,7 @@ impl Shared {
             reach: Default::default(),
             denials: Default::default(),
             bind_only: false,
-            built: std::time::Instant::now(),
+            built: tokio::time::Instant::now(),
         }
     }
 

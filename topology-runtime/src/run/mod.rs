@@ -128,7 +128,7 @@ impl Runtime {
     /// policy's deadline. Useful for an init job, and to measure provisioning.
     /// [`Runtime::run_until`] does the same for each consumer before consuming.
     pub async fn provision(&self) -> Result<ProvisionReport, ProvisionError> {
-        let started = std::time::Instant::now();
+        let started = tokio::time::Instant::now();
         self.inner.ensurer.ensure_all().await?;
         Ok(ProvisionReport {
             attempts: self.inner.ensurer.provisioner().attempts(),

@@ -4,7 +4,7 @@
 //! Handles are registered once per consumer session, so a message costs a few atomic
 //! updates on the recorder's handles (nothing at all without a recorder), never a key lookup.
 
-use std::time::Instant;
+use tokio::time::Instant;
 
 use metrics::{Counter, Gauge, Histogram, Unit};
 use topology_core::model::{ConsumerDecl, ConsumerKind};

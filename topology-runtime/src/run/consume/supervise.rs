@@ -108,7 +108,7 @@ pub(in crate::run) async fn supervise(
                 }
                 let (stream_name, name) = (info.stream_name.clone(), info.name.clone());
                 let session_consumer = info.created.to_string();
-                let session = std::time::Instant::now();
+                let session = tokio::time::Instant::now();
                 let exit = tokio::select! {
                     exit = consume(
                         &inner,

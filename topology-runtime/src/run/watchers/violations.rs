@@ -4,7 +4,7 @@
 //! the same walk), and shows them in health and metrics.
 
 use std::sync::Arc;
-use std::time::Instant;
+use tokio::time::Instant;
 
 use tokio::sync::broadcast::error::RecvError;
 use tokio_util::sync::CancellationToken;
