@@ -5,7 +5,7 @@
 mod batches;
 mod buckets;
 mod handlers;
-mod ordered;
+mod sorted;
 mod registrations;
 mod watches;
 
@@ -20,7 +20,7 @@ use crate::state::StateKey;
 pub(crate) use buckets::is_reserved_subject;
 pub use buckets::stream_of;
 pub use handlers::{Consumer, Endpoint, Subscription};
-use ordered::{Keyed, Ordered};
+use sorted::{Keyed, SortedList};
 pub use registrations::{
     BatchConsumerRegistration, BucketRegistration, ConsumerRegistration, EndpointRegistration,
     ServiceRegistration, SharedEndpointHandler, SharedHandler, SharedSubscriptionHandler,
@@ -55,21 +55,21 @@ use topology_core::service::{EndpointDecl, ServiceDecl, SubscriptionDecl};
 pub struct Topology {
     /// By name; two *different* declarations under one name stay, so that validation can
     /// report them.
-    streams: Ordered<StreamDecl>,
+    streams: SortedList<StreamDecl>,
     /// The first declaration in `streams` under each name: a stream seen twice (registered,
     /// and referenced by each of its consumers) is one stream.
     declared: HashMap<&'static str, StreamDecl>,
     /// Key-value buckets and object stores by name; each also adds its stream to `streams`.
     /// As for streams, two different declarations under one name stay.
-    buckets: Ordered<BucketDecl>,
+    buckets: SortedList<BucketDecl>,
     /// By stream, then handler.
-    consumers: Ordered<Consumer>,
+    consumers: SortedList<Consumer>,
     /// By name; as for streams, two different declarations under one name stay.
-    services: Ordered<ServiceDecl>,
+    services: SortedList<ServiceDecl>,
     /// By service, then subject, then handler.
-    endpoints: Ordered<Endpoint>,
+    endpoints: SortedList<Endpoint>,
     /// By subject, then handler.
-    subscriptions: Ordered<Subscription>,
+    subscriptions: SortedList<Subscription>,
 }
 
 impl Keyed for StreamDecl {
@@ -168,7 +168,7 @@ impl Topology {
             let handler = registration.handler;
             topology.add_subscription(*registration.decl, Arc::new(handler), registration.states);
         }
-        topology.settle();
+        topology.sort_in_place();
         topology
     }
 
@@ -317,13 +317,13 @@ impl Topology {
     }
 
     /// Sorts what was added out of order now, keeping one copy (a read sorts a copy).
-    pub(crate) fn settle(&mut self) {
-        self.streams.settle();
-        self.buckets.settle();
-        self.consumers.settle();
-        self.services.settle();
-        self.endpoints.settle();
-        self.subscriptions.settle();
+    pub(crate) fn sort_in_place(&mut self) {
+        self.streams.sort_in_place();
+        self.buckets.sort_in_place();
+        self.consumers.sort_in_place();
+        self.services.sort_in_place();
+        self.endpoints.sort_in_place();
+        self.subscriptions.sort_in_place();
     }
 
     fn add_stream(&mut self, decl: StreamDecl) {

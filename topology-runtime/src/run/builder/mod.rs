@@ -140,7 +140,7 @@ impl RuntimeBuilder {
 
     /// Runs this topology instead of the one the macros registered.
     pub fn topology(mut self, mut topology: Topology) -> Self {
-        topology.settle();
+        topology.sort_in_place();
         self.topology = Some(topology);
         self
     }

@@ -1,9 +1,9 @@
-//! [`Ordered`]: a list kept in a stable order by key, to which additions cost O(1) in any
+//! [`SortedList`]: a list kept in a stable order by key, to which additions cost O(1) in any
 //! order: the first read after additions out of order sorts once.
 
 use std::sync::OnceLock;
 
-/// What an [`Ordered`] list is sorted by.
+/// What an [`SortedList`] list is sorted by.
 pub(super) trait Keyed: Clone {
     type Key: Ord;
     fn key(&self) -> Self::Key;
@@ -13,7 +13,7 @@ pub(super) trait Keyed: Clone {
 /// the order that inserting each one after those with its key gives, at O(n log n) for n
 /// additions in any order instead of a shift of the list per addition.
 #[derive(Clone, Debug)]
-pub(super) struct Ordered<T> {
+pub(super) struct SortedList<T> {
     /// Every item: in order while `in_order`, else in the order added.
     items: Vec<T>,
     in_order: bool,
@@ -21,9 +21,9 @@ pub(super) struct Ordered<T> {
     sorted: OnceLock<Vec<T>>,
 }
 
-impl<T> Default for Ordered<T> {
+impl<T> Default for SortedList<T> {
     fn default() -> Self {
-        Ordered {
+        SortedList {
             items: Vec::new(),
             in_order: true,
             sorted: OnceLock::new(),
@@ -31,7 +31,7 @@ impl<T> Default for Ordered<T> {
     }
 }
 
-impl<T: Keyed> Ordered<T> {
+impl<T: Keyed> SortedList<T> {
     pub(super) fn push(&mut self, item: T) {
         // Stable: sorting the sorted items with later additions gives the order sorting every
         // addition would.
@@ -68,7 +68,7 @@ impl<T: Keyed> Ordered<T> {
 
     /// Keeps one copy of the items, in order (a read may have left a sorted copy beside
     /// them).
-    pub(super) fn settle(&mut self) {
+    pub(super) fn sort_in_place(&mut self) {
         if !self.in_order {
             self.items = match self.sorted.take() {
                 Some(sorted) => sorted,
@@ -110,7 +110,7 @@ mod tests {
     fn agrees_with_insertion_in_place() {
         let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
         for _ in 0..200 {
-            let mut ordered = Ordered::default();
+            let mut ordered = SortedList::default();
             let mut expected: Vec<Item> = Vec::new();
             for added in 0..rng.below(40) {
                 let item = Item(rng.below(8) as u8, added);
@@ -119,13 +119,13 @@ mod tests {
                 ordered.push(item);
                 match rng.below(4) {
                     0 => assert_eq!(ordered.get(), expected),
-                    1 => ordered.settle(),
+                    1 => ordered.sort_in_place(),
                     _ => {}
                 }
             }
             assert_eq!(ordered.get(), expected);
             let copy = ordered.clone();
-            ordered.settle();
+            ordered.sort_in_place();
             assert_eq!(ordered.get(), expected);
             assert_eq!(copy.get(), expected);
         }
