@@ -1,13 +1,18 @@
 //! What a served endpoint or core subscription is doing ([`ServingState`]), snapshots of them
 //! ([`EndpointStatus`], [`SubscriptionStatus`]), and [`ServeSlot`], the live state their
-//! supervisor and dispatch change.
+//! supervisor and dispatch change, with its tally of what was served: health, the metrics and
+//! `$SRV.STATS` all read that one record.
 
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use async_nats::service::endpoint;
+use async_nats::service::error::Error as ProtocolError;
+
 use super::Shared;
+use crate::telemetry::{EndpointMetrics, SubscriptionMetrics};
 
 /// What an endpoint or a core subscription is doing.
 ///
@@ -188,10 +193,26 @@ pub(crate) struct ServeSlot {
     pub(crate) handler: String,
     shared: Arc<Shared>,
     state: Mutex<ServingState>,
-    /// Requests answered (endpoints), messages handled (subscriptions).
-    pub(crate) done: AtomicU64,
-    /// Requests answered with an error, messages whose handler failed.
-    pub(crate) failed: AtomicU64,
+    tally: Tally,
+}
+
+/// What an endpoint or subscription served, since the runtime was built: one record per
+/// request or message, written by one call ([`ServeSlot::answered`], [`ServeSlot::handled`])
+/// that also updates the metrics. Health's counters and `$SRV.STATS` read it, so the three
+/// cannot disagree. Atomics, with no lock taken per request (one per error answer, for the
+/// last error).
+#[derive(Default)]
+struct Tally {
+    /// Requests answered (endpoints), messages handled (subscriptions). Written last, so that
+    /// a reader that sees a request sees its time and its error too.
+    done: AtomicU64,
+    /// Requests answered with an error, messages whose handler failed. Written after the
+    /// last error, so that a reader that sees the error count sees that error.
+    failed: AtomicU64,
+    /// From receiving each request to its answer, summed (endpoints).
+    processing_nanos: AtomicU64,
+    /// The last error answered (endpoints).
+    last_error: Mutex<Option<ProtocolError>>,
 }
 
 impl ServeSlot {
@@ -202,8 +223,7 @@ impl ServeSlot {
             handler: handler.to_owned(),
             shared,
             state: Mutex::new(ServingState::Starting),
-            done: AtomicU64::new(0),
-            failed: AtomicU64::new(0),
+            tally: Tally::default(),
         }
     }
 
@@ -249,10 +269,73 @@ impl ServeSlot {
         }
     }
 
-    pub(crate) fn count(&self, failed: bool) {
-        self.done.fetch_add(1, Ordering::Relaxed);
-        if failed {
-            self.failed.fetch_add(1, Ordering::Relaxed);
+    /// Records one answered request of an endpoint, `took` after it was received, with the
+    /// error it was answered with, if any: in the tally and in the endpoint's metrics.
+    pub(crate) fn answered(
+        &self,
+        metrics: &mut EndpointMetrics,
+        took: Duration,
+        error: Option<ProtocolError>,
+    ) {
+        // The code came from a `u16` (`ServiceError::code`).
+        metrics.answered(
+            error
+                .as_ref()
+                .map(|e| u16::try_from(e.code).unwrap_or(u16::MAX)),
+            took,
+        );
+        let tally = &self.tally;
+        let nanos = u64::try_from(took.as_nanos()).unwrap_or(u64::MAX);
+        tally.processing_nanos.fetch_add(nanos, Ordering::Relaxed);
+        if let Some(error) = error {
+            *tally.last_error.lock().unwrap_or_else(|e| e.into_inner()) = Some(error);
+            tally.failed.fetch_add(1, Ordering::Release);
+        }
+        tally.done.fetch_add(1, Ordering::Release);
+    }
+
+    /// Records one message of a core subscription, whether its handler succeeded: in the
+    /// tally and in the subscription's metrics.
+    pub(crate) fn handled(&self, metrics: &SubscriptionMetrics, ok: bool) {
+        metrics.handled(ok);
+        if !ok {
+            self.tally.failed.fetch_add(1, Ordering::Release);
+        }
+        self.tally.done.fetch_add(1, Ordering::Release);
+    }
+
+    /// The endpoint's counts as the micro protocol reports them (`$SRV.STATS`), since
+    /// `earlier`, an earlier reading of this slot (`Default::default()`: since the runtime was
+    /// built). The name, subject and queue group are left for the reader to fill in.
+    pub(crate) fn stats_since(&self, earlier: &endpoint::Stats) -> endpoint::Stats {
+        let tally = &self.tally;
+        let since = |now: u64, then: usize| now.saturating_sub(then.try_into().unwrap_or(u64::MAX));
+        let requests = since(tally.done.load(Ordering::Acquire), earlier.requests);
+        let processing_time = Duration::from_nanos(tally.processing_nanos.load(Ordering::Relaxed))
+            .saturating_sub(earlier.processing_time);
+        let errors = since(tally.failed.load(Ordering::Acquire), earlier.errors);
+        let average_processing_time = match requests {
+            0 => Duration::ZERO,
+            n => Duration::from_nanos(
+                u64::try_from(processing_time.as_nanos() / u128::from(n)).unwrap_or(u64::MAX),
+            ),
+        };
+        // An error since `earlier` is the last one; none since, none to report.
+        let last_error = match errors {
+            0 => None,
+            _ => tally
+                .last_error
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone(),
+        };
+        endpoint::Stats {
+            requests: usize::try_from(requests).unwrap_or(usize::MAX),
+            errors: usize::try_from(errors).unwrap_or(usize::MAX),
+            processing_time,
+            average_processing_time,
+            last_error,
+            ..Default::default()
         }
     }
 
@@ -273,8 +356,8 @@ impl ServeSlot {
             queue_group: queue_group.clone(),
             handler: self.handler.clone(),
             state: self.state(),
-            requests: self.done.load(Ordering::Relaxed),
-            errors: self.failed.load(Ordering::Relaxed),
+            requests: self.tally.done.load(Ordering::Acquire),
+            errors: self.tally.failed.load(Ordering::Acquire),
         })
     }
 
@@ -283,13 +366,14 @@ impl ServeSlot {
         let Served::Subscription { queue_group } = &self.served else {
             return None;
         };
-        let failed = self.failed.load(Ordering::Relaxed);
+        let done = self.tally.done.load(Ordering::Acquire);
+        let failed = self.tally.failed.load(Ordering::Acquire);
         Some(SubscriptionStatus {
             subject: self.subject.clone(),
             queue_group: queue_group.clone(),
             handler: self.handler.clone(),
             state: self.state(),
-            handled: self.done.load(Ordering::Relaxed).saturating_sub(failed),
+            handled: done.saturating_sub(failed),
             failed,
         })
     }
@@ -321,9 +405,10 @@ mod tests {
     #[test]
     fn a_subscription_counts_handled_and_failed_apart() {
         let slot = slot();
-        slot.count(false);
-        slot.count(true);
-        slot.count(false);
+        let metrics = SubscriptionMetrics::new("cache.invalidate");
+        slot.handled(&metrics, true);
+        slot.handled(&metrics, false);
+        slot.handled(&metrics, true);
         let status = slot.subscription_status().expect("a subscription");
         assert_eq!((status.handled, status.failed), (2, 1));
         assert!(slot.endpoint_status().is_none());

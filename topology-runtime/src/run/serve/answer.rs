@@ -1,7 +1,8 @@
 //! One request, from received to answered, top to bottom: its span (continuing the caller's
 //! trace), the handler run with a panic caught and the endpoint's timeout applied, then one
-//! answer through the micro protocol (the reply body, or the `Nats-Service-Error` headers),
-//! counted in the endpoint's `$SRV.STATS`.
+//! answer through the micro protocol (the reply body, or the `Nats-Service-Error` headers).
+//! What it was answered with ([`Answered`]) is for the endpoint's tally (`ServeSlot::answered`,
+//! which health, the metrics and `$SRV.STATS` read).
 
 use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, Mutex};
@@ -13,7 +14,6 @@ use bytes::Bytes;
 use futures::FutureExt;
 use tracing::Instrument;
 
-use super::micro::EndpointStats;
 use crate::handler::panic_message;
 use crate::registry::SharedEndpointHandler;
 use crate::service::{Request, RequestContext, RequestScope, ServiceError};
@@ -25,14 +25,12 @@ pub(super) struct EndpointShared {
     pub(super) scope: Arc<RequestScope>,
     /// How long a handler may run before the request is answered with a 504.
     pub(super) timeout: Option<Duration>,
-    /// What `$SRV.STATS` reports of the endpoint.
-    pub(super) stats: Arc<EndpointStats>,
 }
 
 /// How a request was answered.
 pub(super) struct Answered {
-    /// The error code sent, if an error was.
-    pub(super) error: Option<u16>,
+    /// The error sent, if an error was (its code, and its description on one line).
+    pub(super) error: Option<ProtocolError>,
     /// From the request's start to its answer.
     pub(super) took: Duration,
 }
@@ -89,13 +87,15 @@ pub(super) async fn answer(
         unanswered,
     };
     let outcome = run(shared, ours).instrument(span.clone()).await;
-    let error = outcome.as_ref().err().map(ServiceError::code);
     // Held until sent: a publish dropped midway sends nothing, and the drain answers it.
-    if let Some(request) = pending.request.as_ref() {
-        respond(&shared.scope.client, request, outcome, &shared.stats)
-            .instrument(span)
-            .await;
-    }
+    let error = match pending.request.as_ref() {
+        Some(request) => {
+            respond(&shared.scope.client, request, outcome)
+                .instrument(span)
+                .await
+        }
+        None => None,
+    };
     pending.request = None;
     Answered {
         error,
@@ -156,20 +156,16 @@ fn panicked(panic: &Box<dyn std::any::Any + Send>) -> ServiceError {
     ServiceError::internal(format!("the handler panicked: {message}"))
 }
 
-/// Sends the answer (the body, or the micro protocol's error headers with an empty body) and
-/// counts it in the endpoint's statistics.
+/// Sends the answer (the body, or the micro protocol's error headers with an empty body);
+/// returns the error answered, if one was, for the endpoint's tally (a request without a
+/// reply subject is counted too, as health and the metrics always did).
 pub(super) async fn respond(
     client: &async_nats::Client,
     request: &Received,
     outcome: Result<Bytes, ServiceError>,
-    stats: &EndpointStats,
-) {
-    let Some(reply) = request.message.reply.clone() else {
-        tracing::debug!("a request without a reply subject: nothing to answer");
-        return;
-    };
-    let (sent, error) = match outcome {
-        Ok(body) => (client.publish(reply, body).await, None),
+) -> Option<ProtocolError> {
+    let (body, error) = match outcome {
+        Ok(body) => (body, None),
         Err(e) => {
             let error = ProtocolError {
                 // A header value is one line.
@@ -180,6 +176,16 @@ pub(super) async fn respond(
                     .collect(),
                 code: usize::from(e.code()),
             };
+            (Bytes::new(), Some(error))
+        }
+    };
+    let Some(reply) = request.message.reply.clone() else {
+        tracing::debug!("a request without a reply subject: nothing to answer");
+        return error;
+    };
+    let sent = match &error {
+        None => client.publish(reply, body).await,
+        Some(error) => {
             let mut headers = HeaderMap::new();
             headers.insert(
                 async_nats::service::NATS_SERVICE_ERROR,
@@ -189,14 +195,11 @@ pub(super) async fn respond(
                 async_nats::service::NATS_SERVICE_ERROR_CODE,
                 error.code.to_string().as_str(),
             );
-            let sent = client
-                .publish_with_headers(reply, headers, Bytes::new())
-                .await;
-            (sent, Some(error))
+            client.publish_with_headers(reply, headers, body).await
         }
     };
-    stats.record(request.at.elapsed(), error.as_ref());
     if let Err(e) = sent {
         tracing::warn!(error = %e, "could not send the answer");
     }
+    error
 }

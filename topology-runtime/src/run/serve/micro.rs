@@ -8,12 +8,11 @@
 //! `UNSUB` is dropped unanswered. The endpoints subscribe themselves (`run/serve/endpoint.rs`)
 //! and drain, which keeps the subscription until the connection's next poll and narrows that
 //! window (docs/FAULTS.md); this file answers what the protocol asks of the instance. The
-//! statistics are atomics, with no lock taken per request.
+//! statistics are read from each endpoint's tally (`ServeSlot`, which health and the metrics
+//! read too), counted since the instance started.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
+use std::sync::Arc;
 
 use async_nats::service::{self, endpoint};
 use async_nats::{Client, Message, Subscriber};
@@ -23,19 +22,20 @@ use futures::stream::SelectAll;
 use rand::distr::{Alphanumeric, SampleString};
 use tokio::task::JoinHandle;
 
-/// What the protocol says of one endpoint, and what it has answered.
-#[derive(Debug)]
+use crate::health::ServeSlot;
+
+/// What the protocol says of one endpoint, and where it reads what the endpoint answered.
 pub(super) struct EndpointStats {
     info: endpoint::Info,
-    requests: AtomicU64,
-    errors: AtomicU64,
-    processing_nanos: AtomicU64,
-    /// Written on an error answer only.
-    last_error: Mutex<Option<service::error::Error>>,
+    /// The endpoint's slot, whose tally records every answer.
+    slot: Arc<ServeSlot>,
+    /// The tally when this instance started: `STATS` counts what was answered since.
+    started: endpoint::Stats,
 }
 
 impl EndpointStats {
     pub(super) fn new(
+        slot: Arc<ServeSlot>,
         name: &str,
         subject: &str,
         queue_group: &str,
@@ -48,48 +48,17 @@ impl EndpointStats {
                 queue_group: queue_group.to_owned(),
                 metadata: owned(metadata),
             },
-            requests: AtomicU64::new(0),
-            errors: AtomicU64::new(0),
-            processing_nanos: AtomicU64::new(0),
-            last_error: Mutex::new(None),
+            started: slot.stats_since(&endpoint::Stats::default()),
+            slot,
         }
-    }
-
-    /// Counts one answer, sent `took` after the request arrived, with its error if it was one.
-    pub(super) fn record(&self, took: Duration, error: Option<&service::error::Error>) {
-        let nanos = u64::try_from(took.as_nanos()).unwrap_or(u64::MAX);
-        self.processing_nanos.fetch_add(nanos, Ordering::Relaxed);
-        if let Some(error) = error {
-            self.errors.fetch_add(1, Ordering::Relaxed);
-            *self.last_error.lock().unwrap_or_else(|e| e.into_inner()) = Some(error.clone());
-        }
-        // Last: a `STATS` that sees the request sees its time too.
-        self.requests.fetch_add(1, Ordering::Release);
     }
 
     fn snapshot(&self) -> endpoint::Stats {
-        let requests = self.requests.load(Ordering::Acquire);
-        let processing_time = Duration::from_nanos(self.processing_nanos.load(Ordering::Relaxed));
-        let average_processing_time = match requests {
-            0 => Duration::ZERO,
-            n => Duration::from_nanos(
-                u64::try_from(processing_time.as_nanos() / u128::from(n)).unwrap_or(u64::MAX),
-            ),
-        };
         endpoint::Stats {
             name: self.info.name.clone(),
             subject: self.info.subject.clone(),
-            requests: usize::try_from(requests).unwrap_or(usize::MAX),
-            errors: usize::try_from(self.errors.load(Ordering::Relaxed)).unwrap_or(usize::MAX),
-            processing_time,
-            average_processing_time,
-            last_error: self
-                .last_error
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .clone(),
-            data: None,
             queue_group: self.info.queue_group.clone(),
+            ..self.slot.stats_since(&self.started)
         }
     }
 }
@@ -115,7 +84,7 @@ impl Instance {
     pub(super) async fn start(
         client: &Client,
         described: &Described<'_>,
-        endpoints: Vec<std::sync::Arc<EndpointStats>>,
+        endpoints: Vec<Arc<EndpointStats>>,
     ) -> Result<Instance, async_nats::SubscribeError> {
         let id = Alphanumeric.sample_string(&mut rand::rng(), 22);
         let mut requests = SelectAll::new();
@@ -210,7 +179,7 @@ struct Answers {
     id: String,
     version: String,
     started: async_nats::datetime::DateTime,
-    endpoints: Vec<std::sync::Arc<EndpointStats>>,
+    endpoints: Vec<Arc<EndpointStats>>,
 }
 
 impl Answers {
@@ -254,15 +223,40 @@ fn json(value: &impl serde::Serialize) -> Bytes {
 mod tests {
     use super::*;
 
-    #[test]
-    fn stats_count_answers_errors_and_the_mean_time() {
-        let stats = EndpointStats::new("get", "members.get", "q", &[("k", "v")]);
-        stats.record(Duration::from_millis(2), None);
-        let refused = service::error::Error {
+    use std::time::Duration;
+
+    use crate::health::{Served, Shared};
+    use crate::telemetry::EndpointMetrics;
+
+    fn slot() -> Arc<ServeSlot> {
+        let served = Served::Endpoint {
+            service: "members".to_owned(),
+            endpoint: "get".to_owned(),
+            queue_group: "q".to_owned(),
+        };
+        let shared = Arc::new(Shared::new(Vec::<String>::new()));
+        Arc::new(ServeSlot::new(served, "members.get", "app::get", shared))
+    }
+
+    fn refused() -> service::error::Error {
+        service::error::Error {
             status: "no such member".to_owned(),
             code: 404,
-        };
-        stats.record(Duration::from_millis(4), Some(&refused));
+        }
+    }
+
+    #[test]
+    fn stats_count_answers_errors_and_the_mean_time() {
+        let slot = slot();
+        let mut metrics = EndpointMetrics::new("members", "get");
+        let stats = EndpointStats::new(slot.clone(), "get", "members.get", "q", &[("k", "v")]);
+        slot.answered(&mut metrics, Duration::from_millis(2), None);
+        let refused = refused();
+        slot.answered(
+            &mut metrics,
+            Duration::from_millis(4),
+            Some(refused.clone()),
+        );
         let snapshot = stats.snapshot();
         assert_eq!(snapshot.requests, 2);
         assert_eq!(snapshot.errors, 1);
@@ -274,6 +268,38 @@ mod tests {
         assert_eq!(body["num_requests"], 2);
         assert_eq!(body["last_error"], "404:no such member");
         assert_eq!(body["average_processing_time"], 3_000_000);
+        let status = slot.endpoint_status().expect("an endpoint");
+        assert_eq!(
+            (status.requests, status.errors),
+            (2, 1),
+            "health reads the same tally"
+        );
+    }
+
+    #[test]
+    fn a_new_instance_counts_from_its_start() {
+        let slot = slot();
+        let mut metrics = EndpointMetrics::new("members", "get");
+        slot.answered(&mut metrics, Duration::from_millis(5), Some(refused()));
+        let stats = EndpointStats::new(slot.clone(), "get", "members.get", "q", &[]);
+        let snapshot = stats.snapshot();
+        assert_eq!((snapshot.requests, snapshot.errors), (0, 0));
+        assert_eq!(snapshot.processing_time, Duration::ZERO);
+        assert_eq!(
+            snapshot.last_error, None,
+            "the error was the previous instance's"
+        );
+        slot.answered(&mut metrics, Duration::from_millis(1), None);
+        let snapshot = stats.snapshot();
+        assert_eq!((snapshot.requests, snapshot.errors), (1, 0));
+        assert_eq!(snapshot.average_processing_time, Duration::from_millis(1));
+        assert_eq!(snapshot.last_error, None);
+        let status = slot.endpoint_status().expect("an endpoint");
+        assert_eq!(
+            (status.requests, status.errors),
+            (2, 1),
+            "health counts both"
+        );
     }
 
     #[test]

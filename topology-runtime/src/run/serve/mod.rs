@@ -8,9 +8,12 @@
 //! - `endpoint`: one endpoint's dispatch, bounded by its concurrency, and its drain;
 //! - `answer`: one request from received to answered (the error mapping);
 //! - `subscription`: one core subscription, its dispatch and its drain;
+//! - `bounded`: the dispatch loop both share: the concurrency bound, the stop and the grace
+//!   period;
 //! - `probe`: proving subscriptions on the server by round trips, at once and every heartbeat.
 
 mod answer;
+mod bounded;
 mod endpoint;
 mod micro;
 mod probe;

@@ -87,8 +87,8 @@ pub(in crate::run) async fn serve_service(
     set(ServingState::Stopped { error: None });
 }
 
-/// A subscribed endpoint: its index in the topology, its statistics and its subscription.
-type Subscribed = (usize, Arc<EndpointStats>, Subscriber);
+/// A subscribed endpoint: its index in the topology and its subscription.
+type Subscribed = (usize, Subscriber);
 
 /// Subscribes the endpoints, then starts the micro protocol instance that reports them.
 async fn start(
@@ -97,14 +97,17 @@ async fn start(
     members: &[usize],
 ) -> Result<(Instance, Vec<Subscribed>), String> {
     let mut endpoints = Vec::with_capacity(members.len());
+    let mut stats = Vec::with_capacity(members.len());
     for &index in members {
         let endpoint = &inner.ensurer.topology().endpoints()[index].decl;
-        let stats = Arc::new(EndpointStats::new(
+        // Counted from here: what this instance answers.
+        stats.push(Arc::new(EndpointStats::new(
+            inner.health.endpoints[index].clone(),
             endpoint.name,
             endpoint.subject,
             endpoint.queue_group(),
             endpoint.metadata,
-        ));
+        )));
         // Dropped on an error below: unsubscribed.
         let subscriber = inner
             .client
@@ -120,7 +123,7 @@ async fn start(
                     endpoint.queue_group()
                 )
             })?;
-        endpoints.push((index, stats, subscriber));
+        endpoints.push((index, subscriber));
     }
     let described = Described {
         name: decl.name,
@@ -128,7 +131,6 @@ async fn start(
         description: decl.description,
         metadata: decl.metadata,
     };
-    let stats = endpoints.iter().map(|(_, s, _)| s.clone()).collect();
     let instance = Instance::start(&inner.client, &described, stats)
         .await
         .map_err(|e| {
@@ -156,7 +158,7 @@ async fn run(
     let unsubscribed = Arc::new(Semaphore::new(0));
     let mut tasks = JoinSet::new();
     let mut names = HashMap::new();
-    for (index, stats, subscriber) in endpoints {
+    for (index, subscriber) in endpoints {
         let declared = &topology.endpoints()[index];
         let task = EndpointTask {
             subscriber,
@@ -170,7 +172,6 @@ async fn run(
                     jetstream.clone(),
                 )),
                 timeout: declared.decl.timeout,
-                stats,
             },
             slot: inner.health.endpoints[index].clone(),
             metrics: EndpointMetrics::new(decl.name, declared.decl.name),

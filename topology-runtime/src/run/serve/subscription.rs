@@ -1,21 +1,18 @@
 //! Serving one core subscription (`SubscriptionDecl`): `queue_subscribe` in its group, or
-//! `subscribe` on every instance; at most its concurrency of handlers at once in this task; a
-//! handler's error or panic counted and logged (nothing is answered). Proven on the server by
-//! a probe subject of its own. On shutdown it drains the subscription (no new messages) and
-//! handles what it received within the grace period.
+//! `subscribe` on every instance; at most its concurrency of handlers at once in this task
+//! (the loop in `bounded.rs`); a handler's error or panic counted and logged (nothing is
+//! answered). Proven on the server by a probe subject of its own. On shutdown it drains the
+//! subscription (no new messages) and handles what it received within the grace period.
 
 use std::panic::AssertUnwindSafe;
-use std::pin::pin;
 use std::sync::Arc;
-use std::time::Duration;
 
 use async_nats::{Message, Subscriber};
-use futures::stream::FuturesUnordered;
-use futures::{FutureExt, StreamExt};
-use tokio::time::Instant;
+use futures::FutureExt;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
+use super::bounded::{self, Bounds, Ended, Stopping};
 use super::probe::Prober;
 use crate::handler::panic_message;
 use crate::health::{ServeSlot, ServingState};
@@ -117,47 +114,42 @@ async fn dispatch(
         inner.ensurer.provisioner().jetstream().clone(),
     ));
     let metrics = SubscriptionMetrics::new(decl.subject);
-    let concurrency = decl.effective_concurrency().max(1) as usize;
-    let grace = inner.settings.grace_period;
-    let mut in_flight = FuturesUnordered::new();
-    let mut open = true;
-    let mut stopping = false;
-    let mut stopped = pin!(cancel.cancelled());
-    let mut grace_over = pin!(tokio::time::sleep(Duration::from_secs(86_400 * 365)));
-    while open || !in_flight.is_empty() {
-        tokio::select! {
-            biased;
-            Some(ok) = in_flight.next() => {
-                let ok: bool = ok;
-                slot.count(!ok);
-                metrics.handled(ok);
+    let bounds = Bounds {
+        concurrency: decl.effective_concurrency().max(1) as usize,
+        grace: inner.settings.grace_period,
+    };
+    let grace = bounds.grace;
+    let scope = &scope;
+    let ended = bounded::dispatch(
+        &mut subscriber,
+        bounds,
+        cancel,
+        |message| handle(message, declared, scope),
+        |ok| slot.handled(&metrics, ok),
+        |stopping| match stopping {
+            Stopping::Unsubscribing => slot.transition(ServingState::Draining),
+            // No new messages; what was received is still handed out, then the stream ends.
+            Stopping::Unsubscribed(Ok(())) => {}
+            Stopping::Unsubscribed(Err(e)) => {
+                tracing::warn!(subject = decl.subject, error = %e, "could not unsubscribe");
             }
-            next = subscriber.next(), if open && in_flight.len() < concurrency => match next {
-                Some(message) => in_flight.push(handle(message, declared, &scope)),
-                None => open = false,
-            },
-            _ = &mut stopped, if !stopping => {
-                stopping = true;
-                slot.transition(ServingState::Draining);
-                grace_over.as_mut().reset(Instant::now() + grace);
-                // No new messages; what was received is still handed out, then the stream ends.
-                if let Err(e) = subscriber.drain().await {
-                    tracing::warn!(subject = decl.subject, error = %e, "could not unsubscribe");
-                }
-            }
-            _ = &mut grace_over, if stopping => {
-                tracing::warn!(
-                    subject = decl.subject,
-                    handler = decl.handler,
-                    running = in_flight.len(),
-                    ?grace,
-                    "the grace period ran out: stopping the handlers still running"
-                );
-                break;
-            }
+        },
+    )
+    .await;
+    match ended {
+        Ended::Closed => false,
+        Ended::Drained => true,
+        Ended::OutOfTime { running } => {
+            tracing::warn!(
+                subject = decl.subject,
+                handler = decl.handler,
+                running,
+                ?grace,
+                "the grace period ran out: stopping the handlers still running"
+            );
+            true
         }
     }
-    stopping
 }
 
 /// Runs the handler on one message; whether it succeeded.
