@@ -246,6 +246,11 @@ impl ServeSlot {
         }
         let (subject, handler) = (self.subject.as_str(), self.handler.as_str());
         match &state {
+            // Before the first connection: a start, not a loss (the connection's own problem,
+            // if any, is named by the reach watch).
+            ServingState::Disconnected if previous == ServingState::Starting => {
+                tracing::info!(subject, handler, "waiting for the connection")
+            }
             ServingState::Stalled { .. }
             | ServingState::Disconnected
             | ServingState::Retrying { .. } => {

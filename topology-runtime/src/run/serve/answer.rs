@@ -6,7 +6,9 @@
 
 use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use async_nats::service::error::Error as ProtocolError;
 use async_nats::{HeaderMap, Message};

@@ -62,7 +62,7 @@ impl EndpointTask {
             |message| {
                 let request = Received {
                     message,
-                    at: std::time::Instant::now(),
+                    at: tokio::time::Instant::now(),
                 };
                 answer(request, shared, unanswered)
             },
@@ -88,7 +88,7 @@ impl EndpointTask {
                 while let Some(message) = subscriber.next().await {
                     late.push(Received {
                         message,
-                        at: std::time::Instant::now(),
+                        at: tokio::time::Instant::now(),
                     });
                 }
             });

@@ -40,7 +40,7 @@ pub(in crate::run) async fn serve_subscription(
         };
         let failure = match subscribed {
             Ok((subscriber, mut prober)) => {
-                let began = std::time::Instant::now();
+                let began = tokio::time::Instant::now();
                 let dispatch = dispatch(&inner, declared, subscriber, &slot, &cancel);
                 let drained = tokio::select! {
                     drained = dispatch => drained,
