@@ -82,12 +82,21 @@ impl Resume {
         if !self.relay {
             return (held, Record::Queue(self.settled.clone()));
         }
+        // What earlier sessions handled in this stream instance stays handled, whatever the
+        // server's consumer says now (restored on a restarted node from before those acks, or
+        // a delivery lost with a connection and made again): kept here, not on the server.
+        let handled = lock(&self.session)
+            .as_ref()
+            .map(|earlier| earlier.resume_point())
+            .filter(|point| point.stream.same_as(stream))
+            .map_or(0, |point| point.after);
+        let base = floor.max(handled);
         let progress = Arc::new(Progress {
             stream: stream.clone(),
             state: Mutex::new(ProgressState {
-                base: floor,
+                base,
                 unsettled: BTreeSet::new(),
-                handled_max: floor,
+                handled_max: base,
             }),
         });
         *lock(&self.session) = Some(progress.clone());
@@ -264,5 +273,50 @@ mod tests {
             "a new stream instance"
         );
         assert_eq!(resume.point().unwrap().stream.created.as_ref(), "t2");
+    }
+
+    fn info(floor: u64) -> consumer::Info {
+        let mut info: consumer::Info = serde_json::from_value(serde_json::json!({
+            "stream_name": "S",
+            "name": "relay",
+            "created": "2026-01-01T00:00:00Z",
+            "config": { "deliver_policy": "all", "ack_policy": "explicit", "replay_policy": "instant" },
+            "delivered": { "consumer_seq": 0, "stream_seq": 0 },
+            "ack_floor": { "consumer_seq": 0, "stream_seq": 0 },
+            "num_ack_pending": 0,
+            "num_redelivered": 0,
+            "num_waiting": 0,
+            "num_pending": 0,
+        }))
+        .expect("a consumer info");
+        info.ack_floor.stream_sequence = floor;
+        info
+    }
+
+    #[test]
+    fn a_relay_never_hands_again_what_an_earlier_session_handled_in_the_same_stream() {
+        let resume = Resume::new(true);
+        let (_, first) = resume.begin(&instance("t1"), &info(0));
+        let Record::Relay(first) = first else {
+            panic!("a relay records its progress")
+        };
+        for s in 1..=200 {
+            first.started(s);
+            first.settled(s);
+        }
+        // Re-created after a loss, on a consumer whose state is from before those acks.
+        let (_, again) = resume.begin(&instance("t1"), &info(0));
+        let Record::Relay(again) = again else {
+            panic!("a relay records its progress")
+        };
+        assert!(again.handled_past(1) && again.handled_past(200));
+        assert!(!again.handled_past(201));
+        assert_eq!(resume.point().unwrap().after, 200);
+        // A stream created again is another stream: nothing of it was handled.
+        let (_, fresh) = resume.begin(&instance("t2"), &info(0));
+        let Record::Relay(fresh) = fresh else {
+            panic!("a relay records its progress")
+        };
+        assert!(!fresh.handled_past(1));
     }
 }
