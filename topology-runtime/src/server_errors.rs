@@ -121,12 +121,13 @@ pub(crate) fn keep_server_errors(options: ConnectOptions) -> (ConnectOptions, Ar
         async move {
             match event {
                 Event::ServerError(ServerError::Other(text)) => match parse_violation(&text) {
+                    // Said at ERROR by the runtime's denial watch, once per entry of the
+                    // permissions that would grant it (every ack has a subject of its own).
                     Some(violation) => {
-                        tracing::error!(
+                        tracing::debug!(
                             action = violation.action.as_str(),
                             subject = %violation.subject,
-                            "the server denied a {} to `{}`: this connection's user lacks the \
-                             permission (see `export --permissions`)",
+                            "the server denied a {} to `{}`",
                             violation.action.as_str(),
                             violation.subject
                         );

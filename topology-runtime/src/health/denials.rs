@@ -75,28 +75,57 @@ impl fmt::Display for PermissionDenial {
     }
 }
 
-/// The denials of one runtime.
+/// How many denied subjects that no entry of the generated permissions grants are kept one
+/// by one (a handler's own publishes, say); past that they are counted on the last one.
+const UNGRANTED_KEPT: usize = 64;
+
+/// How often a denial that goes on is said again in the log.
+pub(crate) const SAID_AGAIN_AFTER: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// The denials of one runtime, one per entry of the generated permissions that would grant
+/// them (every ack of a consumer has its own subject, and one entry grants them all): as many
+/// as there are distinct entries, however many subjects the server denies.
 #[derive(Default)]
 pub(crate) struct Denials {
-    all: Mutex<Vec<PermissionDenial>>,
+    all: Mutex<Vec<(PermissionDenial, Instant)>>,
 }
 
 impl Denials {
-    /// Records one report; true when it is new.
+    /// Records one report (`denial.subject` becomes the entry's latest example); true when it
+    /// is to be said in the log: new, or not said for [`SAID_AGAIN_AFTER`].
     pub(crate) fn report(&self, mut denial: PermissionDenial) -> bool {
         let mut all = self.all.lock().unwrap_or_else(|e| e.into_inner());
-        match all
-            .iter_mut()
-            .find(|d| d.action == denial.action && d.subject == denial.subject)
-        {
-            Some(known) => {
+        let same = |d: &PermissionDenial| {
+            d.action == denial.action
+                && match (&d.permission, &denial.permission) {
+                    (Some(known), Some(new)) => known == new,
+                    (None, None) => d.subject == denial.subject,
+                    _ => false,
+                }
+        };
+        let ungranted = all.iter().filter(|(d, _)| d.permission.is_none()).count();
+        let known = match all.iter().position(|(d, _)| same(d)) {
+            Some(at) => Some(at),
+            None if denial.permission.is_none() && ungranted >= UNGRANTED_KEPT => {
+                all.iter().rposition(|(d, _)| d.permission.is_none())
+            }
+            None => None,
+        };
+        match known {
+            Some(at) => {
+                let (known, said) = &mut all[at];
                 known.count += 1;
                 known.last = denial.last;
+                known.subject = denial.subject;
+                if said.elapsed() >= SAID_AGAIN_AFTER {
+                    *said = Instant::now();
+                    return true;
+                }
                 false
             }
             None => {
                 denial.count = 1;
-                all.push(denial);
+                all.push((denial, Instant::now()));
                 true
             }
         }
@@ -104,7 +133,8 @@ impl Denials {
 
     /// The denials reported on the current connection.
     pub(crate) fn all(&self) -> Vec<PermissionDenial> {
-        self.all.lock().unwrap_or_else(|e| e.into_inner()).clone()
+        let all = self.all.lock().unwrap_or_else(|e| e.into_inner());
+        all.iter().map(|(d, _)| d.clone()).collect()
     }
 
     /// Forgets them (the connection was established again: the server says again what it
@@ -114,5 +144,48 @@ impl Denials {
         let had = !all.is_empty();
         all.clear();
         had
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn denial(subject: &str, permission: Option<&str>) -> PermissionDenial {
+        PermissionDenial {
+            action: Verb::Publish,
+            subject: subject.to_owned(),
+            permission: permission.map(str::to_owned),
+            needed_by: Vec::new(),
+            count: 1,
+            last: Instant::now(),
+        }
+    }
+
+    #[test]
+    fn one_denial_per_entry_however_many_subjects() {
+        let denials = Denials::default();
+        let entry = Some("$JS.ACK.ORDERS.workers.>");
+        let mut said = 0;
+        for i in 0..5_000 {
+            let subject = format!("$JS.ACK.ORDERS.workers.1.{i}.{i}.0.0");
+            said += usize::from(denials.report(denial(&subject, entry)));
+        }
+        for i in 0..1_000 {
+            said += usize::from(denials.report(denial(&format!("own.{i}"), None)));
+        }
+        let all = denials.all();
+        assert_eq!(all.len(), 1 + UNGRANTED_KEPT, "bounded");
+        assert_eq!(all[0].count, 5_000);
+        assert!(
+            all[0].subject.ends_with(".4999.4999.0.0"),
+            "the latest example"
+        );
+        assert_eq!(
+            all.iter().map(|d| d.count).sum::<u64>(),
+            6_000,
+            "every report counted"
+        );
+        assert_eq!(said, 1 + UNGRANTED_KEPT, "each said once");
     }
 }

@@ -5,8 +5,8 @@
 mod batches;
 mod buckets;
 mod handlers;
-mod sorted;
 mod registrations;
+mod sorted;
 mod watches;
 
 use std::collections::HashMap;
@@ -20,12 +20,12 @@ use crate::state::StateKey;
 pub(crate) use buckets::is_reserved_subject;
 pub use buckets::stream_of;
 pub use handlers::{Consumer, Endpoint, Subscription};
-use sorted::{Keyed, SortedList};
 pub use registrations::{
     BatchConsumerRegistration, BucketRegistration, ConsumerRegistration, EndpointRegistration,
     ServiceRegistration, SharedEndpointHandler, SharedHandler, SharedSubscriptionHandler,
     StreamRegistration, SubscriptionRegistration, WatchRegistration,
 };
+use sorted::{Keyed, SortedList};
 use topology_core::bucket::BucketDecl;
 use topology_core::model::{ConsumerDecl, StreamDecl};
 use topology_core::service::{EndpointDecl, ServiceDecl, SubscriptionDecl};

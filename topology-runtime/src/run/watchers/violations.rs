@@ -4,7 +4,6 @@
 //! the same walk), and shows them in health and metrics.
 
 use std::sync::Arc;
-use tokio::time::Instant;
 
 use tokio::sync::broadcast::error::RecvError;
 use tokio_util::sync::CancellationToken;
@@ -54,16 +53,20 @@ pub(in crate::run) fn sweep_denials(inner: &Inner) {
         return;
     };
     let (recent, _) = errors.subscribe();
-    let known = inner.health.shared.denials.all();
+    // A denial's `last` is when the server reported its latest violation, and the watch
+    // reads them in order: what came after the latest recorded is what the watch missed.
+    let recorded = inner
+        .health
+        .shared
+        .denials
+        .all()
+        .iter()
+        .map(|d| d.last)
+        .max();
     let built = inner.health.shared.built;
     let unknown: Vec<Violation> = recent
         .into_iter()
-        .filter(|v| v.at >= built)
-        .filter(|v| {
-            !known
-                .iter()
-                .any(|d| d.action == v.action && d.subject == v.subject)
-        })
+        .filter(|v| v.at >= built && recorded.is_none_or(|latest| v.at > latest))
         .collect();
     if unknown.is_empty() {
         return;
@@ -121,7 +124,7 @@ fn record(inner: &Inner, needs: &Permissions, violation: Violation) {
         permission,
         needed_by,
         count: 1,
-        last: Instant::now(),
+        last: violation.at,
     };
     let text = denial.to_string();
     if inner.health.shared.denials.report(denial) {

@@ -1,0 +1,95 @@
+//! A wrong grant on a long-running replica does not grow health without bound: with the
+//! consumer's acks denied, thousands of acks are refused (each on a subject of its own), and
+//! health keeps one denial per entry of the generated permissions, counting every refusal.
+
+mod fixture;
+
+use std::time::Duration;
+
+use fixture::{Running, admin_of, client_of, fast, users_config};
+use nats_topology::Runtime;
+use nats_topology::export::{self, Role, Verb};
+use nats_topology::model::{AckMode, QueueDecl};
+use nats_topology_testkit::{NatsServer, eventually};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn thousands_of_denied_acks_are_one_denial_of_one_entry() {
+    let decl = fixture::stream("DENY_WORK", &["deny.work.>"]);
+    let consumer = fixture::queue(
+        "tests::on_job",
+        &decl,
+        "deny.work.jobs",
+        // Room for every message unacknowledged at once: each is handled once, and each ack
+        // refused, without waiting for redeliveries.
+        // Fire-and-forget acks: one refused publish per message.
+        QueueDecl::new("workers")
+            .max_ack_pending(5_000)
+            .ack(AckMode::FireAndForget),
+    );
+    let topology = || fixture::job_topology(decl, consumer, Default::default(), Duration::ZERO);
+    let role = Role::owner("denied");
+    let granted = export::permissions(&topology(), &role);
+    let acks = granted
+        .entries
+        .iter()
+        .position(|e| e.action == Verb::Publish && e.subject.starts_with("$JS.ACK."))
+        .expect("the generated permissions grant the consumer's acks");
+    let entry = granted.entries[acks].subject.clone();
+    let without_acks = granted.without(acks);
+    let server = NatsServer::builder()
+        .config(users_config(&[("denied", "pw", &without_acks)]))
+        .probe_user("admin", "admin")
+        .start()
+        .await
+        .expect("server starts");
+
+    let client = client_of(&server.url(), "denied", "pw", role.inbox_prefix()).await;
+    let running = Running::spawn(
+        fast(Runtime::builder(client))
+            // A short grace: the drain waits it out for acks that a denial keeps from landing.
+            .grace_period(Duration::from_secs(2))
+            .topology(topology())
+            .build()
+            .expect("a valid topology"),
+    );
+    let admin = admin_of(&server.url()).await;
+    let js = async_nats::jetstream::new(admin);
+    eventually(Duration::from_secs(20), "the stream", || {
+        let js = js.clone();
+        async move { js.get_stream("DENY_WORK").await.ok().map(|_| ()) }
+    })
+    .await;
+    let messages = 2_000u64;
+    fixture::publish_jobs(&js, "deny.work.jobs", 1..=messages).await;
+
+    let health = running.health.clone();
+    let denials = eventually(
+        Duration::from_secs(60),
+        "thousands of denied acks counted",
+        || {
+            let denials = health.denials();
+            let refused: u64 = denials
+                .iter()
+                .filter(|d| d.permission.as_deref() == Some(entry.as_str()))
+                .map(|d| d.count)
+                .sum();
+            // Not every refusal reaches the runtime: the client hands its events over a bounded
+            // channel and drops what overflows it.
+            async move { (refused >= messages * 3 / 4).then_some(denials) }
+        },
+    )
+    .await;
+    let of_acks: Vec<_> = denials
+        .iter()
+        .filter(|d| d.permission.as_deref() == Some(entry.as_str()))
+        .collect();
+    assert_eq!(of_acks.len(), 1, "one denial for the entry: {denials:#?}");
+    assert!(of_acks[0].subject.starts_with("$JS.ACK.DENY_WORK.workers."));
+    assert!(
+        denials.len() <= granted.entries.len(),
+        "bounded by the entries: {} denials",
+        denials.len()
+    );
+    assert!(!health.ready(), "a denial is not ready: {health}");
+    running.stop().await.expect("a drain ends");
+}
