@@ -358,6 +358,27 @@ async fn cli_without_a_subcommand_falls_through_to_the_application() {
     app.says(1, &["unknown argument `--port`"]);
 }
 
+/// `help`, `--help` and `-h` print the subcommands and exit 0; the application does not start
+/// (it would start an embedded server and publish: no `NATS_URL` is set). Help on one
+/// subcommand, either way round, exits 0 too.
+#[tokio::test]
+async fn cli_help_lists_the_subcommands_and_exits_0_without_running_the_application() {
+    for flag in ["help", "--help", "-h"] {
+        let out = run(&[flag], &[]).await;
+        out.shows(0, &nats_topology::cli::SUBCOMMANDS);
+        out.shows(
+            0,
+            &["Usage: quickstart", "Without a subcommand the application"],
+        );
+        assert!(!out.stdout.contains("published"), "{out}");
+        assert!(!out.stdout.contains("embedded nats-server"), "{out}");
+    }
+    for args in [["help", "plan"], ["plan", "--help"]] {
+        let out = run(&args, &[]).await;
+        out.shows(0, &["--server", "NATS_URL"]);
+    }
+}
+
 /// `--domain` sends every request to that JetStream: from the hub, `provision --domain edge`
 /// creates the stream on the leaf node's JetStream and none on the hub's; `health` and
 /// `plan` read it there too. `--domain` with `--api-prefix` is a usage error.

@@ -44,7 +44,9 @@
 //! environment: the file holds no secret.
 //!
 //! A subcommand is recognised only as the first argument, so the application's own flags
-//! keep working: `my-service --port 8080` falls through to the application.
+//! keep working: `my-service --port 8080` falls through to the application. The exceptions are
+//! `help`, `--help` and `-h` as the first argument: they print the subcommands and exit 0
+//! instead of starting the service (`my-service help plan` describes one of them).
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -62,6 +64,9 @@ use crate::{EnvError, RetryPolicy, Runtime, Topology, async_nats, options_from};
 
 /// The subcommands [`Cli`] recognises as a first argument.
 pub const SUBCOMMANDS: [&str; 5] = ["plan", "inspect", "export", "provision", "health"];
+
+/// The first arguments that print the subcommands and exit 0 rather than start the service.
+const HELP: [&str; 3] = ["help", "--help", "-h"];
 
 /// Runs the subcommand given on the command line against the registered topology and exits
 /// the process with its status; returns when the first argument is not a subcommand.
@@ -138,8 +143,9 @@ impl Cli {
     }
 
     /// Runs the subcommand in `args` (the program name first) and returns its status
-    /// (usage errors print clap's message and return 2, `--help` returns 0); `None` when the
-    /// first argument is not a subcommand.
+    /// (usage errors print clap's message and return 2; `help`, `--help` and `-h`, first or
+    /// after a subcommand, print the help and return 0); `None` when the first argument is
+    /// neither a subcommand nor a request for help.
     pub async fn run<I, T>(self, args: I) -> Option<ExitCode>
     where
         I: IntoIterator<Item = T>,
@@ -157,7 +163,7 @@ impl Cli {
     {
         let args: Vec<OsString> = args.into_iter().map(Into::into).collect();
         let first = args.get(1)?.to_str()?;
-        if !SUBCOMMANDS.contains(&first) {
+        if !SUBCOMMANDS.contains(&first) && !HELP.contains(&first) {
             return None;
         }
         let parsed = match Args::try_parse_from(&args) {
@@ -357,7 +363,9 @@ fn password_variable(service: &str) -> String {
 #[command(
     about = "Operate this application's NATS topology",
     long_about = "Operate this application's NATS topology: what provisioning would do, what the \
-                  server holds, export it, provision it (an init job) or check it."
+                  server holds, export it, provision it (an init job) or check it.",
+    after_help = "Without a subcommand the application itself runs. The subcommands that talk \
+                  to a server use --server, else NATS_URL, else nats://127.0.0.1:4222."
 )]
 struct Args {
     #[command(subcommand)]

@@ -31,15 +31,14 @@ pub(crate) fn stream(attr: TokenStream, item: TokenStream) -> TokenStream {
     let Some(target) = target else {
         return emit::with_errors(item, cx, STREAM_SPEC.attr);
     };
-    let ident = &target.ident;
     let result = cx.check();
     if result.is_ok()
-        && let Some(tokens) = emit::stream(ident, &attrs)
+        && let Some(tokens) = emit::stream(&target, &attrs)
     {
         return quote!(#item #tokens);
     }
     let errors = emit::errors_or_bug(result, STREAM_SPEC.attr);
-    let fallback = emit::stream_fallback(ident, &attrs.krate);
+    let fallback = emit::stream_fallback(&target, &attrs);
     quote! { #item #fallback #errors }
 }
 

@@ -86,11 +86,37 @@ use proc_macro::TokenStream;
 /// # fn main() {}
 /// ```
 ///
+/// # The stream's name: `NAME`
+///
+/// The attribute gives the struct an associated constant, `NAME: &'static str`, the `name` it
+/// declares (as visible as the struct: `pub` on a `pub struct`). Use it wherever the stream's
+/// name is spelt in code of your own (an `async_nats` JetStream call, a log line, a test)
+/// instead of repeating the string:
+///
+/// ```
+/// use nats_topology::stream;
+///
+/// #[stream(name = "MEMBER_STATUS", subjects = ["member.status.>"])]
+/// pub struct MemberStatus;
+///
+/// async fn messages(client: nats_topology::async_nats::Client) -> Option<u64> {
+///     let js = nats_topology::async_nats::jetstream::new(client);
+///     let mut stream = js.get_stream(MemberStatus::NAME).await.ok()?;
+///     Some(stream.info().await.ok()?.state.messages)
+/// }
+///
+/// const NAME: &'static str = MemberStatus::NAME;
+/// # fn main() {
+/// assert_eq!(NAME, "MEMBER_STATUS");
+/// # let _ = messages;
+/// # }
+/// ```
+///
 /// # Keys
 ///
 /// | key | value | meaning |
 /// |-----|-------|---------|
-/// | `name` | string, **required** | The stream's name on the server: no whitespace, `.`, `*`, `>`, `/`, `\` or control characters, at most 255 bytes. `name = "ORDERS"` |
+/// | `name` | string, **required** | The stream's name on the server (and the struct's `NAME` constant): no whitespace, `.`, `*`, `>`, `/`, `\` or control characters, at most 255 bytes. `name = "ORDERS"` |
 /// | `subjects` | list of strings, **required** unless `mirror` or `sources` | The subjects the stream captures (at least one; wildcards allowed; they cannot overlap each other). `subjects = ["orders.>"]` |
 /// | `replicas` | integer 1..=5 | Copies kept in a cluster. `replicas = 3` |
 /// | `storage` | `"file"` \| `"memory"` | Where messages are kept (server default: file). |

@@ -35,12 +35,30 @@
 //! kills its processes and deletes their store directories.
 //!
 //! Add it as a dev-dependency: it is for tests, examples and benchmarks, never for a production
-//! build.
+//! build. It is not published on crates.io: depend on it by path, in your clone of the
+//! nats-topology repository (or by `git = "<the URL you cloned it from>"`, which finds the
+//! crate in that repository's workspace by its name).
 //!
 //! ```toml
 //! [dev-dependencies]
-//! nats-topology-testkit = "0.1"
+//! nats-topology-testkit = { path = "../nats-topology/topology-testkit" }
 //! ```
+//!
+//! # A development server
+//!
+//! The crate's binary `dev-server` keeps a JetStream server (or a cluster) up while you
+//! develop, started and stopped by this kit:
+//!
+//! ```text
+//! cargo run -p nats-topology-testkit --bin dev-server               # one server: 4222 if free
+//! cargo run -p nats-topology-testkit --bin dev-server -- --port 4333
+//! cargo run -p nats-topology-testkit --bin dev-server -- --cluster  # three nodes, free ports
+//! ```
+//!
+//! It prints `NATS_URL=nats://127.0.0.1:PORT` (for a cluster, the three URLs separated by
+//! commas, as `NATS_URL` takes them): export it in the shell that runs your application or its
+//! CLI subcommands. Ctrl-C or SIGTERM stops the servers it started (by pid) and deletes their
+//! store directories; nothing is kept between runs.
 //!
 //! # Platforms
 //!

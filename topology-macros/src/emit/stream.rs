@@ -1,19 +1,21 @@
-//! The code of `#[stream]`: `StreamDef` for the struct, and its registration.
+//! The code of `#[stream]`: `StreamDef` for the struct, its `NAME` constant, and its
+//! registration.
 
 use proc_macro2::TokenStream;
 use quote::{quote, quote_spanned};
-use syn::Ident;
+use syn::{ItemStruct, LitStr};
 
 use super::{call, duration, krate, variant};
 use syn::spanned::Spanned;
 
 use crate::attrs::{OriginAttrs, StreamAttrs};
-use crate::value::{Int, Krate, PathOrString};
+use crate::value::{Int, PathOrString};
 
-/// The struct's `StreamDef` impl and registration; `None` without a name, subjects (unless a
-/// mirror or sources give the stream its messages) or a `crate` path (which validation
-/// reported).
-pub(crate) fn stream(ident: &Ident, attrs: &StreamAttrs) -> Option<TokenStream> {
+/// The struct's `StreamDef` impl, its `NAME` constant and registration; `None` without a name,
+/// subjects (unless a mirror or sources give the stream its messages) or a `crate` path (which
+/// validation reported).
+pub(crate) fn stream(target: &ItemStruct, attrs: &StreamAttrs) -> Option<TokenStream> {
+    let ident = &target.ident;
     let name = attrs.name.as_ref()?;
     let subjects = match &attrs.subjects {
         Some(subjects) => subjects.lits.as_slice(),
@@ -22,9 +24,11 @@ pub(crate) fn stream(ident: &Ident, attrs: &StreamAttrs) -> Option<TokenStream> 
     };
     let krate = krate(&attrs.krate)?;
     let builders = builders(attrs);
+    let name_const = name_const(target, name);
     Some(quote! {
         const _: () = {
             use #krate::__private as __nats_topology;
+            #name_const
             impl __nats_topology::StreamDef for #ident {
                 const DECL: __nats_topology::StreamDecl =
                     __nats_topology::StreamDecl::new(#name, &[#(#subjects),*]) #(#builders)*;
@@ -38,20 +42,44 @@ pub(crate) fn stream(ident: &Ident, attrs: &StreamAttrs) -> Option<TokenStream> 
     })
 }
 
+/// `impl Orders { pub const NAME: &str = "ORDERS"; }`, as visible as the struct (a `pub`
+/// constant on a private struct would be an `unreachable_pub` warning in the user's crate).
+fn name_const(target: &ItemStruct, name: &LitStr) -> TokenStream {
+    let (ident, vis) = (&target.ident, &target.vis);
+    let doc = format!(
+        "The stream's name on the server, `{}`: for a client's own JetStream calls \
+         (`jetstream.get_stream(..)`, `nats stream info ..`).",
+        name.value()
+    );
+    quote! {
+        impl #ident {
+            #[doc = #doc]
+            #[allow(dead_code)]
+            #vis const NAME: &str = #name;
+        }
+    }
+}
+
 /// After errors: the struct as a stream that checks nothing, so that consumers naming it do not
-/// add "is not a stream" errors to the real ones. It is not registered; the build fails anyway.
-/// Nothing when the `crate` path is itself wrong.
-pub(crate) fn stream_fallback(ident: &Ident, krate: &Krate) -> Option<TokenStream> {
-    let krate = super::krate(krate)?;
-    Some(quote! {
+/// add "is not a stream" errors to the real ones (nothing when the `crate` path is itself
+/// wrong), and its `NAME` when the name was read, so that uses of `Orders::NAME` add no "no
+/// associated item" errors either. It is not registered; the build fails anyway.
+pub(crate) fn stream_fallback(target: &ItemStruct, attrs: &StreamAttrs) -> TokenStream {
+    let ident = &target.ident;
+    let name_const = attrs.name.as_ref().map(|name| name_const(target, name));
+    let Some(krate) = super::krate(&attrs.krate) else {
+        return quote!(const _: () = { #name_const };);
+    };
+    quote! {
         const _: () = {
             use #krate::__private as __nats_topology;
+            #name_const
             impl __nats_topology::StreamDef for #ident {
                 const DECL: __nats_topology::StreamDecl =
                     __nats_topology::StreamDecl::new("", &[">"]);
             }
         };
-    })
+    }
 }
 
 /// `.setting(value)` calls, in `StreamDecl`'s field order.
