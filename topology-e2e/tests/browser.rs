@@ -26,7 +26,7 @@ mod replica;
 #[path = "../examples/sync_status/server.rs"]
 mod server;
 #[allow(dead_code)]
-#[path = "../examples/sync_status/topology.rs"]
+#[path = "../../examples/sync_status/topology.rs"]
 mod topology;
 
 use std::collections::BTreeSet;

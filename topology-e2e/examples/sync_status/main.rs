@@ -23,6 +23,9 @@ mod daemon;
 mod launch;
 mod replica;
 mod server;
+// Shared with the root's tests/permissions_cluster.rs, which runs it under its generated
+// permissions: it stays in the root's examples/sync_status/.
+#[path = "../../../examples/sync_status/topology.rs"]
 mod topology;
 
 use std::time::Duration;

@@ -2,6 +2,7 @@
 //! consumer's state as JSON, `/metrics` from a Prometheus recorder; ready, not ready when the
 //! server goes down, ready again when it is back, not live once drained.
 
+#[path = "../../tests/fixture/mod.rs"]
 mod fixture;
 
 use std::net::SocketAddr;

@@ -6,6 +6,7 @@
 //! Spans are exported in memory, through a `tracing-opentelemetry` layer in the process's
 //! global subscriber (handlers run on tokio worker threads).
 
+#[path = "../../tests/fixture/mod.rs"]
 mod fixture;
 
 use std::sync::OnceLock;
