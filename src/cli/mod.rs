@@ -207,6 +207,8 @@ impl Cli {
         let client = connect(&server.server)
             .await
             .map_err(|e| format!("cannot connect to {:?}: {e}", server.server))?;
+        let local_api = server.jetstream.domain.is_none() && server.jetstream.api_prefix.is_none();
+        reachable(&client, local_api).await?;
         let retry = RetryPolicy {
             deadline: Duration::from_secs_f64(server.timeout),
             ..self.retry
@@ -272,6 +274,34 @@ impl Cli {
 /// the credentials, TLS files and inbox prefix of the other variables
 /// [`connect_from_env`](crate::connect_from_env) reads: one environment serves an operator's
 /// `nats` commands and these.
+/// How long a command waits for its connection before it says why there is none.
+const CONNECT_WAIT: Duration = Duration::from_secs(5);
+
+/// Waits for the connection (at most [`CONNECT_WAIT`]); a command that cannot connect, or
+/// whose server has no JetStream, says why at once instead of retrying until its timeout.
+async fn reachable(client: &async_nats::Client, local_api: bool) -> Result<(), String> {
+    let deadline = tokio::time::Instant::now() + CONNECT_WAIT;
+    let mut diagnosed_at = tokio::time::Instant::now() + Duration::from_millis(500);
+    while client.connection_state() != async_nats::connection::State::Connected {
+        let now = tokio::time::Instant::now();
+        if now >= diagnosed_at || now >= deadline {
+            if let Some(problem) = crate::diagnose(client).await {
+                return Err(problem.to_string());
+            }
+            if now >= deadline {
+                return Err(format!("not connected after {CONNECT_WAIT:?}"));
+            }
+            diagnosed_at = now + Duration::from_secs(1);
+        }
+        // Polling: the client has no future that completes on connection.
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    match crate::no_jetstream(client, local_api) {
+        Some(problem) => Err(problem.to_string()),
+        None => Ok(()),
+    }
+}
+
 async fn connect(servers: &str) -> Result<async_nats::Client, EnvError> {
     let servers = servers.to_owned();
     let lookup = move |name: &str| {

@@ -28,8 +28,7 @@ use async_nats::{Client, ConnectError, ConnectErrorKind, ConnectOptions, ServerA
 mod diagnose;
 mod env;
 
-pub(crate) use diagnose::no_jetstream;
-pub use diagnose::{ConnectionProblem, ProblemKind, diagnose};
+pub use diagnose::{ConnectionProblem, ProblemKind, diagnose, no_jetstream};
 
 pub use env::{
     EnvError, EnvErrorKind, EnvOptions, NATS_CA, NATS_CERT, NATS_CREDS, NATS_INBOX_PREFIX,

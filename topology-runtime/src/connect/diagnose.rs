@@ -88,10 +88,10 @@ pub async fn diagnose(client: &Client) -> Option<ConnectionProblem> {
     tried.into_iter().flatten().next()
 }
 
-/// Why JetStream does not answer on `client`'s connected server, when its `INFO` says that
-/// JetStream is not enabled there and the runtime asks that server's own JetStream (no domain
-/// or API prefix: a leaf node may reach a hub's JetStream without one of its own).
-pub(crate) fn no_jetstream(client: &Client, local_api: bool) -> Option<ConnectionProblem> {
+/// Whether `client`'s connected server runs without JetStream (its `INFO` says so), for a
+/// client that uses that server's own JetStream (`local_api`: no domain or API prefix; a leaf
+/// node may reach a hub's JetStream without one of its own).
+pub fn no_jetstream(client: &Client, local_api: bool) -> Option<ConnectionProblem> {
     let info = client.server_info();
     if !local_api || info.jetstream || client.connection_state() != State::Connected {
         return None;
