@@ -161,7 +161,8 @@ impl GatewayArgs {
 /// [`NatsCluster`](crate::NatsCluster).
 pub(crate) struct Node {
     binary: PathBuf,
-    name: String,
+    /// Its `--server_name`, which its `INFO` says.
+    pub(crate) name: String,
     pub(crate) port: u16,
     pub(crate) cluster: Option<ClusterArgs>,
     pub(crate) leaf: Option<LeafArgs>,
