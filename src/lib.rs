@@ -120,7 +120,7 @@ pub use topology_macros::{
 
 pub use topology_runtime::connect::{
     ConnectionProblem, EnvError, EnvErrorKind, EnvOptions, ProblemKind, connect, connect_from_env,
-    connect_options, connect_with, diagnose, no_jetstream, options_from,
+    connect_options, connect_with, denied, diagnose, no_jetstream, options_from,
 };
 
 /// How long a drain waits for each clean-up that needs the broker (the final flush of

@@ -120,3 +120,33 @@ async fn a_server_without_jetstream_is_named_within_seconds() {
     assert!(!health.ready());
     running.stop().await.expect("clean drain");
 }
+
+/// What the server denied a user is readable from the client (the server says it only on the
+/// connection: a denied request just goes unanswered), so that a report made with the wrong
+/// credentials says so instead of printing an incomplete answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_the_server_denied_is_read_from_the_client() {
+    let permissions = nats_topology::export::permissions(
+        &nats_topology::Topology::new(),
+        &nats_topology::export::Role::owner("narrow"),
+    );
+    let server = nats_topology_testkit::NatsServer::builder()
+        .config(fixture::users_config(&[("narrow", "pw", &permissions)]))
+        .probe_user("admin", "admin")
+        .start()
+        .await
+        .expect("server starts");
+    let client = fixture::client_of(&server.url(), "narrow", "pw", "_INBOX_narrow").await;
+    assert!(nats_topology::denied(&client).is_empty());
+    client
+        .publish("$SRV.PING.orders", "".into())
+        .await
+        .expect("sent");
+    client.flush().await.expect("flushed");
+    let denied = eventually(Duration::from_secs(5), "the denial", || {
+        let denied = nats_topology::denied(&client);
+        async move { (!denied.is_empty()).then_some(denied) }
+    })
+    .await;
+    assert_eq!(denied, ["publish to `$SRV.PING.orders`"]);
+}

@@ -235,7 +235,7 @@ impl Cli {
             Command::Inspect(_) => {
                 let inspection = runtime.inspect().await.map_err(|e| e.to_string())?;
                 print!("{inspection}");
-                Ok(true)
+                Ok(allowed(&client))
             }
             Command::Provision(_) => {
                 let report = runtime.provision().await.map_err(|e| e.to_string())?;
@@ -263,7 +263,7 @@ impl Cli {
             Command::Health(_) => {
                 let report = health::read(&runtime).await?;
                 print!("{report}");
-                Ok(report.healthy())
+                Ok(allowed(&client) && report.healthy())
             }
             Command::Export(_) => unreachable!("handled above"),
         }
@@ -274,6 +274,21 @@ impl Cli {
 /// the credentials, TLS files and inbox prefix of the other variables
 /// [`connect_from_env`](crate::connect_from_env) reads: one environment serves an operator's
 /// `nats` commands and these.
+/// Whether the server denied nothing to the command's user; what it denied is said on stderr
+/// (a denied request only goes unanswered, so what the command printed may be incomplete).
+fn allowed(client: &async_nats::Client) -> bool {
+    let denied = crate::denied(client);
+    if denied.is_empty() {
+        return true;
+    }
+    eprintln!(
+        "error: the server denied this user {}: what is printed above may be incomplete; run \
+         it with credentials that allow it (`export --permissions --role operator` writes them)",
+        denied.join(", ")
+    );
+    false
+}
+
 /// How long a command waits for its connection before it says why there is none.
 const CONNECT_WAIT: Duration = Duration::from_secs(5);
 

@@ -127,6 +127,24 @@ async fn open(options: ConnectOptions, servers: Vec<ServerAddr>) -> Result<Clien
     Ok(client)
 }
 
+/// What the server denied `client`'s user since it last connected (up to the last 64), as
+/// "publish to `SUBJECT`" or "subscribe to `SUBJECT`": the server says a permission violation
+/// only on the connection (a request it denies just goes unanswered). Empty for a client not
+/// made by [`connect`] or its siblings, whose events this crate does not read.
+pub fn denied(client: &Client) -> Vec<String> {
+    let Some(errors) = crate::server_errors::of(client) else {
+        return Vec::new();
+    };
+    let mut seen: Vec<String> = Vec::new();
+    for violation in errors.subscribe().0 {
+        let said = format!("{} to `{}`", violation.action.as_str(), violation.subject);
+        if !seen.contains(&said) {
+            seen.push(said);
+        }
+    }
+    seen
+}
+
 /// `nats://a:4222, nats://b:4222` as addresses; an empty list or a malformed URL is an error.
 fn parse_servers(servers: &str) -> Result<Vec<ServerAddr>, ConnectError> {
     let addrs = servers
