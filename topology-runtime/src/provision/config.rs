@@ -139,6 +139,10 @@ pub(crate) fn push_deliver_subject(stream: &str, group: &str) -> String {
     format!("_NT_DELIVER.{stream}.{group}")
 }
 
+/// How long a watch's revision may go unacknowledged before the server delivers it again: two
+/// of the runtime's default heartbeats.
+pub(crate) const WATCH_ACK_WAIT: Duration = Duration::from_secs(10);
+
 /// How long the server keeps a relay whose instance stopped pulling.
 pub(crate) const RELAY_INACTIVE_THRESHOLD: Duration = Duration::from_secs(30);
 
@@ -193,9 +197,13 @@ pub(crate) fn consumer_config(
             config.memory_storage = true;
             config.num_replicas = 1;
             // A watch hands over one change at a time: a failed one is delivered again before
-            // any later revision, so that the handler sees every key's changes in order.
+            // any later revision, so that the handler sees every key's changes in order. A
+            // revision lost with a connection (a node killed while delivering it) then holds
+            // every later one until the server delivers it again: after `WATCH_ACK_WAIT`, not
+            // the server's default 30 s. A handler that runs longer is held by progress acks.
             if relay.kv_watch.is_some() {
                 config.max_ack_pending = 1;
+                config.ack_wait = WATCH_ACK_WAIT;
             }
         }
     }
@@ -260,4 +268,28 @@ pub(crate) fn apply_editable_consumer_fields(
     server.priority_policy = declared.priority_policy.clone();
     server.priority_groups = declared.priority_groups.clone();
     server.priority_timeout = declared.priority_timeout;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use topology_core::model::{BroadcastDecl, StreamRef};
+
+    #[test]
+    fn a_watch_takes_one_revision_at_a_time_and_gets_a_lost_one_back_within_seconds() {
+        let watch = ConsumerDecl::broadcast(
+            "app::on_flag",
+            StreamRef::Named("KV_FLAGS"),
+            BroadcastDecl::new().kv_watch("FLAGS"),
+        );
+        let config = consumer_config("KV_FLAGS", &watch, Some("relay-1"));
+        assert_eq!(config.max_ack_pending, 1);
+        assert_eq!(config.ack_wait, WATCH_ACK_WAIT);
+        let relay = ConsumerDecl::broadcast("app::on", StreamRef::Named("S"), BroadcastDecl::new());
+        let config = consumer_config("S", &relay, Some("relay-2"));
+        assert!(
+            config.ack_wait.is_zero(),
+            "other relays keep the server's default"
+        );
+    }
 }
