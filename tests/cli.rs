@@ -748,3 +748,69 @@ async fn cli_export_plan_and_inspect_see_endpoints_and_subscriptions() {
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// `export --permissions --all-roles` writes one server configuration with a user for every
+/// role (each its own password variable and inbox prefix): a server starts with it as it is,
+/// and the operator's user provisions while the service's user runs.
+#[tokio::test]
+async fn cli_export_permissions_all_roles_in_one_server_config() {
+    let dir = scratch("permissions-all-roles");
+    let out = run(
+        &[
+            "export",
+            "--permissions",
+            "--all-roles",
+            "--service",
+            "svc",
+            dir.to_str().unwrap(),
+        ],
+        &[],
+    )
+    .await;
+    assert_eq!(out.code, Some(0), "{out}");
+    let conf = std::fs::read_to_string(dir.join("permissions.conf")).unwrap();
+    for line in [
+        "user: \"svc\"",
+        "user: \"svc-bind\"",
+        "user: \"svc-operator\"",
+        "password: $SVC_PASSWORD",
+        "password: $SVC_BIND_PASSWORD",
+        "password: $SVC_OPERATOR_PASSWORD",
+    ] {
+        assert!(conf.contains(line), "{line}:\n{conf}");
+    }
+    assert_eq!(conf.matches("authorization {").count(), 1, "{conf}");
+    let json = read_json(dir.join("permissions.json"));
+    let roles: Vec<&str> = json
+        .as_array()
+        .expect("one object per role")
+        .iter()
+        .map(|r| r["role"].as_str().unwrap())
+        .collect();
+    assert_eq!(roles, ["owner", "bind-only", "operator"]);
+
+    let with_admin = conf.replacen(
+        "  users = [\n",
+        "  users = [\n    { user: admin, password: admin }\n",
+        1,
+    );
+    let server = NatsServer::builder()
+        .config(with_admin)
+        .env("SVC_PASSWORD", "svc-pw")
+        .env("SVC_BIND_PASSWORD", "bind-pw")
+        .env("SVC_OPERATOR_PASSWORD", "op-pw")
+        .probe_user("admin", "admin")
+        .start()
+        .await
+        .expect("nats-server starts with the generated configuration");
+    let url = server.url();
+    let operator = [
+        ("NATS_URL", url.as_str()),
+        ("NATS_USER", "svc-operator"),
+        ("NATS_PASSWORD", "op-pw"),
+        ("NATS_INBOX_PREFIX", "_INBOX_svc-operator"),
+    ];
+    let provision = run(&["provision", "--timeout", "10"], &operator).await;
+    assert_eq!(provision.code, Some(0), "{provision}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

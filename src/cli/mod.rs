@@ -345,7 +345,14 @@ fn export_to(
         written.extend(nats.write_to(&args.dir).map_err(|e| e.to_string())?);
     }
     if args.permissions || all {
-        let permissions = export::permissions(topology, &args.role(application));
+        let roles = match args.all_roles {
+            false => vec![args.role(application)],
+            true => args.every_role(application),
+        };
+        let permissions: Vec<Permissions> = roles
+            .iter()
+            .map(|role| export::permissions(topology, role))
+            .collect();
         written.extend(write_permissions(&permissions, &args.dir).map_err(|e| e.to_string())?);
     }
     for path in written {
@@ -354,21 +361,38 @@ fn export_to(
     Ok(true)
 }
 
-/// Writes `permissions.conf` (the nats-server `authorization` block, its password read from
-/// the server's environment) and `permissions.json` into `dir`.
+/// Writes `permissions.conf` (one nats-server `authorization` block with a user per role,
+/// each password read from the server's environment) and `permissions.json` (one role's
+/// object, or an array of them) into `dir`.
 fn write_permissions(
-    permissions: &Permissions,
+    roles: &[Permissions],
     dir: &Path,
 ) -> Result<Vec<PathBuf>, export::ExportError> {
-    let variable = password_variable(permissions.role.service());
+    let variables: Vec<String> = roles
+        .iter()
+        .map(|p| format!("${}", password_variable(p.role.service())))
+        .collect();
+    let users: Vec<(&Permissions, &str)> = roles
+        .iter()
+        .zip(&variables)
+        .map(|(p, v)| (p, v.as_str()))
+        .collect();
+    let names = variables
+        .iter()
+        .map(|v| format!("`{v}`"))
+        .collect::<Vec<_>>()
+        .join(", ");
     let conf = format!(
-        "# The password is `${variable}`: nats-server reads it from its environment variable \
-         {variable}.\n# Set it where the server runs, or replace the reference with a bcrypt \
+        "# The passwords are {names}: nats-server reads each from the environment variable of \
+         that name.\n# Set them where the server runs, or replace each reference with a bcrypt \
          hash (`nats server passwd`);\n# never write the secret itself here.\n{}",
-        permissions.server_config(&format!("${variable}"))
+        Permissions::server_config_of(&users)
     );
-    let mut json = serde_json::to_string_pretty(&permissions.to_json())
-        .expect("a JSON value always serializes");
+    let json = match roles {
+        [one] => one.to_json(),
+        many => serde_json::Value::Array(many.iter().map(Permissions::to_json).collect()),
+    };
+    let mut json = serde_json::to_string_pretty(&json).expect("a JSON value always serializes");
     json.push('\n');
     let files = [("permissions.conf", conf), ("permissions.json", json)];
     let write = |path: &Path, contents: &str| {
@@ -465,7 +489,7 @@ fn positive_seconds(text: &str) -> Result<f64, String> {
     }
 }
 
-#[derive(Debug, clap::Args)]
+#[derive(Debug, Clone, clap::Args)]
 struct ExportArgs {
     /// Write the AsyncAPI 3.0 document (asyncapi.json and asyncapi.yaml).
     #[arg(long)]
@@ -488,6 +512,11 @@ struct ExportArgs {
     /// operator provisioned) or `operator` (provisions, as `provision` does).
     #[arg(long, default_value = "owner", value_parser = access_parser())]
     role: Access,
+    /// Every role in one server configuration: the service's user (`owner`), `<service>-bind`
+    /// (`bind-only`) and `<service>-operator` (`operator`), each with its own password
+    /// variable and inbox prefix.
+    #[arg(long, conflicts_with = "role")]
+    all_roles: bool,
     /// The service, as the user's name (default: the application's name, the executable's
     /// unless the binary sets one).
     #[arg(long, value_name = "NAME")]
@@ -524,6 +553,31 @@ impl ExportArgs {
             role = role.publishes(subject);
         }
         role
+    }
+}
+
+impl ExportArgs {
+    /// `--all-roles`: the owner as the service, the others named after it.
+    fn every_role(&self, application: &str) -> Vec<Role> {
+        let service = self.service.as_deref().unwrap_or(application);
+        [
+            (Access::Owner, service.to_owned()),
+            (Access::BindOnly, format!("{service}-bind")),
+            (Access::Operator, format!("{service}-operator")),
+        ]
+        .into_iter()
+        .map(|(access, user)| {
+            let mut args = ExportArgs {
+                role: access,
+                service: Some(user),
+                // Each user has its own inbox prefix, after its name.
+                inbox_prefix: None,
+                ..self.clone()
+            };
+            args.all_roles = false;
+            args.role(application)
+        })
+        .collect()
     }
 }
 
