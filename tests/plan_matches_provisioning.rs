@@ -67,6 +67,19 @@ async fn on_server(js: &jetstream::Context, item: &PlanItem) -> Option<Value> {
     Some(config.expect("a configuration serializes"))
 }
 
+/// `decl`'s stream (an hour's `max_age`, as `topology` declares it) made by hand, unstamped,
+/// as an earlier deploy or an operator would have left it.
+async fn create_by_hand(js: &jetstream::Context, decl: &StreamDecl) {
+    js.create_stream(stream::Config {
+        name: decl.name.to_owned(),
+        subjects: decl.subjects.iter().map(|s| (*s).to_owned()).collect(),
+        max_age: Duration::from_secs(3600),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+}
+
 /// A stream's configuration on the server.
 async fn stream_config(js: &jetstream::Context, name: &str) -> stream::Config {
     js.get_stream(name)
@@ -329,14 +342,7 @@ async fn plan_says_what_provisioning_does_with_conflicts_extra_subjects_and_migr
 
     // Immutable consumer drift: ack policy.
     let (decl, t) = topology(&fx, "PLAN_ACK", 3600, 3);
-    js.create_stream(stream::Config {
-        name: decl.name.to_owned(),
-        subjects: decl.subjects.iter().map(|s| (*s).to_owned()).collect(),
-        max_age: Duration::from_secs(3600),
-        ..Default::default()
-    })
-    .await
-    .unwrap();
+    create_by_hand(&js, &decl).await;
     js.create_consumer_on_stream(
         consumer::pull::Config {
             durable_name: Some("workers".into()),
@@ -453,14 +459,7 @@ async fn plan_says_what_provisioning_does_with_plain_durables_relays_and_retired
 
     // A plain push durable (one subscriber) where a queue consumer is declared: a conflict.
     let (decl, t) = topology(&fx, "PLAN_PLAIN", 3600, 3);
-    js.create_stream(stream::Config {
-        name: decl.name.to_owned(),
-        subjects: decl.subjects.iter().map(|s| (*s).to_owned()).collect(),
-        max_age: Duration::from_secs(3600),
-        ..Default::default()
-    })
-    .await
-    .unwrap();
+    create_by_hand(&js, &decl).await;
     js.create_consumer_on_stream(
         consumer::push::Config {
             durable_name: Some("workers".into()),

@@ -29,7 +29,8 @@ struct Job {
     id: u64,
 }
 
-/// Work that takes a while, so that SIGTERM finds handlers running.
+/// Work that takes a while (simulated work, not synchronisation), so that SIGTERM finds
+/// handlers running.
 #[queue_consumer(
     stream = ReadmeShutdown,
     group = "work",
