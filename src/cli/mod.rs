@@ -377,15 +377,25 @@ fn write_permissions(
         .zip(&variables)
         .map(|(p, v)| (p, v.as_str()))
         .collect();
-    let names = variables
-        .iter()
-        .map(|v| format!("`{v}`"))
-        .collect::<Vec<_>>()
-        .join(", ");
+    let whence = match &variables[..] {
+        [one] => format!(
+            "# The password is `{one}`: nats-server reads it from its environment variable \
+             {}.\n# Set it where the server runs, or replace the reference with a bcrypt hash \
+             (`nats server passwd`);",
+            one.trim_start_matches('$')
+        ),
+        many => format!(
+            "# The passwords are {}: nats-server reads each from the environment variable of \
+             that name.\n# Set them where the server runs, or replace each reference with a \
+             bcrypt hash (`nats server passwd`);",
+            many.iter()
+                .map(|v| format!("`{v}`"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    };
     let conf = format!(
-        "# The passwords are {names}: nats-server reads each from the environment variable of \
-         that name.\n# Set them where the server runs, or replace each reference with a bcrypt \
-         hash (`nats server passwd`);\n# never write the secret itself here.\n{}",
+        "{whence}\n# never write the secret itself here.\n{}",
         Permissions::server_config_of(&users)
     );
     let json = match roles {
