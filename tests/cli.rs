@@ -583,22 +583,7 @@ async fn cli_export_permissions_nats_server_runs_the_service_under_them() {
     let out = run(&["export", "--permissions", dir.to_str().unwrap()], &[]).await;
     assert_eq!(out.code, Some(0), "{out}");
     let conf = std::fs::read_to_string(dir.join("permissions.conf")).unwrap();
-    // The test kit's readiness probe takes its replies on `_INBOX.>`, which the service's
-    // user may not subscribe to (its replies come to `_INBOX_quickstart.>`): the probe
-    // connects as an admin added to the block's users.
-    let with_admin = conf.replacen(
-        "  users = [\n",
-        "  users = [\n    { user: admin, password: admin }\n",
-        1,
-    );
-    assert_ne!(with_admin, conf, "the block lists its users:\n{conf}");
-    let server = NatsServer::builder()
-        .config(with_admin)
-        .env("QUICKSTART_PASSWORD", "pw")
-        .probe_user("admin", "admin")
-        .start()
-        .await
-        .expect("nats-server starts with the generated block");
+    let server = serve_generated(&conf, &[("QUICKSTART_PASSWORD", "pw")]).await;
 
     let url = server.url();
     let app = run(
@@ -618,6 +603,27 @@ async fn cli_export_permissions_nats_server_runs_the_service_under_them() {
 /// The `operator` role is what the CLI needs: under the block generated for it, `provision`,
 /// `plan`, `inspect` and `health` work, connected with the `nats` CLI's variables (the user,
 /// its password and the inbox prefix the block names).
+/// A server under a generated `permissions.conf`, its password variables set from `env`, with
+/// an `admin` user beside the generated ones for the test kit's readiness probe (which takes
+/// its replies on `_INBOX.>`, which the generated users may not).
+async fn serve_generated(conf: &str, env: &[(&str, &str)]) -> NatsServer {
+    let with_admin = conf.replacen(
+        "  users = [\n",
+        "  users = [\n    { user: admin, password: admin }\n",
+        1,
+    );
+    assert_ne!(with_admin, conf, "the block lists its users:\n{conf}");
+    let mut builder = NatsServer::builder().config(with_admin);
+    for (name, value) in env {
+        builder = builder.env(*name, *value);
+    }
+    builder
+        .probe_user("admin", "admin")
+        .start()
+        .await
+        .expect("nats-server starts with the generated block")
+}
+
 #[tokio::test]
 async fn cli_export_permissions_operator_role_serves_the_cli() {
     let dir = scratch("permissions-operator");
@@ -637,19 +643,7 @@ async fn cli_export_permissions_operator_role_serves_the_cli() {
     assert_eq!(out.code, Some(0), "{out}");
     let conf = std::fs::read_to_string(dir.join("permissions.conf")).unwrap();
     assert!(conf.contains("password: $OPS_PASSWORD"), "{conf}");
-    // The probe takes its replies on `_INBOX.>`, which `ops` may not: an admin for it.
-    let with_admin = conf.replacen(
-        "  users = [\n",
-        "  users = [\n    { user: admin, password: admin }\n",
-        1,
-    );
-    let server = NatsServer::builder()
-        .config(with_admin)
-        .env("OPS_PASSWORD", "ops-pw")
-        .probe_user("admin", "admin")
-        .start()
-        .await
-        .expect("nats-server starts with the generated block");
+    let server = serve_generated(&conf, &[("OPS_PASSWORD", "ops-pw")]).await;
     let url = server.url();
     let env = [
         ("NATS_URL", url.as_str()),
@@ -789,20 +783,15 @@ async fn cli_export_permissions_all_roles_in_one_server_config() {
         .collect();
     assert_eq!(roles, ["owner", "bind-only", "operator"]);
 
-    let with_admin = conf.replacen(
-        "  users = [\n",
-        "  users = [\n    { user: admin, password: admin }\n",
-        1,
-    );
-    let server = NatsServer::builder()
-        .config(with_admin)
-        .env("SVC_PASSWORD", "svc-pw")
-        .env("SVC_BIND_PASSWORD", "bind-pw")
-        .env("SVC_OPERATOR_PASSWORD", "op-pw")
-        .probe_user("admin", "admin")
-        .start()
-        .await
-        .expect("nats-server starts with the generated configuration");
+    let server = serve_generated(
+        &conf,
+        &[
+            ("SVC_PASSWORD", "svc-pw"),
+            ("SVC_BIND_PASSWORD", "bind-pw"),
+            ("SVC_OPERATOR_PASSWORD", "op-pw"),
+        ],
+    )
+    .await;
     let url = server.url();
     let operator = [
         ("NATS_URL", url.as_str()),
