@@ -49,16 +49,7 @@ impl Probe {
                 Ok::<_, io::Error>(line)
             };
             match tokio::time::timeout(PROBE_TIMEOUT, probe).await {
-                // Another server on the port (taken before ours could bind it) is not ours.
-                Ok(Ok(line)) if line.starts_with("INFO ") => match info_name(&line) {
-                    Some(name) if name != node.name => {
-                        self.last = format!(
-                            "{addr} answers as server `{name}`, not `{}`: is the port taken?",
-                            node.name
-                        );
-                    }
-                    _ => self.tcp = true,
-                },
+                Ok(Ok(line)) if line.starts_with("INFO ") => self.tcp = true,
                 Ok(Ok(line)) => self.last = format!("no INFO on {addr}: first line {line:?}"),
                 Ok(Err(e)) => self.last = format!("no INFO on {addr}: {e}"),
                 Err(_) => self.last = format!("no INFO on {addr} within {PROBE_TIMEOUT:?}"),
@@ -171,10 +162,4 @@ pub(crate) fn http_get(port: u16, path: &str) -> Option<String> {
     stream.read_to_string(&mut response).ok()?;
     let (head, body) = response.split_once("\r\n\r\n")?;
     head.starts_with("HTTP/1.").then(|| body.to_owned())
-}
-
-/// The `server_name` of an `INFO` line, if it has one.
-fn info_name(line: &str) -> Option<String> {
-    let info: serde_json::Value = serde_json::from_str(line.strip_prefix("INFO ")?.trim()).ok()?;
-    info.get("server_name")?.as_str().map(str::to_owned)
 }

@@ -161,8 +161,7 @@ impl GatewayArgs {
 /// [`NatsCluster`](crate::NatsCluster).
 pub(crate) struct Node {
     binary: PathBuf,
-    /// Its `--server_name`, which its `INFO` says.
-    pub(crate) name: String,
+    name: String,
     pub(crate) port: u16,
     pub(crate) cluster: Option<ClusterArgs>,
     pub(crate) leaf: Option<LeafArgs>,

@@ -463,18 +463,3 @@ fn server_binary_is_found_or_installed() {
         );
     }
 }
-
-/// A port another server already holds: the new server cannot bind it and exits, and the kit
-/// says so rather than taking the other server's answers for its own.
-#[tokio::test]
-async fn start_on_a_port_another_server_holds_fails() {
-    let first = NatsServer::start().await.expect("the first server starts");
-    let port: u16 = first
-        .url()
-        .rsplit(':')
-        .next()
-        .and_then(|p| p.parse().ok())
-        .expect("a port in the URL");
-    let second = NatsServer::start_on_port(port).await;
-    assert!(second.is_err(), "a second server on {port} is not ready");
-}
