@@ -395,6 +395,21 @@ impl Node {
         wait_ready(std::slice::from_mut(self), timeout).await
     }
 
+    /// Replaces the test's configuration text, rewrites the configuration file and has the
+    /// running server reload it (SIGHUP by pid).
+    pub(crate) fn reload(&mut self, config: String) -> Result<(), TestkitError> {
+        let mut setup = (*self.setup).clone();
+        setup.config = config;
+        self.setup = Arc::new(setup);
+        // A reload reads the file again but not every flag: the server's name (a flag) must
+        // be in the file too, or the server refuses the reload as a change of name.
+        let file = format!("server_name: \"{}\"\n{}", self.name, self.config_file());
+        fs::write(self.config_path(), file)
+            .map_err(|e| TestkitError::io("writing the server configuration file", e))?;
+        self.signal(libc::SIGHUP);
+        Ok(())
+    }
+
     /// Sends `signal` to the process if it still runs (it is not reaped, so the pid is ours).
     pub(crate) fn signal(&mut self, signal: libc::c_int) {
         if self.exit_status().is_some() {

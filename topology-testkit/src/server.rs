@@ -121,6 +121,16 @@ impl NatsServer {
         self.node.kill();
     }
 
+    /// Replaces the configuration text given to [`ServerBuilder::config`] with `config` and
+    /// has the running server reload its configuration file (SIGHUP by pid), as an operator
+    /// does after editing users or permissions. The reload is asynchronous: wait on what it
+    /// changes. A later [`restart`](Self::restart) keeps the new text.
+    ///
+    /// [`ServerBuilder::config`]: crate::ServerBuilder::config
+    pub fn reload(&mut self, config: impl Into<String>) -> Result<(), TestkitError> {
+        self.node.reload(config.into())
+    }
+
     /// Stops the server if it runs, then starts it again on the same port and the same store
     /// directory (file-backed streams survive), with the same configuration, environment,
     /// certificates and probe credentials, and waits until it is ready.
