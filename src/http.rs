@@ -285,6 +285,9 @@ pub fn readiness(health: &Health) -> Value {
                 ConsumerState::Standby => ("standby", None, None),
                 ConsumerState::Replaying { .. } => ("replaying", None, None),
                 ConsumerState::Stalled { cause, .. } => ("stalled", Some(cause.clone()), None),
+                ConsumerState::Denied { permission, cause } => {
+                    ("denied", Some(format!("grant {permission}: {cause}")), None)
+                }
                 ConsumerState::Retrying { attempt, error } => {
                     ("retrying", Some(error.clone()), Some(*attempt))
                 }

@@ -45,6 +45,16 @@ pub enum ConsumerState {
         /// What the runtime found, and what it does about it.
         cause: String,
     },
+    /// The server refuses what this consumer needs to take messages (its acks, its pull
+    /// requests, or the requests that create or read it): it takes no message it could not
+    /// settle, and is not ready, until the grant works again (checked every heartbeat; a
+    /// server that reloaded its configuration is noticed then, or at the reconnection).
+    Denied {
+        /// The entry of the generated permissions to grant (`publish $JS.ACK.ORDERS.billing.>`).
+        permission: String,
+        /// What the runtime does meanwhile.
+        cause: String,
+    },
     /// Not running; retrying after a failure.
     Retrying {
         /// Consecutive failed attempts.
@@ -81,6 +91,9 @@ impl fmt::Display for ConsumerState {
                     f,
                     "stalled (nothing from the server for {silent_for:.1?}): {cause}"
                 )
+            }
+            ConsumerState::Denied { permission, cause } => {
+                write!(f, "denied (grant {permission}): {cause}")
             }
             ConsumerState::Retrying { attempt, error } => {
                 write!(f, "retrying (attempt {attempt}): {error}")

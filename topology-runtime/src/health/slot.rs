@@ -44,6 +44,10 @@ pub(crate) struct Slot {
     /// up, its state is `replaying` ([`Slot::replayed`]).
     replaying: AtomicBool,
     behind: AtomicU64,
+    /// The permission entry the server refuses that the consumer needs to take messages (its
+    /// acks, its pull requests), set by the denial watch ([`Slot::deny`]): while set, its
+    /// session asks for nothing, and its state is `denied` rather than up.
+    denied: Mutex<Option<String>>,
 }
 
 impl Slot {
@@ -76,6 +80,41 @@ impl Slot {
             standby: AtomicBool::new(false),
             replaying: AtomicBool::new(false),
             behind: AtomicU64::new(0),
+            denied: Mutex::new(None),
+        }
+    }
+
+    /// The server refused `permission` (an entry of the generated permissions: `publish
+    /// $JS.ACK.ORDERS.billing.>`), which the consumer needs to take messages: it stops asking
+    /// for more (see the pull session), and shows `denied` until [`Slot::granted`].
+    pub(crate) fn deny(&self, permission: String) {
+        let mut denied = self.denied.lock().unwrap_or_else(|e| e.into_inner());
+        if denied.as_ref() == Some(&permission) {
+            return;
+        }
+        *denied = Some(permission);
+        drop(denied);
+        if !matches!(
+            self.state(),
+            ConsumerState::Draining | ConsumerState::Stopped { .. }
+        ) {
+            self.up();
+        }
+    }
+
+    /// What the consumer needs and the server refuses (see [`Slot::deny`]).
+    pub(crate) fn denied(&self) -> Option<String> {
+        self.denied
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// The refused permission works again: a denied consumer runs.
+    pub(crate) fn granted(&self) {
+        let was = self.denied.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if was.is_some() && matches!(self.state(), ConsumerState::Denied { .. }) {
+            self.up();
         }
     }
 
@@ -116,6 +155,14 @@ impl Slot {
     /// The server delivers to this instance, or holds its requests while it stands by:
     /// `running`, `standby` (see [`Slot::standby`]) or `replaying` (see [`Slot::replayed`]).
     pub(crate) fn up(&self) {
+        if let Some(permission) = self.denied() {
+            return self.transition(ConsumerState::Denied {
+                permission,
+                cause: "the server refuses it: this replica takes no message it could not \
+                        settle, and asks every heartbeat whether the grant works"
+                    .to_owned(),
+            });
+        }
         self.transition(if self.standby.load(Ordering::Relaxed) {
             ConsumerState::Standby
         } else if self.replaying.load(Ordering::Relaxed) {
@@ -216,6 +263,9 @@ impl Slot {
             }
             ConsumerState::Stalled { silent_for, cause } => {
                 tracing::warn!(stream = %self.stream, consumer, ?silent_for, cause, "consumer stalled: nothing from the server")
+            }
+            ConsumerState::Denied { permission, cause } => {
+                tracing::error!(stream = %self.stream, consumer, permission, cause, "consumer denied: grant the permission")
             }
             other => {
                 tracing::info!(stream = %self.stream, consumer, state = %other, "consumer state")

@@ -23,7 +23,9 @@ use super::replay::Replay;
 use super::resume::{Record, Resume};
 use crate::handler::Scope;
 use crate::health::{ConsumerState, Slot};
-use crate::provision::{Advisories, ProvisionError, StreamInstance, UpdateMode};
+use crate::provision::{
+    Advisories, ProvisionError, ProvisionErrorKind, StreamInstance, UpdateMode,
+};
 use crate::registry::Consumer;
 use crate::run::Ensured;
 use crate::run::Inner;
@@ -61,6 +63,12 @@ pub(in crate::run) async fn supervise(
     // Where a consumer re-created after a loss resumes, and in which stream instance.
     let resume = Resume::new(relay.is_some());
     let mut ensured_once = false;
+    // A relay's consumer is deleted and created again from the relay's resume point (rather
+    // than bound again) after a loss that calls for it, and an ordered replay's after every
+    // loss (see `Loss::recreates`).
+    let mut recreate = false;
+    // The last ensure was refused by the server's permissions: its error.
+    let mut denied: Option<String> = None;
     // Handlers outlive the session that started them: a lost consumer is re-ensured at once,
     // while they finish and settle their messages (their acks go to the same durable).
     let mut in_flight = JoinSet::new();
@@ -79,12 +87,30 @@ pub(in crate::run) async fn supervise(
             UpdateMode::Update
         };
         let ensure = async {
-            if let (true, true, Some(name)) = (ordered, ensured_once, relay.as_deref()) {
-                inner
-                    .ensurer
-                    .provisioner()
-                    .delete_consumer(stream, name)
-                    .await?;
+            if let (true, Some(name)) = (recreate, relay.as_deref()) {
+                // A consumer whose single replica is on a lost node answers nobody: the delete
+                // is done by the meta leader, and may go unanswered. The create that follows
+                // says whether it went through (one that binds the old consumer again loses
+                // the session the same way, and deletes again).
+                let deleted = tokio::time::timeout(
+                    RELAY_DELETE_WAIT,
+                    inner.ensurer.provisioner().delete_consumer(stream, name),
+                )
+                .await;
+                match deleted {
+                    Ok(Ok(())) => {}
+                    Ok(Err(e)) if !e.is_transient() => return Err(e),
+                    Ok(Err(e)) => {
+                        tracing::debug!(stream, consumer = name, error = %e, "could not delete the relay's consumer before creating it again");
+                    }
+                    Err(_) => {
+                        tracing::debug!(
+                            stream,
+                            consumer = name,
+                            "no answer to the relay consumer's delete; creating it again"
+                        );
+                    }
+                }
             }
             inner
                 .ensurer
@@ -137,6 +163,7 @@ pub(in crate::run) async fn supervise(
                     Exit::Drained => break,
                     Exit::Lost(reason) => {
                         Slot::count(&slot.restarts);
+                        recreate = relay.is_some() && (ordered || reason.recreates());
                         // A session that ran for a while starts the backoff afresh; one lost
                         // at once keeps backing off.
                         if session.elapsed() >= policy.cap {
@@ -156,6 +183,10 @@ pub(in crate::run) async fn supervise(
                     }
                 }
             }
+            Err(e) if e.kind() == ProvisionErrorKind::PermissionDenied => {
+                denied = Some(e.to_string());
+                e.to_string()
+            }
             Err(e) if e.is_transient() => e.to_string(),
             Err(e) => {
                 stopped_by = Some(e);
@@ -172,10 +203,29 @@ pub(in crate::run) async fn supervise(
         }
         // Without a deadline, a backoff always gives a delay.
         let delay = backoff.fail().unwrap_or(policy.cap);
-        slot.transition(ConsumerState::Retrying {
-            attempt: backoff.failures(),
-            error: failure,
-        });
+        match denied.take() {
+            // Refused creating or reading the consumer: `denied`, naming the entry to grant
+            // (as the denial watch found it), and asked again with the backoff.
+            Some(error) => {
+                let permission = inner
+                    .health
+                    .shared
+                    .denials
+                    .all()
+                    .into_iter()
+                    .filter(|d| d.concerns(&slot.stream, consumer.decl.handler))
+                    .find_map(|d| d.permission.map(|p| format!("{} `{p}`", d.action.as_str())))
+                    .unwrap_or_else(|| "the request named below".to_owned());
+                slot.transition(ConsumerState::Denied {
+                    permission,
+                    cause: format!("{error}; asked again in {delay:?}"),
+                });
+            }
+            None => slot.transition(ConsumerState::Retrying {
+                attempt: backoff.failures(),
+                error: failure,
+            }),
+        }
         if at_once {
             continue;
         }
@@ -218,6 +268,11 @@ pub(in crate::run) async fn supervise(
         None => slot.transition(ConsumerState::Stopped { error: None }),
     }
 }
+
+/// How long a relay's consumer is given to answer its delete before it is created again: its
+/// leader answers within milliseconds while its node is up; on a lost node it never does (the
+/// meta leader removes it all the same, which the create that follows tells).
+const RELAY_DELETE_WAIT: Duration = Duration::from_secs(1);
 
 /// Progress acks are sent every half `ack_wait`, and no more often than this.
 const PROGRESS_FLOOR: Duration = Duration::from_millis(100);
@@ -387,6 +442,7 @@ async fn consume(
         let api = inner.ensurer.provisioner().jetstream_api();
         let watch = Watch {
             slot: slot.clone(),
+            only_reader: relay.is_some(),
             stalls: session.observer.metrics.stalls.clone(),
             advisories: Advisories::of(api),
         };

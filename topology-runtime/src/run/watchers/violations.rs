@@ -8,7 +8,7 @@ use std::sync::Arc;
 use tokio::sync::broadcast::error::RecvError;
 use tokio_util::sync::CancellationToken;
 
-use crate::export::{Declaration, Permissions, Role, permissions};
+use crate::export::{Declaration, Permission, Permissions, Role, permissions};
 use crate::health::PermissionDenial;
 use crate::run::Inner;
 use crate::server_errors::{Heard, Violation};
@@ -34,6 +34,10 @@ pub(in crate::run) async fn watch_denials(inner: Arc<Inner>, cancel: Cancellatio
                 Ok(Heard::Connected) => {
                     if inner.health.shared.denials.clear() {
                         inner.health.shared.changed();
+                    }
+                    // What is still refused is said again on the new connection.
+                    for slot in inner.health.slots.iter() {
+                        slot.granted();
                     }
                 }
                 Err(RecvError::Lagged(missed)) => {
@@ -118,6 +122,7 @@ fn record(inner: &Inner, needs: &Permissions, violation: Violation) {
             }
         }
     }
+    stop_consumers(inner, &granting);
     let denial = PermissionDenial {
         action: violation.action,
         subject: violation.subject,
@@ -131,4 +136,28 @@ fn record(inner: &Inner, needs: &Permissions, violation: Violation) {
         tracing::error!("{text}");
     }
     inner.health.shared.changed();
+}
+
+/// A consumer whose acks or pull requests the server refuses stops taking messages it could
+/// not settle (see `Slot::deny`): every entry granting the denied subject that is one of
+/// those, for the consumers that need it.
+fn stop_consumers(inner: &Inner, granting: &[&Permission]) {
+    for permission in granting {
+        let takes_messages = permission.subject.starts_with("$JS.ACK.")
+            || permission.subject.contains(".CONSUMER.MSG.NEXT.");
+        if !takes_messages {
+            continue;
+        }
+        for need in &permission.needed_by {
+            let Declaration::Consumer { stream, handler } = &need.declaration else {
+                continue;
+            };
+            let consumers = inner.ensurer.topology().consumers();
+            for (index, consumer) in consumers.iter().enumerate() {
+                if consumer.decl.stream.name() == stream && consumer.decl.handler == handler {
+                    inner.health.slots[index].deny(permission.describe());
+                }
+            }
+        }
+    }
 }

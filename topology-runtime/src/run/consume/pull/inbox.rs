@@ -1,6 +1,6 @@
 //! What the server sends to a pull session's inbox, classified once.
 //!
-//! Statuses: 100 idle heartbeat (liveness), 408 a request expired, 409 a request ended (the
+//! Statuses: 100 idle heartbeat (liveness, and the consumer sequence of its last delivery), 408 a request expired, 409 a request ended (the
 //! consumer was deleted, its leader changed, a limit was exceeded), 503 no responders (no
 //! consumer leader subscribes to the pull subject now: the consumer, its stream or JetStream
 //! is unavailable, or a leader is being elected), 423 a request named a pin that is no
@@ -14,8 +14,10 @@ use async_nats::StatusCode;
 pub(super) enum Inbox {
     /// A message of the consumer.
     Message(async_nats::Message),
-    /// An idle heartbeat: the consumer holds a request and has nothing to deliver.
-    Heartbeat,
+    /// An idle heartbeat: the consumer holds a request and has nothing to deliver. It says
+    /// the consumer sequence of the last delivery the consumer made (`Nats-Last-Consumer`),
+    /// to whichever request.
+    Heartbeat { last_delivered: Option<u64> },
     /// The oldest open request ended without delivering the rest of its batch (it expired,
     /// or the server ended it).
     OldestEnded,
@@ -42,7 +44,12 @@ impl Inbox {
             return Inbox::Message(message);
         }
         if status == StatusCode::IDLE_HEARTBEAT {
-            return Inbox::Heartbeat;
+            let last_delivered = message
+                .headers
+                .as_ref()
+                .and_then(|h| h.get("Nats-Last-Consumer"))
+                .and_then(|v| v.as_str().parse().ok());
+            return Inbox::Heartbeat { last_delivered };
         }
         if status == StatusCode::NO_RESPONDERS {
             return Inbox::NoResponders;

@@ -55,6 +55,9 @@ pub(super) struct Liveness {
     /// says whose they are).
     advisories: Option<(async_nats::Subscriber, Advisories)>,
     stalled: bool,
+    /// See [`Watch::only_reader`]: a silence ends the session (the consumer is created again)
+    /// instead of turning it `stalled`.
+    only_reader: bool,
     probe: Option<Probing>,
     /// When the next probe may be sent.
     next_probe: Instant,
@@ -63,6 +66,10 @@ pub(super) struct Liveness {
 /// What a session's liveness needs from its supervisor.
 pub(in crate::run) struct Watch {
     pub(in crate::run) slot: Arc<Slot>,
+    /// The session is its consumer's only reader (a relay): every delivery the consumer makes
+    /// is for it, so a heartbeat naming a later delivery than the last received means one was
+    /// lost on the way.
+    pub(in crate::run) only_reader: bool,
     pub(in crate::run) stalls: metrics::Counter,
     pub(in crate::run) advisories: Advisories,
 }
@@ -97,6 +104,7 @@ impl Liveness {
             info_subject: format!("{api_prefix}.CONSUMER.INFO.{stream}.{consumer}").into(),
             advisories,
             stalled: false,
+            only_reader: watch.only_reader,
             probe: None,
             next_probe: Instant::now(),
         }
@@ -185,6 +193,10 @@ impl Liveness {
                     }
                 }
                 _ = tokio::time::sleep_until(silent_at), if !self.stalled => {
+                    if self.only_reader {
+                        self.stalls.increment(1);
+                        return Event::Gone(Loss::Silent(self.silence()));
+                    }
                     self.stalled = true;
                     self.stalls.increment(1);
                     self.next_probe = Instant::now();

@@ -9,6 +9,7 @@
 //! - `liveness`: noticing silence (`stalled`), asking the consumer whether it answers,
 //!   following its leader.
 
+mod grant;
 mod inbox;
 mod liveness;
 mod priority;
@@ -70,6 +71,14 @@ pub(super) struct Puller {
     /// `$JS.API.CONSUMER.UNPIN.<stream>.<consumer>`: sent on close by a pinned session.
     unpin: String,
     slot: std::sync::Arc<crate::health::Slot>,
+    /// For the consumer's only reader (see [`Watch`]): the consumer sequence of the last
+    /// delivery received (at first, of the last one the consumer made before the session).
+    received: Option<u64>,
+    /// The stream and consumer names.
+    names: (String, String),
+    /// While the server refuses the consumer's acks or pulls: when to ask again whether the
+    /// grant works (see `grant`).
+    grant_check_at: Instant,
 }
 
 fn connection_of(client: &async_nats::Client) -> (String, u64) {
@@ -135,6 +144,9 @@ impl Puller {
             .max(Duration::from_millis(10));
         let names = (api_prefix, info.stream_name.as_str(), info.name.as_str());
         let slot = watch.slot.clone();
+        let received = watch
+            .only_reader
+            .then_some(info.delivered.consumer_sequence);
         // Standing by until the server pins this session (reported once it is up).
         slot.standby(priority.stands_by());
         let liveness = Liveness::new(client, names, heartbeat, watch).await;
@@ -168,6 +180,9 @@ impl Puller {
                 info.stream_name, info.name
             ),
             slot,
+            received,
+            names: (info.stream_name.clone(), info.name.clone()),
+            grant_check_at: Instant::now(),
         };
         puller.reach(REACH_WINDOW).await?;
         Ok(puller)
@@ -221,6 +236,10 @@ impl Puller {
     /// Asks for what `flow` wants while `held` messages are running or waiting to start.
     /// Nothing while refused requests wait to be sent again.
     async fn top_up(&mut self, flow: &Flow, held: usize) -> Result<(), Loss> {
+        // Refused acks or pulls: ask for nothing that could not be settled.
+        if self.slot.denied().is_some() {
+            return Ok(());
+        }
         if self
             .refused
             .as_ref()
@@ -293,6 +312,7 @@ impl Puller {
                 .map(|r| r.again_at)
                 .filter(|at| *at > Instant::now());
             let open = !self.requests.is_empty();
+            let denied = self.slot.denied();
             tokio::select! {
                 biased;
                 message = self.subscriber.next() => match message {
@@ -323,6 +343,20 @@ impl Puller {
                     self.requests.forget(|r| r.expires_at + margin <= now);
                 }
                 _ = tokio::time::sleep_until(refused_until.unwrap_or_else(Instant::now)), if refused_until.is_some() => {}
+                _ = tokio::time::sleep_until(self.grant_check_at), if denied.is_some() => {
+                    let permission = denied.unwrap_or_default();
+                    let (stream, consumer) = &self.names;
+                    let ask = grant::Ask::of(
+                        &permission,
+                        (stream, consumer),
+                        (&self.subject, &self.inbox),
+                    );
+                    if grant::works(&self.client, ask, self.heartbeat).await {
+                        tracing::info!(subject = %self.subject, permission, "the refused permission works again; pulling");
+                        self.slot.granted();
+                    }
+                    self.grant_check_at = Instant::now() + self.heartbeat;
+                }
                 _ = self.reconnect_check.tick() => {
                     let connection = connection_of(&self.client);
                     if connection != self.connection {
@@ -332,6 +366,12 @@ impl Puller {
                         self.connection = connection;
                         self.requests.forget(|_| true);
                         self.heard = Instant::now();
+                        // The consumer's only reader asks first with a short heartbeat: the
+                        // heartbeat names the consumer's last delivery, so one lost with the
+                        // old connection is noticed now (see `take`), not a heartbeat later.
+                        if self.received.is_some() {
+                            self.send(self.first, FIRST_EXPIRES, FIRST_HEARTBEAT).await?;
+                        }
                     }
                 }
             }
@@ -355,15 +395,28 @@ impl Puller {
                     // again with it (what the others still deliver is taken as stray).
                     self.requests.forget(|_| true);
                 }
+                let message = jetstream::Message {
+                    message,
+                    context: self.context.clone(),
+                };
+                if let Some(received) = &mut self.received
+                    && let Ok(info) = message.info()
+                {
+                    *received = info.consumer_sequence;
+                }
                 Ok(Some(Fetched {
-                    message: jetstream::Message {
-                        message,
-                        context: self.context.clone(),
-                    },
+                    message,
                     delivered_after,
                 }))
             }
-            Inbox::Heartbeat => Ok(None),
+            Inbox::Heartbeat { last_delivered } => match (self.received, last_delivered) {
+                // The heartbeat follows every earlier delivery to this inbox on the same
+                // connection: one it names that did not come went elsewhere, and is lost.
+                (Some(received), Some(sent)) if sent != received => {
+                    Err(Loss::Undelivered { sent, received })
+                }
+                _ => Ok(None),
+            },
             Inbox::PinRefused => {
                 // Every open request named the lost pin: all are refused; ask again without.
                 if self.priority.pin_lost(&self.slot) {
