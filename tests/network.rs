@@ -913,10 +913,24 @@ async fn a_relay_on_a_stalled_link_skips_no_broadcast() {
 
     link.stall();
     fixture::publish_jobs(&js, "relayed.status", 10..20).await;
-    eventually(Duration::from_secs(10), "the relay stalled", || {
-        let stalled = is_stalled(&running.health);
-        async move { stalled.then_some(()) }
-    })
+    // A relay's consumer is its own: silent for two heartbeats, it is created again from the
+    // relay's resume point (which the stalled link holds up: provisioning, then retrying).
+    eventually(
+        Duration::from_secs(10),
+        "the relay no longer running",
+        || {
+            let state = running.health.consumers()[0].state.clone();
+            async move {
+                matches!(
+                    state,
+                    ConsumerState::Stalled { .. }
+                        | ConsumerState::Retrying { .. }
+                        | ConsumerState::Provisioning
+                )
+                .then_some(())
+            }
+        },
+    )
     .await;
     fixture::delete_consumer(&js, "STALLED_RELAY", &name).await;
     fixture::publish_jobs(&js, "relayed.status", 20..30).await;
