@@ -31,7 +31,8 @@ fn topology(stream: &str, ledger: &Ledger) -> Topology {
         "tests::on_job",
         &decl,
         &format!("{}.jobs", stream.to_lowercase()),
-        QueueDecl::new("workers"),
+        // Messages whose acks were refused come again after this: the test waits for them.
+        QueueDecl::new("workers").ack_wait(Duration::from_secs(3)),
     )
     .concurrency(4);
     fixture::job_topology(decl, consumer, ledger.clone(), WORK)
@@ -133,6 +134,20 @@ async fn refused_then_granted(stream: &str, which: impl Fn(&export::Permission) 
         async move { up.then_some(()) }
     })
     .await;
+    // What was handled while its acks were refused comes again once their ack_wait is over:
+    // wait until the server holds nothing unacknowledged.
+    eventually(Duration::from_secs(30), "every message acknowledged", || {
+        let js = js.clone();
+        async move {
+            let mut consumer: async_nats::jetstream::consumer::PullConsumer = js
+                .get_consumer_from_stream("workers", stream)
+                .await
+                .ok()?;
+            let info = consumer.info().await.ok()?;
+            (info.num_ack_pending == 0 && info.num_pending == 0).then_some(())
+        }
+    })
+    .await;
     let twice = ledger.duplicates();
     eprintln!(
         "handled twice: {} (in flight at the denial: at most {held})",
@@ -159,4 +174,76 @@ async fn refused_pulls_stop_the_consumer_until_granted() {
         e.action == Verb::Publish && e.subject.contains(".CONSUMER.MSG.NEXT.")
     })
     .await;
+}
+
+/// The consumer is deleted out of band while the server refuses `CONSUMER.LIST` (which the
+/// runtime reads before creating a consumer again after a loss, so as not to bring back one a
+/// newer declaration migrated from): it shows `denied` naming the entry rather than
+/// `retrying`, and once the grant is reloaded it is created again where it was acknowledged,
+/// and nothing is lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_list_holds_the_recreation_until_granted_and_nothing_is_lost() {
+    fixture::trace();
+    let stream = "DENIED_LIST";
+    let ledger = Ledger::default();
+    let role = Role::owner("svc");
+    let granted = export::permissions(&topology(stream, &ledger), &role);
+    let index = granted
+        .entries
+        .iter()
+        .position(|e| e.subject.contains(".CONSUMER.LIST."))
+        .expect("the generated permissions list the stream's consumers");
+    let entry = granted.entries[index].subject.clone();
+    let users = |permissions: &Permissions| users_config(&[("svc", "pw", permissions)]);
+    let mut server = NatsServer::builder()
+        .config(users(&granted.without(index)))
+        .probe_user("admin", "admin")
+        .start()
+        .await
+        .expect("server starts");
+    let js = async_nats::jetstream::new(admin_of(&server.url()).await);
+    let client = client_of(&server.url(), "svc", "pw", role.inbox_prefix()).await;
+    let running = Running::spawn(
+        Runtime::builder(client)
+            .heartbeat(Duration::from_secs(1))
+            .topology(topology(stream, &ledger))
+            .build()
+            .expect("a valid topology"),
+    );
+    let health = running.health.clone();
+    running.ready(Duration::from_secs(20)).await;
+    let subject = format!("{}.jobs", stream.to_lowercase());
+    fixture::publish_jobs(&js, &subject, 1..=100).await;
+    eventually(Duration::from_secs(20), "the first hundred handled", || {
+        let covers = ledger.covers(1..=100);
+        async move { covers.then_some(()) }
+    })
+    .await;
+    fixture::delete_consumer(&js, stream, "workers").await;
+    fixture::publish_jobs(&js, &subject, 101..=200).await;
+    let permission = eventually(Duration::from_secs(20), "the consumer denied", || {
+        let state = state(&health);
+        async move {
+            match state {
+                ConsumerState::Denied { permission, .. } => Some(permission),
+                _ => None,
+            }
+        }
+    })
+    .await;
+    assert!(permission.contains(&entry), "names `{entry}`: {permission}");
+    assert!(!health.ready(), "not ready while denied: {health}");
+
+    server.reload(users(&granted)).expect("the grant reloaded");
+    eventually(Duration::from_secs(60), "every message handled", || {
+        let covers = ledger.covers(1..=200);
+        async move { covers.then_some(()) }
+    })
+    .await;
+    assert!(
+        ledger.duplicates().is_empty(),
+        "re-created after what was acknowledged: {:?}",
+        ledger.duplicates()
+    );
+    running.stop().await.expect("a clean drain");
 }

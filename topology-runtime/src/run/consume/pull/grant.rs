@@ -4,9 +4,11 @@
 //! that the permission covers and that changes nothing: a progress ack of no delivery (stream
 //! sequence 0, a subject of its own each time), which the consumer ignores; or a pull request
 //! for one message that waits for none (`no_wait`), answered to the session's inbox like any
-//! other. The server's refusal comes back before the answer to a round trip sent after the
-//! publish (`flush`): none by then, and none in the moment the client takes to hand it over,
-//! means the publish was allowed.
+//! other. The server handles one connection's operations in order and writes its refusal
+//! before it reads the next: so a request sent after the publish (the consumer's info, which
+//! the consumer needs anyway) is answered after any refusal of it arrived. None by then, and
+//! none in the moment the client takes to hand it over, means the publish was allowed. (A
+//! `flush` would not do: it returns once the bytes are written to the socket.)
 
 use std::time::Duration;
 
@@ -20,6 +22,8 @@ pub(super) struct Ask {
     subject: String,
     reply: Option<async_nats::Subject>,
     payload: &'static [u8],
+    /// `<api prefix>.CONSUMER.INFO.<stream>.<consumer>`: the round trip after the publish.
+    info: String,
 }
 
 impl Ask {
@@ -29,6 +33,7 @@ impl Ask {
         (stream, consumer): (&str, &str),
         (pull, inbox): (&str, &async_nats::Subject),
     ) -> Ask {
+        let info = pull.replacen(".CONSUMER.MSG.NEXT.", ".CONSUMER.INFO.", 1);
         if permission.contains("$JS.ACK.") {
             let unique = std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
@@ -37,20 +42,22 @@ impl Ask {
                 subject: format!("$JS.ACK.{stream}.{consumer}.1.0.0.{unique}.0"),
                 reply: None,
                 payload: b"+WPI",
+                info,
             }
         } else {
             Ask {
                 subject: pull.to_owned(),
                 reply: Some(inbox.clone()),
                 payload: br#"{"batch":1,"no_wait":true}"#,
+                info,
             }
         }
     }
 }
 
 /// How long after the round trip a refusal may still be on its way to the runtime (the client
-/// hands its events over a channel).
-const REFUSAL_HANDOVER: Duration = Duration::from_millis(100);
+/// hands its events to a callback over a channel).
+const REFUSAL_HANDOVER: Duration = Duration::from_millis(50);
 
 /// Whether the publish `ask` makes is allowed, known within `wait` and the handover.
 pub(super) async fn works(client: &async_nats::Client, ask: Ask, wait: Duration) -> bool {
@@ -67,7 +74,10 @@ pub(super) async fn works(client: &async_nats::Client, ask: Ask, wait: Duration)
                 .ok()?,
             None => client.publish(ask.subject.clone(), payload).await.ok()?,
         }
-        client.flush().await.ok()
+        client
+            .request(ask.info.clone(), bytes::Bytes::new())
+            .await
+            .ok()
     };
     if tokio::time::timeout(wait, asked)
         .await
