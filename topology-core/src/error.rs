@@ -162,6 +162,13 @@ pub enum ConsumerError {
     BackoffLongerThanMaxDeliver,
     /// The dead-letter subject.
     DeadLetter(SubjectError),
+    /// The subject at `index` of what the handler publishes to (`publishes`).
+    Publishes {
+        /// Its position in `publishes`.
+        index: usize,
+        /// What is wrong with it.
+        error: SubjectError,
+    },
     /// Dead letters would match the consumer's own filters.
     DeadLetterLoops,
     /// The consumer to migrate from.
@@ -187,9 +194,9 @@ impl ConsumerError {
             ConsumerError::StreamName(error)
             | ConsumerError::Group(error)
             | ConsumerError::MigrateFrom(error) => error.message(),
-            ConsumerError::Subject { error, .. } | ConsumerError::DeadLetter(error) => {
-                error.message()
-            }
+            ConsumerError::Subject { error, .. }
+            | ConsumerError::DeadLetter(error)
+            | ConsumerError::Publishes { error, .. } => error.message(),
             ConsumerError::SubjectsOverlap { .. } => {
                 "the filter subjects of one consumer cannot overlap; keep the wider one"
             }

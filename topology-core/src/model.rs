@@ -742,6 +742,10 @@ pub struct ConsumerDecl {
     /// declaring crate's `CARGO_PKG_VERSION`); `None`: the runtime's version, else a hash of
     /// the declaration.
     pub version: Option<&'static str>,
+    /// The subjects the handler publishes to (with `Context::publish`; patterns with `*` and
+    /// `>` allowed): what the generated permissions grant it, and nothing else, besides its
+    /// `dead_letter`. Empty: it publishes nothing.
+    pub publishes: &'static [&'static str],
 }
 
 impl ConsumerDecl {
@@ -757,6 +761,7 @@ impl ConsumerDecl {
             kind: ConsumerKind::Queue(queue),
             concurrency: None,
             version: None,
+            publishes: &[],
         }
     }
     /// A broadcast relay of `stream` handled by `handler`.
@@ -768,6 +773,7 @@ impl ConsumerDecl {
             kind: ConsumerKind::Broadcast(relay),
             concurrency: None,
             version: None,
+            publishes: &[],
         }
     }
     /// Sets the filter subjects.
@@ -783,6 +789,27 @@ impl ConsumerDecl {
     /// Sets the declaring service's version, stamped on the server's consumer.
     pub const fn version(mut self, version: &'static str) -> Self {
         self.version = Some(version);
+        self
+    }
+    /// Declares the subjects the handler publishes to (its outputs): the service's generated
+    /// permissions grant publishing there, needed by this consumer. Patterns with `*` and `>`
+    /// are allowed (`"orders.*.billed"`), as nats-server matches permissions.
+    ///
+    /// ```
+    /// use topology_core::model::{ConsumerDecl, QueueDecl, StreamDecl, StreamRef};
+    ///
+    /// static ORDERS: StreamDecl = StreamDecl::new("ORDERS", &["orders.>"]);
+    /// const BILLING: ConsumerDecl = ConsumerDecl::queue(
+    ///     "billing::on_order",
+    ///     StreamRef::Declared(&ORDERS),
+    ///     QueueDecl::new("billing"),
+    /// )
+    /// .subjects(&["orders.created"])
+    /// .publishes(&["orders.billed"]);
+    /// assert_eq!(BILLING.publishes, ["orders.billed"]);
+    /// ```
+    pub const fn publishes(mut self, subjects: &'static [&'static str]) -> Self {
+        self.publishes = subjects;
         self
     }
     /// The concurrency in effect: as declared, else one batch for a batch consumer, else

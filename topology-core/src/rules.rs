@@ -310,6 +310,13 @@ pub const fn check_consumer(decl: &ConsumerDecl) -> Result<(), ConsumerError> {
     {
         return Err(ConsumerError::Concurrency);
     }
+    let mut i = 0;
+    while i < decl.publishes.len() {
+        if let Err(error) = subject::check_filter(decl.publishes[i]) {
+            return Err(ConsumerError::Publishes { index: i, error });
+        }
+        i += 1;
+    }
     let queue = match &decl.kind {
         ConsumerKind::Queue(queue) => queue,
         ConsumerKind::Broadcast(relay) => return crate::ordered::check_ordered(decl, relay),
@@ -680,6 +687,13 @@ mod tests {
             (
                 queue(QueueDecl::new("g").dead_letter("orders.dead")).subjects(&["orders.*"]),
                 ConsumerError::DeadLetterLoops,
+            ),
+            (
+                queue(QueueDecl::new("g")).publishes(&["orders.billed", "orders..paid"]),
+                ConsumerError::Publishes {
+                    index: 1,
+                    error: SubjectError::EmptyToken,
+                },
             ),
             (
                 queue(QueueDecl::new("g").migrate_from("a>")),

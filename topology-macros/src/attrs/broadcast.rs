@@ -35,6 +35,7 @@ pub(crate) static BROADCAST_SPEC: Spec = Spec {
         "deliver",
         "ordered",
         "concurrency",
+        "publishes",
         "crate",
     ],
     refused: &[

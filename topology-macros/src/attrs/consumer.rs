@@ -52,6 +52,7 @@ pub(crate) static QUEUE_SPEC: Spec = Spec {
         "min_ack_pending",
         "batch",
         "batch_wait",
+        "publishes",
         "crate",
     ],
     refused: &[
@@ -94,6 +95,8 @@ pub(crate) struct ConsumerAttrs {
     pub stream: Option<PathOrString>,
     pub filters: Filters,
     pub concurrency: Option<Int>,
+    /// `publishes = [..]`: the subjects the handler publishes to.
+    pub publishes: Option<StrList>,
 }
 
 /// The `subject` or `subjects` key.
@@ -187,6 +190,9 @@ impl ConsumerAttrs {
             concurrency: args
                 .key("concurrency", "concurrency = 8")
                 .int(CONCURRENCY, "", cx),
+            publishes: args
+                .key("publishes", "publishes = [\"orders.billed\"]")
+                .strings(cx),
         }
     }
 }

@@ -156,9 +156,15 @@ fn consumer(
         let n = n.value as u32;
         quote!(.concurrency(#n))
     });
-    // The builder calls both kinds of consumer share: the concurrency, if given, and the
-    // declaring crate's version, stamped on the server (expanded in the user's crate).
-    let common_builders = quote!(#concurrency .version(::core::env!("CARGO_PKG_VERSION")));
+    let publishes = attrs.publishes.as_ref().map(|list| {
+        let lits = &list.lits;
+        quote!(.publishes(&[#(#lits),*]))
+    });
+    // The builder calls both kinds of consumer share: the concurrency and the outputs, if
+    // given, and the declaring crate's version, stamped on the server (expanded in the user's
+    // crate).
+    let common_builders =
+        quote!(#concurrency #publishes .version(::core::env!("CARGO_PKG_VERSION")));
 
     let mut checks = TokenStream::new();
     let (stream_item, stream_ref) = match stream {

@@ -347,6 +347,45 @@ pub(super) fn consumer(attrs: &ConsumerAttrs, cx: &mut Ctxt) {
         }
         Filters::Whole | Filters::Unreadable => {}
     }
+    if let Some(list) = &attrs.publishes {
+        publishes(attr, list, cx);
+    }
+}
+
+/// `publishes = [..]`: at least one subject, each a valid subject or pattern, none twice.
+fn publishes(attr: &str, list: &crate::value::StrList, cx: &mut Ctxt) {
+    if list.lits.is_empty() && list.complete {
+        cx.error_at(
+            list.brackets,
+            key_msg(
+                attr,
+                "publishes",
+                "the list is empty; list the subjects the handler publishes to, or omit the key if it publishes nothing",
+            ),
+        );
+    }
+    let values: Vec<String> = list.lits.iter().map(LitStr::value).collect();
+    for (j, (lit, value)) in list.lits.iter().zip(&values).enumerate() {
+        if let Err(error) = subject::check_filter(value) {
+            cx.error_spanned_by(
+                lit,
+                key_msg(
+                    attr,
+                    "publishes",
+                    format!("{value:?} is not a valid subject: {}", error.message()),
+                ),
+            );
+        } else if values[..j].contains(value) {
+            cx.error_spanned_by(
+                lit,
+                key_msg(
+                    attr,
+                    "publishes",
+                    format!("{value:?} is given twice; remove one"),
+                ),
+            );
+        }
+    }
 }
 
 /// Each filter is valid, and no two overlap. `whose` names the list in messages.

@@ -59,6 +59,7 @@ pub struct StatusChanged {
     migrate_from = "sync_v1",
     description = "completes a sync",
     ack = "confirmed",
+    publishes = ["member.status.*", "daemon.audit.sync"],
     crate = nats_topology,
 )]
 async fn on_sync_complete(event: SyncComplete, cx: Context) -> Result<(), HandlerError> {
@@ -79,6 +80,7 @@ async fn on_email(raw: Vec<u8>) -> Result<(), std::io::Error> {
     subject = "member.status.>",
     deliver = "last_per_subject",
     concurrency = 4,
+    publishes = ["sessions.>"],
     crate = nats_topology,
 )]
 async fn relay_status(event: StatusChanged, cx: Context) -> Result<(), HandlerError> {
@@ -187,6 +189,7 @@ fn main() {
     assert_eq!(queue.migrate_from, Some("sync_v1"));
     assert_eq!(queue.description, Some("completes a sync"));
     assert_eq!(queue.ack, Some(AckMode::Confirmed));
+    assert_eq!(sync.publishes, ["member.status.*", "daemon.audit.sync"]);
 
     let email = consumer("on_email");
     assert!(matches!(email.stream, StreamRef::Declared(s) if s.external));
@@ -200,6 +203,8 @@ fn main() {
     assert_eq!((queue.max_deliver, queue.ack_wait), (None, None));
     assert!(queue.backoff.is_empty());
     assert_eq!(queue.ack, Some(AckMode::FireAndForget));
+    assert!(email.publishes.is_empty());
+    assert_eq!(consumer("relay_status").publishes, ["sessions.>"]);
 
     for (name, subjects, deliver, concurrency) in [
         (
