@@ -478,7 +478,6 @@ async fn cli_export_permissions_writes_the_server_block_and_its_json() {
         "\"$JS.API.STREAM.CREATE.QUICKSTART_SIGNUPS\"",
         "\"$JS.API.CONSUMER.MSG.NEXT.QUICKSTART_SIGNUPS.welcome-mailer\"",
         "\"$JS.ACK.QUICKSTART_SIGNUPS.welcome-mailer.>\"",
-        "\"quickstart.signups.>\"",
         "\"_INBOX_quickstart.>\"",
         "# consumer `quickstart::send_welcome` of stream `QUICKSTART_SIGNUPS`: pulls its messages",
     ] {
@@ -494,6 +493,36 @@ async fn cli_export_permissions_writes_the_server_block_and_its_json() {
     let json = read_json(owner.join("permissions.json"));
     assert_eq!(allow_lists(&json), subjects(&expected));
     assert_eq!(json, expected.to_json());
+    // The quickstart's handler declares no output: nothing of its stream is granted.
+    assert!(!conf.contains("\"quickstart.signups"), "{conf}");
+
+    // The wider grant, on request, with its reason.
+    let wide = dir.join("wide");
+    let out = run(
+        &[
+            "export",
+            "--permissions",
+            "--publish-into-owned-streams",
+            wide.to_str().unwrap(),
+        ],
+        &[],
+    )
+    .await;
+    assert_eq!(out.code, Some(0), "{out}");
+    let expected = export::permissions(
+        &quickstart_topology(),
+        &Role::owner("quickstart").publish_into_owned_streams(),
+    );
+    assert_eq!(
+        allow_lists(&read_json(wide.join("permissions.json"))),
+        subjects(&expected)
+    );
+    let conf = std::fs::read_to_string(wide.join("permissions.conf")).unwrap();
+    assert!(
+        conf.contains("`publish_into_owned_streams` (`--publish-into-owned-streams`)")
+            && conf.contains("\"quickstart.signups.>\","),
+        "{conf}"
+    );
 
     // Every flag of the role.
     let shaped = dir.join("shaped");
@@ -576,11 +605,22 @@ async fn cli_export_permissions_writes_the_server_block_and_its_json() {
 /// nats-server takes the generated block as it is, reading the password from its environment,
 /// and the quickstart runs under it: connected as the service's user with the inbox prefix
 /// the block names (the `nats` CLI's variables), it provisions, publishes, consumes and
-/// drains, denied nothing (a denial would keep it from getting ready).
+/// drains, denied nothing (a denial would keep it from getting ready). The quickstart
+/// publishes its own signups from `main`, outside any handler: `--publishes` grants that.
 #[tokio::test]
 async fn cli_export_permissions_nats_server_runs_the_service_under_them() {
     let dir = scratch("permissions-server");
-    let out = run(&["export", "--permissions", dir.to_str().unwrap()], &[]).await;
+    let out = run(
+        &[
+            "export",
+            "--permissions",
+            "--publishes",
+            "quickstart.signups.created",
+            dir.to_str().unwrap(),
+        ],
+        &[],
+    )
+    .await;
     assert_eq!(out.code, Some(0), "{out}");
     let conf = std::fs::read_to_string(dir.join("permissions.conf")).unwrap();
     let server = serve_generated(&conf, &[("QUICKSTART_PASSWORD", "pw")]).await;

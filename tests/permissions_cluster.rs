@@ -4,8 +4,9 @@
 //! nothing; and with the entries only such an outage uses removed, each is named in health.
 //! Also the `sync_status` example's topology (its two R3 streams, the queue consumer that
 //! publishes a member's status into the service's own stream, the relay on every replica),
-//! run by two replicas under exactly its generated permissions. (The single-server lives,
-//! and every other entry removed, are in `tests/permissions.rs`.)
+//! run by two replicas under exactly its generated permissions. Denied nothing means: no
+//! replica's health shows a denial, and no node logged a violation. (The single-server
+//! lives, and every other entry removed, are in `tests/permissions.rs`.)
 
 #![cfg(unix)]
 
@@ -68,6 +69,21 @@ fn collect(replicas: &[Running], denials: &mut Vec<PermissionDenial>) {
     }
 }
 
+/// The violations the nodes of `cluster` logged (nats-server 2.15.1: `Publish Violation -
+/// Subject ".."`, `Subscription Violation - Subject ".."`).
+fn violations_logged(cluster: &NatsCluster) -> Vec<String> {
+    (0..cluster.len())
+        .flat_map(|i| {
+            let log = std::fs::read_to_string(cluster.store_dir(i).join("server.log"))
+                .unwrap_or_default();
+            log.lines()
+                .filter(|l| l.contains(" Violation - "))
+                .map(|l| format!("node {i}: {l}"))
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
 fn names(denials: &[PermissionDenial], entry: &Permission) -> bool {
     denials.iter().any(|d| {
         d.action == entry.action && d.permission.as_deref() == Some(entry.subject.as_str())
@@ -76,11 +92,11 @@ fn names(denials: &[PermissionDenial], entry: &Permission) -> bool {
 
 /// Two replicas started while the meta leader is dead, until both handle work (or, when
 /// `expected` entries are missing, until health named them all); the denials their health
-/// showed on the way.
+/// showed on the way, and the violations the nodes logged.
 async fn through_an_election(
     permissions: &Permissions,
     expected: &[Permission],
-) -> Vec<PermissionDenial> {
+) -> (Vec<PermissionDenial>, Vec<String>) {
     let config = users_config(&[(SERVICE, PASSWORD, permissions)]);
     let mut cluster = NatsCluster::builder()
         .config(config)
@@ -164,7 +180,7 @@ async fn through_an_election(
     for replica in replicas {
         replica.stop().await.expect("clean drain");
     }
-    denials
+    (denials, violations_logged(&cluster))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -180,8 +196,9 @@ async fn replicas_wait_out_an_election_under_exactly_their_generated_permissions
         "{}",
         permissions.permissions_map()
     );
-    let denials = through_an_election(&permissions, &[]).await;
+    let (denials, logged) = through_an_election(&permissions, &[]).await;
     assert!(denials.is_empty(), "denied: {denials:?}");
+    assert!(logged.is_empty(), "the nodes logged {logged:#?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -195,7 +212,7 @@ async fn without_what_only_an_outage_uses_health_names_each_entry() {
         .filter(|e| outage_only(e))
         .cloned()
         .collect();
-    let denials = through_an_election(&without, &expected).await;
+    let (denials, _) = through_an_election(&without, &expected).await;
     for entry in &expected {
         let named = names(&denials, entry);
         // The fleet channel is published to only by a replica whose probes go unanswered:
@@ -221,7 +238,10 @@ const SYNC_PASSWORD: &str = "sync-pw";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sync_status_runs_under_exactly_its_generated_owner_permissions() {
-    let role = Role::owner(SYNC_SERVICE);
+    // `compute_status` publishes each status into the service's own `MEMBER_STATUS`: granted
+    // only where declared. Here with `Role::publishes`, for the example's `#[queue_consumer]`
+    // that does not declare it (`publishes = ["member.status.>"]` would).
+    let role = Role::owner(SYNC_SERVICE).publishes("member.status.>");
     let permissions = export::permissions(&Topology::from_registry(), &role);
     let config = users_config(&[(SYNC_SERVICE, SYNC_PASSWORD, &permissions)]);
     let cluster = NatsCluster::builder()
@@ -289,4 +309,6 @@ async fn sync_status_runs_under_exactly_its_generated_owner_permissions() {
         replica.stop().await.expect("clean drain");
         assert!(health.denials().is_empty(), "denied: {health}");
     }
+    let logged = violations_logged(&cluster);
+    assert!(logged.is_empty(), "the nodes logged {logged:#?}");
 }

@@ -38,7 +38,9 @@
 //! ([`export::permissions`]). It takes `--role` `owner`, `bind-only` or `operator` (default
 //! `owner`), `--service NAME` (the user's name; default: the application's, as in
 //! [`Cli::info`]), `--inbox-prefix PREFIX` (default `_INBOX_<service>`), `--publishes SUBJECT`
-//! (repeatable: a handler's output outside the streams the service owns), and `--domain` or
+//! (repeatable: a subject the service publishes to that no handler declares with
+//! `publishes`), `--publish-into-owned-streams` (every subject of the streams the service
+//! owns, declared or not: [`Role::publish_into_owned_streams`]), and `--domain` or
 //! `--api-prefix` as above. The block's password is `$<SERVICE>_PASSWORD` (the name
 //! uppercased, any character but a letter or a digit as `_`), which nats-server reads from its
 //! environment: the file holds no secret.
@@ -535,9 +537,14 @@ struct ExportArgs {
     /// the same one (`NATS_INBOX_PREFIX`).
     #[arg(long, value_name = "PREFIX")]
     inbox_prefix: Option<String>,
-    /// A subject the handlers publish to besides the streams the service owns (repeatable).
+    /// A subject the service publishes to that no handler declares with `publishes`
+    /// (repeatable): a producer in the same process, say.
     #[arg(long, value_name = "SUBJECT")]
     publishes: Vec<String>,
+    /// Grant publishing on every subject of the streams the service owns, declared or not
+    /// (wider than the handlers' `publishes`: a compromised replica may inject messages).
+    #[arg(long)]
+    publish_into_owned_streams: bool,
     #[command(flatten)]
     jetstream: JetStreamArgs,
     /// The directory to write into (created if missing).
@@ -546,7 +553,7 @@ struct ExportArgs {
 
 impl ExportArgs {
     /// The role that `--role`, `--service` (else `application`), `--inbox-prefix`,
-    /// `--domain`, `--api-prefix` and `--publishes` describe.
+    /// `--domain`, `--api-prefix`, `--publishes` and `--publish-into-owned-streams` describe.
     fn role(&self, application: &str) -> Role {
         let service = self.service.as_deref().unwrap_or(application);
         let mut role = Role::new(self.role, service);
@@ -561,6 +568,9 @@ impl ExportArgs {
         }
         for subject in &self.publishes {
             role = role.publishes(subject);
+        }
+        if self.publish_into_owned_streams {
+            role = role.publish_into_owned_streams();
         }
         role
     }

@@ -63,6 +63,14 @@ use crate::state::StateMap;
 /// - **Opting out.** [`Publish::without_dedup`] sends no id, and an explicit
 ///   `Nats-Msg-Id` (in [`Publish::msg_id`] or the headers) is sent as given.
 ///
+/// # Permissions
+///
+/// The permissions `export --permissions` generates let a handler publish only where its
+/// consumer declares it (`#[queue_consumer(.., publishes = ["orders.billed"])]`,
+/// `ConsumerDecl::publishes`), into its streams or anywhere else: owning a stream grants no
+/// publishing into it. A publish the server refuses gets no acknowledgement, so these methods
+/// fail, and health names the subject (docs/PERMISSIONS.md).
+///
 /// [`Publish::msg_id`]: super::Publish::msg_id
 /// [`Publish::without_dedup`]: super::Publish::without_dedup
 #[derive(Clone)]

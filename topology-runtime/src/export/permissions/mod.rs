@@ -15,7 +15,7 @@ mod walk;
 
 use std::time::Duration;
 
-use topology_core::model::StreamRef;
+use topology_core::model::{Retention, StreamRef};
 use topology_core::subject::is_subset;
 
 pub use crate::grant::{Declaration, Verb};
@@ -171,7 +171,7 @@ pub fn permissions(topology: &Topology, role: &Role) -> Permissions {
         {
             walk.stream(name, &[], true);
         }
-        walk.consumer(decl);
+        walk.consumer(decl, retention(topology, decl.stream));
     }
     walk.served(topology);
     for subject in &role.publishes {
@@ -179,7 +179,8 @@ pub fn permissions(topology: &Topology, role: &Role) -> Permissions {
             Verb::Publish,
             subject.clone(),
             Declaration::Service,
-            "declared with `Role::publishes`",
+            "declared with `Role::publishes` (`--publishes`): the service publishes here, \
+             from outside its handlers or without their `publishes`",
         );
     }
     let responses = (!walk.responses.is_empty()).then(|| Responses {
@@ -195,6 +196,20 @@ pub fn permissions(topology: &Topology, role: &Role) -> Permissions {
         role: role.clone(),
         entries: minimal(walk.entries),
         responses,
+    }
+}
+
+/// The retention of the stream `stream` names, when it is declared here: an owned stream's
+/// (the server's default, limits, when not set), an external one's when it says.
+fn retention(topology: &Topology, stream: StreamRef) -> Option<Retention> {
+    let decl = topology.find_stream(stream.name()).or(match stream {
+        StreamRef::Declared(decl) => Some(decl),
+        StreamRef::Named(_) => None,
+    })?;
+    match (decl.retention, decl.external) {
+        (Some(retention), _) => Some(retention),
+        (None, false) => Some(Retention::Limits),
+        (None, true) => None,
     }
 }
 

@@ -57,6 +57,7 @@ pub struct Role {
     pub(super) inbox_prefix: String,
     pub(super) api_prefix: String,
     pub(super) publishes: Vec<String>,
+    pub(super) into_owned_streams: bool,
 }
 
 impl Role {
@@ -79,6 +80,7 @@ impl Role {
             service,
             api_prefix: DEFAULT_PREFIX.to_owned(),
             publishes: Vec::new(),
+            into_owned_streams: false,
         }
     }
 
@@ -120,11 +122,50 @@ impl Role {
         self
     }
 
-    /// A subject the handlers publish to besides the subjects of the streams the service owns
-    /// (which are granted already: the service publishes into its own streams).
+    /// A subject the service publishes to that no handler declares: a publish from outside a
+    /// handler (a producer in the same process), or a handler's output declared here rather
+    /// than with its consumer's `publishes`. Patterns with `*` and `>` are allowed.
+    ///
+    /// ```
+    /// use nats_topology::export::{self, Role, Verb};
+    /// use nats_topology::Topology;
+    ///
+    /// let role = Role::owner("billing").publishes("invoices.>");
+    /// let permissions = export::permissions(&Topology::new(), &role);
+    /// assert!(permissions.allows(Verb::Publish, "invoices.paid"));
+    /// ```
     pub fn publishes(mut self, subject: impl Into<String>) -> Role {
         self.publishes.push(subject.into());
         self
+    }
+
+    /// Grants publishing on every subject of every stream the service owns, as the
+    /// permissions did before each handler declared its outputs (`publishes`): for a service
+    /// whose code publishes into its streams in ways nothing declares. Wider than needed: a
+    /// compromised replica may then inject messages into any of them (work for the other
+    /// replicas, say). The generated comment of each such entry says so. Not for
+    /// [`Access::Operator`], which publishes nothing.
+    ///
+    /// ```
+    /// use nats_topology::export::{self, Role, Verb};
+    /// use nats_topology::model::StreamDecl;
+    /// use nats_topology::Topology;
+    ///
+    /// static ORDERS: StreamDecl = StreamDecl::new("ORDERS", &["orders.>"]);
+    /// let topology = Topology::new().stream(ORDERS);
+    /// let narrow = export::permissions(&topology, &Role::owner("billing"));
+    /// assert!(!narrow.allows(Verb::Publish, "orders.created"));
+    /// let wide = export::permissions(&topology, &Role::owner("billing").publish_into_owned_streams());
+    /// assert!(wide.allows(Verb::Publish, "orders.created"));
+    /// ```
+    pub fn publish_into_owned_streams(mut self) -> Role {
+        self.into_owned_streams = true;
+        self
+    }
+
+    /// Whether [`Role::publish_into_owned_streams`] was asked for.
+    pub fn publishes_into_owned_streams(&self) -> bool {
+        self.into_owned_streams
     }
 
     /// Its access.

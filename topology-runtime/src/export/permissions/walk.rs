@@ -1,7 +1,7 @@
 //! The walk: what each declaration kind needs, one function per kind, and the minimal list.
 
 use topology_core::bucket::{BucketDecl, BucketKind};
-use topology_core::model::{AckMode, ConsumerDecl, ConsumerKind, Delivery, Priority};
+use topology_core::model::{AckMode, ConsumerDecl, ConsumerKind, Delivery, Priority, Retention};
 
 use super::{Access, Declaration, Need, Permission, Role, Verb};
 use crate::provision::{ADVISORY_PREFIX, FLEET_PREFIX};
@@ -95,7 +95,9 @@ impl Walk<'_> {
                 Verb::Subscribe,
                 format!("{ADVISORY_PREFIX}.{advisory}"),
                 Declaration::Service,
-                "the leader watch: an election wakes the requests that wait for it",
+                "the leader watch: an election wakes the requests that wait for it (the watch \
+                 subscribes to the elections of every stream and consumer of the account, not \
+                 only this service's: it reads who was elected, nothing else)",
             );
         }
         let fleet = format!("{FLEET_PREFIX}.*.{}", self.api);
@@ -105,7 +107,9 @@ impl Walk<'_> {
                 fleet.clone(),
                 Declaration::Service,
                 "the leader watch's fleet channel: replicas that wait on one JetStream tell \
-                 each other when it answers",
+                 each other when it answers (the channel is the JetStream's, shared by every \
+                 service of the account that waits on it; a note is a hint, never trusted \
+                 further)",
             );
         }
     }
@@ -136,22 +140,29 @@ impl Walk<'_> {
                 "updated when an editable field drifted",
             );
         }
-        if self.consumes() {
+        // The handlers' outputs are granted where they are declared (`publishes`); every
+        // subject of the stream only when asked for.
+        if self.consumes() && self.role.into_owned_streams {
             for subject in subjects {
                 self.add(
                     Verb::Publish,
                     (*subject).to_owned(),
                     declaration.clone(),
-                    "the handlers publish into the streams the service owns \
-                     (`Context::publish`)",
+                    "`publish_into_owned_streams` (`--publish-into-owned-streams`): any code of \
+                     the service may publish into the streams it owns, declared or not; wider \
+                     than the handlers' `publishes`: a compromised replica may inject messages \
+                     here",
                 );
             }
         }
     }
 
     /// What the handles on a key-value bucket or object store use, beyond its stream's own
-    /// needs (`stream`): writes to its subjects (external buckets too), direct and stored
-    /// reads, the ordered consumers of `keys`, object reads and `list`, and the purge of an
+    /// needs (`stream`): writes to its subjects (external buckets too), the stream's info when
+    /// a handle opens it, reads of a key's or an object's last value (direct gets: the runtime
+    /// provisions its buckets with `allow_direct`; an external bucket's stream may not allow
+    /// them, and is then read with stored-message gets), the ordered consumers of `keys`,
+    /// object reads and `list` (async-nats creates them without a name), and the purge of an
     /// object's chunks.
     pub(super) fn bucket(&mut self, decl: &BucketDecl) {
         if !self.consumes() {
@@ -166,45 +177,51 @@ impl Walk<'_> {
         let noun = decl.kind.noun();
         let why = format!("the handle on {noun} `{}` writes its values", decl.name);
         self.add(Verb::Publish, subjects, declaration.clone(), &why);
-        let reads: [(String, &str); 6] = [
-            (format!("STREAM.INFO.{stream}"), "opened by its handle"),
-            (
-                format!("DIRECT.GET.{stream}"),
-                "read by its handle (direct get)",
-            ),
-            (
-                format!("DIRECT.GET.{stream}.>"),
-                "read by its handle (direct get of a key's last value)",
-            ),
-            (format!("STREAM.MSG.GET.{stream}"), "read by its handle"),
-            (
-                format!("CONSUMER.CREATE.{stream}.>"),
-                "listed and read in order by its handle (an ordered consumer)",
-            ),
-            (
-                format!("STREAM.PURGE.{stream}"),
-                "an object's chunks purged when it is replaced or deleted",
-            ),
-        ];
-        for (request, why) in reads {
-            if request.starts_with("STREAM.PURGE") && decl.kind == BucketKind::KeyValue {
-                continue; // a key's purge is a roll-up message, not an API request
-            }
-            self.api(request, declaration.clone(), why);
+        self.api(
+            format!("STREAM.INFO.{stream}"),
+            declaration.clone(),
+            "opened by its handle",
+        );
+        self.api(
+            format!("DIRECT.GET.{stream}.>"),
+            declaration.clone(),
+            "read by its handle (a direct get of a key's or an object's last value)",
+        );
+        if decl.external {
+            self.api(
+                format!("STREAM.MSG.GET.{stream}"),
+                declaration.clone(),
+                "read by its handle when the stream, owned elsewhere, does not allow direct \
+                 gets",
+            );
         }
         self.api(
             format!("CONSUMER.CREATE.{stream}"),
-            declaration,
-            "listed and read in order by its handle (an ordered consumer)",
+            declaration.clone(),
+            "listed and read in order by its handle (an ordered consumer, created without a \
+             name)",
         );
+        if decl.kind == BucketKind::Object {
+            // A key's purge is a roll-up message, not an API request.
+            self.api(
+                format!("STREAM.PURGE.{stream}"),
+                declaration,
+                "an object's chunks purged when it is replaced or deleted",
+            );
+        }
     }
 
-    pub(super) fn consumer(&mut self, decl: &ConsumerDecl) {
+    /// A queue consumer or relay; `retention` is its stream's, when the stream is declared
+    /// here with it (`None`: owned elsewhere and not said, so any).
+    pub(super) fn consumer(&mut self, decl: &ConsumerDecl, retention: Option<Retention>) {
         let stream = decl.stream.name();
         let declaration = Declaration::Consumer {
             stream: stream.to_owned(),
             handler: decl.handler.to_owned(),
         };
+        if self.consumes() {
+            self.outputs(decl, &declaration);
+        }
         let queue = match &decl.kind {
             ConsumerKind::Queue(queue) => queue,
             ConsumerKind::Broadcast(_) => {
@@ -246,11 +263,13 @@ impl Walk<'_> {
                 declaration.clone(),
                 "`migrate_from`: pauses the old consumer",
             );
-            self.api(
-                format!("CONSUMER.DELETE.{stream}.{old}"),
-                declaration.clone(),
-                "`migrate_from` on a work-queue stream: deletes the drained old consumer",
-            );
+            if let Some(why) = migration_delete(self.role.access, retention) {
+                self.api(
+                    format!("CONSUMER.DELETE.{stream}.{old}"),
+                    declaration.clone(),
+                    why,
+                );
+            }
         }
         if !self.consumes() {
             return;
@@ -304,41 +323,89 @@ impl Walk<'_> {
         }
     }
 
+    /// What the handler declares it publishes to (`publishes`).
+    fn outputs(&mut self, decl: &ConsumerDecl, declaration: &Declaration) {
+        for subject in decl.publishes {
+            self.add(
+                Verb::Publish,
+                (*subject).to_owned(),
+                declaration.clone(),
+                "the handler publishes here (`publishes`)",
+            );
+        }
+    }
+
     /// A relay's consumer is created per instance under a name no one knows in advance: the
     /// grant covers any consumer name on the stream (subject permissions match whole tokens).
     fn relay(&mut self, stream: &str, decl: &ConsumerDecl, d: Declaration) {
+        let why = |what: &str| format!("{what} {ANY_RELAY_NAME}");
         self.api(
             create_subject(stream, "*", decl.subjects),
             d.clone(),
-            "creates this instance's relay consumer (its name is per instance)",
+            &why("creates this instance's relay consumer"),
         );
         self.api(
             format!("CONSUMER.INFO.{stream}.*"),
             d.clone(),
-            "reads this instance's relay consumer while it runs (liveness)",
+            &why("reads this instance's relay consumer while it runs (liveness)"),
         );
         self.api(
             format!("CONSUMER.DELETE.{stream}.*"),
             d.clone(),
-            "deletes this instance's relay consumer when it stops",
+            &why("deletes this instance's relay consumer when it stops"),
         );
         self.api(
             format!("CONSUMER.MSG.NEXT.{stream}.*"),
             d.clone(),
-            "pulls its messages",
+            &why("pulls its messages"),
         );
         self.add(
             Verb::Subscribe,
             format!("{ADVISORY_PREFIX}.CONSUMER.LEADER_ELECTED.{stream}.*"),
             d.clone(),
-            "pulls again at once when its consumer's leader changes",
+            &why("pulls again at once when its consumer's leader changes"),
         );
         self.add(
             Verb::Publish,
             format!("$JS.ACK.{stream}.*.>"),
             d,
-            "acknowledges its messages",
+            &why("acknowledges its messages"),
         );
+    }
+}
+
+/// Why a relay's entries name any consumer of its stream.
+const ANY_RELAY_NAME: &str = "(any consumer name on the stream: each instance names its relay \
+                              consumer at random, and permissions match whole tokens only)";
+
+/// Why `access` deletes the consumer a queue consumer migrates from, on a stream of
+/// `retention` (`None`: not known here), or `None` when it never does. Work-queue streams: the
+/// migration deletes the drained old consumer before creating the new one (the two would
+/// overlap), whoever provisions. Limits and interest streams: the old consumer stays paused
+/// until a running instance retires it (deletes it once no instance has pulled from it for a
+/// pull expiry); the operator's `provision` never retires, and a bind-only instance never
+/// migrates.
+fn migration_delete(access: Access, retention: Option<Retention>) -> Option<&'static str> {
+    match (access, retention) {
+        (Access::BindOnly, _) => None,
+        (_, Some(Retention::WorkQueue)) => Some(
+            "`migrate_from` on a work-queue stream: deletes the paused, drained old consumer \
+             before creating the new one (the two would overlap)",
+        ),
+        (Access::Owner, Some(Retention::Limits | Retention::Interest)) => Some(
+            "`migrate_from`: a running instance deletes the paused old consumer once no \
+             instance has pulled from it for a pull expiry (retirement)",
+        ),
+        (Access::Operator, Some(Retention::Limits | Retention::Interest)) => None,
+        (Access::Owner, None) => Some(
+            "`migrate_from` on a stream whose retention is not declared here: on a work-queue \
+             stream the drained old consumer is deleted before the new one is created; on \
+             others a running instance deletes it once nobody pulls from it",
+        ),
+        (Access::Operator, None) => Some(
+            "`migrate_from` on a stream whose retention is not declared here: on a work-queue \
+             stream `provision` deletes the drained old consumer before creating the new one",
+        ),
     }
 }
 

@@ -1,7 +1,7 @@
 use std::time::Duration;
 
 use topology_core::model::{
-    AckMode, BroadcastDecl, ConsumerDecl, Delivery, QueueDecl, StreamDecl, StreamRef,
+    AckMode, BroadcastDecl, ConsumerDecl, Delivery, QueueDecl, Retention, StreamDecl, StreamRef,
 };
 use topology_core::service::{EndpointDecl, ServiceDecl, SubscriptionDecl};
 
@@ -42,7 +42,8 @@ fn every_kind() -> Topology {
                     .ack(AckMode::Confirmed)
                     .ack_wait(Duration::from_secs(5)),
             )
-            .subjects(&["orders.created"]),
+            .subjects(&["orders.created"])
+            .publishes(&["orders.billed", "invoices.*.issued"]),
             handler(),
         )
         .consumer(
@@ -59,7 +60,8 @@ fn every_kind() -> Topology {
                 StreamRef::Declared(&ORDERS),
                 BroadcastDecl::new(),
             )
-            .subjects(&["orders.shipped"]),
+            .subjects(&["orders.shipped"])
+            .publishes(&["sessions.>"]),
             handler(),
         )
         .consumer(
@@ -228,7 +230,10 @@ fn every_declared_kind_contributes_entries() {
         (Verb::Publish, "$JS.API.STREAM.INFO.AUDIT"),
         (Verb::Publish, "$JS.API.STREAM.INFO.LEDGER"),
         (Verb::Publish, "$JS.API.CONSUMER.MSG.NEXT.LEDGER.named"),
-        (Verb::Publish, "orders.anything"),
+        // What the handlers declare they publish (`publishes`), patterns included.
+        (Verb::Publish, "orders.billed"),
+        (Verb::Publish, "invoices.7.issued"),
+        (Verb::Publish, "sessions.ada.seen"),
         (Verb::Subscribe, "_INBOX_svc.abc.*"),
         (
             Verb::Subscribe,
@@ -254,6 +259,10 @@ fn nothing_else_is_granted() {
         (Verb::Publish, "$JS.API.CONSUMER.CREATE.LEDGER.other"),
         (Verb::Publish, "$JS.API.STREAM.CREATE.LEDGER"),
         (Verb::Publish, "audit.written"),
+        // An owned stream's subjects: only what a handler declares it publishes.
+        (Verb::Publish, "orders.anything"),
+        (Verb::Publish, "orders.created"),
+        (Verb::Publish, "invoices.7.voided"),
         (Verb::Publish, "$JS.ACK.AUDIT.other.1"),
         (Verb::Subscribe, "_INBOX.>"),
         (Verb::Subscribe, "orders.>"),
@@ -398,4 +407,163 @@ fn queue_entries_follow_nats_server_rules() {
             .responses
             .is_none()
     );
+}
+
+#[test]
+fn outputs_are_granted_where_declared_and_named_by_their_handler() {
+    let p = permissions(&every_kind(), &Role::owner("svc"));
+    let pull = Declaration::Consumer {
+        stream: "ORDERS".into(),
+        handler: "svc::pull".into(),
+    };
+    let relay = Declaration::Consumer {
+        stream: "ORDERS".into(),
+        handler: "svc::relay".into(),
+    };
+    for (subject, declaration) in [
+        ("orders.billed", &pull),
+        ("invoices.*.issued", &pull),
+        ("sessions.>", &relay),
+    ] {
+        let entry = p
+            .entries
+            .iter()
+            .find(|e| e.action == Verb::Publish && e.subject == subject)
+            .unwrap_or_else(|| panic!("{subject} not granted:\n{}", p.permissions_map()));
+        assert!(
+            entry
+                .needed_by
+                .iter()
+                .any(|n| &n.declaration == declaration && n.why.contains("`publishes`")),
+            "{entry:?}"
+        );
+    }
+    // The other roles: bind-only publishes as the owner does; the operator publishes nothing.
+    let bind = permissions(&every_kind(), &Role::bind_only("svc"));
+    assert!(bind.allows(Verb::Publish, "orders.billed"));
+    let operator = permissions(&every_kind(), &Role::operator("ops"));
+    assert!(!operator.allows(Verb::Publish, "orders.billed"));
+    assert!(!operator.allows(Verb::Publish, "sessions.x"));
+}
+
+#[test]
+fn publishing_into_every_owned_stream_is_granted_only_when_asked_with_its_reason() {
+    let wide = permissions(
+        &every_kind(),
+        &Role::owner("svc").publish_into_owned_streams(),
+    );
+    assert!(
+        Role::owner("svc")
+            .publish_into_owned_streams()
+            .publishes_into_owned_streams()
+    );
+    let entry = wide
+        .entries
+        .iter()
+        .find(|e| e.action == Verb::Publish && e.subject == "orders.>")
+        .expect("every subject of the owned stream");
+    // It covers the handler's own `orders.billed`, whose need it now lists beside its own.
+    assert!(!wide.entries.iter().any(|e| e.subject == "orders.billed"));
+    let reasons: Vec<&str> = entry.needed_by.iter().map(|n| n.why.as_str()).collect();
+    assert!(
+        reasons
+            .iter()
+            .any(|r| r.contains("`publish_into_owned_streams`") && r.contains("compromised")),
+        "{reasons:?}"
+    );
+    assert!(
+        reasons.iter().any(|r| r.contains("`publishes`")),
+        "{reasons:?}"
+    );
+    // Never an external stream's, nor for the operator.
+    assert!(!wide.allows(Verb::Publish, "audit.written"));
+    let operator = permissions(
+        &every_kind(),
+        &Role::operator("ops").publish_into_owned_streams(),
+    );
+    assert!(!operator.allows(Verb::Publish, "orders.created"));
+}
+
+#[test]
+fn the_consumer_migrated_from_is_deleted_only_by_who_deletes_it_on_that_retention() {
+    static LIMITS: StreamDecl = StreamDecl::new("LIMITS", &["limits.>"]);
+    static INTEREST: StreamDecl =
+        StreamDecl::new("INTEREST", &["interest.>"]).retention(Retention::Interest);
+    static WORK: StreamDecl = StreamDecl::new("WORK", &["work.>"]).retention(Retention::WorkQueue);
+    static ELSEWHERE: StreamDecl = StreamDecl::new("ELSEWHERE", &["elsewhere.>"]).external();
+    let migrating = |stream: &'static StreamDecl| {
+        ConsumerDecl::queue(
+            "svc::migrating",
+            StreamRef::Declared(stream),
+            QueueDecl::new("v2").migrate_from("v1"),
+        )
+    };
+    let topology = Topology::new()
+        .stream(LIMITS)
+        .stream(INTEREST)
+        .stream(WORK)
+        .stream(ELSEWHERE)
+        .consumer(migrating(&LIMITS), handler())
+        .consumer(migrating(&INTEREST), handler())
+        .consumer(migrating(&WORK), handler())
+        .consumer(migrating(&ELSEWHERE), handler())
+        .consumer(
+            ConsumerDecl::queue(
+                "svc::named",
+                StreamRef::Named("UNDECLARED"),
+                QueueDecl::new("v2").migrate_from("v1"),
+            ),
+            handler(),
+        );
+    let delete = |stream: &str| format!("$JS.API.CONSUMER.DELETE.{stream}.v1");
+    // (stream, the owner deletes it, the operator's `provision` deletes it)
+    for (stream, owner, operator) in [
+        // A running instance retires it once nobody pulls from it; `provision` never does.
+        ("LIMITS", true, false),
+        ("INTEREST", true, false),
+        // The migration deletes it before creating the new one, whoever provisions.
+        ("WORK", true, true),
+        // The retention is not known here: it may be a work-queue stream.
+        ("ELSEWHERE", true, true),
+        ("UNDECLARED", true, true),
+    ] {
+        let p = permissions(&topology, &Role::owner("svc"));
+        assert_eq!(
+            p.allows(Verb::Publish, &delete(stream)),
+            owner,
+            "owner, {stream}"
+        );
+        let p = permissions(&topology, &Role::operator("ops"));
+        assert_eq!(
+            p.allows(Verb::Publish, &delete(stream)),
+            operator,
+            "operator, {stream}"
+        );
+        // Both pause it and read it.
+        for p in [
+            permissions(&topology, &Role::owner("svc")),
+            permissions(&topology, &Role::operator("ops")),
+        ] {
+            assert!(p.allows(
+                Verb::Publish,
+                &format!("$JS.API.CONSUMER.PAUSE.{stream}.v1")
+            ));
+        }
+        // A bind-only instance never migrates.
+        let p = permissions(&topology, &Role::bind_only("svc"));
+        assert!(
+            !p.allows(Verb::Publish, &delete(stream)),
+            "bind-only, {stream}"
+        );
+    }
+    let p = permissions(&topology, &Role::owner("svc"));
+    let why = |stream: &str| {
+        p.entries
+            .iter()
+            .find(|e| e.subject == delete(stream))
+            .map(|e| e.needed_by[0].why.clone())
+            .unwrap()
+    };
+    assert!(why("WORK").contains("work-queue"), "{}", why("WORK"));
+    assert!(why("LIMITS").contains("retirement"), "{}", why("LIMITS"));
 }
