@@ -285,6 +285,7 @@ pub fn readiness(health: &Health) -> Value {
                 ConsumerState::Standby => ("standby", None, None),
                 ConsumerState::Replaying { .. } => ("replaying", None, None),
                 ConsumerState::Stalled { cause, .. } => ("stalled", Some(cause.clone()), None),
+                ConsumerState::BackingOff { cause } => ("backing_off", Some(cause.clone()), None),
                 ConsumerState::Denied { permission, cause } => {
                     ("denied", Some(format!("grant {permission}: {cause}")), None)
                 }

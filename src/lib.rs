@@ -102,10 +102,11 @@ pub use topology_runtime::handler::{BatchFuture, HandlerFuture};
 pub use topology_runtime::{
     Batch, BatchError, BatchInput, ConsumerState, ConsumerStatus, Context, EndpointStatus,
     Failures, HandlerError, Health, Incoming, Inspection, Item, JetStreamStatus, NotReady,
-    OlderDeclaration, PermissionDenial, Plan, Problem, ProvisionError, ProvisionErrorKind,
-    ProvisionReport, Publish, Relay, RelayError, Request, RequestContext, RetryPolicy, RunError,
-    Runtime, RuntimeBuilder, ServiceError, ServingState, State, StreamStatus, SubscriptionStatus,
-    Topology, ValidationError, export, inspect, model, plan, report, retry,
+    OlderDeclaration, OutagePolicy, PermissionDenial, Plan, Problem, ProvisionError,
+    ProvisionErrorKind, ProvisionReport, Publish, Relay, RelayError, Request, RequestContext,
+    RetryPolicy, RunError, Runtime, RuntimeBuilder, ServiceError, ServingState, State,
+    StreamStatus, SubscriptionStatus, Topology, ValidationError, export, inspect, model, plan,
+    report, retry,
 };
 
 #[cfg(feature = "cli")]

@@ -55,7 +55,7 @@ pub use provision::{OlderDeclaration, ProvisionError, ProvisionErrorKind};
 pub use registry::Topology;
 pub use report::{Inspection, Plan, ProvisionReport, inspect, plan};
 pub use retry::RetryPolicy;
-pub use run::{Relay, RelayError, RunError, Runtime, RuntimeBuilder};
+pub use run::{OutagePolicy, Relay, RelayError, RunError, Runtime, RuntimeBuilder};
 pub use service::{Request, RequestContext, ServiceError};
 pub use state::State;
 pub use topology_core::model;

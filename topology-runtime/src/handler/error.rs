@@ -38,6 +38,7 @@ use std::fmt;
 pub struct HandlerError {
     source: Box<dyn std::error::Error + Send + Sync + 'static>,
     permanent: bool,
+    unavailable: bool,
 }
 
 impl HandlerError {
@@ -46,7 +47,35 @@ impl HandlerError {
         HandlerError {
             source: error.into(),
             permanent: false,
+            unavailable: false,
         }
+    }
+
+    /// A transient failure because what the handler depends on is down (a database, an API):
+    /// the consumer stops taking messages at once, keeps this one, and probes until a handler
+    /// succeeds (see [`RuntimeBuilder::outage`](crate::RuntimeBuilder::outage)), instead of
+    /// waiting for the failures to add up.
+    ///
+    /// ```
+    /// use nats_topology::HandlerError;
+    ///
+    /// let error = HandlerError::unavailable("the ledger database refuses connections");
+    /// assert!(error.is_unavailable() && !error.is_permanent());
+    /// ```
+    pub fn unavailable(
+        error: impl Into<Box<dyn std::error::Error + Send + Sync + 'static>>,
+    ) -> Self {
+        HandlerError {
+            source: error.into(),
+            permanent: false,
+            unavailable: true,
+        }
+    }
+
+    /// Whether the handler said that what it depends on is down
+    /// ([`HandlerError::unavailable`]).
+    pub fn is_unavailable(&self) -> bool {
+        self.unavailable
     }
 
     /// A failure no retry will fix: the message is dead-lettered and terminated at once.
@@ -54,6 +83,7 @@ impl HandlerError {
         HandlerError {
             source: error.into(),
             permanent: true,
+            unavailable: false,
         }
     }
 
@@ -93,6 +123,7 @@ impl fmt::Debug for HandlerError {
         f.debug_struct("HandlerError")
             .field("source", &self.source)
             .field("permanent", &self.permanent)
+            .field("unavailable", &self.unavailable)
             .finish()
     }
 }

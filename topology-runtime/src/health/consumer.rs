@@ -45,6 +45,15 @@ pub enum ConsumerState {
         /// What the runtime found, and what it does about it.
         cause: String,
     },
+    /// Its handlers fail transiently at a high rate, so what they depend on must be down (see
+    /// [`RuntimeBuilder::outage`](crate::RuntimeBuilder::outage)): it takes no new messages,
+    /// keeps the ones whose handler failed (not redelivered, not counted against
+    /// `max_deliver`), and probes with one at a growing interval; the first success resumes at
+    /// full speed. Counts as ready: the replica is healthy, its dependency is not.
+    BackingOff {
+        /// How many handlers failed, since when, the next probe, and the last error.
+        cause: String,
+    },
     /// The server refuses what this consumer needs to take messages (its acks, its pull
     /// requests, or the requests that create or read it): it takes no message it could not
     /// settle, and is not ready, until the grant works again (checked every heartbeat; a
@@ -74,7 +83,10 @@ pub enum ConsumerState {
 impl ConsumerState {
     /// Whether it counts as ready: running, or a ready standby.
     pub fn is_up(&self) -> bool {
-        matches!(self, ConsumerState::Running | ConsumerState::Standby)
+        matches!(
+            self,
+            ConsumerState::Running | ConsumerState::Standby | ConsumerState::BackingOff { .. }
+        )
     }
 }
 
@@ -92,6 +104,7 @@ impl fmt::Display for ConsumerState {
                     "stalled (nothing from the server for {silent_for:.1?}): {cause}"
                 )
             }
+            ConsumerState::BackingOff { cause } => write!(f, "backing off: {cause}"),
             ConsumerState::Denied { permission, cause } => {
                 write!(f, "denied (grant {permission}): {cause}")
             }

@@ -48,6 +48,9 @@ pub(crate) struct Slot {
     /// acks, its pull requests), set by the denial watch ([`Slot::deny`]): while set, its
     /// session asks for nothing, and its state is `denied` rather than up.
     denied: Mutex<Option<String>>,
+    /// Why its handlers' dependency seems down, while its breaker is open
+    /// ([`Slot::backing_off`]): while set, its state is `backing off` rather than `running`.
+    backing_off: Mutex<Option<String>>,
 }
 
 impl Slot {
@@ -81,6 +84,19 @@ impl Slot {
             replaying: AtomicBool::new(false),
             behind: AtomicU64::new(0),
             denied: Mutex::new(None),
+            backing_off: Mutex::new(None),
+        }
+    }
+
+    /// The consumer's breaker opened (`Some(cause)`) or closed (`None`): a running consumer
+    /// shows `backing off` while it is open.
+    pub(crate) fn backing_off(&self, cause: Option<String>) {
+        *self.backing_off.lock().unwrap_or_else(|e| e.into_inner()) = cause;
+        if matches!(
+            self.state(),
+            ConsumerState::Running | ConsumerState::Standby | ConsumerState::BackingOff { .. }
+        ) {
+            self.up();
         }
     }
 
@@ -163,6 +179,14 @@ impl Slot {
                     .to_owned(),
             });
         }
+        let backing_off = self
+            .backing_off
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        if let Some(cause) = backing_off {
+            return self.transition(ConsumerState::BackingOff { cause });
+        }
         self.transition(if self.standby.load(Ordering::Relaxed) {
             ConsumerState::Standby
         } else if self.replaying.load(Ordering::Relaxed) {
@@ -219,9 +243,10 @@ impl Slot {
         let consumer = self.consumer.as_str();
         let mut down = self.down.lock().unwrap_or_else(|e| e.into_inner());
         match &state {
-            ConsumerState::Running | ConsumerState::Standby | ConsumerState::Replaying { .. } => {
-                *down = (None, None)
-            }
+            ConsumerState::Running
+            | ConsumerState::Standby
+            | ConsumerState::Replaying { .. }
+            | ConsumerState::BackingOff { .. } => *down = (None, None),
             ConsumerState::Draining | ConsumerState::Stopped { error: None } => {}
             _ => {
                 let since = *down.0.get_or_insert_with(Instant::now);
@@ -263,6 +288,9 @@ impl Slot {
             }
             ConsumerState::Stalled { silent_for, cause } => {
                 tracing::warn!(stream = %self.stream, consumer, ?silent_for, cause, "consumer stalled: nothing from the server")
+            }
+            ConsumerState::BackingOff { cause } => {
+                tracing::warn!(stream = %self.stream, consumer, cause, "consumer backing off: its handlers keep failing; taking no new messages, probing with one")
             }
             ConsumerState::Denied { permission, cause } => {
                 tracing::error!(stream = %self.stream, consumer, permission, cause, "consumer denied: grant the permission")

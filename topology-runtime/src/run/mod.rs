@@ -36,8 +36,8 @@ use crate::registry::Topology;
 use crate::report::{self, Inspection, Plan, ProvisionReport};
 use crate::state::StateMap;
 
-pub use builder::RuntimeBuilder;
 pub(crate) use builder::Settings;
+pub use builder::{OutagePolicy, RuntimeBuilder};
 pub(crate) use ensure::{Ensured, Ensurer};
 pub(crate) use relay::relay_name;
 pub use relay::{Relay, RelayError};

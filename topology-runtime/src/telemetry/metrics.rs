@@ -35,6 +35,9 @@ pub mod names {
     /// heartbeats while it should have (a stalled link, a partition, a consumer leader lost),
     /// and its state turned `stalled`.
     pub const STALLS: &str = "nats_topology_consumer_stalls_total";
+    /// Counter: times a queue consumer's handlers failed so often that it stopped taking
+    /// messages (state `backing off`: what they depend on seems down) until one succeeded.
+    pub const BACKOFFS: &str = "nats_topology_consumer_backoffs_total";
     /// Counter: permission violations the server reported on the runtime's connection,
     /// labelled `stream` and `consumer` of the declaration that needs the denied subject
     /// (both empty for what every replica needs), and `action` (`publish` or `subscribe`).
@@ -103,6 +106,11 @@ pub fn describe() {
         STALLS,
         Unit::Count,
         "Times a consumer heard nothing from the server for two heartbeats (stalled)."
+    );
+    metrics::describe_counter!(
+        BACKOFFS,
+        Unit::Count,
+        "Times a consumer stopped taking messages because its handlers kept failing."
     );
     metrics::describe_counter!(
         PERMISSION_VIOLATIONS,
@@ -191,6 +199,7 @@ pub(crate) struct ConsumerMetrics {
     acks_failed: Counter,
     /// Shared with the consumer's feed, which counts its stalls.
     pub(crate) stalls: Counter,
+    backoffs: Counter,
     duration: Histogram,
     in_flight: Gauge,
 }
@@ -207,6 +216,7 @@ impl ConsumerMetrics {
             redelivered: metrics::counter!(names::REDELIVERED, &labels),
             acks_failed: metrics::counter!(names::ACKS_FAILED, &labels),
             stalls: metrics::counter!(names::STALLS, &labels),
+            backoffs: metrics::counter!(names::BACKOFFS, &labels),
             duration: metrics::histogram!(names::HANDLER_DURATION, &labels),
             in_flight: metrics::gauge!(names::IN_FLIGHT, &labels),
         }
@@ -235,6 +245,11 @@ impl ConsumerMetrics {
 
     pub(crate) fn retried(&self) {
         self.retried.increment(1);
+    }
+
+    /// Its breaker opened: the handlers' dependency seems down.
+    pub(crate) fn backed_off(&self) {
+        self.backoffs.increment(1);
     }
 
     pub(crate) fn dead_lettered(&self) {

@@ -14,6 +14,7 @@ use futures::FutureExt;
 use tracing::Instrument;
 
 use super::ack::{AckDeadline, Acks, Stopped};
+use super::breaker::{Breaker, Change};
 use super::dead_letter::{DeadLetter, Delivery, publish_dead_letter};
 use super::outcome::{Observer, Outcome};
 use crate::handler::{Context, HandlerError, Incoming, Scope, panic_message};
@@ -45,6 +46,15 @@ pub(in crate::run) struct Session {
     pub(in crate::run) in_order: bool,
     /// An ordered replay's checks (`#[broadcast(ordered)]`, see `replay`).
     pub(in crate::run) replay: Option<super::replay::Replay>,
+    /// A queue consumer's outage breaker (see `breaker`), shared by its sessions.
+    pub(in crate::run) breaker: Option<Arc<Breaker>>,
+}
+
+/// A message whose handler failed while the consumer backs off: kept by the session (alive,
+/// not naked) for a later probe.
+pub(in crate::run) struct Held {
+    pub(in crate::run) message: jetstream::Message,
+    pub(in crate::run) deadline: AckDeadline,
 }
 
 /// A message's delivery metadata, read once from its reply subject.
@@ -85,7 +95,7 @@ pub(in crate::run) async fn handle(
     message: jetstream::Message,
     deadline: AckDeadline,
     session: Arc<Session>,
-) {
+) -> Option<Held> {
     if session.in_order {
         let sequence = MessageMeta::of(&message).stream_sequence;
         if session.observer.handled_past(sequence) {
@@ -98,10 +108,10 @@ pub(in crate::run) async fn handle(
             if let Err(e) = session.acks.settle(&message, AckKind::Ack, deadline).await {
                 tracing::debug!(error = %e, "could not acknowledge a message delivered again");
             }
-            return;
+            return None;
         }
     }
-    let (meta, outcome) = dispatch(message, deadline, &session).await;
+    let (meta, outcome, held) = dispatch(message, deadline, &session).await;
     session.observer.ended(meta.stream_sequence, outcome);
     if let Some(replay) = &session.replay {
         if outcome.done() {
@@ -110,15 +120,17 @@ pub(in crate::run) async fn handle(
             replay.failed(meta.stream_sequence);
         }
     }
+    held
 }
 
 /// Runs the handler on one message and settles it: ack, nak with a delay, or dead-letter
-/// and terminate. Every message ends in exactly one of the three; returns which.
+/// and terminate. Every message ends in exactly one of the three (or, while the consumer backs
+/// off, is held for a later probe: returned); returns which.
 pub(in crate::run) async fn dispatch(
     message: jetstream::Message,
     mut deadline: AckDeadline,
     session: &Session,
-) -> (MessageMeta, Outcome) {
+) -> (MessageMeta, Outcome, Option<Held>) {
     let meta = MessageMeta::of(&message);
     let span = tracing::info_span!(
         "message",
@@ -142,13 +154,47 @@ pub(in crate::run) async fn dispatch(
         drop(running);
         unfinished.handled();
         match result {
-            Ok(()) => acknowledge(&message, session, deadline).await,
-            Err(error) => fail(&message, session, meta, &error, deadline).await,
+            Ok(()) => {
+                if let Some(breaker) = &session.breaker {
+                    breaker_changed(session, breaker, breaker.succeeded());
+                }
+                (acknowledge(&message, session, deadline).await, None)
+            }
+            Err(error) if !error.is_permanent() && session.breaker.is_some() => {
+                let breaker = session.breaker.as_deref().unwrap_or_else(|| unreachable!());
+                let change = breaker.failed(&error.to_string(), error.is_unavailable());
+                breaker_changed(session, breaker, change);
+                if breaker.is_open() {
+                    tracing::debug!(subject = %message.subject, delivered = meta.delivered, %error, "handler failed while its dependency seems down; held for a probe");
+                    (Outcome::Held, Some(Held { message, deadline }))
+                } else {
+                    (fail(&message, session, meta, &error, deadline).await, None)
+                }
+            }
+            Err(error) => (fail(&message, session, meta, &error, deadline).await, None),
         }
     }
     .instrument(span)
     .await;
-    (meta, outcome)
+    (meta, outcome.0, outcome.1)
+}
+
+/// Health, metrics and the log follow the breaker.
+fn breaker_changed(session: &Session, breaker: &Breaker, change: Change) {
+    let slot = &session.observer.slot;
+    match change {
+        Change::None if breaker.is_open() => slot.backing_off(breaker.describe()),
+        Change::None => {}
+        Change::Opened { cause } => {
+            session.observer.metrics.backed_off();
+            tracing::warn!(stream = %session.scope.stream, consumer = %session.scope.consumer, cause, "handlers keep failing: what they depend on seems down; taking no new messages and probing with one");
+            slot.backing_off(breaker.describe());
+        }
+        Change::Closed { open_for, failed } => {
+            tracing::info!(stream = %session.scope.stream, consumer = %session.scope.consumer, ?open_for, failed, "a handler succeeded again: consuming at full speed");
+            slot.backing_off(None);
+        }
+    }
 }
 
 /// Calls the handler (it decodes the payload), sending progress acks while it runs; a panic

@@ -29,6 +29,9 @@ pub(in crate::run) struct Flow {
     /// The most one request asks for.
     batch: usize,
     ahead: Ahead,
+    /// At most this many held and started, whatever the rest says (a consumer backing off:
+    /// none, or one probe; see `breaker`).
+    limit: Option<usize>,
 }
 
 /// How many messages are held beyond the running handlers.
@@ -54,11 +57,13 @@ impl Flow {
                 concurrency,
                 batch: batch.max(1),
                 ahead: Ahead::Fixed(batch.saturating_sub(concurrency)),
+                limit: None,
             },
             None if horizon.is_zero() => Flow {
                 concurrency,
                 batch: concurrency,
                 ahead: Ahead::Fixed(0),
+                limit: None,
             },
             None => {
                 let cap = concurrency.max(AHEAD_CAP);
@@ -69,6 +74,7 @@ impl Flow {
                         cap,
                         pace: Pace::new(horizon),
                     },
+                    limit: None,
                 }
             }
         }
@@ -76,7 +82,12 @@ impl Flow {
 
     /// Whether another handler may start while `started` run.
     pub(in crate::run) fn may_start(&self, started: usize) -> bool {
-        started < self.concurrency
+        started < self.concurrency.min(self.limit.unwrap_or(usize::MAX))
+    }
+
+    /// Holds and starts at most `limit` (`None`: no limit beyond the flow's own).
+    pub(in crate::run) fn limit(&mut self, limit: Option<usize>) {
+        self.limit = limit;
     }
 
     /// How many more messages to ask for, while `held` are running or waiting and `asked`
@@ -107,7 +118,7 @@ impl Flow {
             Ahead::Fixed(n) => *n,
             Ahead::Paced { cap, pace } => pace.ahead(self.concurrency).min(*cap),
         };
-        self.concurrency + ahead
+        (self.concurrency + ahead).min(self.limit.unwrap_or(usize::MAX))
     }
 }
 

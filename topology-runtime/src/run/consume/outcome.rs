@@ -25,6 +25,9 @@ pub(in crate::run) enum Outcome {
     /// the message stays unacknowledged and is not delivered again; otherwise it was naked to
     /// be delivered (and dead-lettered) again.
     DeadLetterUnpublished { last: bool },
+    /// The handler failed while the consumer backs off (see `breaker`): the message is held
+    /// by the session, alive, for a later probe; neither naked nor settled.
+    Held,
 }
 
 impl Outcome {
@@ -34,7 +37,7 @@ impl Outcome {
         match self {
             Outcome::Handled { .. } | Outcome::DeadLettered { .. } => true,
             Outcome::DeadLetterUnpublished { last } => last,
-            Outcome::Retried { .. } => false,
+            Outcome::Retried { .. } | Outcome::Held => false,
         }
     }
 
@@ -102,7 +105,7 @@ impl Observer {
                     metrics.ack_failed();
                 }
             }
-            Outcome::DeadLetterUnpublished { .. } => {
+            Outcome::DeadLetterUnpublished { .. } | Outcome::Held => {
                 Slot::count(&slot.failed);
                 metrics.failed();
             }

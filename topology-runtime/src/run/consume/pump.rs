@@ -22,7 +22,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::ack::AckDeadline;
-use super::dispatch::{Session, handle};
+use super::dispatch::{Held, Session, handle};
 use super::feed::Feed;
 use super::flow::Flow;
 use super::loss::Loss;
@@ -39,8 +39,9 @@ pub(in crate::run) enum Exit {
 /// The shortest interval at which waiting messages are checked for a progress ack.
 const KEEP_ALIVE_FLOOR: Duration = Duration::from_millis(10);
 
-/// A handler that did not finish on its first poll; it resolves to how long it ran.
-type Running = Pin<Box<dyn Future<Output = Duration> + Send>>;
+/// A handler that did not finish on its first poll; it resolves to how long it ran, and the
+/// message when it is held (see `breaker`).
+type Running = Pin<Box<dyn Future<Output = (Duration, Option<Held>)> + Send>>;
 
 /// A message received and not started yet.
 struct Waiting {
@@ -53,8 +54,11 @@ struct Waiting {
 /// What woke the session loop.
 enum Step {
     Cancelled,
-    /// A handler finished (after running this long, if known): there is room for more.
-    Finished(Option<Duration>),
+    /// A handler finished (after running this long, if known): there is room for more; its
+    /// message, if it is held.
+    Finished(Option<Duration>, Option<Held>),
+    /// The consumer backs off and its next probe is due.
+    Probe,
     KeepAlive,
     /// A message arrived (it waits to start).
     Received,
@@ -87,6 +91,9 @@ pub(in crate::run) async fn pump(
         // An ordered replay whose handler failed starts nothing after that message (a handler
         // may fail inline, within this loop).
         let restarts = || session.replay.as_ref().is_some_and(|r| r.must_restart());
+        // Backing off: nothing is started or asked for but one probe when it is due.
+        let breaker = session.breaker.as_ref();
+        flow.limit(breaker.and_then(|b| b.limit(Instant::now())));
         while flow.may_start(running.len() + in_flight.len())
             && !restarts()
             && let Some(next) = waiting.pop_front()
@@ -94,12 +101,17 @@ pub(in crate::run) async fn pump(
             let handled = handle(next.message, next.deadline, session.clone());
             let started = Instant::now();
             let mut handler: Running = Box::pin(async move {
-                handled.await;
-                started.elapsed()
+                let held = handled.await;
+                (started.elapsed(), held)
             });
             // Most handlers finish without waiting: run them here, with no task.
             match handler.as_mut().now_or_never() {
-                Some(took) => flow.finished(Some(took)),
+                Some((took, held)) => {
+                    flow.finished(Some(took));
+                    hold(&mut waiting, held);
+                    // A probe that failed inline moved the next one.
+                    flow.limit(breaker.and_then(|b| b.limit(Instant::now())));
+                }
                 None => running.push(handler),
             }
         }
@@ -109,11 +121,16 @@ pub(in crate::run) async fn pump(
         let started = running.len() + in_flight.len();
         let held = started + waiting.len();
         let readable = feed.asks() || flow.may_start(started);
+        let probe_at = breaker.and_then(|b| b.probe_at());
         let step = tokio::select! {
             biased;
             _ = cancel.cancelled() => Step::Cancelled,
-            Some(took) = running.next(), if !running.is_empty() => Step::Finished(Some(took)),
-            Some(_) = in_flight.join_next(), if !in_flight.is_empty() => Step::Finished(None),
+            Some((took, held)) = running.next(), if !running.is_empty() => {
+                Step::Finished(Some(took), held)
+            }
+            Some(_) = in_flight.join_next(), if !in_flight.is_empty() => Step::Finished(None, None),
+            _ = tokio::time::sleep_until(probe_at.unwrap_or_else(Instant::now)),
+                if probe_at.is_some_and(|at| at > Instant::now()) => Step::Probe,
             _ = keep_alive_tick.tick(), if !waiting.is_empty() => Step::KeepAlive,
             next = feed.next(&flow, held), if readable => match next {
                 Ok(fetched) if let Some(Err(loss)) =
@@ -135,7 +152,11 @@ pub(in crate::run) async fn pump(
         };
         match step {
             Step::Cancelled => break Exit::Drained,
-            Step::Finished(took) => flow.finished(took),
+            Step::Finished(took, held) => {
+                flow.finished(took);
+                hold(&mut waiting, held);
+            }
+            Step::Probe => {}
             Step::KeepAlive => keep_waiting(&mut waiting, &session, keep_every).await,
             Step::Received => {}
             Step::Lost(loss) => break Exit::Lost(loss),
@@ -156,6 +177,18 @@ pub(in crate::run) async fn pump(
         session.acks.nak(&message, None).await;
     }
     exit
+}
+
+/// A message whose handler failed while the consumer backs off waits first in line for the
+/// next probe, kept alive like any waiting message.
+fn hold(waiting: &mut VecDeque<Waiting>, held: Option<Held>) {
+    if let Some(Held { message, deadline }) = held {
+        waiting.push_front(Waiting {
+            message,
+            deadline,
+            kept: Instant::now(),
+        });
+    }
 }
 
 /// Sends a progress ack for each waiting message not kept alive for `every`, so that its

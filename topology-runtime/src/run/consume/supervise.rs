@@ -11,6 +11,7 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use super::ack::{Acks, Confirm, Stopped};
+use super::breaker::Breaker;
 use super::dead_letter::DeadLetter;
 use super::dispatch::Session;
 use super::feed::{Feed, Pusher, consumer_gone};
@@ -63,6 +64,12 @@ pub(in crate::run) async fn supervise(
     // Where a consumer re-created after a loss resumes, and in which stream instance.
     let resume = Resume::new(relay.is_some());
     let mut ensured_once = false;
+    // A queue consumer's outage breaker outlives its sessions: a session lost while it is
+    // open starts open.
+    let breaker = consumer
+        .decl
+        .as_queue()
+        .map(|_| Arc::new(Breaker::new(inner.settings.outage)));
     // A relay's consumer is deleted and created again from the relay's resume point (rather
     // than bound again) after a loss that calls for it, and an ordered replay's after every
     // loss (see `Loss::recreates`).
@@ -141,6 +148,7 @@ pub(in crate::run) async fn supervise(
                         consumer,
                         &slot,
                         (info, record, &instance),
+                        breaker.clone(),
                         &cancel,
                         &mut in_flight,
                         &stopped,
@@ -341,6 +349,7 @@ async fn consume(
     // The consumer as ensured, where its session records what it handled (to resume after it
     // when re-created), and the stream instance it reads.
     (info, record, instance): (consumer::Info, Record, &StreamInstance),
+    breaker: Option<Arc<Breaker>>,
     cancel: &CancellationToken,
     in_flight: &mut JoinSet<()>,
     // Where stopped handlers leave their messages.
@@ -397,6 +406,7 @@ async fn consume(
         replay: relay
             .filter(|r| r.ordered)
             .map(|_| Replay::new(info.delivered.consumer_sequence)),
+        breaker,
     });
     if session.replay.is_some() {
         slot.replay_from(info.num_pending);

@@ -1,0 +1,228 @@
+//! Outage-aware consumption: when a queue consumer's handlers fail transiently at a high rate
+//! (what they depend on is down), the consumer stops taking messages instead of having the
+//! server redeliver them against the dependency until `max_deliver` terminates them.
+//!
+//! - **Opens** when, within the last `window`, at least `failures` handlers failed
+//!   transiently and they are at least `ratio` of the handlers that ended (a handler that says
+//!   so itself, [`HandlerError::unavailable`](crate::HandlerError::unavailable), opens it at
+//!   once). Permanent errors, decode errors and successes are not failures here: one message
+//!   in ten failing is poison or flakiness, not an outage.
+//! - **Open**: the session asks for no messages and starts none. A message whose handler
+//!   fails meanwhile is not naked: it is held here, kept alive with progress acks, so the
+//!   server does not deliver it again and it does not count against `max_deliver`.
+//! - **Probes**: after `probe_first`, one held message (or one pulled, if none is held) is
+//!   handled; if it fails it is held again and the next probe waits twice as long, at most
+//!   `probe_max`.
+//! - **Closes** when a handler succeeds: every held message starts, and the session pulls at
+//!   full speed.
+//!
+//! Health shows `backing off` with the last error meanwhile; readiness stays up (the replica
+//! is healthy, its dependency is not).
+
+use std::collections::VecDeque;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::run::OutagePolicy;
+
+/// One queue consumer's breaker, shared by its sessions.
+pub(in crate::run) struct Breaker {
+    policy: OutagePolicy,
+    state: Mutex<State>,
+}
+
+#[derive(Default)]
+struct State {
+    /// Handlers that ended within the window: when, and whether they failed transiently.
+    recent: VecDeque<(Instant, bool)>,
+    open: Option<Open>,
+}
+
+struct Open {
+    since: Instant,
+    /// When the next probe may start.
+    probe_at: Instant,
+    /// The wait before the probe after the next failed one.
+    interval: Duration,
+    /// Handlers that failed since it opened (probes, and what was running then).
+    failed: u64,
+    last_error: String,
+}
+
+/// What changed with an outcome.
+pub(in crate::run) enum Change {
+    None,
+    /// It opened: `cause` is the last error.
+    Opened {
+        cause: String,
+    },
+    /// It closed after being open for `open_for`, with `failed` handlers failing meanwhile.
+    Closed {
+        open_for: Duration,
+        failed: u64,
+    },
+}
+
+impl Breaker {
+    pub(in crate::run) fn new(policy: OutagePolicy) -> Breaker {
+        Breaker {
+            policy,
+            state: Mutex::new(State::default()),
+        }
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Whether it is open: a failure now is held, not naked.
+    pub(in crate::run) fn is_open(&self) -> bool {
+        self.state().open.is_some()
+    }
+
+    /// How many messages the session may hold and start now: `None` while closed (its flow
+    /// decides), 0 while open before the next probe, 1 from then on.
+    pub(in crate::run) fn limit(&self, now: Instant) -> Option<usize> {
+        let state = self.state();
+        let open = state.open.as_ref()?;
+        Some(usize::from(now >= open.probe_at))
+    }
+
+    /// When the next probe may start, while open.
+    pub(in crate::run) fn probe_at(&self) -> Option<Instant> {
+        self.state().open.as_ref().map(|o| o.probe_at)
+    }
+
+    /// The open breaker's cause and age, for health.
+    pub(in crate::run) fn describe(&self) -> Option<String> {
+        let state = self.state();
+        let open = state.open.as_ref()?;
+        Some(format!(
+            "{} handler failures since {:.0?} ago; next probe in {:.0?}: {}",
+            open.failed,
+            open.since.elapsed(),
+            open.probe_at.saturating_duration_since(Instant::now()),
+            open.last_error
+        ))
+    }
+
+    /// A handler succeeded.
+    pub(in crate::run) fn succeeded(&self) -> Change {
+        let now = Instant::now();
+        let mut state = self.state();
+        self.remember(&mut state, now, false);
+        match state.open.take() {
+            Some(open) => Change::Closed {
+                open_for: open.since.elapsed(),
+                failed: open.failed,
+            },
+            None => Change::None,
+        }
+    }
+
+    /// A handler failed transiently with `error`; `unavailable`: the handler said that what
+    /// it depends on is down.
+    pub(in crate::run) fn failed(&self, error: &str, unavailable: bool) -> Change {
+        let now = Instant::now();
+        let mut state = self.state();
+        self.remember(&mut state, now, true);
+        if let Some(open) = &mut state.open {
+            open.failed += 1;
+            open.last_error = error.to_owned();
+            // A probe failed (what ran before it started earlier does not move the probe).
+            if now >= open.probe_at {
+                open.interval = (open.interval * 2).min(self.policy.probe_max);
+                open.probe_at = now + open.interval;
+            }
+            return Change::None;
+        }
+        let failures = state.recent.iter().filter(|(_, failed)| *failed).count();
+        let ended = state.recent.len();
+        let enabled = self.policy.failures > 0;
+        let outage = unavailable
+            || (failures >= self.policy.failures as usize
+                && failures as f64 >= self.policy.ratio * ended as f64);
+        if !enabled || !outage {
+            return Change::None;
+        }
+        state.open = Some(Open {
+            since: now,
+            probe_at: now + self.policy.probe_first,
+            interval: self.policy.probe_first,
+            failed: 1,
+            last_error: error.to_owned(),
+        });
+        Change::Opened {
+            cause: error.to_owned(),
+        }
+    }
+
+    fn remember(&self, state: &mut State, now: Instant, failed: bool) {
+        state.recent.push_back((now, failed));
+        while state
+            .recent
+            .front()
+            .is_some_and(|(at, _)| now.duration_since(*at) > self.policy.window)
+        {
+            state.recent.pop_front();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn policy() -> OutagePolicy {
+        OutagePolicy::default()
+    }
+
+    #[test]
+    fn one_failure_in_ten_never_opens_it() {
+        let breaker = Breaker::new(policy());
+        for i in 0..1_000 {
+            if i % 10 == 0 {
+                assert!(matches!(breaker.failed("flaky", false), Change::None));
+            } else {
+                breaker.succeeded();
+            }
+        }
+        assert!(!breaker.is_open());
+    }
+
+    #[test]
+    fn a_run_of_failures_opens_it_and_a_success_closes_it() {
+        let breaker = Breaker::new(policy());
+        let mut opened = false;
+        for _ in 0..policy().failures {
+            opened |= matches!(breaker.failed("db down", false), Change::Opened { .. });
+        }
+        assert!(opened && breaker.is_open());
+        assert_eq!(
+            breaker.limit(Instant::now()),
+            Some(0),
+            "nothing before the probe"
+        );
+        assert_eq!(
+            breaker.limit(Instant::now() + policy().probe_first),
+            Some(1),
+            "one probe"
+        );
+        assert!(matches!(
+            breaker.succeeded(),
+            Change::Closed { failed, .. } if failed >= 1
+        ));
+        assert_eq!(breaker.limit(Instant::now()), None);
+    }
+
+    #[test]
+    fn a_handler_that_says_its_dependency_is_down_opens_it_at_once() {
+        let breaker = Breaker::new(policy());
+        assert!(matches!(
+            breaker.failed("payments unavailable", true),
+            Change::Opened { .. }
+        ));
+    }
+}
