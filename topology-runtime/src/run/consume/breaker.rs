@@ -21,6 +21,7 @@
 
 use std::collections::VecDeque;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -31,6 +32,12 @@ use crate::run::OutagePolicy;
 pub(in crate::run) struct Breaker {
     policy: OutagePolicy,
     state: Mutex<State>,
+    /// Whether it is open, or a failure was recorded within the window (as of when it last
+    /// changed): while neither, a success changes nothing and is not recorded (no lock on the
+    /// path of a consumer whose handlers succeed).
+    watching: AtomicBool,
+    /// Whether it is open (read without the lock on every turn of the session's loop).
+    open: AtomicBool,
 }
 
 #[derive(Default)]
@@ -70,6 +77,8 @@ impl Breaker {
         Breaker {
             policy,
             state: Mutex::new(State::default()),
+            watching: AtomicBool::new(false),
+            open: AtomicBool::new(false),
         }
     }
 
@@ -79,12 +88,15 @@ impl Breaker {
 
     /// Whether it is open: a failure now is held, not naked.
     pub(in crate::run) fn is_open(&self) -> bool {
-        self.state().open.is_some()
+        self.open.load(Ordering::Relaxed)
     }
 
     /// How many messages the session may hold and start now: `None` while closed (its flow
     /// decides), 0 while open before the next probe, 1 from then on.
     pub(in crate::run) fn limit(&self, now: Instant) -> Option<usize> {
+        if !self.is_open() {
+            return None;
+        }
         let state = self.state();
         let open = state.open.as_ref()?;
         Some(usize::from(now >= open.probe_at))
@@ -92,6 +104,9 @@ impl Breaker {
 
     /// When the next probe may start, while open.
     pub(in crate::run) fn probe_at(&self) -> Option<Instant> {
+        if !self.is_open() {
+            return None;
+        }
         self.state().open.as_ref().map(|o| o.probe_at)
     }
 
@@ -110,16 +125,27 @@ impl Breaker {
 
     /// A handler succeeded.
     pub(in crate::run) fn succeeded(&self) -> Change {
+        if !self.watching.load(Ordering::Relaxed) {
+            return Change::None;
+        }
         let now = Instant::now();
         let mut state = self.state();
         self.remember(&mut state, now, false);
-        match state.open.take() {
-            Some(open) => Change::Closed {
-                open_for: open.since.elapsed(),
-                failed: open.failed,
-            },
+        let change = match state.open.take() {
+            Some(open) => {
+                self.open.store(false, Ordering::Relaxed);
+                Change::Closed {
+                    open_for: open.since.elapsed(),
+                    failed: open.failed,
+                }
+            }
             None => Change::None,
+        };
+        // Closed, with no failure left in the window: successes need not be counted.
+        if !state.recent.iter().any(|(_, failed)| *failed) {
+            self.watching.store(false, Ordering::Relaxed);
         }
+        change
     }
 
     /// A handler failed transiently with `error`; `unavailable`: the handler said that what
@@ -127,6 +153,7 @@ impl Breaker {
     pub(in crate::run) fn failed(&self, error: &str, unavailable: bool) -> Change {
         let now = Instant::now();
         let mut state = self.state();
+        self.watching.store(true, Ordering::Relaxed);
         self.remember(&mut state, now, true);
         if let Some(open) = &mut state.open {
             open.failed += 1;
@@ -147,6 +174,7 @@ impl Breaker {
         if !enabled || !outage {
             return Change::None;
         }
+        self.open.store(true, Ordering::Relaxed);
         state.open = Some(Open {
             since: now,
             probe_at: now + self.policy.probe_first,
