@@ -80,7 +80,7 @@ fn topology(stream: &str, dependency: &Dependency) -> Topology {
                         HandlerError::new("the database refuses connections")
                     });
                 }
-                if every > 0 && call % every == 0 {
+                if every > 0 && call.is_multiple_of(every) {
                     dependency.failed.fetch_add(1, Ordering::Relaxed);
                     return Err(HandlerError::new("a deadlock, retried"));
                 }

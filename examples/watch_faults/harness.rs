@@ -6,7 +6,8 @@
 //! - `own5` / `own30`: node 0 (A's own, B's other node) is killed (SIGKILL) and restarted
 //!   after 5 s / 30 s;
 //! - `leader`: the node leading the bucket's stream is killed and restarted after 5 s;
-//! - `partition`: node 0 is cut off from its peers for 10 s (its clients still reach it);
+//! - `partition` / `partition30`: node 0 is cut off from its peers for 10 s / 30 s (its
+//!   clients still reach it);
 //! - `sigkill`: watcher B is SIGKILLed and started again.
 //!
 //! Each watcher prints every change it hands to its handler and every state its health reports,
@@ -120,15 +121,17 @@ pub enum Fault {
     Own30,
     Leader,
     Partition,
+    Partition30,
     Sigkill,
 }
 
 impl Fault {
-    pub const ALL: [Fault; 5] = [
+    pub const ALL: [Fault; 6] = [
         Fault::Own5,
         Fault::Own30,
         Fault::Leader,
         Fault::Partition,
+        Fault::Partition30,
         Fault::Sigkill,
     ];
 
@@ -138,6 +141,7 @@ impl Fault {
             Fault::Own30 => "own30",
             Fault::Leader => "leader",
             Fault::Partition => "partition",
+            Fault::Partition30 => "partition30",
             Fault::Sigkill => "sigkill",
         }
     }
@@ -438,10 +442,12 @@ pub async fn repetition(fault: Fault, command: &dyn Fn() -> Command) -> Outcome 
             tokio::time::sleep(Duration::from_secs(down)).await;
             cluster.restart(victim).await.expect("the node restarts");
         }
-        Fault::Partition => {
+        Fault::Partition | Fault::Partition30 => {
             node = Some(0);
             cluster.isolate(0);
-            tokio::time::sleep(Duration::from_secs(10)).await;
+            let cut = if fault == Fault::Partition30 { 30 } else { 10 };
+            // How long the partition lasts is the fault, not synchronisation.
+            tokio::time::sleep(Duration::from_secs(cut)).await;
             cluster.heal();
         }
         Fault::Sigkill => {

@@ -1,5 +1,5 @@
 //! Key-value watches through node loss, repeated: `cargo run --release --example watch_faults
-//! -- --reps 20 [--faults own5,own30,leader,partition,sigkill]`. Each repetition starts a fresh
+//! -- --reps 20 [--faults own5,own30,leader,partition,partition30,sigkill]`. Each repetition starts a fresh
 //! 3-node cluster, two watcher processes (this program, re-run in watcher mode) and a writer,
 //! and stages one fault (see `harness.rs`). Prints one line per repetition, then per fault the
 //! worst delay from a put to a watcher's handler, and the failures; exits 1 on any failure (a
@@ -32,13 +32,15 @@ async fn main() {
                     .split(',')
                     .map(|name| {
                         Fault::ALL.into_iter().find(|f| f.name() == name).unwrap_or_else(|| {
-                            panic!("unknown fault `{name}`: own5, own30, leader, partition or sigkill")
+                            panic!("unknown fault `{name}`: own5, own30, leader, partition, partition30 or sigkill")
                         })
                     })
                     .collect();
             }
             "--help" | "-h" => {
-                println!("watch_faults [--reps N] [--faults own5,own30,leader,partition,sigkill]");
+                println!(
+                    "watch_faults [--reps N] [--faults own5,own30,leader,partition,partition30,sigkill]"
+                );
                 return;
             }
             other => panic!("unknown argument `{other}` (see --help)"),

@@ -56,7 +56,7 @@ enum Step {
     Cancelled,
     /// A handler finished (after running this long, if known): there is room for more; its
     /// message, if it is held.
-    Finished(Option<Duration>, Option<Held>),
+    Finished(Option<Duration>, Option<Box<Held>>),
     /// The consumer backs off and its next probe is due.
     Probe,
     KeepAlive,
@@ -126,7 +126,7 @@ pub(in crate::run) async fn pump(
             biased;
             _ = cancel.cancelled() => Step::Cancelled,
             Some((took, held)) = running.next(), if !running.is_empty() => {
-                Step::Finished(Some(took), held)
+                Step::Finished(Some(took), held.map(Box::new))
             }
             Some(_) = in_flight.join_next(), if !in_flight.is_empty() => Step::Finished(None, None),
             _ = tokio::time::sleep_until(probe_at.unwrap_or_else(Instant::now)),
@@ -154,7 +154,7 @@ pub(in crate::run) async fn pump(
             Step::Cancelled => break Exit::Drained,
             Step::Finished(took, held) => {
                 flow.finished(took);
-                hold(&mut waiting, held);
+                hold(&mut waiting, held.map(|held| *held));
             }
             Step::Probe => {}
             Step::KeepAlive => keep_waiting(&mut waiting, &session, keep_every).await,

@@ -135,6 +135,11 @@ pub(in crate::run) async fn supervise(
                 stream: instance,
             }) => {
                 ensured_once = true;
+                if relay.is_some() {
+                    // Ensured through this server: it reaches the stream's leader again.
+                    let server = inner.client.server_info().server_name;
+                    inner.health.shared.reach.leads_cut_off(&server, None);
+                }
                 let (floor, record) = resume.begin(&instance, &info);
                 if relay.is_none() {
                     slot.ack_floor.store(floor, Ordering::Relaxed);
@@ -147,8 +152,7 @@ pub(in crate::run) async fn supervise(
                         &inner,
                         consumer,
                         &slot,
-                        (info, record, &instance),
-                        breaker.clone(),
+                        (info, record, &instance, breaker.clone()),
                         &cancel,
                         &mut in_flight,
                         &stopped,
@@ -172,6 +176,16 @@ pub(in crate::run) async fn supervise(
                     Exit::Lost(reason) => {
                         Slot::count(&slot.restarts);
                         recreate = relay.is_some() && (ordered || reason.recreates());
+                        // A relay whose stream's leader does not answer through this server:
+                        // the server is cut off, and the reach watch moves the connection.
+                        if let Loss::CutOff(why) = &reason {
+                            let server = inner.client.server_info().server_name;
+                            inner
+                                .health
+                                .shared
+                                .reach
+                                .leads_cut_off(&server, Some(why.clone()));
+                        }
                         // A session that ran for a while starts the backoff afresh; one lost
                         // at once keeps backing off.
                         if session.elapsed() >= policy.cap {
@@ -347,9 +361,13 @@ async fn consume(
     consumer: &Consumer,
     slot: &Arc<Slot>,
     // The consumer as ensured, where its session records what it handled (to resume after it
-    // when re-created), and the stream instance it reads.
-    (info, record, instance): (consumer::Info, Record, &StreamInstance),
-    breaker: Option<Arc<Breaker>>,
+    // when re-created), the stream instance it reads, and a queue consumer's outage breaker.
+    (info, record, instance, breaker): (
+        consumer::Info,
+        Record,
+        &StreamInstance,
+        Option<Arc<Breaker>>,
+    ),
     cancel: &CancellationToken,
     in_flight: &mut JoinSet<()>,
     // Where stopped handlers leave their messages.

@@ -197,8 +197,8 @@ pub(in crate::run) fn cut_off(
     Some((
         silent,
         format!(
-            "this server ({server}) leads a consumer's group but has heard from no majority \
-             of its peers for {silent:.1?}: it is cut off from them"
+            "this server ({server}) leads a JetStream group (a consumer's or a stream's) but \
+             has heard from no majority of its peers for {silent:.1?}: it is cut off from them"
         ),
     ))
 }
