@@ -158,9 +158,9 @@ async fn consume_and_drain(vars: &Vars, name: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn user_and_password_from_the_environment_with_a_service_inbox_prefix() {
     // `svc` receives replies only under its own inbox prefix: without NATS_INBOX_PREFIX, no
-    // request of its connection would be answered. (It may also subscribe to the leader
-    // advisories and the fleet channel the runtime uses; without them its health would show
-    // those denials: see tests/permissions.rs.)
+    // request of its connection would be answered. (Its inbox prefix also carries the leader
+    // watch's fleet channel; it may also subscribe to the leader advisories the runtime uses,
+    // without which its health would show those denials: see tests/permissions.rs.)
     let server = NatsServer::builder()
         .config(
             r#"authorization {
@@ -170,7 +170,7 @@ async fn user_and_password_from_the_environment_with_a_service_inbox_prefix() {
                      user: svc, password: $SVC_PASSWORD
                      permissions: {
                        publish: ">"
-                       subscribe: ["_INBOX_svc.>", "_NATS_TOPOLOGY.>", "$JS.EVENT.ADVISORY.>"]
+                       subscribe: ["_INBOX_svc.>", "$JS.EVENT.ADVISORY.>"]
                      }
                    }
                  ]

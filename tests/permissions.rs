@@ -69,9 +69,12 @@ async fn a_service_lives_under_exactly_its_generated_owner_permissions() {
 /// The entries only an outage uses (the leader watch waits for an election): a life on one
 /// healthy server cannot miss them; `tests/permissions_cluster.rs` removes them.
 fn outage_only(entry: &Permission) -> bool {
-    entry.subject.starts_with("_NATS_TOPOLOGY.META.")
-        || entry.subject == "$JS.EVENT.ADVISORY.DOMAIN.LEADER_ELECTED"
-        || entry.subject == "$JS.EVENT.ADVISORY.STREAM.LEADER_ELECTED.>"
+    // The meta leader's elections, the streams' (the consumers' are also the liveness's), an
+    // old consumer's, and publishing into the fleet channel.
+    entry
+        .needed_by
+        .iter()
+        .all(|n| n.why.starts_with("the leader watch"))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -105,10 +105,13 @@ pub fn now_ms() -> u64 {
 }
 
 /// The work: one replica (the queue group `sync` shares one durable) computes the status and
-/// publishes it, "syncing" when it starts and "done" when the rows are written. If this
-/// replica dies mid-way, the server redelivers the event to a survivor after `ack_wait`.
+/// publishes it, "syncing" when it starts and "done" when the rows are written, to
+/// `member.status.<member>` (declared with `publishes`: the service's generated permissions
+/// grant it there and nowhere else of `MEMBER_STATUS`). If this replica dies mid-way, the
+/// server redelivers the event to a survivor after `ack_wait`.
 #[queue_consumer(stream = DaemonSync, group = "sync", subject = "daemon.sync.complete",
-                 ack_wait = "2s", max_deliver = 10, concurrency = 4)]
+                 ack_wait = "2s", max_deliver = 10, concurrency = 4,
+                 publishes = ["member.status.>"])]
 pub async fn compute_status(
     event: SyncComplete,
     cx: Context,

@@ -15,8 +15,9 @@ pub struct PermissionDenial {
     /// The subject the server denied.
     pub subject: String,
     /// The entry of the generated permissions that would allow it (`export --permissions`),
-    /// or `None` when no declaration of this service needs it (a handler's own publish to a
-    /// subject outside the streams it owns: grant it with `Role::publishes`).
+    /// or `None` when no declaration of this service needs it (a handler's publish that its
+    /// `publishes` does not list, or a publish from outside the handlers: declare it with the
+    /// handler's `publishes`, or with `Role::publishes`).
     pub permission: Option<String>,
     /// The declarations that need it, with what for.
     pub needed_by: Vec<(Declaration, String)>,
@@ -67,9 +68,11 @@ impl fmt::Display for PermissionDenial {
             }
             None => write!(
                 f,
-                "; no declaration needs it (a handler's own publish?): grant it to the service's \
-                 user, and declare it with `Role::publishes` so that the generated permissions \
-                 include it"
+                "; no declaration needs it (a handler's own publish?): declare it where it is \
+                 published, in the handler's `publishes` (`#[queue_consumer(.., publishes = \
+                 [..])]`, `#[broadcast(.., publishes = [..])]`), or with `Role::publishes` \
+                 (`export --publishes`) when it is published from outside a handler, so that \
+                 the generated permissions grant it; or grant it to the service's user by hand"
             ),
         }
     }
@@ -160,6 +163,38 @@ mod tests {
             count: 1,
             last: Instant::now(),
         }
+    }
+
+    #[test]
+    fn a_denial_says_what_to_grant_or_where_to_declare_it() {
+        let mut granted = denial(
+            "$JS.ACK.ORDERS.workers.1.2.3.4.5",
+            Some("$JS.ACK.ORDERS.workers.>"),
+        );
+        granted.needed_by.push((
+            Declaration::Consumer {
+                stream: "ORDERS".into(),
+                handler: "billing::on_order".into(),
+            },
+            "acknowledges its messages".into(),
+        ));
+        let text = granted.to_string();
+        assert!(
+            text.contains(
+                "grant publish `$JS.ACK.ORDERS.workers.>`, needed by consumer \
+                 `billing::on_order` of stream `ORDERS` (acknowledges its messages)"
+            ),
+            "{text}"
+        );
+        let text = denial("invoices.paid", None).to_string();
+        let handler = text
+            .find("`#[queue_consumer(.., publishes = [..])]`")
+            .expect("names the handler's `publishes`");
+        let role = text
+            .find("`Role::publishes`")
+            .expect("names `Role::publishes`");
+        assert!(handler < role, "the handler's key first: {text}");
+        assert!(text.contains("the server refused to publish `invoices.paid`"));
     }
 
     #[test]

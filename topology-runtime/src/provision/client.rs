@@ -53,12 +53,14 @@ impl ApiClient {
         api: JetStreamApi,
         timings: leader::LeaderTimings,
     ) -> Self {
+        // The fleet channel is the service's own: its connection's inbox prefix names it.
+        let inbox_prefix = crate::server_errors::inbox_prefix(&client);
         let js = api.context(client, policy.request_timeout);
         ApiClient {
             leader: leader::LeaderWatch::new(
                 js.clone(),
                 leader::Advisories::of(&api),
-                leader::Fleet::new(&api.prefix()),
+                leader::Fleet::new(&inbox_prefix, &api.prefix()),
                 timings,
             ),
             js,

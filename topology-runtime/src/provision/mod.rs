@@ -49,7 +49,9 @@ pub use error::{FieldDiff, ProvisionError, ProvisionErrorKind};
 pub(crate) use instance::Start;
 pub use instance::{ResumePoint, StreamInstance};
 pub use leader::LeaderTimings;
-pub(crate) use leader::{ADVISORY_PREFIX, Advisories, FLEET_PREFIX};
+pub(crate) use leader::{
+    ADVISORY_PREFIX, Advisories, consumer_elected, fleet_channel, meta_elected, stream_elected,
+};
 pub use reconcile::Action;
 pub(crate) use reconcile::Approach;
 pub(crate) use stream::uncovered;

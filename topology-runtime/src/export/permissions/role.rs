@@ -56,6 +56,9 @@ pub struct Role {
     pub(super) service: String,
     pub(super) inbox_prefix: String,
     pub(super) api_prefix: String,
+    /// Whether the runtime listens to JetStream advisories (not behind an arbitrary API
+    /// prefix: [`Role::with_api_prefix`]).
+    pub(super) advisories: bool,
     pub(super) publishes: Vec<String>,
     pub(super) into_owned_streams: bool,
 }
@@ -79,6 +82,7 @@ impl Role {
             inbox_prefix: format!("_INBOX_{service}"),
             service,
             api_prefix: DEFAULT_PREFIX.to_owned(),
+            advisories: true,
             publishes: Vec::new(),
             into_owned_streams: false,
         }
@@ -112,13 +116,29 @@ impl Role {
     /// `$JS.<domain>.API`.
     pub fn with_domain(mut self, domain: &str) -> Role {
         self.api_prefix = format!("$JS.{domain}.API");
+        self.advisories = true;
         self
     }
 
     /// The JetStream API prefix the runtime uses (as
-    /// [`RuntimeBuilder::api_prefix`](crate::RuntimeBuilder::api_prefix)).
+    /// [`RuntimeBuilder::api_prefix`](crate::RuntimeBuilder::api_prefix)). Behind an arbitrary
+    /// prefix (an account import) nothing says which JetStream an advisory comes from, so the
+    /// runtime listens to none (its leader watch probes, its consumers notice a lost leader by
+    /// silence): no `$JS.EVENT.ADVISORY` subject is granted.
+    ///
+    /// ```
+    /// use nats_topology::export::{self, Role, Verb};
+    /// use nats_topology::Topology;
+    ///
+    /// let imported = export::permissions(&Topology::new(), &Role::owner("billing").with_api_prefix("JS.hub.API"));
+    /// assert!(imported.allows(Verb::Publish, "JS.hub.API.INFO"));
+    /// assert!(!imported.allows(Verb::Subscribe, "$JS.EVENT.ADVISORY.DOMAIN.LEADER_ELECTED"));
+    /// let edge = export::permissions(&Topology::new(), &Role::owner("billing").with_domain("edge"));
+    /// assert!(edge.allows(Verb::Subscribe, "$JS.EVENT.ADVISORY.DOMAIN.LEADER_ELECTED"));
+    /// ```
     pub fn with_api_prefix(mut self, prefix: impl Into<String>) -> Role {
         self.api_prefix = prefix.into();
+        self.advisories = false;
         self
     }
 

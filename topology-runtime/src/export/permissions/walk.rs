@@ -4,7 +4,7 @@ use topology_core::bucket::{BucketDecl, BucketKind};
 use topology_core::model::{AckMode, ConsumerDecl, ConsumerKind, Delivery, Priority, Retention};
 
 use super::{Access, Declaration, Need, Permission, Role, Verb};
-use crate::provision::{ADVISORY_PREFIX, FLEET_PREFIX};
+use crate::provision::{consumer_elected, fleet_channel, meta_elected, stream_elected};
 
 pub(super) struct Walk<'a> {
     pub(super) role: &'a Role,
@@ -86,36 +86,64 @@ impl Walk<'_> {
             "asked every heartbeat whether JetStream answers through this server (the reach \
              watch), and probed by the leader watch while JetStream has no leader",
         );
-        for advisory in [
-            "DOMAIN.LEADER_ELECTED",
-            "STREAM.LEADER_ELECTED.>",
-            "CONSUMER.LEADER_ELECTED.>",
-        ] {
+        // The meta leader's elections cannot be narrowed: nats-server publishes them under one
+        // subject for the whole JetStream (its meta group is every account's), naming no
+        // stream, and in the system account, so they reach this account only through an
+        // import of it (elsewhere the watch's `INFO` probe finds the new leader). The elections
+        // of the streams and consumers the service waits on are theirs (`leader_watch`).
+        if self.role.advisories {
             self.add(
                 Verb::Subscribe,
-                format!("{ADVISORY_PREFIX}.{advisory}"),
+                meta_elected(),
                 Declaration::Service,
-                "the leader watch: an election wakes the requests that wait for it (the watch \
-                 subscribes to the elections of every stream and consumer of the account, not \
-                 only this service's: it reads who was elected, nothing else)",
+                "the leader watch: the meta leader's election wakes the requests that wait for \
+                 one (one subject for the whole JetStream, naming no stream; published in the \
+                 system account, it arrives where the account imports it)",
             );
         }
-        let fleet = format!("{FLEET_PREFIX}.*.{}", self.api);
+        // The fleet channel is under the service's own inbox prefix, whose subscription is
+        // granted above (this need is listed under it); publishing into it is not.
+        let fleet = fleet_channel(&self.role.inbox_prefix, &self.api);
         for action in [Verb::Publish, Verb::Subscribe] {
             self.add(
                 action,
                 fleet.clone(),
                 Declaration::Service,
-                "the leader watch's fleet channel: replicas that wait on one JetStream tell \
-                 each other when it answers (the channel is the JetStream's, shared by every \
-                 service of the account that waits on it; a note is a hint, never trusted \
-                 further)",
+                "the leader watch's fleet channel: the replicas of this service that wait on \
+                 one JetStream tell each other when it answers (under the service's inbox \
+                 prefix: no other service's user reads or writes it)",
             );
         }
     }
 
+    /// The leader watch: while a provisioning request on `stream` (for its consumer
+    /// `consumer`, when it is for one) waits for a leader, the watch subscribes to that
+    /// stream's elections and that consumer's (`provision::leader`), and to nothing else of
+    /// the account.
+    fn leader_watch(&mut self, stream: &str, consumer: Option<&str>, declaration: Declaration) {
+        if !self.role.advisories {
+            return;
+        }
+        let (subject, why) = match consumer {
+            None => (
+                stream_elected(stream),
+                "the leader watch, while a request on the stream waits for a leader: the \
+                 stream leader's election wakes it",
+            ),
+            Some(consumer) => (
+                consumer_elected(stream, consumer),
+                "the leader watch, while a request on the consumer waits for a leader: the \
+                 consumer leader's election wakes it",
+            ),
+        };
+        self.add(Verb::Subscribe, subject, declaration, why);
+    }
+
     pub(super) fn stream(&mut self, name: &str, subjects: &[&str], external: bool) {
         let declaration = Declaration::Stream(name.to_owned());
+        // Read (and for an owned one, created) through the retries the leader watch wakes,
+        // whatever the role.
+        self.leader_watch(name, None, declaration.clone());
         self.api(
             format!("STREAM.INFO.{name}"),
             declaration.clone(),
@@ -237,6 +265,9 @@ impl Walk<'_> {
             declaration.clone(),
             "read before it is provisioned, while it runs (liveness), by health and `inspect`",
         );
+        // Read, created or verified through the retries the leader watch wakes, whatever
+        // the role; a running one pulls again at its leader's election (below).
+        self.leader_watch(stream, Some(name), declaration.clone());
         if self.owns() {
             self.api(
                 create_subject(stream, name, decl.subjects),
@@ -263,6 +294,8 @@ impl Walk<'_> {
                 declaration.clone(),
                 "`migrate_from`: pauses the old consumer",
             );
+            // Read, paused and deleted through the retries the leader watch wakes.
+            self.leader_watch(stream, Some(old), declaration.clone());
             if let Some(why) = migration_delete(self.role.access, retention) {
                 self.api(
                     format!("CONSUMER.DELETE.{stream}.{old}"),
@@ -274,12 +307,14 @@ impl Walk<'_> {
         if !self.consumes() {
             return;
         }
-        self.add(
-            Verb::Subscribe,
-            format!("{ADVISORY_PREFIX}.CONSUMER.LEADER_ELECTED.{stream}.{name}"),
-            declaration.clone(),
-            "pulls again at once when its consumer's leader changes",
-        );
+        if self.role.advisories {
+            self.add(
+                Verb::Subscribe,
+                consumer_elected(stream, name),
+                declaration.clone(),
+                "pulls again at once when its consumer's leader changes",
+            );
+        }
         match queue.delivery {
             Delivery::Pull => self.api(
                 format!("CONSUMER.MSG.NEXT.{stream}.{name}"),
@@ -359,12 +394,17 @@ impl Walk<'_> {
             d.clone(),
             &why("pulls its messages"),
         );
-        self.add(
-            Verb::Subscribe,
-            format!("{ADVISORY_PREFIX}.CONSUMER.LEADER_ELECTED.{stream}.*"),
-            d.clone(),
-            &why("pulls again at once when its consumer's leader changes"),
-        );
+        if self.role.advisories {
+            self.add(
+                Verb::Subscribe,
+                consumer_elected(stream, "*"),
+                d.clone(),
+                &why(
+                    "pulls again at once when its consumer's leader changes, and the leader \
+                     watch wakes the requests that create, read and delete it",
+                ),
+            );
+        }
         self.add(
             Verb::Publish,
             format!("$JS.ACK.{stream}.*.>"),

@@ -1,9 +1,28 @@
-//! Which leader advisories a watch takes as its JetStream's.
+//! Which leader advisories a watch listens to: the subjects (the meta leader's, and those of
+//! the streams and consumers its retries wait on) and which payloads it takes as its
+//! JetStream's.
 
 /// Where the server publishes JetStream advisories, in every domain
 /// (`$JS.<domain>.EVENT.ADVISORY` is not a thing: advisories keep this prefix and carry the
 /// domain in their payload; an account import may map them elsewhere).
 pub(crate) const ADVISORY_PREFIX: &str = "$JS.EVENT.ADVISORY";
+
+/// The meta leader's elections: one subject per JetStream, naming no stream (the meta group
+/// is the whole JetStream's, every account's), so it cannot be narrowed to a service.
+pub(crate) fn meta_elected() -> String {
+    format!("{ADVISORY_PREFIX}.DOMAIN.LEADER_ELECTED")
+}
+
+/// The elections of `stream`'s leader.
+pub(crate) fn stream_elected(stream: &str) -> String {
+    format!("{ADVISORY_PREFIX}.STREAM.LEADER_ELECTED.{stream}")
+}
+
+/// The elections of the leader of consumer `consumer` of `stream` (`*`: any of its
+/// consumers).
+pub(crate) fn consumer_elected(stream: &str, consumer: &str) -> String {
+    format!("{ADVISORY_PREFIX}.CONSUMER.LEADER_ELECTED.{stream}.{consumer}")
+}
 
 /// Which leader advisories the watch listens to.
 ///
@@ -35,6 +54,29 @@ impl Advisories {
             JetStreamApi::Domain(domain) => Advisories::Domain(domain.clone()),
             JetStreamApi::Prefix(_) => Advisories::None,
         }
+    }
+
+    /// The subjects the watch listens to whatever waits: the meta leader's elections (none
+    /// behind an arbitrary API prefix).
+    pub(crate) fn always(&self) -> Vec<String> {
+        match self {
+            Advisories::None => Vec::new(),
+            Advisories::All | Advisories::Domain(_) => vec![meta_elected()],
+        }
+    }
+
+    /// The subjects a retry on `stream` (for its consumer `consumer`, when it is for one)
+    /// adds while it waits: its stream's elections, and its consumer's. Only those: the
+    /// watch wakes a retry for an election of its own stream or one of its consumers
+    /// ([`Election::concerns`](super::Election)), so the elections of other streams of the
+    /// account are not its business (nor, with least-privilege permissions, its user's).
+    pub(crate) fn of_retry(&self, stream: &str, consumer: Option<&str>) -> Vec<String> {
+        if *self == Advisories::None || stream.is_empty() {
+            return Vec::new();
+        }
+        let mut subjects = vec![stream_elected(stream)];
+        subjects.extend(consumer.map(|consumer| consumer_elected(stream, consumer)));
+        subjects
     }
 
     /// Whether an advisory with this payload concerns the watched JetStream.

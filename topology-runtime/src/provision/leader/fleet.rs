@@ -1,8 +1,10 @@
-//! The fleet channel: what the replicas that wait on one JetStream tell each other, so that
-//! one probe answered wakes them all and each can probe less the more of them there are.
+//! The fleet channel: what the replicas of one service that wait on one JetStream tell each
+//! other, so that one probe answered wakes them all and each can probe less the more of them
+//! there are.
 //!
-//! Two notes, core NATS messages in the connection's account, under a subject that names
-//! the JetStream API (its prefix):
+//! Two notes, core NATS messages under the connection's inbox prefix (the service's own:
+//! `_INBOX_<service>` with the generated permissions, which grant it to this service's user
+//! only), naming the JetStream API (its prefix): [`channel`].
 //!
 //! - `waiting`: "my probes go unanswered", sent once per outage (once a probe has failed, or
 //!   gone unanswered for [`SILENT_AFTER`](super::SILENT_AFTER)), after a random delay in
@@ -10,6 +12,13 @@
 //!   every replica counts the senders it hears (its estimate of the fleet);
 //! - `answers`: "a probe of mine was answered after one that was not", sent by a replica
 //!   whose own probe saw it: a replica whose probes go unanswered takes it as the election.
+//!
+//! Why the inbox prefix: it is what tells one service from another on a connection (the
+//! runtime knows no service name; the permissions name the user by it), it is the same for
+//! every replica and every version of a service (it is configuration, not code), and its
+//! subscription is granted already (`<inbox prefix>.>`, for replies). Services that share an
+//! inbox prefix (the default `_INBOX`, say) share a channel, as every service of an account
+//! once did: the notes are hints about one JetStream, the same for all.
 //!
 //! A note is a hint, never trusted further: a wrong `answers` wakes retries that find no
 //! leader and wait again. Where the account may not use these subjects (permissions), no
@@ -20,10 +29,23 @@ use std::time::Duration;
 
 use super::{FLEET_COUNTED, FLEET_INTERVAL, FLEET_MAX};
 
-/// Where the notes go: `_NATS_TOPOLOGY.META.<kind>.<API prefix>`.
-pub(crate) const FLEET_PREFIX: &str = "_NATS_TOPOLOGY.META";
+/// The token after the inbox prefix that names the channel:
+/// `<inbox prefix>._NT_FLEET.<kind>.<API prefix>`. (No inbox async-nats makes has it: those
+/// are `<inbox prefix>.<22 random characters>[.<token>]`.)
+pub(crate) const FLEET_TOKEN: &str = "_NT_FLEET";
 
-/// One watch's end of the fleet channel of one JetStream API.
+/// The fleet channel of the service whose connection uses `inbox_prefix`, for the JetStream
+/// whose API is under `api_prefix`: both notes (`<kind>` is `*`), as the watch subscribes
+/// to it and the permissions grant it.
+pub(crate) fn channel(inbox_prefix: &str, api_prefix: &str) -> String {
+    note_subject(inbox_prefix, "*", api_prefix)
+}
+
+fn note_subject(inbox_prefix: &str, kind: &str, api_prefix: &str) -> String {
+    format!("{inbox_prefix}.{FLEET_TOKEN}.{kind}.{api_prefix}")
+}
+
+/// One watch's end of the fleet channel of one service and one JetStream API.
 #[derive(Debug, Clone)]
 pub(crate) struct Fleet {
     waiting: String,
@@ -41,12 +63,13 @@ pub(super) enum Note {
 }
 
 impl Fleet {
-    /// The channel of the JetStream whose API is under `api_prefix` (`$JS.API`).
-    pub(crate) fn new(api_prefix: &str) -> Fleet {
+    /// The channel of the service whose connection uses `inbox_prefix` (`_INBOX_billing`),
+    /// for the JetStream whose API is under `api_prefix` (`$JS.API`).
+    pub(crate) fn new(inbox_prefix: &str, api_prefix: &str) -> Fleet {
         Fleet {
-            waiting: format!("{FLEET_PREFIX}.WAITING.{api_prefix}"),
-            answers: format!("{FLEET_PREFIX}.ANSWERS.{api_prefix}"),
-            both: format!("{FLEET_PREFIX}.*.{api_prefix}"),
+            waiting: note_subject(inbox_prefix, "WAITING", api_prefix),
+            answers: note_subject(inbox_prefix, "ANSWERS", api_prefix),
+            both: channel(inbox_prefix, api_prefix),
             me: rand::random(),
         }
     }

@@ -1,8 +1,9 @@
 //! The leader watch: wakes provisioning retries that wait for a JetStream leader as soon as
 //! one is elected, instead of letting them sleep out their full-jitter window or an
 //! unanswered request's whole timeout. While a retry waits, it listens to the leader-election
-//! advisories (`advisories`, `election`) and probes the meta leader with `$JS.API.INFO`
-//! (`probe`), sharing what its probes find with the other replicas of the fleet (`fleet`);
+//! advisories of the meta leader and of the streams and consumers the waiting retries are for
+//! (`advisories`, `election`) and probes the meta leader with `$JS.API.INFO` (`probe`),
+//! sharing what its probes find with the other replicas of the service (`fleet`);
 //! `wake` is what a retry is given, `timings` how long it all waits ([`LeaderTimings`]).
 //! Why it works this way, with the measurements: docs/PERFORMANCE.md, "The leader watch".
 
@@ -23,9 +24,11 @@ use async_nats::jetstream;
 use tokio::sync::broadcast;
 use tokio::time::Instant;
 
-pub(crate) use advisories::{ADVISORY_PREFIX, Advisories};
+pub(crate) use advisories::{
+    ADVISORY_PREFIX, Advisories, consumer_elected, meta_elected, stream_elected,
+};
 pub(crate) use election::Election;
-pub(crate) use fleet::{FLEET_PREFIX, Fleet};
+pub(crate) use fleet::{Fleet, channel as fleet_channel};
 pub(crate) use probe::ProbeSchedule;
 pub use timings::LeaderTimings;
 pub(crate) use wake::StreamWake;
@@ -79,9 +82,18 @@ struct Inner {
     fleet: Fleet,
     elections: broadcast::Sender<Election>,
     state: Mutex<State>,
-    /// Asks the watch for a probe now: an attempt past its grace has no probe sent after it
-    /// to tell it from the API (a fleet's replica probes seconds apart).
-    probe_now: Arc<tokio::sync::Notify>,
+    /// What the waiting retries ask of the running watch task.
+    asks: Arc<Asks>,
+}
+
+/// What the waiting retries ask of the running watch task.
+#[derive(Default)]
+pub(super) struct Asks {
+    /// A probe now: an attempt past its grace has no probe sent after it to tell it from the
+    /// API (a fleet's replica probes seconds apart).
+    pub(super) probe_now: tokio::sync::Notify,
+    /// Subscriptions to the advisories [`State::watched`] gained since the task read it.
+    pub(super) rescope: tokio::sync::Notify,
 }
 
 #[derive(Default)]
@@ -93,6 +105,10 @@ struct State {
     idle_since: Option<Instant>,
     /// Times the watch started (for tests and reports).
     starts: u64,
+    /// The advisories of the streams and consumers the retries that waited since the watch
+    /// started are for ([`Advisories::of_retry`]); the watch task subscribes to each, beside
+    /// [`Advisories::always`]. Cleared when the watch stops.
+    watched: std::collections::BTreeSet<String>,
     /// When the watch last saw a meta leader elected, each stream's leader and a leader of
     /// one of its consumers: a retry asks whether one came since its attempt started.
     last_meta: Option<Instant>,
@@ -159,7 +175,7 @@ impl LeaderWatch {
                 fleet,
                 elections,
                 state: Mutex::default(),
-                probe_now: Arc::default(),
+                asks: Arc::default(),
             }),
         }
     }
@@ -170,13 +186,15 @@ impl LeaderWatch {
         self.inner.state.lock().unwrap().running
     }
 
-    /// Waits for the next election that concerns `stream`; the watch runs while this future
-    /// lives.
+    /// Waits for the next election that concerns `stream` (a retry on it, for its consumer
+    /// `consumer` when it is one); the watch runs, listening to their advisories too, while
+    /// this future lives.
     pub(crate) fn next_election(
         &self,
         stream: &str,
+        consumer: Option<&str>,
     ) -> impl Future<Output = ()> + Send + 'static + use<> {
-        self.election_since(stream, None)
+        self.election_since(stream, consumer, None)
     }
 
     /// As [`LeaderWatch::next_election`], but resolves at once when the watch already saw
@@ -184,12 +202,13 @@ impl LeaderWatch {
     pub(crate) fn election_since(
         &self,
         stream: &str,
+        consumer: Option<&str>,
         since: Option<Instant>,
     ) -> impl Future<Output = ()> + Send + 'static + use<> {
         // Subscribed before looking at what was seen: an election announced in between is
         // then in one or the other.
         let mut events = self.inner.elections.subscribe();
-        let guard = Waiter::enter(self.inner.clone());
+        let guard = Waiter::enter(self.inner.clone(), stream, consumer);
         let seen = since.is_some_and(|since| {
             let state = self.inner.state.lock().unwrap();
             state.last_concerning(stream).is_some_and(|at| at >= since)
@@ -212,7 +231,7 @@ impl LeaderWatch {
         }
     }
 
-    /// Resolves when an attempt on `stream` (for one of its consumers when `consumer`)
+    /// Resolves when an attempt on `stream` (for its consumer `consumer` when it is one)
     /// started at `started` looks lost: it was sent
     /// before an election that can lose it ([`State::lost_before`]), or, once it has been in
     /// flight for `grace` (or
@@ -224,20 +243,26 @@ impl LeaderWatch {
     pub(crate) fn stalled(
         &self,
         stream: &str,
-        consumer: bool,
+        consumer: Option<&str>,
         started: Instant,
         grace: Duration,
     ) -> impl Future<Output = ()> + Send + 'static + use<> {
         let mut events = self.inner.elections.subscribe();
         let inner = self.inner.clone();
         let running = inner.state.lock().unwrap().running;
-        let mut guard = running.then(|| Waiter::enter(inner.clone()));
+        let mut guard = running.then(|| Waiter::enter(inner.clone(), stream, consumer));
         let stream = stream.to_owned();
+        let consumer_name = consumer.map(str::to_owned);
+        let consumer = consumer.is_some();
         async move {
             let mut grace_end = started + grace;
             if guard.is_none() {
                 tokio::time::sleep_until(grace_end).await;
-                guard = Some(Waiter::enter(inner.clone()));
+                guard = Some(Waiter::enter(
+                    inner.clone(),
+                    &stream,
+                    consumer_name.as_deref(),
+                ));
             }
             let _guard = guard;
             loop {
@@ -253,7 +278,7 @@ impl LeaderWatch {
                             return;
                         }
                         if state.last_probe_sent.is_none_or(|sent| sent < started) {
-                            inner.probe_now.notify_one();
+                            inner.asks.probe_now.notify_one();
                         }
                     }
                 }
@@ -274,26 +299,31 @@ impl LeaderWatch {
         self.inner.state.lock().unwrap().last_request_rtt = rtt;
     }
 
-    /// A [`Wake`](waking::Wake) for the retries of one stream (or its consumers).
+    /// A [`Wake`](waking::Wake) for the retries of one stream (or one of its consumers).
     pub(crate) fn wake_for<'a>(
         &'a self,
         stream: &'a str,
-        consumer: Option<&str>,
+        consumer: Option<&'a str>,
     ) -> StreamWake<'a> {
-        StreamWake::new(self, stream, consumer.is_some())
+        StreamWake::new(self, stream, consumer)
     }
 }
 
 /// Counts one waiting retry; the first starts the watch (which stops by itself once none
-/// has waited for [`LeaderTimings::linger`]).
+/// has waited for [`LeaderTimings::linger`]). Each adds the advisories of its stream and
+/// consumer to what the watch listens to.
 struct Waiter(Arc<Inner>);
 
 impl Waiter {
-    fn enter(inner: Arc<Inner>) -> Waiter {
+    fn enter(inner: Arc<Inner>, stream: &str, consumer: Option<&str>) -> Waiter {
         {
             let mut state = inner.state.lock().unwrap();
             state.waiters += 1;
             state.idle_since = None;
+            let mut added = false;
+            for subject in inner.advisories.of_retry(stream, consumer) {
+                added |= state.watched.insert(subject);
+            }
             if !state.running {
                 state.running = true;
                 state.starts += 1;
@@ -303,9 +333,11 @@ impl Waiter {
                     inner.advisories.clone(),
                     inner.fleet.clone(),
                     inner.elections.clone(),
-                    inner.probe_now.clone(),
+                    inner.asks.clone(),
                     Arc::downgrade(&inner),
                 ));
+            } else if added {
+                inner.asks.rescope.notify_one();
             }
         }
         Waiter(inner)
@@ -335,8 +367,25 @@ fn should_stop(inner: &Weak<Inner>) -> bool {
             .is_none_or(|t| t.elapsed() >= inner.timings.linger);
     if idle {
         state.running = false;
+        // The next watch listens to what its own retries are for.
+        state.watched.clear();
     }
     idle
+}
+
+/// The advisories the waiting retries are for ([`State::watched`]); none once the
+/// provisioner is gone.
+fn watched(inner: &Weak<Inner>) -> Vec<String> {
+    inner.upgrade().map_or_else(Vec::new, |inner| {
+        inner
+            .state
+            .lock()
+            .unwrap()
+            .watched
+            .iter()
+            .cloned()
+            .collect()
+    })
 }
 
 /// Records that the watch sent a probe now.

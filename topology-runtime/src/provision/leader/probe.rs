@@ -1,5 +1,6 @@
-//! The watch task: the leader advisories, the meta leader's `INFO` probe and the fleet
-//! channel.
+//! The watch task: the leader advisories (the meta leader's, and those of the streams and
+//! consumers the waiting retries are for, subscribed as retries come), the meta leader's
+//! `INFO` probe and the fleet channel.
 
 use std::sync::Weak;
 use std::time::Duration;
@@ -12,8 +13,8 @@ use tokio::time::Instant;
 
 use super::fleet::{Census, Fleet, Note};
 use super::{
-    ADVISORY_PREFIX, Advisories, Election, Inner, NOTE_SPREAD, PROBES, SILENT_AFTER, announce,
-    patience, probe_sent, should_stop,
+    Advisories, Asks, Election, Inner, NOTE_SPREAD, PROBES, SILENT_AFTER, announce, patience,
+    probe_sent, should_stop, watched,
 };
 use crate::retry::full_jitter;
 
@@ -61,32 +62,29 @@ struct Newest {
 
 /// Subscribes to the leader advisories and the fleet channel and probes the meta leader,
 /// sending each election, until [`should_stop`]; returning drops the subscribers, which
-/// unsubscribes.
+/// unsubscribes. The advisories of a stream or consumer are subscribed to once a retry for it
+/// waits (the state's `watched`, announced by `asks.rescope`), never those of the
+/// whole account: what the service's generated permissions grant.
 pub(super) async fn watch(
     js: jetstream::Context,
     probe_timeout: Duration,
     accepted: Advisories,
     fleet: Fleet,
     elections: broadcast::Sender<Election>,
-    probe_now: std::sync::Arc<tokio::sync::Notify>,
+    asks: std::sync::Arc<Asks>,
     inner: Weak<Inner>,
 ) {
     let client = js.client();
-    let mut subjects = vec![fleet.subjects()];
-    if accepted != Advisories::None {
-        subjects.extend([
-            format!("{ADVISORY_PREFIX}.DOMAIN.LEADER_ELECTED"),
-            format!("{ADVISORY_PREFIX}.STREAM.LEADER_ELECTED.>"),
-            format!("{ADVISORY_PREFIX}.CONSUMER.LEADER_ELECTED.>"),
-        ]);
-    }
     let mut messages = futures::stream::SelectAll::new();
-    for subject in subjects {
-        match client.subscribe(subject.clone()).await {
-            Ok(subscriber) => messages.push(subscriber),
-            Err(e) => tracing::debug!(%subject, error = %e, "not subscribed; probing alone"),
-        }
-    }
+    let mut subscribed = std::collections::HashSet::new();
+    let always = std::iter::once(fleet.subjects()).chain(accepted.always());
+    subscribe(
+        &client,
+        always.chain(watched(&inner)),
+        &mut subscribed,
+        &mut messages,
+    )
+    .await;
     let mut probes = FuturesUnordered::new();
     let mut next_probe = Instant::now();
     let mut sent = 0u64;
@@ -108,6 +106,9 @@ pub(super) async fn watch(
         let tell_deadline = tell_at;
         let silent_deadline = silent.map(|(_, at)| at);
         tokio::select! {
+            () = asks.rescope.notified() => {
+                subscribe(&client, watched(&inner), &mut subscribed, &mut messages).await;
+            }
             Some(message) = messages.next() => {
                 if let Some(note) = fleet.read(&message.subject, &message.payload) {
                     match note {
@@ -173,7 +174,7 @@ pub(super) async fn watch(
             scheduled = async {
                 tokio::select! {
                     () = tokio::time::sleep_until(next_probe) => true,
-                    () = probe_now.notified() => false,
+                    () = asks.probe_now.notified() => false,
                 }
             } => {
                 if should_stop(&inner) {
@@ -231,6 +232,29 @@ pub(super) async fn watch(
                 }
                 newest = Some(Newest { seq, answered });
             }
+        }
+    }
+}
+
+/// Subscribes to each of `subjects` not `subscribed` yet, adding it to `messages`. A
+/// subscription that fails (the client closed) leaves the watch with what it has: its probes
+/// are enough.
+async fn subscribe(
+    client: &async_nats::Client,
+    subjects: impl IntoIterator<Item = String>,
+    subscribed: &mut std::collections::HashSet<String>,
+    messages: &mut futures::stream::SelectAll<async_nats::Subscriber>,
+) {
+    for subject in subjects {
+        if subscribed.contains(&subject) {
+            continue;
+        }
+        match client.subscribe(subject.clone()).await {
+            Ok(subscriber) => {
+                messages.push(subscriber);
+                subscribed.insert(subject);
+            }
+            Err(e) => tracing::debug!(%subject, error = %e, "not subscribed; probing alone"),
         }
     }
 }

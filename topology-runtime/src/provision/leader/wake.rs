@@ -15,14 +15,14 @@ use super::waking::Wake;
 pub(crate) struct StreamWake<'a> {
     watch: &'a LeaderWatch,
     stream: &'a str,
-    /// Whether the retries are for one of the stream's consumers.
-    consumer: bool,
+    /// The stream's consumer the retries are for, when they are for one.
+    consumer: Option<&'a str>,
     /// Since when the attempts fail for want of a peer (10005), if the last one did.
     peer_missing_since: Mutex<Option<Instant>>,
 }
 
 impl<'a> StreamWake<'a> {
-    pub(super) fn new(watch: &'a LeaderWatch, stream: &'a str, consumer: bool) -> Self {
+    pub(super) fn new(watch: &'a LeaderWatch, stream: &'a str, consumer: Option<&'a str>) -> Self {
         StreamWake {
             watch,
             stream,
@@ -45,11 +45,14 @@ impl<'a> StreamWake<'a> {
 
 impl Wake for StreamWake<'_> {
     fn next_event(&self) -> Pin<Box<dyn Future<Output = ()> + Send + 'static>> {
-        Box::pin(self.watch.next_election(self.stream))
+        Box::pin(self.watch.next_election(self.stream, self.consumer))
     }
 
     fn event_since(&self, since: Instant) -> Pin<Box<dyn Future<Output = ()> + Send + 'static>> {
-        Box::pin(self.watch.election_since(self.stream, Some(since)))
+        Box::pin(
+            self.watch
+                .election_since(self.stream, self.consumer, Some(since)),
+        )
     }
 
     fn stalled(
@@ -70,7 +73,7 @@ impl Wake for StreamWake<'_> {
     fn event_seen_since(&self, since: Instant) -> bool {
         let state = self.watch.inner.state.lock().unwrap();
         state
-            .lost_before(self.stream, self.consumer)
+            .lost_before(self.stream, self.consumer.is_some())
             .is_some_and(|at| at > since)
     }
 

@@ -235,11 +235,44 @@ fn every_declared_kind_contributes_entries() {
         (Verb::Publish, "invoices.7.issued"),
         (Verb::Publish, "sessions.ada.seen"),
         (Verb::Subscribe, "_INBOX_svc.abc.*"),
+        // The leader watch: the meta leader's elections, and those of the streams and
+        // consumers this service provisions, reads and runs (a relay's under any name).
+        (Verb::Subscribe, "$JS.EVENT.ADVISORY.DOMAIN.LEADER_ELECTED"),
         (
             Verb::Subscribe,
-            "$JS.EVENT.ADVISORY.CONSUMER.LEADER_ELECTED.>",
+            "$JS.EVENT.ADVISORY.STREAM.LEADER_ELECTED.ORDERS",
         ),
-        (Verb::Publish, "_NATS_TOPOLOGY.META.WAITING.$JS.API"),
+        (
+            Verb::Subscribe,
+            "$JS.EVENT.ADVISORY.STREAM.LEADER_ELECTED.AUDIT",
+        ),
+        (
+            Verb::Subscribe,
+            "$JS.EVENT.ADVISORY.STREAM.LEADER_ELECTED.LEDGER",
+        ),
+        (
+            Verb::Subscribe,
+            "$JS.EVENT.ADVISORY.CONSUMER.LEADER_ELECTED.ORDERS.pull",
+        ),
+        (
+            Verb::Subscribe,
+            "$JS.EVENT.ADVISORY.CONSUMER.LEADER_ELECTED.ORDERS.pull-v1",
+        ),
+        (
+            Verb::Subscribe,
+            "$JS.EVENT.ADVISORY.CONSUMER.LEADER_ELECTED.ORDERS.relay_x_2",
+        ),
+        (
+            Verb::Subscribe,
+            "$JS.EVENT.ADVISORY.CONSUMER.LEADER_ELECTED.AUDIT.audit",
+        ),
+        (
+            Verb::Subscribe,
+            "$JS.EVENT.ADVISORY.CONSUMER.LEADER_ELECTED.LEDGER.named",
+        ),
+        // The fleet channel, under the service's own inbox prefix.
+        (Verb::Publish, "_INBOX_svc._NT_FLEET.WAITING.$JS.API"),
+        (Verb::Subscribe, "_INBOX_svc._NT_FLEET.ANSWERS.$JS.API"),
     ] {
         assert!(p.allows(action, subject), "{action:?} {subject} denied");
     }
@@ -268,6 +301,32 @@ fn nothing_else_is_granted() {
         (Verb::Subscribe, "orders.>"),
         (Verb::Subscribe, ">"),
         (Verb::Publish, "$JS.API.>"),
+        // The elections of what another service declares, and everyone's at once.
+        (
+            Verb::Subscribe,
+            "$JS.EVENT.ADVISORY.STREAM.LEADER_ELECTED.OTHER",
+        ),
+        (
+            Verb::Subscribe,
+            "$JS.EVENT.ADVISORY.STREAM.LEADER_ELECTED.>",
+        ),
+        (
+            Verb::Subscribe,
+            "$JS.EVENT.ADVISORY.CONSUMER.LEADER_ELECTED.OTHER.other",
+        ),
+        (
+            Verb::Subscribe,
+            "$JS.EVENT.ADVISORY.CONSUMER.LEADER_ELECTED.AUDIT.other",
+        ),
+        (
+            Verb::Subscribe,
+            "$JS.EVENT.ADVISORY.CONSUMER.LEADER_ELECTED.>",
+        ),
+        // Another service's fleet channel, and the account-wide one of earlier versions.
+        (Verb::Publish, "_INBOX_other._NT_FLEET.WAITING.$JS.API"),
+        (Verb::Subscribe, "_INBOX_other._NT_FLEET.WAITING.$JS.API"),
+        (Verb::Publish, "_NATS_TOPOLOGY.META.WAITING.$JS.API"),
+        (Verb::Subscribe, "_NATS_TOPOLOGY.META.WAITING.$JS.API"),
     ] {
         assert!(!p.allows(action, subject), "{action:?} {subject} allowed");
     }
@@ -325,6 +384,28 @@ fn roles_differ_in_what_they_may_change() {
     assert!(!operator.allows(Verb::Publish, pull) && !operator.allows(Verb::Publish, relay));
     assert!(!operator.allows(Verb::Publish, "orders.created"));
     assert!(operator.allows(Verb::Subscribe, "_INBOX_ops.x"));
+    // Every role's requests wait for leaders: the leader watch, on what each role touches,
+    // and its fleet channel under its own inbox prefix.
+    for (role, inbox) in [
+        (&owner, "_INBOX_svc"),
+        (&bind, "_INBOX_svc"),
+        (&operator, "_INBOX_ops"),
+    ] {
+        let fleet = format!("{inbox}._NT_FLEET.WAITING.$JS.API");
+        assert!(role.allows(Verb::Publish, &fleet) && role.allows(Verb::Subscribe, &fleet));
+        for subject in [
+            "$JS.EVENT.ADVISORY.DOMAIN.LEADER_ELECTED",
+            "$JS.EVENT.ADVISORY.STREAM.LEADER_ELECTED.ORDERS",
+            "$JS.EVENT.ADVISORY.CONSUMER.LEADER_ELECTED.ORDERS.pull",
+        ] {
+            assert!(role.allows(Verb::Subscribe, subject), "{subject}");
+        }
+    }
+    // Only who migrates waits on the old consumer; only who runs relays on theirs.
+    let old = "$JS.EVENT.ADVISORY.CONSUMER.LEADER_ELECTED.ORDERS.pull-v1";
+    assert!(owner.allows(Verb::Subscribe, old) && operator.allows(Verb::Subscribe, old));
+    let relays = "$JS.EVENT.ADVISORY.CONSUMER.LEADER_ELECTED.ORDERS.relay_x_2";
+    assert!(bind.allows(Verb::Subscribe, relays) && !operator.allows(Verb::Subscribe, relays));
     // The operator inspects the services and serves nothing.
     assert!(operator.allows(Verb::Publish, "$SRV.PING.members"));
     assert!(operator.allows(Verb::Publish, "$SRV.STATS.members.abc"));

@@ -12,10 +12,33 @@ fn domains_prefixes_and_extra_outputs() {
     let p = permissions(&every_kind(), &role);
     assert!(p.allows(Verb::Publish, "$JS.edge.API.CONSUMER.MSG.NEXT.ORDERS.pull"));
     assert!(!p.allows(Verb::Publish, "$JS.API.CONSUMER.MSG.NEXT.ORDERS.pull"));
-    assert!(p.allows(Verb::Publish, "_NATS_TOPOLOGY.META.ANSWERS.$JS.edge.API"));
+    assert!(p.allows(Verb::Publish, "_I.svc._NT_FLEET.ANSWERS.$JS.edge.API"));
     assert!(p.allows(Verb::Subscribe, "_I.svc.x.y"));
     assert!(p.allows(Verb::Publish, "invoices.paid"));
     assert_eq!(Role::owner("my service.v2").service(), "my_service_v2");
+    // Advisories keep their subjects in a domain; behind an arbitrary API prefix the runtime
+    // listens to none, and none is granted.
+    for subject in [
+        "$JS.EVENT.ADVISORY.DOMAIN.LEADER_ELECTED",
+        "$JS.EVENT.ADVISORY.STREAM.LEADER_ELECTED.ORDERS",
+        "$JS.EVENT.ADVISORY.CONSUMER.LEADER_ELECTED.ORDERS.pull",
+    ] {
+        assert!(p.allows(Verb::Subscribe, subject), "{subject}");
+    }
+    let imported = permissions(
+        &every_kind(),
+        &Role::owner("svc").with_api_prefix("JS.hub.API"),
+    );
+    assert!(imported.allows(Verb::Publish, "JS.hub.API.CONSUMER.MSG.NEXT.ORDERS.pull"));
+    assert!(imported.allows(Verb::Publish, "_INBOX_svc._NT_FLEET.WAITING.JS.hub.API"));
+    assert!(
+        !imported
+            .entries
+            .iter()
+            .any(|e| e.subject.starts_with("$JS.EVENT.ADVISORY.")),
+        "{}",
+        imported.permissions_map()
+    );
 }
 
 #[test]

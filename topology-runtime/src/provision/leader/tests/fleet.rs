@@ -5,6 +5,14 @@ use super::*;
 /// The API prefix of a JetStream the test plays: it answers the probes it chooses.
 const FAKE_API: &str = "$JS.FAKE.API";
 
+/// The inbox prefix the replicas' connections use (async-nats' default): one service.
+const INBOX: &str = "_INBOX";
+
+/// Where the replicas of [`INBOX`]'s service say that they wait on [`FAKE_API`].
+fn waiting_notes() -> String {
+    format!("{INBOX}.{FLEET_TOKEN}.WAITING.{FAKE_API}")
+}
+
 /// A watch on its own connection (one replica), probing [`FAKE_API`].
 async fn replica(server: &nats_topology_testkit::NatsServer) -> LeaderWatch {
     let client = async_nats::connect(server.url()).await.expect("connect");
@@ -12,7 +20,7 @@ async fn replica(server: &nats_topology_testkit::NatsServer) -> LeaderWatch {
     LeaderWatch::new(
         api.context(client, Duration::from_secs(5)),
         Advisories::None,
-        Fleet::new(FAKE_API),
+        Fleet::new(INBOX, FAKE_API),
         LeaderTimings::default(),
     )
 }
@@ -51,10 +59,7 @@ async fn fake_leader(
 ) {
     let leader = async_nats::connect(server.url()).await.expect("connect");
     let probes = leader.subscribe(format!("{FAKE_API}.INFO")).await.unwrap();
-    let notes = leader
-        .subscribe(format!("{FLEET_PREFIX}.WAITING.{FAKE_API}"))
-        .await
-        .unwrap();
+    let notes = leader.subscribe(waiting_notes()).await.unwrap();
     let _ = leader.request("_FAKE_LEADER.ROUND_TRIP", "".into()).await;
     (leader, probes, notes)
 }
@@ -70,7 +75,7 @@ async fn one_answered_probe_wakes_the_whole_fleet() {
     let mut woken = Vec::new();
     for _ in 0..REPLICAS {
         let watch = replica(&server).await;
-        woken.push(tokio::spawn(watch.next_election("ORDERS")));
+        woken.push(tokio::spawn(watch.next_election("ORDERS", None)));
         watches.push(watch);
     }
     all_waiting(&mut notes, REPLICAS).await;
@@ -123,7 +128,7 @@ async fn the_more_replicas_wait_the_less_each_probes() {
     }
     let waiting: Vec<_> = watches
         .iter()
-        .map(|watch| watch.next_election("ORDERS"))
+        .map(|watch| watch.next_election("ORDERS", None))
         .collect();
     all_waiting(&mut notes, REPLICAS).await;
     let heard = Instant::now();
@@ -174,14 +179,13 @@ async fn an_attempt_past_its_grace_gets_a_probe_of_its_own() {
         })
     };
     let watch = replica(&server).await;
-    let waiting = watch.next_election("ORDERS");
+    let waiting = watch.next_election("ORDERS", None);
     // Subscribed before it probes: a hundred other replicas say they wait, and this one
     // then probes every 2.5 to 5 s.
     let mut last = arrivals.recv().await.expect("a first probe");
     for sender in 1..=100u64 {
-        let subject = format!("{FLEET_PREFIX}.WAITING.{FAKE_API}");
         leader
-            .publish(subject, sender.to_string().into())
+            .publish(waiting_notes(), sender.to_string().into())
             .await
             .unwrap();
     }
@@ -204,7 +208,7 @@ async fn an_attempt_past_its_grace_gets_a_probe_of_its_own() {
     let grace = Duration::from_millis(50);
     tokio::time::timeout(
         Duration::from_secs(1),
-        watch.stalled("ORDERS", false, started, grace),
+        watch.stalled("ORDERS", None, started, grace),
     )
     .await
     .expect("given up within a second, not at the next scheduled probe");
@@ -221,7 +225,7 @@ async fn a_probe_gone_silent_tells_the_fleet_before_it_times_out() {
     // A leader that never answers: each probe waits out its whole timeout (1 s).
     let (_leader, mut probes, mut notes) = fake_leader(&server).await;
     let watch = replica(&server).await;
-    let waiting = watch.next_election("ORDERS");
+    let waiting = watch.next_election("ORDERS", None);
     let first = tokio::time::timeout(Duration::from_secs(5), probes.next())
         .await
         .expect("a first probe")
@@ -259,7 +263,7 @@ async fn a_silent_probe_answered_late_is_a_slow_leader_not_an_election() {
         }
     });
     let watch = replica(&server).await;
-    let mut waiting = Box::pin(watch.next_election("ORDERS"));
+    let mut waiting = Box::pin(watch.next_election("ORDERS", None));
     // It told the fleet (its first probe went silent) ...
     tokio::time::timeout(Duration::from_secs(5), notes.next())
         .await

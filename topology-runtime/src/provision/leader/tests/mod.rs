@@ -2,7 +2,7 @@ use std::collections::HashSet;
 
 use futures::{FutureExt, StreamExt};
 
-use super::fleet::{Census, FLEET_PREFIX};
+use super::fleet::{Census, FLEET_TOKEN};
 use super::*;
 
 #[test]
@@ -45,7 +45,7 @@ async fn unconnected_watch() -> LeaderWatch {
     LeaderWatch::new(
         jetstream::new(client),
         Advisories::All,
-        Fleet::new("$JS.API"),
+        Fleet::new("_INBOX", "$JS.API"),
         LeaderTimings::default(),
     )
 }
@@ -55,14 +55,14 @@ async fn the_watch_runs_only_while_a_retry_waits() {
     // A client that never connects: the watch starts and stops all the same.
     let watch = unconnected_watch().await;
     assert!(!watch.is_watching());
-    let first = watch.next_election("ORDERS");
-    let second = watch.next_election("OTHER");
+    let first = watch.next_election("ORDERS", None);
+    let second = watch.next_election("OTHER", None);
     assert!(watch.is_watching());
     drop(first);
     assert!(watch.is_watching());
     drop(second);
     assert!(watch.is_watching(), "it lingers");
-    let again = watch.next_election("ORDERS");
+    let again = watch.next_election("ORDERS", None);
     drop(again);
     assert_eq!(
         watch.inner.state.lock().unwrap().starts,
@@ -71,7 +71,7 @@ async fn the_watch_runs_only_while_a_retry_waits() {
     );
     stopped(&watch).await;
 
-    let waiting = tokio::spawn(watch.next_election("ORDERS"));
+    let waiting = tokio::spawn(watch.next_election("ORDERS", None));
     tokio::task::yield_now().await;
     let _ = watch.inner.elections.send(Election::Stream("OTHER".into()));
     let _ = watch
@@ -84,6 +84,98 @@ async fn the_watch_runs_only_while_a_retry_waits() {
         .unwrap();
     stopped(&watch).await;
     assert_eq!(watch.inner.state.lock().unwrap().starts, 2);
+}
+
+#[tokio::test]
+async fn the_watch_listens_to_the_elections_of_what_its_retries_wait_on_only() {
+    let watch = unconnected_watch().await;
+    let watched = |watch: &LeaderWatch| -> Vec<String> {
+        let state = watch.inner.state.lock().unwrap();
+        state.watched.iter().cloned().collect()
+    };
+    assert_eq!(
+        Advisories::All.always(),
+        ["$JS.EVENT.ADVISORY.DOMAIN.LEADER_ELECTED"],
+        "the meta leader's, whatever waits"
+    );
+    let stream_create = watch.next_election("ORDERS", None);
+    assert_eq!(
+        watched(&watch),
+        ["$JS.EVENT.ADVISORY.STREAM.LEADER_ELECTED.ORDERS"]
+    );
+    let started = Instant::now();
+    let consumer_create = watch.stalled("ORDERS", Some("billing"), started, Duration::ZERO);
+    assert_eq!(
+        watched(&watch),
+        [
+            "$JS.EVENT.ADVISORY.CONSUMER.LEADER_ELECTED.ORDERS.billing",
+            "$JS.EVENT.ADVISORY.STREAM.LEADER_ELECTED.ORDERS",
+        ],
+        "a retry for a consumer adds its consumer's elections"
+    );
+    drop((stream_create, consumer_create));
+    stopped(&watch).await;
+    assert!(watched(&watch).is_empty(), "the next watch starts afresh");
+    let edge = Advisories::Domain("edge".into());
+    assert_eq!(edge.always(), Advisories::All.always());
+    assert_eq!(
+        edge.of_retry("ORDERS", Some("billing")),
+        Advisories::All.of_retry("ORDERS", Some("billing")),
+        "advisories keep their subjects in a domain"
+    );
+    assert!(Advisories::None.always().is_empty());
+    assert!(
+        Advisories::None
+            .of_retry("ORDERS", Some("billing"))
+            .is_empty()
+    );
+}
+
+#[tokio::test]
+async fn a_retry_that_starts_waiting_while_the_watch_runs_hears_its_consumers_election() {
+    let server = nats_topology_testkit::NatsServer::start()
+        .await
+        .expect("nats-server starts");
+    let client = async_nats::connect(server.url()).await.expect("connect");
+    let watch = LeaderWatch::new(
+        jetstream::new(client),
+        Advisories::All,
+        Fleet::new("_INBOX", "$JS.API"),
+        LeaderTimings::default(),
+    );
+    // Another stream's retry started the watch; this one joins it.
+    let other = watch.next_election("OTHER", None);
+    assert!(watch.is_watching());
+    let mut waiting = Box::pin(watch.next_election("ORDERS", Some("billing")));
+    let announcer = async_nats::connect(server.url()).await.expect("connect");
+    let announced = tokio::time::timeout(Duration::from_secs(10), async {
+        // Until the watch has subscribed (the task does it once told): announced again.
+        while !resolved(&mut waiting).await {
+            announcer
+                .publish(
+                    "$JS.EVENT.ADVISORY.CONSUMER.LEADER_ELECTED.ORDERS.billing",
+                    "{}".into(),
+                )
+                .await
+                .unwrap();
+            announcer.flush().await.unwrap();
+            // Paces the announcements; the wait is on the retry being woken.
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    assert!(
+        announced.is_ok(),
+        "woken by its consumer's election, subscribed to after the watch started"
+    );
+    let state = watch.inner.state.lock().unwrap();
+    assert!(
+        state
+            .last_consumer
+            .contains_key(&("ORDERS".to_owned(), "billing".to_owned()))
+    );
+    drop(state);
+    drop(other);
 }
 
 /// Waits (at most 5 s) until the watch has stopped.
@@ -176,12 +268,12 @@ async fn an_election_wakes_every_retry_of_its_stream_but_gives_up_only_what_it_l
         consumer: name.into(),
     };
     // The watch runs (a retry sleeps) when the attempts start.
-    let sleeping = tokio::spawn(watch.next_election("ORDERS"));
+    let sleeping = tokio::spawn(watch.next_election("ORDERS", None));
     tokio::task::yield_now().await;
     let started = Instant::now();
     let hour = Duration::from_secs(3600);
-    let mut stream_create = Box::pin(watch.stalled("ORDERS", false, started, hour));
-    let mut consumer_create = Box::pin(watch.stalled("ORDERS", true, started, hour));
+    let mut stream_create = Box::pin(watch.stalled("ORDERS", None, started, hour));
+    let mut consumer_create = Box::pin(watch.stalled("ORDERS", Some("billing"), started, hour));
 
     announce(consumer("billing"));
     tokio::time::timeout(Duration::from_secs(5), sleeping)
