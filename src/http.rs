@@ -224,6 +224,9 @@ fn serving_state(state: &ServingState, value: &mut Value) {
         ServingState::Running => ("running", None, None),
         ServingState::Stalled { cause, .. } => ("stalled", Some(cause.clone()), None),
         ServingState::Disconnected => ("disconnected", None, None),
+        ServingState::Denied { permission, cause } => {
+            ("denied", Some(format!("grant {permission}: {cause}")), None)
+        }
         ServingState::Retrying { attempt, error } => {
             ("retrying", Some(error.clone()), Some(*attempt))
         }

@@ -37,6 +37,8 @@ pub(crate) struct Violation {
     pub(crate) action: Verb,
     /// The subject denied (a subscription's may be a pattern).
     pub(crate) subject: String,
+    /// The queue group of a denied subscription made in one.
+    pub(crate) queue: Option<String>,
     /// When it was reported.
     pub(crate) at: tokio::time::Instant,
 }
@@ -256,10 +258,15 @@ fn parse_violation(text: &str) -> Option<Violation> {
         return None;
     };
     let subject = rest.strip_prefix('"')?;
-    let subject = &subject[..subject.find('"')?];
+    let end = subject.find('"')?;
+    let queue = subject[end + 1..]
+        .trim_start()
+        .strip_prefix("using queue \"")
+        .and_then(|queue| queue.find('"').map(|end| queue[..end].to_owned()));
     Some(Violation {
         action,
-        subject: subject.to_owned(),
+        subject: subject[..end].to_owned(),
+        queue,
         at: tokio::time::Instant::now(),
     })
 }
@@ -270,6 +277,20 @@ mod tests {
 
     fn parsed(text: &str) -> Option<(Verb, String)> {
         parse_violation(text).map(|v| (v.action, v.subject))
+    }
+
+    #[test]
+    fn a_refused_queue_subscription_names_its_group() {
+        let queue = |text: &str| parse_violation(text).and_then(|v| v.queue);
+        assert_eq!(
+            queue(r#"'Permissions Violation for Subscription to "a.>" using queue "q"'"#),
+            Some("q".into())
+        );
+        assert_eq!(
+            queue(r#"Permissions Violation for Subscription to "a.>""#),
+            None
+        );
+        assert_eq!(queue(r#"Permissions Violation for Publish to "a.b""#), None);
     }
 
     #[test]

@@ -26,6 +26,14 @@ use crate::telemetry::{EndpointMetrics, SubscriptionMetrics};
 /// };
 /// assert_eq!(stalled.to_string(), "stalled (no answer for 6.0s): no answer to the probe");
 /// assert_eq!(ServingState::Running.to_string(), "running");
+/// let denied = ServingState::Denied {
+///     permission: "subscribe `members.get` (queue group `q`)".to_owned(),
+///     cause: "the server refuses it".to_owned(),
+/// };
+/// assert_eq!(
+///     denied.to_string(),
+///     "denied (grant subscribe `members.get` (queue group `q`)): the server refuses it"
+/// );
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ServingState {
@@ -47,6 +55,17 @@ pub enum ServingState {
     /// The connection is down; the client reconnects and subscribes again, then a round
     /// trip proves it before it runs.
     Disconnected,
+    /// The server refused its subscription (`Permissions Violation for Subscription`): nothing
+    /// reaches this instance through it, whatever the probe proves of the connection. It
+    /// subscribes again every heartbeat and runs once the server accepts (a configuration
+    /// reload that grants it, or a reconnection). See [`Health::denials`](super::Health::denials).
+    Denied {
+        /// The entry of the generated permissions to grant (`subscribe `members.get` (queue
+        /// group `q`)`).
+        permission: String,
+        /// What the runtime does meanwhile.
+        cause: String,
+    },
     /// Not subscribed; retrying after a failure.
     Retrying {
         /// Consecutive failed attempts.
@@ -73,6 +92,9 @@ impl fmt::Display for ServingState {
                 write!(f, "stalled (no answer for {silent_for:.1?}): {cause}")
             }
             ServingState::Disconnected => f.write_str("disconnected"),
+            ServingState::Denied { permission, cause } => {
+                write!(f, "denied (grant {permission}): {cause}")
+            }
             ServingState::Retrying { attempt, error } => {
                 write!(f, "retrying (attempt {attempt}): {error}")
             }
@@ -193,8 +215,16 @@ pub(crate) struct ServeSlot {
     pub(crate) handler: String,
     shared: Arc<Shared>,
     state: Mutex<ServingState>,
+    /// The permission entry the server refuses for its subscription, set by the denial watch
+    /// ([`ServeSlot::deny`]): while set, it shows `denied` where it would run.
+    denied: Mutex<Option<String>>,
     tally: Tally,
 }
+
+/// What a denied endpoint or subscription does meanwhile.
+const DENIED_CAUSE: &str = "the server refuses the subscription: nothing reaches this instance \
+                            through it; it subscribes again every heartbeat, and runs once the \
+                            server accepts";
 
 /// What an endpoint or subscription served, since the runtime was built: one record per
 /// request or message, written by one call ([`ServeSlot::answered`], [`ServeSlot::handled`])
@@ -223,7 +253,49 @@ impl ServeSlot {
             handler: handler.to_owned(),
             shared,
             state: Mutex::new(ServingState::Starting),
+            denied: Mutex::new(None),
             tally: Tally::default(),
+        }
+    }
+
+    /// Its queue group (`None`: a subscription every instance makes).
+    pub(crate) fn queue_group(&self) -> Option<&str> {
+        match &self.served {
+            Served::Endpoint { queue_group, .. } => Some(queue_group),
+            Served::Subscription { queue_group } => queue_group.as_deref(),
+        }
+    }
+
+    /// The server refused its subscription, which `permission` (an entry of the generated
+    /// permissions, as [`Permission::describe`](crate::export::Permission::describe) writes
+    /// it) grants: it shows `denied` instead of `running` until [`ServeSlot::granted`].
+    pub(crate) fn deny(&self, permission: String) {
+        let mut denied = self.denied.lock().unwrap_or_else(|e| e.into_inner());
+        if denied.as_ref() == Some(&permission) {
+            return;
+        }
+        *denied = Some(permission);
+        drop(denied);
+        if matches!(self.state(), ServingState::Running) {
+            self.transition(ServingState::Running);
+        }
+    }
+
+    /// The permission its refused subscription needs (see [`ServeSlot::deny`]).
+    pub(crate) fn denied(&self) -> Option<String> {
+        self.denied
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Its subscription is no longer known to be refused (subscribed again on a new
+    /// connection, or accepted since): a `denied` one is `subscribing` until the next round
+    /// trip proves it.
+    pub(crate) fn granted(&self) {
+        let was = self.denied.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if was.is_some() && matches!(self.state(), ServingState::Denied { .. }) {
+            self.transition(ServingState::Subscribing);
         }
     }
 
@@ -231,8 +303,16 @@ impl ServeSlot {
         self.state.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
-    /// Sets the state; logs a change of kind once (warnings for what makes it not ready).
+    /// Sets the state (`denied` instead of `running` while its subscription is refused); logs a
+    /// change of kind once (warnings for what makes it not ready).
     pub(crate) fn transition(&self, state: ServingState) {
+        let state = match (state, self.denied()) {
+            (ServingState::Running, Some(permission)) => ServingState::Denied {
+                permission,
+                cause: DENIED_CAUSE.to_owned(),
+            },
+            (state, _) => state,
+        };
         let previous = {
             let mut guard = self.state.lock().unwrap_or_else(|e| e.into_inner());
             if *guard == state {
@@ -253,6 +333,7 @@ impl ServeSlot {
             }
             ServingState::Stalled { .. }
             | ServingState::Disconnected
+            | ServingState::Denied { .. }
             | ServingState::Retrying { .. } => {
                 tracing::warn!(subject, handler, state = %state, "not receiving")
             }
@@ -405,6 +486,34 @@ mod tests {
         slot.transition(ServingState::Stopped { error: None });
         slot.transition_live(ServingState::Disconnected);
         assert_eq!(slot.state(), ServingState::Stopped { error: None });
+    }
+
+    #[test]
+    fn a_refused_subscription_shows_denied_until_granted() {
+        let slot = slot();
+        slot.transition_live(ServingState::Running);
+        slot.deny("subscribe `cache.invalidate`".to_owned());
+        assert!(
+            matches!(&slot.state(), ServingState::Denied { permission, .. } if permission == "subscribe `cache.invalidate`"),
+            "{}",
+            slot.state()
+        );
+        // The probe proves the connection, not the refused subscription.
+        slot.transition_live(ServingState::Running);
+        assert!(matches!(slot.state(), ServingState::Denied { .. }));
+        // A stalled link or a lost connection says more than the denial.
+        slot.transition_live(ServingState::Disconnected);
+        assert_eq!(slot.state(), ServingState::Disconnected);
+        slot.transition_live(ServingState::Running);
+        assert!(matches!(slot.state(), ServingState::Denied { .. }));
+        slot.granted();
+        assert_eq!(slot.state(), ServingState::Subscribing, "until proven");
+        slot.transition_live(ServingState::Running);
+        assert_eq!(slot.state(), ServingState::Running);
+        // Denied while draining: the drain goes on.
+        slot.transition(ServingState::Draining);
+        slot.deny("subscribe `cache.invalidate`".to_owned());
+        assert_eq!(slot.state(), ServingState::Draining);
     }
 
     #[test]

@@ -3,7 +3,8 @@
 //! handler that finishes without waiting never enters it). On stop it unsubscribes (as the
 //! caller says), keeps handing out what was received until the stream ends, and waits for the
 //! handlers at most the grace period; when that runs out, the handlers still running are
-//! stopped (dropped) and the caller answers for them (an endpoint with a 503).
+//! stopped (dropped) and the caller answers for them (an endpoint with a 503). A subscription
+//! the server refused is replaced by one it accepted since (`refused.rs`).
 
 use std::pin::pin;
 use std::task::Poll;
@@ -12,6 +13,7 @@ use std::time::Duration;
 use async_nats::{Message, Subscriber, UnsubscribeError};
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
+use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -44,9 +46,11 @@ pub(super) enum Ended {
 
 /// Dispatches `subscriber`'s messages to `start` until `stop`, then drains; or until the
 /// subscription ends. `finished` gets each handler's output (to count it), `on_stop` hears of
-/// the stop before and after unsubscribing.
+/// the stop before and after unsubscribing. A subscription from `accepted` replaces
+/// `subscriber`, which the server refused (nothing reaches it: dropping it loses nothing).
 pub(super) async fn dispatch<H: Future>(
     subscriber: &mut Subscriber,
+    accepted: &mut mpsc::UnboundedReceiver<Subscriber>,
     bounds: Bounds,
     stop: &CancellationToken,
     mut start: impl FnMut(Message) -> H,
@@ -76,6 +80,9 @@ pub(super) async fn dispatch<H: Future>(
                 // Drained, or the client closed.
                 None => open = false,
             },
+            Some(replacement) = accepted.recv(), if open && !stopping => {
+                *subscriber = replacement;
+            }
             _ = &mut stopped, if !stopping => {
                 stopping = true;
                 on_stop(Stopping::Unsubscribing);

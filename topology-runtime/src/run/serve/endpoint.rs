@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use async_nats::Subscriber;
 use futures::StreamExt;
-use tokio::sync::Semaphore;
+use tokio::sync::{Semaphore, mpsc};
 use tokio_util::sync::CancellationToken;
 
 use super::answer::{Answered, EndpointShared, Received, Unanswered, answer, respond};
@@ -25,6 +25,8 @@ use crate::telemetry::EndpointMetrics;
 pub(super) struct EndpointTask {
     /// The endpoint's queue subscription.
     pub(super) subscriber: Subscriber,
+    /// One the server accepted, replacing it when it refused it (`refused.rs`).
+    pub(super) accepted: mpsc::UnboundedReceiver<Subscriber>,
     pub(super) shared: EndpointShared,
     pub(super) slot: Arc<ServeSlot>,
     pub(super) metrics: EndpointMetrics,
@@ -47,6 +49,7 @@ impl EndpointTask {
     pub(super) async fn run(self, stop: CancellationToken) -> EndpointExit {
         let EndpointTask {
             mut subscriber,
+            mut accepted,
             shared,
             slot,
             mut metrics,
@@ -57,6 +60,7 @@ impl EndpointTask {
         let (shared, unanswered) = (&shared, &Unanswered::default());
         let ended = bounded::dispatch(
             &mut subscriber,
+            &mut accepted,
             Bounds { concurrency, grace },
             &stop,
             |message| {

@@ -10,13 +10,16 @@
 //! - `subscription`: one core subscription, its dispatch and its drain;
 //! - `bounded`: the dispatch loop both share: the concurrency bound, the stop and the grace
 //!   period;
-//! - `probe`: proving subscriptions on the server by round trips, at once and every heartbeat.
+//! - `probe`: proving subscriptions on the server by round trips, at once and every heartbeat;
+//! - `refused`: a subscription the server refused, made again every heartbeat until the
+//!   server accepts it.
 
 mod answer;
 mod bounded;
 mod endpoint;
 mod micro;
 mod probe;
+mod refused;
 mod service;
 mod subscription;
 

@@ -65,6 +65,11 @@ impl Prober {
         })
     }
 
+    /// The subject it proves through, which this connection answers while it proves.
+    pub(in crate::run) fn subject(&self) -> Subject {
+        self.subject.clone()
+    }
+
     /// Proves the link now, then every heartbeat, reporting the state each proof shows
     /// (`Running`, `Stalled`, `Disconnected`); never returns. Cancel-safe: dropping it stops
     /// proving.

@@ -1,15 +1,17 @@
 //! Serving one declared service: its micro protocol instance (`micro.rs` answers `$SRV.PING`,
 //! `$SRV.INFO` and `$SRV.STATS` with what the endpoints answered), a queue subscription and a
 //! dispatch task per endpoint, and the link proven through the instance's own
-//! `$SRV.PING.<name>.<id>`. Started again with backoff when a session is lost; on shutdown,
-//! every endpoint drains and answers what it received before the instance stops.
+//! `$SRV.PING.<name>.<id>`; an endpoint whose subscription the server refused subscribes again
+//! every heartbeat until it is accepted (`refused.rs`). Started again with backoff when a
+//! session is lost; on shutdown, every endpoint drains and answers what it received before
+//! the instance stops.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use tokio::time::Instant;
 
 use async_nats::Subscriber;
-use tokio::sync::Semaphore;
+use tokio::sync::{Semaphore, mpsc};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
@@ -17,6 +19,7 @@ use super::answer::EndpointShared;
 use super::endpoint::{EndpointExit, EndpointTask};
 use super::micro::{Described, EndpointStats, Instance};
 use super::probe::Prober;
+use super::refused::{self, Refusable};
 use crate::health::{ServeSlot, ServingState};
 use crate::run::Inner;
 use crate::service::RequestScope;
@@ -158,10 +161,19 @@ async fn run(
     let unsubscribed = Arc::new(Semaphore::new(0));
     let mut tasks = JoinSet::new();
     let mut names = HashMap::new();
+    let mut refusable = Vec::with_capacity(endpoints.len());
     for (index, subscriber) in endpoints {
         let declared = &topology.endpoints()[index];
+        let (to_dispatch, accepted) = mpsc::unbounded_channel();
+        refusable.push(Refusable {
+            slot: inner.health.endpoints[index].clone(),
+            subject: declared.decl.subject.to_owned(),
+            queue: Some(declared.decl.queue_group().to_owned()),
+            to_dispatch,
+        });
         let task = EndpointTask {
             subscriber,
+            accepted,
             shared: EndpointShared {
                 handler: declared.handler.clone(),
                 scope: Arc::new(RequestScope::new(
@@ -187,6 +199,7 @@ async fn run(
         format!("$SRV.PING.{}.{}", decl.name, service.id()),
         &inner.settings,
     );
+    let probe = prober.subject();
     let lost = tokio::select! {
         _ = cancel.cancelled() => None,
         Some(ended) = tasks.join_next_with_id() => Some(match ended {
@@ -207,6 +220,12 @@ async fn run(
                 slot.transition_live(state.clone());
             }
         }) => match never {},
+        never = refused::subscribe_again_when_granted(
+            &inner.client,
+            &refusable,
+            probe,
+            inner.settings.heartbeat,
+        ) => match never {},
     };
     stop.cancel();
     // Draining once the server routes nothing new here: every endpoint unsubscribed, and a

@@ -1,7 +1,8 @@
 //! Serving one core subscription (`SubscriptionDecl`): `queue_subscribe` in its group, or
 //! `subscribe` on every instance; at most its concurrency of handlers at once in this task
 //! (the loop in `bounded.rs`); a handler's error or panic counted and logged (nothing is
-//! answered). Proven on the server by a probe subject of its own. On shutdown it drains the
+//! answered). Proven on the server by a probe subject of its own; subscribed again every
+//! heartbeat while the server refuses it (`refused.rs`). On shutdown it drains the
 //! subscription (no new messages) and handles what it received within the grace period.
 
 use std::panic::AssertUnwindSafe;
@@ -9,11 +10,13 @@ use std::sync::Arc;
 
 use async_nats::{Message, Subscriber};
 use futures::FutureExt;
+use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use super::bounded::{self, Bounds, Ended, Stopping};
 use super::probe::Prober;
+use super::refused::{self, Refusable};
 use crate::handler::panic_message;
 use crate::health::{ServeSlot, ServingState};
 use crate::registry::Subscription;
@@ -41,10 +44,27 @@ pub(in crate::run) async fn serve_subscription(
         let failure = match subscribed {
             Ok((subscriber, mut prober)) => {
                 let began = tokio::time::Instant::now();
-                let dispatch = dispatch(&inner, declared, subscriber, &slot, &cancel);
+                let (to_dispatch, accepted) = mpsc::unbounded_channel();
+                let refusable = [Refusable {
+                    slot: slot.clone(),
+                    subject: declared.decl.subject.to_owned(),
+                    queue: match declared.decl.fanout {
+                        Fanout::Group(group) => Some(group.to_owned()),
+                        Fanout::EachInstance => None,
+                    },
+                    to_dispatch,
+                }];
+                let probe = prober.subject();
+                let dispatch = dispatch(&inner, declared, (subscriber, accepted), &slot, &cancel);
                 let drained = tokio::select! {
                     drained = dispatch => drained,
                     never = prober.keep_proving(|state| slot.transition_live(state)) => match never {},
+                    never = refused::subscribe_again_when_granted(
+                        &inner.client,
+                        &refusable,
+                        probe,
+                        inner.settings.heartbeat,
+                    ) => match never {},
                 };
                 if drained {
                     break;
@@ -97,11 +117,12 @@ async fn subscribe(inner: &Inner, declared: &Subscription) -> Result<(Subscriber
 }
 
 /// Handles messages until shutdown (`true`, after the drain) or until the subscription ends
-/// unasked (`false`, after the running handlers finished).
+/// unasked (`false`, after the running handlers finished); a subscription from `accepted`
+/// replaces a refused one.
 async fn dispatch(
     inner: &Inner,
     declared: &Subscription,
-    mut subscriber: Subscriber,
+    (mut subscriber, mut accepted): (Subscriber, mpsc::UnboundedReceiver<Subscriber>),
     slot: &ServeSlot,
     cancel: &CancellationToken,
 ) -> bool {
@@ -122,6 +143,7 @@ async fn dispatch(
     let scope = &scope;
     let ended = bounded::dispatch(
         &mut subscriber,
+        &mut accepted,
         bounds,
         cancel,
         |message| handle(message, declared, scope),

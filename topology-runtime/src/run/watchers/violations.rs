@@ -1,7 +1,8 @@
 //! The denial watch: reads the permission violations the server reports on the runtime's
 //! connection (kept by its event callback, see `server_errors.rs`), finds the declarations that need
 //! each denied subject in the service's own generated permissions (`export::permissions`:
-//! the same walk), and shows them in health and metrics.
+//! the same walk), and shows them in health and metrics. A consumer whose acks or pulls are
+//! refused, and an endpoint or core subscription whose subscription is, shows `denied`.
 
 use std::sync::Arc;
 
@@ -35,8 +36,12 @@ pub(in crate::run) async fn watch_denials(inner: Arc<Inner>, cancel: Cancellatio
                     if inner.health.shared.denials.clear() {
                         inner.health.shared.changed();
                     }
-                    // What is still refused is said again on the new connection.
+                    // What is still refused is said again on the new connection (the client
+                    // subscribes again on it).
                     for slot in inner.health.slots.iter() {
+                        slot.granted();
+                    }
+                    for slot in inner.health.serve_slots() {
                         slot.granted();
                     }
                 }
@@ -82,13 +87,17 @@ pub(in crate::run) fn sweep_denials(inner: &Inner) {
 }
 
 /// Everything this runtime may use, as an owner uses it (a superset of the other roles'),
-/// under its JetStream API prefix and its connection's inbox prefix.
+/// under its JetStream API (its prefix, and whether it listens to advisories) and its
+/// connection's inbox prefix.
 fn needed(inner: &Inner) -> Permissions {
+    use crate::jsapi::JetStreamApi;
     let prefix = crate::server_errors::inbox_prefix(&inner.client);
-    let api = inner.ensurer.provisioner().jetstream_api().prefix();
-    let role = Role::owner("runtime")
-        .with_inbox_prefix(prefix)
-        .with_api_prefix(api);
+    let role = Role::owner("runtime").with_inbox_prefix(prefix);
+    let role = match inner.ensurer.provisioner().jetstream_api() {
+        JetStreamApi::Local => role,
+        JetStreamApi::Domain(domain) => role.with_domain(domain),
+        JetStreamApi::Prefix(api) => role.with_api_prefix(api.clone()),
+    };
     permissions(inner.ensurer.topology(), &role)
 }
 
@@ -123,6 +132,7 @@ fn record(inner: &Inner, needs: &Permissions, violation: Violation) {
         }
     }
     stop_consumers(inner, &granting);
+    deny_serving(inner, &violation, &granting);
     let denial = PermissionDenial {
         action: violation.action,
         subject: violation.subject,
@@ -136,6 +146,38 @@ fn record(inner: &Inner, needs: &Permissions, violation: Violation) {
         tracing::error!("{text}");
     }
     inner.health.shared.changed();
+}
+
+/// An endpoint or core subscription whose subscription the server refused receives nothing,
+/// however well its probe proves the connection: each one with the refused subject and queue
+/// group shows `denied`, naming the entry that grants it (see `run/serve/refused.rs`, which
+/// subscribes again until the server accepts).
+fn deny_serving(inner: &Inner, violation: &Violation, granting: &[&Permission]) {
+    if violation.action != crate::grant::Verb::Subscribe {
+        return;
+    }
+    for slot in inner.health.serve_slots() {
+        let group = slot.queue_group();
+        // The server names the group of a refused queue subscription; without one, the
+        // subscription had none (or the text did not say: any group).
+        let same = slot.subject == violation.subject
+            && match &violation.queue {
+                Some(queue) => group == Some(queue.as_str()),
+                None => true,
+            };
+        if !same {
+            continue;
+        }
+        let entry = granting
+            .iter()
+            .find(|p| p.queue.is_none() || p.queue.as_deref() == group)
+            .map(|p| p.describe());
+        let permission = entry.unwrap_or_else(|| match group {
+            Some(group) => format!("subscribe `{}` (queue group `{group}`)", slot.subject),
+            None => format!("subscribe `{}`", slot.subject),
+        });
+        slot.deny(permission);
+    }
 }
 
 /// A consumer whose acks or pull requests the server refuses stops taking messages it could
