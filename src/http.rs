@@ -227,6 +227,7 @@ fn serving_state(state: &ServingState, value: &mut Value) {
         ServingState::Denied { permission, cause } => {
             ("denied", Some(format!("grant {permission}: {cause}")), None)
         }
+        ServingState::BackingOff { cause } => ("backing_off", Some(cause.clone()), None),
         ServingState::Retrying { attempt, error } => {
             ("retrying", Some(error.clone()), Some(*attempt))
         }

@@ -266,3 +266,106 @@ async fn a_handler_that_says_its_dependency_is_down_stops_the_consumer_at_once()
     assert_eq!(replicas.dead_lettered(), 0);
     replicas.stop().await;
 }
+
+static LEDGER: nats_topology::model::ServiceDecl =
+    nats_topology::model::ServiceDecl::new("ledger", "1.0.0");
+
+/// The `Nats-Service-Error-Code` of an answer, if it is an error.
+fn error_code(answer: &async_nats::Message) -> Option<u16> {
+    answer
+        .headers
+        .as_ref()?
+        .get("Nats-Service-Error-Code")?
+        .as_str()
+        .parse()
+        .ok()
+}
+
+/// An endpoint whose dependency is down answers 503 at once once its handlers have failed ten
+/// times, instead of running each request against the dependency (every caller would wait for
+/// it), probes with one request at a growing interval, stays ready (`backing off`), and answers
+/// normally again once a probe succeeds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_endpoint_whose_dependency_is_down_sheds_requests_with_503() {
+    let fx = Fixture::start().await;
+    let down = Arc::new(AtomicBool::new(true));
+    let calls = Arc::new(AtomicU64::new(0));
+    let (handler_down, handler_calls) = (down.clone(), calls.clone());
+    let topology = Topology::new().endpoint(
+        nats_topology::model::EndpointDecl::new(
+            "tests::balance",
+            &LEDGER,
+            "balance",
+            "ledger.balance",
+        ),
+        move |request| {
+            let (down, calls) = (handler_down.clone(), handler_calls.clone());
+            Box::pin(async move {
+                calls.fetch_add(1, Ordering::Relaxed);
+                if down.load(Ordering::Relaxed) {
+                    return Err(nats_topology::ServiceError::new(
+                        500,
+                        "the ledger database refuses connections",
+                    ));
+                }
+                Ok(request.payload().clone())
+            })
+        },
+    );
+    let running = Running::start(Runtime::builder(fx.connect().await).topology(topology)).await;
+    let client = fx.connect().await;
+    let mut codes = Vec::new();
+    for _ in 0..200 {
+        let answer = client
+            .request("ledger.balance", "1".into())
+            .await
+            .expect("answered");
+        codes.push(error_code(&answer));
+    }
+    let ran = calls.load(Ordering::Relaxed);
+    let backing_off = matches!(
+        running.health.endpoints()[0].state,
+        nats_topology::ServingState::BackingOff { .. }
+    );
+    println!(
+        "dependency down: 200 requests, the handler ran {ran} times; answered {:?}",
+        {
+            let mut counts = std::collections::BTreeMap::new();
+            for code in &codes {
+                *counts.entry(*code).or_insert(0) += 1;
+            }
+            counts
+        }
+    );
+    assert!(backing_off, "backing off: {}", running.health);
+    assert!(
+        running.health.ready(),
+        "backing off is ready: {}",
+        running.health
+    );
+    assert!(
+        codes.iter().all(|c| matches!(c, Some(500 | 503))),
+        "every request answered with an error: {codes:?}"
+    );
+    // Ten failures open it; at most a probe or two ran during the rest (they take 1 s to come).
+    assert!(ran <= 12, "the handler ran {ran} times for 200 requests");
+
+    down.store(false, Ordering::Relaxed);
+    eventually(Duration::from_secs(20), "answered normally again", || {
+        let client = client.clone();
+        async move {
+            let answer = client.request("ledger.balance", "1".into()).await.ok()?;
+            error_code(&answer).is_none().then_some(())
+        }
+    })
+    .await;
+    assert!(
+        matches!(
+            running.health.endpoints()[0].state,
+            nats_topology::ServingState::Running
+        ),
+        "running again: {}",
+        running.health
+    );
+    running.stop().await.expect("a clean drain");
+}

@@ -32,6 +32,7 @@ pub mod handler;
 mod hash;
 pub mod health;
 mod jsapi;
+mod outage;
 pub mod provision;
 pub mod registry;
 pub mod report;

@@ -13,8 +13,16 @@ use std::path::{Path, PathBuf};
 /// layers only.
 const LAYERS: &[(&str, &[&str])] = &[
     (
-        "ground: ids, time, retry, the JetStream request, the permission vocabulary, state",
-        &["hash", "retry", "jsapi", "grant", "state", "telemetry"],
+        "ground: ids, time, retry, outages, the JetStream request, the permission vocabulary, state",
+        &[
+            "hash",
+            "retry",
+            "outage",
+            "jsapi",
+            "grant",
+            "state",
+            "telemetry",
+        ],
     ),
     (
         "what the runtime records and what handlers see",

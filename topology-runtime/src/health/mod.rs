@@ -180,7 +180,7 @@ impl Health {
                 .endpoints
                 .iter()
                 .chain(self.subscriptions.iter())
-                .all(|s| s.state() == ServingState::Running)
+                .all(|s| s.state().is_up())
             && self
                 .shared
                 .streams

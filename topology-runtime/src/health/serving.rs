@@ -66,6 +66,15 @@ pub enum ServingState {
         /// What the runtime does meanwhile.
         cause: String,
     },
+    /// Its handlers keep failing with server errors (what they depend on seems down; see
+    /// [`RuntimeBuilder::outage`](crate::RuntimeBuilder::outage)): requests are answered at
+    /// once with a 503 (the caller retries elsewhere or later) while one probes at a growing
+    /// interval, and the first success answers normally again. Counts as running for
+    /// readiness: the replica is healthy, its dependency is not.
+    BackingOff {
+        /// How many handlers failed, since when, the next probe, and the last error.
+        cause: String,
+    },
     /// Not subscribed; retrying after a failure.
     Retrying {
         /// Consecutive failed attempts.
@@ -82,6 +91,16 @@ pub enum ServingState {
     },
 }
 
+impl ServingState {
+    /// Whether it counts as ready: running, or backing off (its dependency is down, not it).
+    pub fn is_up(&self) -> bool {
+        matches!(
+            self,
+            ServingState::Running | ServingState::BackingOff { .. }
+        )
+    }
+}
+
 impl fmt::Display for ServingState {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -95,6 +114,7 @@ impl fmt::Display for ServingState {
             ServingState::Denied { permission, cause } => {
                 write!(f, "denied (grant {permission}): {cause}")
             }
+            ServingState::BackingOff { cause } => write!(f, "backing off: {cause}"),
             ServingState::Retrying { attempt, error } => {
                 write!(f, "retrying (attempt {attempt}): {error}")
             }
@@ -218,6 +238,9 @@ pub(crate) struct ServeSlot {
     /// The permission entry the server refuses for its subscription, set by the denial watch
     /// ([`ServeSlot::deny`]): while set, it shows `denied` where it would run.
     denied: Mutex<Option<String>>,
+    /// Why its handlers' dependency seems down, while the endpoint's breaker is open
+    /// ([`ServeSlot::backing_off`]): it shows `backing off` where it would run.
+    backing_off: Mutex<Option<String>>,
     tally: Tally,
 }
 
@@ -254,6 +277,7 @@ impl ServeSlot {
             shared,
             state: Mutex::new(ServingState::Starting),
             denied: Mutex::new(None),
+            backing_off: Mutex::new(None),
             tally: Tally::default(),
         }
     }
@@ -277,6 +301,17 @@ impl ServeSlot {
         *denied = Some(permission);
         drop(denied);
         if matches!(self.state(), ServingState::Running) {
+            self.transition(ServingState::Running);
+        }
+    }
+
+    /// The endpoint's breaker opened (`Some(cause)`) or closed (`None`).
+    pub(crate) fn backing_off(&self, cause: Option<String>) {
+        *self.backing_off.lock().unwrap_or_else(|e| e.into_inner()) = cause;
+        if matches!(
+            self.state(),
+            ServingState::Running | ServingState::BackingOff { .. }
+        ) {
             self.transition(ServingState::Running);
         }
     }
@@ -306,10 +341,20 @@ impl ServeSlot {
     /// Sets the state (`denied` instead of `running` while its subscription is refused); logs a
     /// change of kind once (warnings for what makes it not ready).
     pub(crate) fn transition(&self, state: ServingState) {
+        let backing_off = || {
+            self.backing_off
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone()
+        };
         let state = match (state, self.denied()) {
             (ServingState::Running, Some(permission)) => ServingState::Denied {
                 permission,
                 cause: DENIED_CAUSE.to_owned(),
+            },
+            (ServingState::Running, None) => match backing_off() {
+                Some(cause) => ServingState::BackingOff { cause },
+                None => ServingState::Running,
             },
             (state, _) => state,
         };

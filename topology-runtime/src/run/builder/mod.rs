@@ -20,7 +20,7 @@ use crate::validate::{self, Problem, ValidationError};
 use topology_core::model::{AckMode, ConsumerKind, Priority};
 use topology_core::service::{EndpointDecl, SubscriptionDecl};
 
-pub use timings::OutagePolicy;
+pub use crate::outage::OutagePolicy;
 pub(crate) use timings::Settings;
 
 /// Configures a [`Runtime`]; see [`Runtime::builder`].

@@ -1,6 +1,7 @@
 //! The runtime's timings ([`Settings`]): each a value with a documented default, set through
 //! [`RuntimeBuilder`], and refused at `build` when it would make the runtime misbehave.
 
+use crate::outage::OutagePolicy;
 use crate::provision::LeaderTimings;
 use std::time::Duration;
 
@@ -28,66 +29,6 @@ pub(crate) struct Settings {
     pub(crate) ack: AckMode,
     pub(crate) leader: LeaderTimings,
     pub(crate) outage: OutagePolicy,
-}
-
-/// When a queue consumer stops taking messages because what its handlers depend on is down
-/// (see [`RuntimeBuilder::outage`]): its handlers failed transiently at least `failures` times
-/// within `window`, and at least `ratio` of the handlers that ended within it; or a handler
-/// returned [`HandlerError::unavailable`](crate::HandlerError::unavailable).
-///
-/// ```
-/// use std::time::Duration;
-/// use nats_topology::OutagePolicy;
-///
-/// // A dependency that needs a while to come back: probe less often.
-/// let patient = OutagePolicy {
-///     probe_max: Duration::from_secs(30),
-///     ..OutagePolicy::default()
-/// };
-/// assert_eq!(patient.failures, 10);
-/// assert_eq!(OutagePolicy::disabled().failures, 0);
-/// ```
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct OutagePolicy {
-    /// How far back failures are counted (default 10 s).
-    pub window: Duration,
-    /// How many transient failures within the window open the breaker (default 10); 0
-    /// disables it (and `HandlerError::unavailable` is then an ordinary transient error).
-    pub failures: u32,
-    /// The share of the handlers that ended within the window that must have failed (default
-    /// 0.5): one message in ten failing is poison or flakiness, not an outage.
-    pub ratio: f64,
-    /// The wait before the first probe (default 1 s).
-    pub probe_first: Duration,
-    /// The longest wait between probes (default 10 s): how long after the dependency is back
-    /// the consumer may take to notice.
-    pub probe_max: Duration,
-}
-
-impl Default for OutagePolicy {
-    fn default() -> Self {
-        OutagePolicy {
-            window: Duration::from_secs(10),
-            failures: 10,
-            ratio: 0.5,
-            probe_first: Duration::from_secs(1),
-            probe_max: Duration::from_secs(10),
-        }
-    }
-}
-
-impl OutagePolicy {
-    /// Never stop taking messages: every transient failure is naked and redelivered after its
-    /// delay, as before this policy existed.
-    pub const fn disabled() -> Self {
-        OutagePolicy {
-            window: Duration::from_secs(10),
-            failures: 0,
-            ratio: 0.5,
-            probe_first: Duration::from_secs(1),
-            probe_max: Duration::from_secs(10),
-        }
-    }
 }
 
 impl Default for Settings {

@@ -14,10 +14,10 @@ use futures::FutureExt;
 use tracing::Instrument;
 
 use super::ack::{AckDeadline, Acks, Stopped};
-use super::breaker::{Breaker, Change};
 use super::dead_letter::{DeadLetter, Delivery, publish_dead_letter};
 use super::outcome::{Observer, Outcome};
 use crate::handler::{Context, HandlerError, Incoming, Scope, panic_message};
+use crate::outage::{Breaker, Change};
 use crate::registry::SharedHandler;
 use crate::retry::RetryPolicy;
 use crate::telemetry;

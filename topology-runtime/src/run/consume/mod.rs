@@ -9,8 +9,8 @@
 //! - `pump`: how many messages are held and started at once.
 //! - `loss`: why a consumer's session ended before shutdown; its supervisor ensures it again.
 //! - `dispatch`: one message from fetched to settled.
-//! - `breaker`: a queue consumer whose handlers keep failing stops taking messages and
-//!   probes with one until a handler succeeds (what they depend on is down).
+//! - (`crate::outage`): a queue consumer whose handlers keep failing stops taking messages
+//!   and probes with one until a handler succeeds (what they depend on is down).
 //! - `ack`: every settle (ack, nak, term, progress): fire-and-forget, or confirmed before the
 //!   delivery's deadline, or none for a consumer that takes no acks.
 //! - `dead_letter`: a message that will not be handled, published with its error.
@@ -18,7 +18,6 @@
 //! - `replay`: an ordered replay's own place in its stream.
 
 mod ack;
-mod breaker;
 mod dead_letter;
 mod dispatch;
 mod feed;

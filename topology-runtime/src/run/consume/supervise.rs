@@ -11,7 +11,6 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use super::ack::{Acks, Confirm, Stopped};
-use super::breaker::Breaker;
 use super::dead_letter::DeadLetter;
 use super::dispatch::Session;
 use super::feed::{Feed, Pusher, consumer_gone};
@@ -24,6 +23,7 @@ use super::replay::Replay;
 use super::resume::{Record, Resume};
 use crate::handler::Scope;
 use crate::health::{ConsumerState, Slot};
+use crate::outage::Breaker;
 use crate::provision::{
     Advisories, ProvisionError, ProvisionErrorKind, StreamInstance, UpdateMode,
 };

@@ -17,6 +17,8 @@ use futures::FutureExt;
 use tracing::Instrument;
 
 use crate::handler::panic_message;
+use crate::health::ServeSlot;
+use crate::outage::{Breaker, Change};
 use crate::registry::SharedEndpointHandler;
 use crate::service::{Request, RequestContext, RequestScope, ServiceError};
 use crate::telemetry;
@@ -27,6 +29,8 @@ pub(super) struct EndpointShared {
     pub(super) scope: Arc<RequestScope>,
     /// How long a handler may run before the request is answered with a 504.
     pub(super) timeout: Option<Duration>,
+    /// The endpoint's outage breaker (see `crate::outage`), and its health slot.
+    pub(super) breaker: Option<(Arc<Breaker>, Arc<ServeSlot>)>,
 }
 
 /// How a request was answered.
@@ -88,7 +92,16 @@ pub(super) async fn answer(
         request: Some(request),
         unanswered,
     };
-    let outcome = run(shared, ours).instrument(span.clone()).await;
+    let outcome = match &shared.breaker {
+        // Backing off, and not this request's turn to probe: answered at once.
+        Some((breaker, _)) if !breaker.may_run(Instant::now()) => Err(shed(breaker)),
+        Some((breaker, slot)) => {
+            let outcome = run(shared, ours).instrument(span.clone()).await;
+            outage_outcome(breaker, slot, &outcome);
+            outcome
+        }
+        None => run(shared, ours).instrument(span.clone()).await,
+    };
     // Held until sent: a publish dropped midway sends nothing, and the drain answers it.
     let error = match pending.request.as_ref() {
         Some(request) => {
@@ -149,6 +162,41 @@ async fn run(shared: &EndpointShared, request: Request) -> Result<Bytes, Service
             Err(error)
         }
         Err(panic) => Err(panicked(&panic)),
+    }
+}
+
+/// The 503 a request gets while the endpoint backs off.
+fn shed(breaker: &Breaker) -> ServiceError {
+    ServiceError::new(
+        503,
+        format!(
+            "this endpoint's handlers keep failing: what they depend on seems down ({}); send \
+             the request again later",
+            breaker.describe().unwrap_or_default()
+        ),
+    )
+}
+
+/// The breaker, health and the log follow each handler's outcome: a server error (5xx) is a
+/// failure (a 503 says the dependency is down: it opens at once), a success closes it, a
+/// refusal (4xx) says nothing of the dependency.
+fn outage_outcome(breaker: &Breaker, slot: &ServeSlot, outcome: &Result<Bytes, ServiceError>) {
+    let change = match outcome {
+        Ok(_) => breaker.succeeded(),
+        Err(e) if e.code() >= 500 => breaker.failed(e.description(), e.code() == 503),
+        Err(_) => return,
+    };
+    match change {
+        Change::Opened { cause } => {
+            tracing::warn!(subject = %slot.subject, cause, "the endpoint's handlers keep failing: what they depend on seems down; answering 503 at once and probing with one request");
+            slot.backing_off(breaker.describe());
+        }
+        Change::Closed { open_for, failed } => {
+            tracing::info!(subject = %slot.subject, ?open_for, failed, "a handler succeeded again: answering normally");
+            slot.backing_off(None);
+        }
+        Change::None if breaker.is_open() => slot.backing_off(breaker.describe()),
+        Change::None => {}
     }
 }
 

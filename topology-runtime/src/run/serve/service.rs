@@ -21,6 +21,7 @@ use super::micro::{Described, EndpointStats, Instance};
 use super::probe::Prober;
 use super::refused::{self, Refusable};
 use crate::health::{ServeSlot, ServingState};
+use crate::outage::Breaker;
 use crate::run::Inner;
 use crate::service::RequestScope;
 use crate::telemetry::EndpointMetrics;
@@ -184,6 +185,12 @@ async fn run(
                     jetstream.clone(),
                 )),
                 timeout: declared.decl.timeout,
+                breaker: (inner.settings.outage.failures > 0).then(|| {
+                    (
+                        Arc::new(Breaker::new(inner.settings.outage)),
+                        inner.health.endpoints[index].clone(),
+                    )
+                }),
             },
             slot: inner.health.endpoints[index].clone(),
             metrics: EndpointMetrics::new(decl.name, declared.decl.name),

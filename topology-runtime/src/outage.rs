@@ -1,6 +1,8 @@
-//! Outage-aware consumption: when a queue consumer's handlers fail transiently at a high rate
-//! (what they depend on is down), the consumer stops taking messages instead of having the
-//! server redeliver them against the dependency until `max_deliver` terminates them.
+//! Outage-aware handling ([`OutagePolicy`], [`Breaker`]): when a queue consumer's (or an
+//! endpoint's) handlers fail transiently at a high rate (what they depend on is down), the
+//! consumer stops taking messages instead of having the server redeliver them against the
+//! dependency until `max_deliver` terminates them, and the endpoint answers 503 at once instead
+//! of running its handler against it.
 //!
 //! - **Opens** when, within the last `window`, at least `failures` handlers failed
 //!   transiently and they are at least `ratio` of the handlers that ended (a handler that says
@@ -26,10 +28,68 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::run::OutagePolicy;
+/// When a queue consumer stops taking messages because what its handlers depend on is down
+/// (see [`RuntimeBuilder::outage`]): its handlers failed transiently at least `failures` times
+/// within `window`, and at least `ratio` of the handlers that ended within it; or a handler
+/// returned [`HandlerError::unavailable`](crate::HandlerError::unavailable).
+///
+/// ```
+/// use std::time::Duration;
+/// use nats_topology::OutagePolicy;
+///
+/// // A dependency that needs a while to come back: probe less often.
+/// let patient = OutagePolicy {
+///     probe_max: Duration::from_secs(30),
+///     ..OutagePolicy::default()
+/// };
+/// assert_eq!(patient.failures, 10);
+/// assert_eq!(OutagePolicy::disabled().failures, 0);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct OutagePolicy {
+    /// How far back failures are counted (default 10 s).
+    pub window: Duration,
+    /// How many transient failures within the window open the breaker (default 10); 0
+    /// disables it (and `HandlerError::unavailable` is then an ordinary transient error).
+    pub failures: u32,
+    /// The share of the handlers that ended within the window that must have failed (default
+    /// 0.5): one message in ten failing is poison or flakiness, not an outage.
+    pub ratio: f64,
+    /// The wait before the first probe (default 1 s).
+    pub probe_first: Duration,
+    /// The longest wait between probes (default 10 s): how long after the dependency is back
+    /// the consumer may take to notice.
+    pub probe_max: Duration,
+}
+
+impl Default for OutagePolicy {
+    fn default() -> Self {
+        OutagePolicy {
+            window: Duration::from_secs(10),
+            failures: 10,
+            ratio: 0.5,
+            probe_first: Duration::from_secs(1),
+            probe_max: Duration::from_secs(10),
+        }
+    }
+}
+
+impl OutagePolicy {
+    /// Never stop taking messages: every transient failure is naked and redelivered after its
+    /// delay, as before this policy existed.
+    pub const fn disabled() -> Self {
+        OutagePolicy {
+            window: Duration::from_secs(10),
+            failures: 0,
+            ratio: 0.5,
+            probe_first: Duration::from_secs(1),
+            probe_max: Duration::from_secs(10),
+        }
+    }
+}
 
 /// One queue consumer's breaker, shared by its sessions.
-pub(in crate::run) struct Breaker {
+pub(crate) struct Breaker {
     policy: OutagePolicy,
     state: Mutex<State>,
     /// Whether it is open, or a failure was recorded within the window (as of when it last
@@ -55,11 +115,13 @@ struct Open {
     interval: Duration,
     /// Handlers that failed since it opened (probes, and what was running then).
     failed: u64,
+    /// A probe claimed its turn ([`Breaker::may_run`]): its failure moves the next one.
+    claimed: bool,
     last_error: String,
 }
 
 /// What changed with an outcome.
-pub(in crate::run) enum Change {
+pub(crate) enum Change {
     None,
     /// It opened: `cause` is the last error.
     Opened {
@@ -73,7 +135,7 @@ pub(in crate::run) enum Change {
 }
 
 impl Breaker {
-    pub(in crate::run) fn new(policy: OutagePolicy) -> Breaker {
+    pub(crate) fn new(policy: OutagePolicy) -> Breaker {
         Breaker {
             policy,
             state: Mutex::new(State::default()),
@@ -87,13 +149,13 @@ impl Breaker {
     }
 
     /// Whether it is open: a failure now is held, not naked.
-    pub(in crate::run) fn is_open(&self) -> bool {
+    pub(crate) fn is_open(&self) -> bool {
         self.open.load(Ordering::Relaxed)
     }
 
     /// How many messages the session may hold and start now: `None` while closed (its flow
     /// decides), 0 while open before the next probe, 1 from then on.
-    pub(in crate::run) fn limit(&self, now: Instant) -> Option<usize> {
+    pub(crate) fn limit(&self, now: Instant) -> Option<usize> {
         if !self.is_open() {
             return None;
         }
@@ -102,8 +164,27 @@ impl Breaker {
         Some(usize::from(now >= open.probe_at))
     }
 
+    /// Whether a request may run its handler now (an endpoint): always while closed; while
+    /// open, one when a probe is due, which claims it (the next one waits for its outcome or
+    /// the interval, whichever comes first).
+    pub(crate) fn may_run(&self, now: Instant) -> bool {
+        if !self.is_open() {
+            return true;
+        }
+        let mut state = self.state();
+        let Some(open) = state.open.as_mut() else {
+            return true;
+        };
+        if now < open.probe_at {
+            return false;
+        }
+        open.probe_at = now + open.interval;
+        open.claimed = true;
+        true
+    }
+
     /// When the next probe may start, while open.
-    pub(in crate::run) fn probe_at(&self) -> Option<Instant> {
+    pub(crate) fn probe_at(&self) -> Option<Instant> {
         if !self.is_open() {
             return None;
         }
@@ -111,7 +192,7 @@ impl Breaker {
     }
 
     /// The open breaker's cause and age, for health.
-    pub(in crate::run) fn describe(&self) -> Option<String> {
+    pub(crate) fn describe(&self) -> Option<String> {
         let state = self.state();
         let open = state.open.as_ref()?;
         Some(format!(
@@ -124,7 +205,7 @@ impl Breaker {
     }
 
     /// A handler succeeded.
-    pub(in crate::run) fn succeeded(&self) -> Change {
+    pub(crate) fn succeeded(&self) -> Change {
         if !self.watching.load(Ordering::Relaxed) {
             return Change::None;
         }
@@ -150,7 +231,7 @@ impl Breaker {
 
     /// A handler failed transiently with `error`; `unavailable`: the handler said that what
     /// it depends on is down.
-    pub(in crate::run) fn failed(&self, error: &str, unavailable: bool) -> Change {
+    pub(crate) fn failed(&self, error: &str, unavailable: bool) -> Change {
         let now = Instant::now();
         let mut state = self.state();
         self.watching.store(true, Ordering::Relaxed);
@@ -159,7 +240,7 @@ impl Breaker {
             open.failed += 1;
             open.last_error = error.to_owned();
             // A probe failed (what ran before it started earlier does not move the probe).
-            if now >= open.probe_at {
+            if now >= open.probe_at || std::mem::take(&mut open.claimed) {
                 open.interval = (open.interval * 2).min(self.policy.probe_max);
                 open.probe_at = now + open.interval;
             }
@@ -180,6 +261,7 @@ impl Breaker {
             probe_at: now + self.policy.probe_first,
             interval: self.policy.probe_first,
             failed: 1,
+            claimed: false,
             last_error: error.to_owned(),
         });
         Change::Opened {
