@@ -136,17 +136,19 @@ async fn refused_then_granted(stream: &str, which: impl Fn(&export::Permission) 
     .await;
     // What was handled while its acks were refused comes again once their ack_wait is over:
     // wait until the server holds nothing unacknowledged.
-    eventually(Duration::from_secs(30), "every message acknowledged", || {
-        let js = js.clone();
-        async move {
-            let mut consumer: async_nats::jetstream::consumer::PullConsumer = js
-                .get_consumer_from_stream("workers", stream)
-                .await
-                .ok()?;
-            let info = consumer.info().await.ok()?;
-            (info.num_ack_pending == 0 && info.num_pending == 0).then_some(())
-        }
-    })
+    eventually(
+        Duration::from_secs(30),
+        "every message acknowledged",
+        || {
+            let js = js.clone();
+            async move {
+                let mut consumer: async_nats::jetstream::consumer::PullConsumer =
+                    js.get_consumer_from_stream("workers", stream).await.ok()?;
+                let info = consumer.info().await.ok()?;
+                (info.num_ack_pending == 0 && info.num_pending == 0).then_some(())
+            }
+        },
+    )
     .await;
     let twice = ledger.duplicates();
     eprintln!(
