@@ -42,6 +42,20 @@ fn state(health: &Health) -> ConsumerState {
     health.consumers()[0].state.clone()
 }
 
+/// Waits (at most `within`) until the consumer is `denied`; returns the entry it names.
+async fn denied(health: &Health, within: Duration) -> String {
+    eventually(within, "the consumer denied", || {
+        let state = state(health);
+        async move {
+            match state {
+                ConsumerState::Denied { permission, .. } => Some(permission),
+                _ => None,
+            }
+        }
+    })
+    .await
+}
+
 /// Runs the consumer of `stream` under its generated permissions without the entry `which`
 /// picks, until it is `denied`; checks that it takes nothing more for three heartbeats;
 /// grants the entry (a reload); checks that every message is handled, and at most what was in
@@ -86,16 +100,7 @@ async fn refused_then_granted(stream: &str, which: impl Fn(&export::Permission) 
 
     let health = running.health.clone();
     let published = tokio::time::Instant::now();
-    let permission = eventually(Duration::from_secs(10), "the consumer denied", || {
-        let state = state(&health);
-        async move {
-            match state {
-                ConsumerState::Denied { permission, .. } => Some(permission),
-                _ => None,
-            }
-        }
-    })
-    .await;
+    let permission = denied(&health, Duration::from_secs(10)).await;
     eprintln!(
         "denied {:?} after the messages were published: {permission}",
         published.elapsed()
@@ -223,16 +228,7 @@ async fn a_refused_list_holds_the_recreation_until_granted_and_nothing_is_lost()
     .await;
     fixture::delete_consumer(&js, stream, "workers").await;
     fixture::publish_jobs(&js, &subject, 101..=200).await;
-    let permission = eventually(Duration::from_secs(20), "the consumer denied", || {
-        let state = state(&health);
-        async move {
-            match state {
-                ConsumerState::Denied { permission, .. } => Some(permission),
-                _ => None,
-            }
-        }
-    })
-    .await;
+    let permission = denied(&health, Duration::from_secs(20)).await;
     assert!(permission.contains(&entry), "names `{entry}`: {permission}");
     assert!(!health.ready(), "not ready while denied: {health}");
 

@@ -25,7 +25,7 @@ use crate::handler::Scope;
 use crate::health::{ConsumerState, Slot};
 use crate::outage::Breaker;
 use crate::provision::{
-    Advisories, ProvisionError, ProvisionErrorKind, StreamInstance, UpdateMode,
+    Advisories, ApiError, ProvisionError, ProvisionErrorKind, StreamInstance, UpdateMode,
 };
 use crate::registry::Consumer;
 use crate::run::Ensured;
@@ -75,7 +75,7 @@ pub(in crate::run) async fn supervise(
     // loss (see `Loss::recreates`).
     let mut recreate = false;
     // The last ensure was refused by the server's permissions: its error.
-    let mut denied: Option<String> = None;
+    let mut denied: Option<(String, Option<String>)> = None;
     // Handlers outlive the session that started them: a lost consumer is re-ensured at once,
     // while they finish and settle their messages (their acks go to the same durable).
     let mut in_flight = JoinSet::new();
@@ -206,7 +206,16 @@ pub(in crate::run) async fn supervise(
                 }
             }
             Err(e) if e.kind() == ProvisionErrorKind::PermissionDenied => {
-                denied = Some(e.to_string());
+                // The subject the server refused, until the denial watch names its entry.
+                let refused = std::error::Error::source(&e)
+                    .and_then(|source| source.downcast_ref::<ApiError>())
+                    .and_then(|api| match api {
+                        ApiError::Denied { action, subject } => {
+                            Some(format!("{} `{subject}`", action.as_str()))
+                        }
+                        _ => None,
+                    });
+                denied = Some((e.to_string(), refused));
                 e.to_string()
             }
             Err(e) if e.is_transient() => e.to_string(),
@@ -228,7 +237,7 @@ pub(in crate::run) async fn supervise(
         match denied.take() {
             // Refused creating or reading the consumer: `denied`, naming the entry to grant
             // (as the denial watch found it), and asked again with the backoff.
-            Some(error) => {
+            Some((error, refused)) => {
                 let permission = inner
                     .health
                     .shared
@@ -237,6 +246,7 @@ pub(in crate::run) async fn supervise(
                     .into_iter()
                     .filter(|d| d.concerns(&slot.stream, consumer.decl.handler))
                     .find_map(|d| d.permission.map(|p| format!("{} `{p}`", d.action.as_str())))
+                    .or(refused)
                     .unwrap_or_else(|| "the request named below".to_owned());
                 slot.transition(ConsumerState::Denied {
                     permission,

@@ -327,6 +327,15 @@ async fn poll_stream(check: &mut Option<StreamCheck>) -> Probe {
     }
 }
 
+/// A JetStream API error, as a probe's answer carries it.
+#[derive(serde::Deserialize)]
+struct ApiError {
+    #[serde(default)]
+    err_code: u64,
+    #[serde(default)]
+    description: String,
+}
+
 /// Asks for the stream's info, at most `timeout`. Answered without a leader (a member of a
 /// leaderless group answers with its own copy), or by a leader that hears no majority of its
 /// peers (the connection's own server, cut off: it leads until it steps down, 10 to 20 s
@@ -344,13 +353,6 @@ async fn stream_probe(
         }
         Err(e) => return Probe::Unanswered(e.to_string()),
     };
-    #[derive(serde::Deserialize)]
-    struct ApiError {
-        #[serde(default)]
-        err_code: u64,
-        #[serde(default)]
-        description: String,
-    }
     #[derive(serde::Deserialize)]
     struct Answer {
         error: Option<ApiError>,
@@ -430,13 +432,6 @@ async fn probe(
         Err(e) => return Probe::Unanswered(e.to_string()),
     };
     let rtt = sent.elapsed();
-    #[derive(serde::Deserialize)]
-    struct ApiError {
-        #[serde(default)]
-        err_code: u64,
-        #[serde(default)]
-        description: String,
-    }
     #[derive(serde::Deserialize)]
     struct Answer {
         error: Option<ApiError>,
