@@ -10,13 +10,11 @@
 //!   once). Permanent errors, decode errors and successes are not failures here: one message
 //!   in ten failing is poison or flakiness, not an outage.
 //! - **Open**: the session asks for no messages and starts none. A message whose handler
-//!   fails meanwhile is not naked: it is held here, kept alive with progress acks, so the
-//!   server does not deliver it again and it does not count against `max_deliver`.
-//! - **Probes**: after `probe_first`, one held message (or one pulled, if none is held) is
-//!   handled; if it fails it is held again and the next probe waits twice as long, at most
-//!   `probe_max`.
-//! - **Closes** when a handler succeeds: every held message starts, and the session pulls at
-//!   full speed.
+//!   fails meanwhile is naked as usual; the server delivers it again only when asked, and the
+//!   session asks only for its probes: no message nears `max_deliver`.
+//! - **Probes**: after `probe_first`, one message (one already fetched, or one pulled) is
+//!   handled; if it fails, the next probe waits twice as long, at most `probe_max`.
+//! - **Closes** when a handler succeeds: the session pulls at full speed.
 //!
 //! Health shows `backing off` with the last error meanwhile; readiness stays up (the replica
 //! is healthy, its dependency is not).
@@ -103,8 +101,18 @@ pub(crate) struct Breaker {
 #[derive(Default)]
 struct State {
     /// Handlers that ended within the window: when, and whether they failed transiently.
-    recent: VecDeque<(Instant, bool)>,
+    recent: VecDeque<(Instant, Ended)>,
     open: Option<Open>,
+}
+
+/// How a handler ended, as the breaker counts it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ended {
+    Succeeded,
+    /// Failed transiently, on a message's first attempt.
+    Failed,
+    /// Failed transiently again: a redelivery, or an endpoint's request.
+    FailedAgain,
 }
 
 struct Open {
@@ -148,7 +156,7 @@ impl Breaker {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Whether it is open: a failure now is held, not naked.
+    /// Whether it is open: the session asks only for probes.
     pub(crate) fn is_open(&self) -> bool {
         self.open.load(Ordering::Relaxed)
     }
@@ -211,7 +219,7 @@ impl Breaker {
         }
         let now = Instant::now();
         let mut state = self.state();
-        self.remember(&mut state, now, false);
+        self.remember(&mut state, now, Ended::Succeeded);
         let change = match state.open.take() {
             Some(open) => {
                 self.open.store(false, Ordering::Relaxed);
@@ -223,19 +231,30 @@ impl Breaker {
             None => Change::None,
         };
         // Closed, with no failure left in the window: successes need not be counted.
-        if !state.recent.iter().any(|(_, failed)| *failed) {
+        if state
+            .recent
+            .iter()
+            .all(|(_, ended)| *ended == Ended::Succeeded)
+        {
             self.watching.store(false, Ordering::Relaxed);
         }
         change
     }
 
     /// A handler failed transiently with `error`; `unavailable`: the handler said that what
-    /// it depends on is down.
-    pub(crate) fn failed(&self, error: &str, unavailable: bool) -> Change {
+    /// it depends on is down; `again`: on a message that failed before (a redelivery; an
+    /// endpoint's requests always count so). An outage fails messages again; a handler that
+    /// fails first attempts (a conflict retried) does not, and never opens it.
+    pub(crate) fn failed(&self, error: &str, unavailable: bool, again: bool) -> Change {
         let now = Instant::now();
         let mut state = self.state();
         self.watching.store(true, Ordering::Relaxed);
-        self.remember(&mut state, now, true);
+        let ended = if again {
+            Ended::FailedAgain
+        } else {
+            Ended::Failed
+        };
+        self.remember(&mut state, now, ended);
         if let Some(open) = &mut state.open {
             open.failed += 1;
             open.last_error = error.to_owned();
@@ -246,11 +265,21 @@ impl Breaker {
             }
             return Change::None;
         }
-        let failures = state.recent.iter().filter(|(_, failed)| *failed).count();
+        let failures = state
+            .recent
+            .iter()
+            .filter(|(_, ended)| *ended != Ended::Succeeded)
+            .count();
+        let again = state
+            .recent
+            .iter()
+            .filter(|(_, ended)| *ended == Ended::FailedAgain)
+            .count();
         let ended = state.recent.len();
         let enabled = self.policy.failures > 0;
         let outage = unavailable
             || (failures >= self.policy.failures as usize
+                && again >= (self.policy.failures as usize / 2).max(1)
                 && failures as f64 >= self.policy.ratio * ended as f64);
         if !enabled || !outage {
             return Change::None;
@@ -269,8 +298,8 @@ impl Breaker {
         }
     }
 
-    fn remember(&self, state: &mut State, now: Instant, failed: bool) {
-        state.recent.push_back((now, failed));
+    fn remember(&self, state: &mut State, now: Instant, ended: Ended) {
+        state.recent.push_back((now, ended));
         while state
             .recent
             .front()
@@ -294,7 +323,7 @@ mod tests {
         let breaker = Breaker::new(policy());
         for i in 0..1_000 {
             if i % 10 == 0 {
-                assert!(matches!(breaker.failed("flaky", false), Change::None));
+                assert!(matches!(breaker.failed("flaky", false, true), Change::None));
             } else {
                 breaker.succeeded();
             }
@@ -307,7 +336,10 @@ mod tests {
         let breaker = Breaker::new(policy());
         let mut opened = false;
         for _ in 0..policy().failures {
-            opened |= matches!(breaker.failed("db down", false), Change::Opened { .. });
+            opened |= matches!(
+                breaker.failed("db down", false, true),
+                Change::Opened { .. }
+            );
         }
         assert!(opened && breaker.is_open());
         assert_eq!(
@@ -328,10 +360,23 @@ mod tests {
     }
 
     #[test]
+    fn a_handler_that_fails_first_attempts_only_never_opens_it() {
+        let breaker = Breaker::new(policy());
+        for _ in 0..100 {
+            assert!(matches!(
+                breaker.failed("a conflict", false, false),
+                Change::None
+            ));
+            breaker.succeeded();
+        }
+        assert!(!breaker.is_open());
+    }
+
+    #[test]
     fn a_handler_that_says_its_dependency_is_down_opens_it_at_once() {
         let breaker = Breaker::new(policy());
         assert!(matches!(
-            breaker.failed("payments unavailable", true),
+            breaker.failed("payments unavailable", true, false),
             Change::Opened { .. }
         ));
     }

@@ -52,7 +52,7 @@ impl HandlerError {
     }
 
     /// A transient failure because what the handler depends on is down (a database, an API):
-    /// the consumer stops taking messages at once, keeps this one, and probes until a handler
+    /// the consumer stops taking messages at once and probes with one until a handler
     /// succeeds (see [`RuntimeBuilder::outage`](crate::RuntimeBuilder::outage)), instead of
     /// waiting for the failures to add up.
     ///

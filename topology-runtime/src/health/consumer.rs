@@ -46,10 +46,9 @@ pub enum ConsumerState {
         cause: String,
     },
     /// Its handlers fail transiently at a high rate, so what they depend on must be down (see
-    /// [`RuntimeBuilder::outage`](crate::RuntimeBuilder::outage)): it takes no new messages,
-    /// keeps the ones whose handler failed (not redelivered, not counted against
-    /// `max_deliver`), and probes with one at a growing interval; the first success resumes at
-    /// full speed. Counts as ready: the replica is healthy, its dependency is not.
+    /// [`RuntimeBuilder::outage`](crate::RuntimeBuilder::outage)): it takes no messages but
+    /// one probe at a growing interval (what failed is delivered again only to a probe, so no
+    /// message nears `max_deliver`); the first success resumes at full speed. Counts as ready: the replica is healthy, its dependency is not.
     BackingOff {
         /// How many handlers failed, since when, the next probe, and the last error.
         cause: String,

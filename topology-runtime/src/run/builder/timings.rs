@@ -71,10 +71,9 @@ impl RuntimeBuilder {
     /// When a queue consumer whose handlers keep failing stops taking messages (default
     /// [`OutagePolicy::default`]: 10 transient failures within 10 s that are at least half of
     /// what ended). While what the handlers depend on is down, the consumer pulls nothing and
-    /// starts nothing; a handler that fails meanwhile keeps its message here (alive with
-    /// progress acks, not redelivered, so it does not count against `max_deliver`); one
-    /// message probes after 1 s, then after twice as long each time (at most 10 s), and the
-    /// first success resumes at full speed. Health shows
+    /// starts nothing but its probes, so what failed is delivered again only to a probe and no
+    /// message nears `max_deliver`; one message probes after 1 s, then after twice as long
+    /// each time (at most 10 s), and the first success resumes at full speed. Health shows
     /// [`BackingOff`](crate::ConsumerState::BackingOff) with the last error, and stays ready:
     /// the replica is healthy, its dependency is not. Permanent and decode errors do not count.
     pub fn outage(mut self, policy: OutagePolicy) -> Self {

@@ -50,13 +50,6 @@ pub(in crate::run) struct Session {
     pub(in crate::run) breaker: Option<Arc<Breaker>>,
 }
 
-/// A message whose handler failed while the consumer backs off: kept by the session (alive,
-/// not naked) for a later probe.
-pub(in crate::run) struct Held {
-    pub(in crate::run) message: jetstream::Message,
-    pub(in crate::run) deadline: AckDeadline,
-}
-
 /// A message's delivery metadata, read once from its reply subject.
 #[derive(Clone, Copy)]
 pub(in crate::run) struct MessageMeta {
@@ -95,7 +88,7 @@ pub(in crate::run) async fn handle(
     message: jetstream::Message,
     deadline: AckDeadline,
     session: Arc<Session>,
-) -> Option<Held> {
+) {
     if session.in_order {
         let sequence = MessageMeta::of(&message).stream_sequence;
         if session.observer.handled_past(sequence) {
@@ -108,10 +101,10 @@ pub(in crate::run) async fn handle(
             if let Err(e) = session.acks.settle(&message, AckKind::Ack, deadline).await {
                 tracing::debug!(error = %e, "could not acknowledge a message delivered again");
             }
-            return None;
+            return;
         }
     }
-    let (meta, outcome, held) = dispatch(message, deadline, &session).await;
+    let (meta, outcome) = dispatch(message, deadline, &session).await;
     session.observer.ended(meta.stream_sequence, outcome);
     if let Some(replay) = &session.replay {
         if outcome.done() {
@@ -120,17 +113,15 @@ pub(in crate::run) async fn handle(
             replay.failed(meta.stream_sequence);
         }
     }
-    held
 }
 
 /// Runs the handler on one message and settles it: ack, nak with a delay, or dead-letter
-/// and terminate. Every message ends in exactly one of the three (or, while the consumer backs
-/// off, is held for a later probe: returned); returns which.
+/// and terminate. Every message ends in exactly one of the three; returns which.
 pub(in crate::run) async fn dispatch(
     message: jetstream::Message,
     mut deadline: AckDeadline,
     session: &Session,
-) -> (MessageMeta, Outcome, Option<Held>) {
+) -> (MessageMeta, Outcome) {
     let meta = MessageMeta::of(&message);
     let span = tracing::info_span!(
         "message",
@@ -153,30 +144,33 @@ pub(in crate::run) async fn dispatch(
         let result = run_handler(&message, session, meta, &mut deadline).await;
         drop(running);
         unfinished.handled();
+        // A failure while the consumer backs off is naked like any other: the consumer pulls
+        // nothing but its probes meanwhile, so the server delivers it again only to one.
         match result {
             Ok(()) => {
                 if let Some(breaker) = &session.breaker {
                     breaker_changed(session, breaker, breaker.succeeded());
                 }
-                (acknowledge(&message, session, deadline).await, None)
+                acknowledge(&message, session, deadline).await
             }
-            Err(error) if !error.is_permanent() && session.breaker.is_some() => {
-                let breaker = session.breaker.as_deref().unwrap_or_else(|| unreachable!());
-                let change = breaker.failed(&error.to_string(), error.is_unavailable());
-                breaker_changed(session, breaker, change);
-                if breaker.is_open() {
-                    tracing::debug!(subject = %message.subject, delivered = meta.delivered, %error, "handler failed while its dependency seems down; held for a probe");
-                    (Outcome::Held, Some(Held { message, deadline }))
-                } else {
-                    (fail(&message, session, meta, &error, deadline).await, None)
+            Err(error) => {
+                if !error.is_permanent()
+                    && let Some(breaker) = &session.breaker
+                {
+                    let change = breaker.failed(
+                        &error.to_string(),
+                        error.is_unavailable(),
+                        meta.delivered > 1,
+                    );
+                    breaker_changed(session, breaker, change);
                 }
+                fail(&message, session, meta, &error, deadline).await
             }
-            Err(error) => (fail(&message, session, meta, &error, deadline).await, None),
         }
     }
     .instrument(span)
     .await;
-    (meta, outcome.0, outcome.1)
+    (meta, outcome)
 }
 
 /// Health, metrics and the log follow the breaker.

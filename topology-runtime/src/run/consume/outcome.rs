@@ -25,9 +25,6 @@ pub(in crate::run) enum Outcome {
     /// the message stays unacknowledged and is not delivered again; otherwise it was naked to
     /// be delivered (and dead-lettered) again.
     DeadLetterUnpublished { last: bool },
-    /// The handler failed while the consumer backs off (see `breaker`): the message is held
-    /// by the session, alive, for a later probe; neither naked nor settled.
-    Held,
 }
 
 impl Outcome {
@@ -37,7 +34,7 @@ impl Outcome {
         match self {
             Outcome::Handled { .. } | Outcome::DeadLettered { .. } => true,
             Outcome::DeadLetterUnpublished { last } => last,
-            Outcome::Retried { .. } | Outcome::Held => false,
+            Outcome::Retried { .. } => false,
         }
     }
 
@@ -105,7 +102,7 @@ impl Observer {
                     metrics.ack_failed();
                 }
             }
-            Outcome::DeadLetterUnpublished { .. } | Outcome::Held => {
+            Outcome::DeadLetterUnpublished { .. } => {
                 Slot::count(&slot.failed);
                 metrics.failed();
             }

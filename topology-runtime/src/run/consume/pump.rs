@@ -22,7 +22,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::ack::AckDeadline;
-use super::dispatch::{Held, Session, handle};
+use super::dispatch::{Session, handle};
 use super::feed::Feed;
 use super::flow::Flow;
 use super::loss::Loss;
@@ -39,9 +39,8 @@ pub(in crate::run) enum Exit {
 /// The shortest interval at which waiting messages are checked for a progress ack.
 const KEEP_ALIVE_FLOOR: Duration = Duration::from_millis(10);
 
-/// A handler that did not finish on its first poll; it resolves to how long it ran, and the
-/// message when it is held (see `breaker`).
-type Running = Pin<Box<dyn Future<Output = (Duration, Option<Held>)> + Send>>;
+/// A handler that did not finish on its first poll; it resolves to how long it ran.
+type Running = Pin<Box<dyn Future<Output = Duration> + Send>>;
 
 /// A message received and not started yet.
 struct Waiting {
@@ -54,9 +53,8 @@ struct Waiting {
 /// What woke the session loop.
 enum Step {
     Cancelled,
-    /// A handler finished (after running this long, if known): there is room for more; its
-    /// message, if it is held.
-    Finished(Option<Duration>, Option<Box<Held>>),
+    /// A handler finished (after running this long, if known): there is room for more.
+    Finished(Option<Duration>),
     /// The consumer backs off and its next probe is due.
     Probe,
     KeepAlive,
@@ -101,14 +99,13 @@ pub(in crate::run) async fn pump(
             let handled = handle(next.message, next.deadline, session.clone());
             let started = Instant::now();
             let mut handler: Running = Box::pin(async move {
-                let held = handled.await;
-                (started.elapsed(), held)
+                handled.await;
+                started.elapsed()
             });
             // Most handlers finish without waiting: run them here, with no task.
             match handler.as_mut().now_or_never() {
-                Some((took, held)) => {
+                Some(took) => {
                     flow.finished(Some(took));
-                    hold(&mut waiting, held);
                     // A probe that failed inline moved the next one.
                     flow.limit(breaker.and_then(|b| b.limit(Instant::now())));
                 }
@@ -125,10 +122,8 @@ pub(in crate::run) async fn pump(
         let step = tokio::select! {
             biased;
             _ = cancel.cancelled() => Step::Cancelled,
-            Some((took, held)) = running.next(), if !running.is_empty() => {
-                Step::Finished(Some(took), held.map(Box::new))
-            }
-            Some(_) = in_flight.join_next(), if !in_flight.is_empty() => Step::Finished(None, None),
+            Some(took) = running.next(), if !running.is_empty() => Step::Finished(Some(took)),
+            Some(_) = in_flight.join_next(), if !in_flight.is_empty() => Step::Finished(None),
             _ = tokio::time::sleep_until(probe_at.unwrap_or_else(Instant::now)),
                 if probe_at.is_some_and(|at| at > Instant::now()) => Step::Probe,
             _ = keep_alive_tick.tick(), if !waiting.is_empty() => Step::KeepAlive,
@@ -152,10 +147,7 @@ pub(in crate::run) async fn pump(
         };
         match step {
             Step::Cancelled => break Exit::Drained,
-            Step::Finished(took, held) => {
-                flow.finished(took);
-                hold(&mut waiting, held.map(|held| *held));
-            }
+            Step::Finished(took) => flow.finished(took),
             Step::Probe => {}
             Step::KeepAlive => keep_waiting(&mut waiting, &session, keep_every).await,
             Step::Received => {}
@@ -177,18 +169,6 @@ pub(in crate::run) async fn pump(
         session.acks.nak(&message, None).await;
     }
     exit
-}
-
-/// A message whose handler failed while the consumer backs off waits first in line for the
-/// next probe, kept alive like any waiting message.
-fn hold(waiting: &mut VecDeque<Waiting>, held: Option<Held>) {
-    if let Some(Held { message, deadline }) = held {
-        waiting.push_front(Waiting {
-            message,
-            deadline,
-            kept: Instant::now(),
-        });
-    }
 }
 
 /// Sends a progress ack for each waiting message not kept alive for `every`, so that its

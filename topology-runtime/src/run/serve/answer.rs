@@ -183,7 +183,7 @@ fn shed(breaker: &Breaker) -> ServiceError {
 fn outage_outcome(breaker: &Breaker, slot: &ServeSlot, outcome: &Result<Bytes, ServiceError>) {
     let change = match outcome {
         Ok(_) => breaker.succeeded(),
-        Err(e) if e.code() >= 500 => breaker.failed(e.description(), e.code() == 503),
+        Err(e) if e.code() >= 500 => breaker.failed(e.description(), e.code() == 503, true),
         Err(_) => return,
     };
     match change {
