@@ -6,7 +6,8 @@
 //! started again. For every watcher process: every key seen, no revision handled twice,
 //! revisions strictly increasing, every key handled within [`HANDLED_WITHIN`] of its put (or of
 //! the process's start), and health never `running` while the watch was silent for longer than
-//! its liveness bound with changes waiting.
+//! its liveness bound with changes waiting (`Fault::silence_bound`: two heartbeats and a second
+//! after a node loss; on the cut-off side of a partition, `move_after` and a second).
 //!
 //! The parent re-runs this test binary as the watcher processes (`watcher_process` in child
 //! mode) and kills them by pid.
@@ -73,7 +74,7 @@ async fn every_watcher_sees_every_key_once_in_order_and_soon_through_each_fault(
                     fault.name(),
                     lifetime.name,
                     lifetime.running_while_silent_ms,
-                    harness::SILENCE_BOUND
+                    fault.silence_bound()
                 ));
             }
         }

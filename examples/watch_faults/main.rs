@@ -31,7 +31,10 @@ async fn main() {
                 faults = list
                     .split(',')
                     .map(|name| {
-                        Fault::ALL.into_iter().find(|f| f.name() == name).unwrap_or_else(|| {
+                        Fault::ALL
+                            .into_iter()
+                            .chain([Fault::Partition30])
+                            .find(|f| f.name() == name).unwrap_or_else(|| {
                             panic!("unknown fault `{name}`: own5, own30, leader, partition, partition30 or sigkill")
                         })
                     })

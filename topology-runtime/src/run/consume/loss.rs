@@ -28,10 +28,6 @@ pub(in crate::run) enum Loss {
     /// the relay's resume point rather than waited for (its single replica may be on a lost
     /// node; a queue consumer's is shared and replicated, and is probed instead).
     Silent(Duration),
-    /// A relay's stream does not answer through this connection (two heartbeats in a row):
-    /// the server it is connected to, and the relay's consumer with it, is cut off from the
-    /// stream's leader. The consumer is created again where the stream is led.
-    CutOff(String),
     /// The consumer delivered up to consumer sequence `sent` (its idle heartbeat says so) while
     /// this session, its only reader, last received `received`: deliveries were lost on the
     /// way (with a connection or a node), or the consumer started over (its state lost with a
@@ -58,7 +54,6 @@ impl Loss {
         matches!(
             self,
             Loss::Undelivered { .. }
-                | Loss::CutOff(_)
                 | Loss::NoResponders(_)
                 | Loss::Silent(_)
                 | Loss::Replay { .. }
@@ -82,10 +77,6 @@ impl fmt::Display for Loss {
             Loss::PushFailed(why) => write!(f, "push delivery failed: {why}"),
             Loss::SubscriptionEnded(kind) => write!(f, "the {kind} subscription ended"),
             Loss::Client(why) => f.write_str(why),
-            Loss::CutOff(why) => write!(
-                f,
-                "{why}; the consumer is created again after the last message handled"
-            ),
             Loss::Silent(silence) => write!(
                 f,
                 "no idle heartbeat for {silence:?}: the consumer, its node or the link to it is \

@@ -135,11 +135,6 @@ pub(in crate::run) async fn supervise(
                 stream: instance,
             }) => {
                 ensured_once = true;
-                if relay.is_some() {
-                    // Ensured through this server: it reaches the stream's leader again.
-                    let server = inner.client.server_info().server_name;
-                    inner.health.shared.reach.leads_cut_off(&server, None);
-                }
                 let (floor, record) = resume.begin(&instance, &info);
                 if relay.is_none() {
                     slot.ack_floor.store(floor, Ordering::Relaxed);
@@ -176,16 +171,6 @@ pub(in crate::run) async fn supervise(
                     Exit::Lost(reason) => {
                         Slot::count(&slot.restarts);
                         recreate = relay.is_some() && (ordered || reason.recreates());
-                        // A relay whose stream's leader does not answer through this server:
-                        // the server is cut off, and the reach watch moves the connection.
-                        if let Loss::CutOff(why) = &reason {
-                            let server = inner.client.server_info().server_name;
-                            inner
-                                .health
-                                .shared
-                                .reach
-                                .leads_cut_off(&server, Some(why.clone()));
-                        }
                         // A session that ran for a while starts the backoff afresh; one lost
                         // at once keeps backing off.
                         if session.elapsed() >= policy.cap {

@@ -31,7 +31,6 @@ pub(super) enum Event {
 }
 
 /// A probe's outcome.
-#[derive(Debug)]
 enum Probe {
     /// Answered, after this round trip.
     Answers(Duration),
@@ -56,9 +55,6 @@ pub(super) struct Liveness {
     /// says whose they are).
     advisories: Option<(async_nats::Subscriber, Advisories)>,
     stalled: bool,
-    /// A relay's check that the stream's leader answers through this connection (see
-    /// [`StreamCheck`]).
-    stream_check: Option<StreamCheck>,
     /// See [`Watch::only_reader`]: a silence ends the session (the consumer is created again)
     /// instead of turning it `stalled`.
     only_reader: bool,
@@ -109,13 +105,6 @@ impl Liveness {
             advisories,
             stalled: false,
             only_reader: watch.only_reader,
-            stream_check: watch.only_reader.then(|| StreamCheck {
-                subject: format!("{api_prefix}.STREAM.INFO.{stream}").into(),
-                probe: None,
-                next: Instant::now() + heartbeat,
-                missed: 0,
-                last_missed: None,
-            }),
             probe: None,
             next_probe: Instant::now(),
         }
@@ -175,29 +164,8 @@ impl Liveness {
             } else {
                 self.next_probe.max(heard + self.heartbeat)
             };
-            // A relay's next stream question, when none is in flight.
-            let stream_next = self
-                .stream_check
-                .as_ref()
-                .filter(|c| c.probe.is_none())
-                .map(|c| c.next);
             tokio::select! {
                 biased;
-                outcome = poll_stream(&mut self.stream_check) => {
-                    if let Some(event) = self.stream_answered(outcome, heard) {
-                        return event;
-                    }
-                }
-                _ = tokio::time::sleep_until(stream_next.unwrap_or_else(Instant::now)), if stream_next.is_some() => {
-                    if let Some(check) = &mut self.stream_check {
-                        check.next = Instant::now() + self.heartbeat;
-                        check.probe = Some(Box::pin(stream_probe(
-                            self.client.clone(),
-                            check.subject.clone(),
-                            self.heartbeat,
-                        )));
-                    }
-                }
                 elected = next_advisory(&mut self.advisories) => {
                     if elected {
                         return Event::LeaderElected;
@@ -227,18 +195,6 @@ impl Liveness {
                 _ = tokio::time::sleep_until(silent_at), if !self.stalled => {
                     if self.only_reader {
                         self.stalls.increment(1);
-                        // Silent, and the stream's leader did not answer either: this server
-                        // is cut off from it, not only from the consumer.
-                        let window = self.silence();
-                        if self.stream_check.as_ref().is_some_and(|c| {
-                            c.last_missed.is_some_and(|at| at.elapsed() <= window)
-                        }) {
-                            return Event::Gone(Loss::CutOff(format!(
-                                "no idle heartbeat for {:?}, and the stream's leader does not \
-                                 answer through this connection: this server is cut off",
-                                self.silence()
-                            )));
-                        }
                         return Event::Gone(Loss::Silent(self.silence()));
                     }
                     self.stalled = true;
@@ -263,130 +219,11 @@ impl Liveness {
         }
     }
 
-    /// What a relay's stream check found: two in a row unanswered (or the stream gone) end
-    /// the session; the first one unanswered turns it `stalled`.
-    fn stream_answered(&mut self, outcome: Probe, heard: Instant) -> Option<Event> {
-        let check = self.stream_check.as_mut()?;
-        check.probe = None;
-
-        match outcome {
-            Probe::Answers(_) => {
-                if check.missed > 0 && !self.stalled && !self.slot.is_cut_off() {
-                    self.slot.up();
-                }
-                check.missed = 0;
-                None
-            }
-            Probe::Gone(why) => Some(Event::Gone(Loss::Gone(why))),
-            Probe::Unanswered(why) => {
-                check.missed += 1;
-                check.last_missed = Some(Instant::now());
-                let why = format!(
-                    "the stream's leader does not answer through this connection ({why}): this \
-                     server is cut off from it, and the relay's consumer reads a copy of the \
-                     stream that no longer grows"
-                );
-                if check.missed >= 2 {
-                    return Some(Event::Gone(Loss::CutOff(why)));
-                }
-                self.report(heard, why);
-                None
-            }
-        }
-    }
-
     fn report(&self, heard: Instant, cause: String) {
         self.slot.transition(ConsumerState::Stalled {
             silent_for: heard.elapsed(),
             cause,
         });
-    }
-}
-
-/// A relay's consumer (one replica, on some node) reads that node's copy of the stream: on a
-/// node cut off from the stream's leader it hears idle heartbeats and nothing new. So a relay
-/// asks for the stream's info (which its leader answers) every heartbeat, each given a
-/// heartbeat to answer.
-struct StreamCheck {
-    /// `<api prefix>.STREAM.INFO.<stream>`.
-    subject: async_nats::Subject,
-    probe: Option<Probing>,
-    /// When the next question is sent.
-    next: Instant,
-    /// Questions unanswered in a row.
-    missed: u32,
-    /// When one last went unanswered.
-    last_missed: Option<Instant>,
-}
-
-/// The relay's stream question in flight; pending forever without one.
-async fn poll_stream(check: &mut Option<StreamCheck>) -> Probe {
-    match check.as_mut().and_then(|c| c.probe.as_mut()) {
-        Some(probe) => probe.await,
-        None => std::future::pending().await,
-    }
-}
-
-/// A JetStream API error, as a probe's answer carries it.
-#[derive(serde::Deserialize)]
-struct ApiError {
-    #[serde(default)]
-    err_code: u64,
-    #[serde(default)]
-    description: String,
-}
-
-/// Asks for the stream's info, at most `timeout`. Answered without a leader (a member of a
-/// leaderless group answers with its own copy), or by a leader that hears no majority of its
-/// peers (the connection's own server, cut off: it leads until it steps down, 10 to 20 s
-/// after the cut), it counts as unanswered.
-async fn stream_probe(
-    client: async_nats::Client,
-    subject: async_nats::Subject,
-    timeout: Duration,
-) -> Probe {
-    let request = async_nats::Request::new().timeout(Some(timeout));
-    let reply = match client.send_request(subject, request).await {
-        Ok(reply) => reply,
-        Err(e) if e.kind() == async_nats::RequestErrorKind::TimedOut => {
-            return Probe::Unanswered(format!("no answer within {timeout:?}"));
-        }
-        Err(e) => return Probe::Unanswered(e.to_string()),
-    };
-    #[derive(serde::Deserialize)]
-    struct Answer {
-        error: Option<ApiError>,
-        cluster: Option<async_nats::jetstream::stream::ClusterInfo>,
-    }
-    match serde_json::from_slice::<Answer>(&reply.payload) {
-        Ok(Answer {
-            error:
-                Some(
-                    e @ ApiError {
-                        err_code: 10059, ..
-                    },
-                ),
-            ..
-        }) => Probe::Gone(e.description),
-        Ok(Answer { error: Some(e), .. }) => {
-            Probe::Unanswered(format!("{} (error {})", e.description, e.err_code))
-        }
-        // A member of a group without a leader answers with what it holds (nats-server keeps
-        // the info available while leaderless): nothing new reaches that copy.
-        Ok(Answer {
-            cluster: Some(cluster),
-            ..
-        }) if cluster.leader.as_deref().is_none_or(str::is_empty) => {
-            Probe::Unanswered("the stream has no leader as seen through this connection".into())
-        }
-        Ok(Answer { cluster, .. }) => {
-            let server = client.server_info().server_name;
-            match crate::run::watchers::cut_off(cluster.as_ref(), &server) {
-                Some((_, why)) => Probe::Unanswered(why),
-                None => Probe::Answers(Duration::ZERO),
-            }
-        }
-        Err(e) => Probe::Unanswered(format!("an answer that is not a stream's info: {e}")),
     }
 }
 
@@ -432,6 +269,13 @@ async fn probe(
         Err(e) => return Probe::Unanswered(e.to_string()),
     };
     let rtt = sent.elapsed();
+    #[derive(serde::Deserialize)]
+    struct ApiError {
+        #[serde(default)]
+        err_code: u64,
+        #[serde(default)]
+        description: String,
+    }
     #[derive(serde::Deserialize)]
     struct Answer {
         error: Option<ApiError>,
