@@ -1,12 +1,12 @@
 //! What a handler depends on goes down (a database, an API): two replicas of a queue consumer
 //! at the default settings (`max_deliver = 20`, `ack_wait = 5s` declared), 2,000 messages over
-//! 10 s, the handlers failing transiently for 30 s from the first second. The consumer stops
-//! taking messages and probes with one instead of redelivering the failures against the
-//! dependency: nothing is dead-lettered or lost, the failed attempts during the outage are
-//! bounded by the probes and what was in flight, health shows `backing off` (and stays ready),
-//! and every message is handled within seconds of the dependency's return. Beside it: a
-//! dependency that fails one message in ten never stops the consumer (poison or flakiness is not
-//! an outage), and a handler that says its dependency is down
+//! 10 s, the handlers failing transiently for 30 s (and for 5 minutes) from the first second.
+//! The consumer stops taking messages and probes with one instead of redelivering the failures
+//! against the dependency: nothing is dead-lettered or lost, the failed attempts during the
+//! outage are bounded by the probes and what was in flight, health shows `backing off` (and
+//! stays ready), and every message is handled within seconds of the dependency's return. Beside
+//! it: a dependency that fails one message in ten never stops the consumer (poison or flakiness
+//! is not an outage), and a handler that says its dependency is down
 //! (`HandlerError::unavailable`) stops it at once.
 
 mod fixture;
@@ -151,11 +151,24 @@ impl Replicas {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dependency_down_thirty_seconds_stops_the_consumers_and_loses_nothing() {
+    dependency_down("OUTAGE", Duration::from_secs(30)).await;
+}
+
+/// Five minutes: longer than the redelivery delays of 20 deliveries add up to (about 175 s on
+/// average), so without the breaker `max_deliver` would end messages that were never wrong.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dependency_down_five_minutes_stops_the_consumers_and_loses_nothing() {
+    dependency_down("OUTAGELONG", Duration::from_secs(300)).await;
+}
+
+/// Two replicas, 2,000 messages over 10 s, the dependency down for `length` from after the
+/// first hundred handled.
+async fn dependency_down(stream: &str, length: Duration) {
     let fx = Fixture::start().await;
     let dependency = Dependency::default();
-    let replicas = Replicas::start(&fx, "OUTAGE", &dependency).await;
+    let replicas = Replicas::start(&fx, stream, &dependency).await;
     let js = fx.jetstream().await;
-    publish_over_ten_seconds(js, "outage.orders".to_owned());
+    publish_over_ten_seconds(js, format!("{}.orders", stream.to_lowercase()));
     eventually(Duration::from_secs(10), "a first hundred handled", || {
         let n = dependency.handled_ids().len();
         async move { (n >= 100).then_some(()) }
@@ -174,8 +187,8 @@ async fn a_dependency_down_thirty_seconds_stops_the_consumers_and_loses_nothing(
     for run in &replicas.runs {
         assert!(run.health.ready(), "backing off is ready: {}", run.health);
     }
-    // The outage lasts 30 s: the scenario, not synchronisation.
-    tokio::time::sleep(Duration::from_secs(30).saturating_sub(outage.elapsed())).await;
+    // The outage's length is the scenario, not synchronisation.
+    tokio::time::sleep(length.saturating_sub(outage.elapsed())).await;
     let attempts = dependency.calls.load(Ordering::Relaxed) - calls_before;
     dependency.down.store(false, Ordering::Relaxed);
     let recovered = Instant::now();
@@ -191,17 +204,18 @@ async fn a_dependency_down_thirty_seconds_stops_the_consumers_and_loses_nothing(
     let dead_lettered = replicas.dead_lettered();
     let lost = MESSAGES - dependency.handled_ids().len() as u64;
     println!(
-        "outage 30 s: noticed after {noticed:?}; dead-lettered = {dead_lettered}, lost = {lost}, \
-         failed attempts during the outage = {attempts}, recovery to the last message handled \
-         = {tail:?}"
+        "outage {length:?}: noticed after {noticed:?}; dead-lettered = {dead_lettered}, lost = \
+         {lost}, failed attempts during the outage = {attempts}, recovery to the last message \
+         handled = {tail:?}"
     );
     assert_eq!((dead_lettered, lost), (0, 0));
     // What was in flight when it opened (each replica holds at most 2 x its concurrency of 64
-    // after the ten failures that open it), and the probes: 1 s, then doubling to 10 s, over
-    // 30 s: at most 6 a replica.
+    // after the ten failures that open it), and the probes: after 1, 2, 4 and 8 s, then every
+    // 10 s (the default `probe_max`), one a replica each time.
+    let probes = 4 + length.as_secs().saturating_sub(15) / 10 + 1;
     assert!(
-        attempts <= 2 * (10 + 2 * 64 + 6),
-        "failed attempts bounded by what was in flight and the probes: {attempts}"
+        attempts <= 2 * (10 + 2 * 64 + probes),
+        "failed attempts bounded by what was in flight and {probes} probes a replica: {attempts}"
     );
     assert!(
         tail <= Duration::from_secs(15),
