@@ -14,7 +14,8 @@
 //!
 //! Every step is idempotent and starts from what the server holds, so a new instance that
 //! died mid-way is finished by the next one: a paused old consumer is found paused, drained,
-//! and the same new consumer is created.
+//! and the same new consumer is created. Once the new consumer exists, the migration is done:
+//! a later new instance neither pauses nor drains the old one again.
 //!
 //! [`retire`]: Provisioner::retire
 
@@ -74,6 +75,14 @@ impl Provisioner {
         let Some(info) = self.read_consumer(stream, old).await? else {
             return Ok(());
         };
+        // The new consumer exists: another new instance (or this one before a crash) drained
+        // the old one and created it, and its instances consume already. Draining again would
+        // only wait, up to the old consumer's `ack_wait` for acks that were lost, and change
+        // nothing: the new consumer's position does not depend on the old one any more.
+        if self.read_consumer(stream, new).await?.is_some() {
+            tracing::debug!(stream, from = old, to = new, "migrated already");
+            return Ok(());
+        }
         self.pause(stream, old, &info).await?;
         let info = self.drained(stream, old).await?;
         if workqueue {
