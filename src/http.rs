@@ -335,6 +335,19 @@ pub fn readiness(health: &Health) -> Value {
         .into_iter()
         .map(|s| json!({ "stream": s.stream, "ensured": s.ensured }))
         .collect();
+    let stream_writes: Vec<Value> = health
+        .stream_writes()
+        .into_iter()
+        .map(|s| {
+            json!({
+                "stream": s.stream,
+                "takes_writes": s.writes.taken(),
+                "state": s.writes.to_string(),
+                "for_ms": s.lasting.as_millis() as u64,
+                "remedy": s.remedy(),
+            })
+        })
+        .collect();
     let denials: Vec<Value> = health
         .denials()
         .into_iter()
@@ -389,6 +402,7 @@ pub fn readiness(health: &Health) -> Value {
         "endpoints": endpoints,
         "subscriptions": subscriptions,
         "streams": streams,
+        "stream_writes": stream_writes,
         "denials": denials,
         "jetstream": {
             "server": jetstream.server,

@@ -105,8 +105,8 @@ pub use topology_runtime::{
     OlderDeclaration, OutagePolicy, PermissionDenial, Plan, Problem, ProvisionError,
     ProvisionErrorKind, ProvisionReport, Publish, Relay, RelayError, Request, RequestContext,
     RetryPolicy, RunError, Runtime, RuntimeBuilder, ServiceError, ServingState, State,
-    StreamStatus, SubscriptionStatus, Topology, ValidationError, export, inspect, model, plan,
-    report, retry,
+    StreamStatus, StreamWrites, SubscriptionStatus, Topology, ValidationError, Writes, export,
+    inspect, model, plan, report, retry,
 };
 
 #[cfg(feature = "cli")]

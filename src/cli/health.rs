@@ -56,7 +56,13 @@ pub(super) async fn read(runtime: &Runtime) -> Result<Report, String> {
                     .copied()
                     .filter(|s| !covered_by(s, &carried))
                     .collect();
-                if uncovered.is_empty() {
+                let writes = crate::Writes::of(&info);
+                if !writes.taken() {
+                    Err(format!(
+                        "exists, {} message(s), {} consumer(s); {writes}",
+                        info.state.messages, info.state.consumer_count
+                    ))
+                } else if uncovered.is_empty() {
                     Ok(format!(
                         "exists; {} message(s), {} consumer(s)",
                         info.state.messages, info.state.consumer_count

@@ -50,7 +50,7 @@ pub use handler::{
 };
 pub use health::{
     ConsumerState, ConsumerStatus, EndpointStatus, Health, JetStreamStatus, NotReady,
-    PermissionDenial, ServingState, StreamStatus, SubscriptionStatus,
+    PermissionDenial, ServingState, StreamStatus, StreamWrites, SubscriptionStatus, Writes,
 };
 pub use provision::{OlderDeclaration, ProvisionError, ProvisionErrorKind};
 pub use registry::Topology;

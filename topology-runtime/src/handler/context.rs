@@ -101,7 +101,17 @@ pub(crate) struct Scope {
     pub(crate) stream_missing: Arc<tokio::sync::Notify>,
     /// How a publish whose acknowledgement did not come is sent again.
     pub(crate) publish_retry: crate::retry::RetryPolicy,
+    /// Woken when a publish gets no acknowledgement: the runtime then reads at once whether
+    /// its streams take writes.
+    pub(crate) publish_unanswered: Arc<tokio::sync::Notify>,
+    /// Why the stream that captures a subject takes no writes, if the runtime last read so
+    /// (what a failed publish's error says).
+    pub(crate) refusing: Refusing,
 }
+
+/// Why the stream that captures a subject takes no writes (`None` while it does, or while
+/// nothing is known of it).
+pub(crate) type Refusing = Arc<dyn Fn(&str) -> Option<String> + Send + Sync>;
 
 impl Context {
     /// The subject the message was published to.

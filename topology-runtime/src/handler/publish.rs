@@ -127,10 +127,15 @@ impl Context {
         let transient = |e: &jetstream::context::PublishError| match e.kind() {
             PublishErrorKind::StreamNotFound => {
                 self.scope.stream_missing.notify_waiters();
+                self.scope.publish_unanswered.notify_one();
                 true
             }
             PublishErrorKind::BrokenPipe => true,
-            PublishErrorKind::TimedOut => deduplicated,
+            PublishErrorKind::TimedOut => {
+                // The stream may take no writes (no leader, no quorum): read whether it does.
+                self.scope.publish_unanswered.notify_one();
+                deduplicated
+            }
             _ => false,
         };
         match self
@@ -141,16 +146,22 @@ impl Context {
             .await
         {
             Ok((ack, _)) => Ok(ack),
-            Err(failed) => Err(HandlerError::new(format!(
-                "publishing to `{subject}` failed after {} attempts: {}{}",
-                failed.attempts,
-                failed.error,
-                if failed.error.kind() == PublishErrorKind::StreamNotFound {
-                    " (no stream answers for this subject: check that a stream captures it)"
-                } else {
-                    ""
-                }
-            ))),
+            Err(failed) => {
+                // A stream without a leader answers nothing: "no stream found" then means
+                // the stream the runtime read without one.
+                let why = match (self.scope.refusing)(&subject) {
+                    Some(refusing) => format!("; {refusing}"),
+                    None if failed.error.kind() == PublishErrorKind::StreamNotFound => {
+                        " (no stream answers for this subject: check that a stream captures it)"
+                            .to_owned()
+                    }
+                    None => String::new(),
+                };
+                Err(HandlerError::new(format!(
+                    "publishing to `{subject}` failed after {} attempts: {}{why}",
+                    failed.attempts, failed.error,
+                )))
+            }
         }
     }
 }

@@ -7,7 +7,9 @@
 //! - `older`: declarations older than the version stamped on the server (provisioning
 //!   records them);
 //! - `serving`: each endpoint's and core subscription's state ([`ServingState`]) and
-//!   counters.
+//!   counters;
+//! - `writes`: whether each declared stream takes writes ([`Writes`]), as the stream watch
+//!   last read it.
 
 mod consumer;
 mod denials;
@@ -15,6 +17,7 @@ mod jetstream;
 mod older;
 mod serving;
 mod slot;
+mod writes;
 
 use std::fmt;
 use std::sync::Arc;
@@ -32,6 +35,8 @@ pub(crate) use older::OlderDeclarations;
 pub use serving::{EndpointStatus, ServingState, SubscriptionStatus};
 pub(crate) use serving::{ServeSlot, Served};
 pub(crate) use slot::Slot;
+pub(crate) use writes::WritesRecord;
+pub use writes::{StreamWrites, Writes};
 
 /// What every [`Slot`] and [`Health`] handle of one runtime share.
 pub(crate) struct Shared {
@@ -49,6 +54,8 @@ pub(crate) struct Shared {
     pub(crate) reach: jetstream::Reach,
     /// Permission violations the server reported, with who needs the subject.
     pub(crate) denials: Denials,
+    /// Whether each declared stream takes writes, as the stream watch last read it.
+    pub(crate) writes: WritesRecord,
     /// Whether the runtime verifies instead of provisioning.
     bind_only: bool,
     /// When the runtime was built.
@@ -68,6 +75,7 @@ impl Shared {
             older: Default::default(),
             reach: Default::default(),
             denials: Default::default(),
+            writes: Default::default(),
             bind_only: false,
             built: tokio::time::Instant::now(),
         }
@@ -76,6 +84,12 @@ impl Shared {
     /// Shows in health that the runtime verifies instead of provisioning.
     pub(crate) fn bind_only(mut self, bind_only: bool) -> Self {
         self.bind_only = bind_only;
+        self
+    }
+
+    /// Watches whether the streams `writes` names take writes.
+    pub(crate) fn with_writes(mut self, writes: WritesRecord) -> Self {
+        self.writes = writes;
         self
     }
 
@@ -277,6 +291,27 @@ impl Health {
         self.shared.bind_only
     }
 
+    /// Whether each declared stream takes writes, as the runtime last read it (its info,
+    /// every two heartbeats, and at once when a handler's publish gets no acknowledgement).
+    /// A stream without a leader, or whose leader reaches too few of its replicas, takes no
+    /// writes: a handler's publish there waits, and fails after the publish retry with an
+    /// error that names the stream and this state. It does not make the runtime not
+    /// [`ready`](Health::ready): the replica is healthy, the stream is not, and another
+    /// replica would see the same.
+    ///
+    /// ```no_run
+    /// # fn f(health: nats_topology::Health) {
+    /// for stream in health.stream_writes() {
+    ///     if !stream.writes.taken() {
+    ///         eprintln!("{stream}"); // what it says, for how long, and what an operator does
+    ///     }
+    /// }
+    /// # }
+    /// ```
+    pub fn stream_writes(&self) -> Vec<StreamWrites> {
+        self.shared.writes.all()
+    }
+
     /// The streams no consumer reads, and whether each is there.
     pub fn streams(&self) -> Vec<StreamStatus> {
         self.shared
@@ -324,6 +359,11 @@ impl fmt::Display for Health {
                 status.stream
             )?;
         }
+        for stream in self.stream_writes() {
+            if !stream.writes.taken() {
+                writeln!(f, "  {stream}")?;
+            }
+        }
         for older in self.older_declarations() {
             writeln!(f, "  {older}")?;
         }
@@ -346,6 +386,7 @@ impl fmt::Debug for Health {
             .field("endpoints", &self.endpoints())
             .field("subscriptions", &self.subscriptions())
             .field("streams", &self.streams())
+            .field("stream_writes", &self.stream_writes())
             .field("jetstream", &self.jetstream())
             .field("denials", &self.denials())
             .finish()

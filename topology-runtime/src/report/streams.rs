@@ -1,25 +1,31 @@
 //! What [`inspect`](super::inspect) shows of each declared stream: whether it exists, what it
-//! holds, and where it lives (its cluster, the leader, each replica and whether it is current).
+//! holds, where it lives (its cluster, the leader, each replica and whether it is current),
+//! and whether it takes writes.
 
 use std::fmt;
 
+use std::time::Duration;
+
+use crate::health::Writes;
 use crate::provision::{ProvisionError, Provisioner};
 use crate::registry::Topology;
 
 /// One declared stream on the server.
 ///
 /// ```
+/// use std::time::Duration;
 /// use nats_topology::report::{Replica, ServerStream, StreamReport};
 ///
-/// let report = StreamReport {
+/// let seen = Duration::from_millis(800);
+/// let mut report = StreamReport {
 ///     stream: "ORDERS".into(),
 ///     server: Some(ServerStream {
 ///         messages: 20,
 ///         cluster: Some("eu".into()),
 ///         leader: Some("n2".into()),
 ///         replicas: vec![
-///             Replica { server: "n1".into(), current: true, offline: false },
-///             Replica { server: "n3".into(), current: false, offline: false },
+///             Replica { server: "n1".into(), current: true, offline: false, seen },
+///             Replica { server: "n3".into(), current: false, offline: false, seen },
 ///         ],
 ///     }),
 /// };
@@ -27,6 +33,13 @@ use crate::registry::Topology;
 ///     report.to_string(),
 ///     "stream `ORDERS`: 20 messages; cluster `eu`, leader `n2`, replicas `n1` (current), `n3` (behind)"
 /// );
+/// // Its leader cut off from both others: it takes no writes.
+/// for replica in &mut report.server.as_mut().unwrap().replicas {
+///     (replica.current, replica.seen) = (false, Duration::from_secs(14));
+/// }
+/// assert!(report.to_string().ends_with(
+///     "; NO QUORUM: its leader `n2` reaches 1 of 3 replicas (itself included); writes wait"
+/// ));
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StreamReport {
@@ -58,6 +71,22 @@ pub struct Replica {
     pub current: bool,
     /// Considered offline by the group.
     pub offline: bool,
+    /// How long ago its leader last heard from it.
+    pub seen: Duration,
+}
+
+impl ServerStream {
+    /// Whether it takes writes: a leader that reaches a quorum of its replicas (a stream
+    /// outside a cluster always does).
+    pub fn writes(&self) -> Writes {
+        if self.cluster.is_none() && self.replicas.is_empty() {
+            return Writes::Taken;
+        }
+        Writes::from_cluster(
+            self.leader.as_deref(),
+            self.replicas.iter().map(|r| (r.current, r.offline, r.seen)),
+        )
+    }
 }
 
 impl fmt::Display for StreamReport {
@@ -86,6 +115,11 @@ impl fmt::Display for StreamReport {
             let lead = if i == 0 { ", replicas " } else { ", " };
             write!(f, "{lead}`{}` ({state})", replica.server)?;
         }
+        // No leader is said above; a leader without a quorum only here.
+        let writes = s.writes();
+        if matches!(writes, Writes::NoQuorum { .. }) {
+            write!(f, "; {writes}")?;
+        }
         Ok(())
     }
 }
@@ -113,6 +147,7 @@ pub(super) async fn inspect_streams(
                         server: peer.name,
                         current: peer.current,
                         offline: peer.offline,
+                        seen: peer.active,
                     })
                     .collect(),
             }

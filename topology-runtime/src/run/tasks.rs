@@ -13,7 +13,7 @@ use tokio_util::sync::CancellationToken;
 use super::Inner;
 use super::consume::supervise;
 use super::serve::{serve_service, serve_subscription};
-use super::watchers::{supervise_stream, watch_denials, watch_reach};
+use super::watchers::{supervise_stream, watch_denials, watch_reach, watch_writes};
 use crate::handler::panic_message;
 use crate::health::{ConsumerState, ServingState};
 use crate::provision::ProvisionError;
@@ -34,6 +34,8 @@ enum Kind {
     Reach,
     /// The denial watch (permission violations the server reports).
     Denials,
+    /// The stream watch (whether each declared stream takes writes).
+    Writes,
 }
 
 /// The tasks of one run.
@@ -77,6 +79,7 @@ impl Tasks {
         }
         tasks.spawn(Kind::Reach, None);
         tasks.spawn(Kind::Denials, None);
+        tasks.spawn(Kind::Writes, None);
         tasks
     }
 
@@ -109,6 +112,7 @@ impl Tasks {
                 Kind::Subscription(index) => serve_subscription(inner, index, cancel).await,
                 Kind::Reach => watch_reach(inner, cancel).await,
                 Kind::Denials => watch_denials(inner, cancel).await,
+                Kind::Writes => watch_writes(inner, cancel).await,
             }
         };
         let handle = self.set.spawn(task);
@@ -201,6 +205,9 @@ impl Tasks {
             Kind::Reach => tracing::error!("the reach watch: {why}; restarting it in {delay:?}"),
             Kind::Denials => {
                 tracing::error!("the denial watch: {why}; restarting it in {delay:?}")
+            }
+            Kind::Writes => {
+                tracing::error!("the stream watch: {why}; restarting it in {delay:?}")
             }
         }
         self.spawn(kind, Some(delay));

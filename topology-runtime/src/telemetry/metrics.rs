@@ -64,6 +64,12 @@ pub mod names {
     /// Counter: core subscription messages whose handler failed (an error, a panic, a payload
     /// that did not decode); label `subject`.
     pub const SUBSCRIPTION_FAILED: &str = "nats_topology_subscription_messages_failed_total";
+    /// Gauge: 1 while a declared stream takes writes (a leader that reaches a quorum of its
+    /// replicas), 0 while it does not (no leader, no quorum, no answer to its info); label
+    /// `stream`. Set at every read (every two heartbeats).
+    pub const STREAM_WRITABLE: &str = "nats_topology_stream_writable";
+    /// Counter: times a declared stream was found taking no writes; label `stream`.
+    pub const STREAM_UNWRITABLE: &str = "nats_topology_stream_unwritable_total";
 }
 
 /// Describes every metric (help text and unit) to the installed recorder.
@@ -158,6 +164,29 @@ pub fn describe() {
         Unit::Count,
         "Core subscription messages whose handler failed."
     );
+    metrics::describe_gauge!(
+        STREAM_WRITABLE,
+        Unit::Count,
+        "1 while the stream takes writes (a leader with a quorum), 0 while it does not."
+    );
+    metrics::describe_counter!(
+        STREAM_UNWRITABLE,
+        Unit::Count,
+        "Times the stream was found taking no writes."
+    );
+}
+
+/// Records whether `stream` takes writes, as a read of it said; `changed`: it said
+/// otherwise before (a stream found taking no writes is counted).
+pub(crate) fn stream_writes(stream: &str, taken: bool, changed: bool) {
+    metrics::gauge!(names::STREAM_WRITABLE, "stream" => stream.to_owned()).set(if taken {
+        1.0
+    } else {
+        0.0
+    });
+    if changed && !taken {
+        metrics::counter!(names::STREAM_UNWRITABLE, "stream" => stream.to_owned()).increment(1);
+    }
 }
 
 /// Counts one permission violation of the declaration labelled `stream` and `consumer`.

@@ -17,7 +17,7 @@ mod serving;
 mod trace;
 
 pub(crate) use metrics::{
-    ConsumerMetrics, LagGauges, Running, consumer_label, permission_violation,
+    ConsumerMetrics, LagGauges, Running, consumer_label, permission_violation, stream_writes,
 };
 pub use metrics::{describe, names};
 pub(crate) use serving::{EndpointMetrics, SubscriptionMetrics};

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use super::relay::relay_name;
 use super::{Inner, Runtime};
-use crate::health::{Health, ServeSlot, Served, Shared, Slot};
+use crate::health::{Health, ServeSlot, Served, Shared, Slot, WritesRecord};
 use crate::jsapi::JetStreamApi;
 use crate::provision::Provisioner;
 use crate::registry::Topology;
@@ -286,8 +286,18 @@ impl RuntimeBuilder {
                 .bind_only(self.bind_only);
         let ensurer = Ensurer::new(topology, provisioner);
         let unread = ensurer.unread_streams();
+        let watched = ensurer
+            .topology()
+            .streams()
+            .iter()
+            .map(|s| {
+                let subjects = s.subjects.iter().map(|&subject| subject.to_owned());
+                (s.name.to_owned(), subjects.collect())
+            })
+            .collect();
         let shared = Arc::new(
             Shared::new(unread.iter().map(|s| s.name.to_owned()))
+                .with_writes(WritesRecord::new(watched))
                 .with_older(ensurer.provisioner().older_declarations().clone())
                 .bind_only(self.bind_only),
         );

@@ -301,18 +301,22 @@ async fn terminate(
     {
         let subject = target.subject;
         let (attempts, e) = (failed.attempts, failed.error);
+        // The dead-letter stream may take no writes (no leader, no quorum): say so.
+        session.scope.publish_unanswered.notify_one();
+        let target_stream = (session.scope.refusing)(subject).unwrap_or_default();
         if last {
             tracing::error!(
                 dead_letter = subject,
                 stream = %session.scope.stream,
                 consumer = %session.scope.consumer,
                 error = %e,
+                target_stream,
                 "could not publish a dead letter after {attempts} attempts; this was the last \
                  delivery, so the message stays unacknowledged in the stream (the server emits a \
                  MAX_DELIVERIES advisory): check that a stream captures the dead-letter subject"
             );
         } else {
-            tracing::error!(dead_letter = subject, error = %e, "could not publish a dead letter; the message is redelivered instead");
+            tracing::error!(dead_letter = subject, error = %e, target_stream, "could not publish a dead letter; the message is redelivered instead");
             session.acks.nak(message, Some(target.retry.cap)).await;
         }
         return Outcome::DeadLetterUnpublished { last };

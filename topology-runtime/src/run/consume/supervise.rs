@@ -388,6 +388,11 @@ async fn consume(
             stream_epoch: crate::handler::stream_epoch(&instance.created),
             stream_missing: inner.health.shared.stream_missing.clone(),
             publish_retry: settings.publish_retry,
+            publish_unanswered: inner.health.shared.writes.wake.clone(),
+            refusing: {
+                let shared = inner.health.shared.clone();
+                Arc::new(move |subject| shared.writes.refusing(subject).map(|s| s.to_string()))
+            },
         }),
         max_deliver,
         // The declared backoff (never sent to the server: there it would replace ack_wait).
