@@ -1,7 +1,7 @@
 //! A stream that takes no writes is visible: a handler consumes from a stream of one replica
 //! on the node the runtime is connected to and publishes its output to a stream of three
-//! replicas; a partition that cuts every node off from the others leaves the output stream
-//! without a leader. The runtime's health says so (naming the stream, the state and what an
+//! replicas; a partition that cuts every node off from the others (or, beside it, the two
+//! other nodes killed) leaves the output stream without a quorum. The runtime's health says so (naming the stream, the state and what an
 //! operator does) within the watch's bound while staying ready (the replica is healthy, the
 //! stream is not), the handler's publish fails with an error that names the stream and its
 //! state, and after the heal the stream takes writes again and the message is handled. Beside
@@ -12,6 +12,7 @@ mod fixture;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use async_nats::jetstream;
 use fixture::{Fixture, Running};
 use nats_topology::model::{QueueDecl, StreamDecl};
 use nats_topology::{HandlerError, Health, RetryPolicy, Runtime, Topology, Writes};
@@ -57,15 +58,33 @@ fn relay_topology(
         })
 }
 
+/// How the output stream loses its quorum.
+#[derive(Debug, Clone, Copy)]
+enum Fault {
+    /// Every node cut off from the others (the network).
+    Partition,
+    /// The two other nodes killed (their processes), then started again.
+    Kill,
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_stream_without_a_leader_is_seen_and_named_by_a_failed_publish() {
-    let fx = Fixture::linked_cluster().await;
-    let cluster = &fx.server;
+async fn a_stream_cut_off_from_its_quorum_is_seen_and_named_by_a_failed_publish() {
+    no_writes(Fault::Partition).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_whose_other_nodes_are_killed_is_seen_and_named_by_a_failed_publish() {
+    no_writes(Fault::Kill).await;
+}
+
+async fn no_writes(fault: Fault) {
+    let mut fx = Fixture::linked_cluster().await;
+    let cluster = &mut fx.server;
     // The input: one replica, so it stays with its node through the partition.
     let input = fixture::stream("SW_IN", &["in.>"]).replicas(1);
     let output = fixture::stream("SW_OUT", &["out.>"]).replicas(3);
-    let js = fx.jetstream().await;
-    nats_topology::Runtime::builder(fx.connect().await)
+    let js = jetstream::new(connect(cluster).await);
+    nats_topology::Runtime::builder(connect(cluster).await)
         .topology(Topology::new().stream(input))
         .build()
         .expect("valid")
@@ -116,9 +135,18 @@ async fn a_stream_without_a_leader_is_seen_and_named_by_a_failed_publish() {
     })
     .await;
 
-    // Every node cut off from the others: no replicated group has a quorum.
-    for i in 0..cluster.len() {
-        cluster.isolate(i);
+    match fault {
+        // Every node cut off from the others: no replicated group has a quorum.
+        Fault::Partition => {
+            for i in 0..cluster.len() {
+                cluster.isolate(i);
+            }
+        }
+        Fault::Kill => {
+            for i in (0..cluster.len()).filter(|&i| i != node) {
+                cluster.kill(i);
+            }
+        }
     }
     let cut = Instant::now();
     let state = eventually(
@@ -131,7 +159,7 @@ async fn a_stream_without_a_leader_is_seen_and_named_by_a_failed_publish() {
     )
     .await;
     let seen_after = cut.elapsed();
-    println!("partition: SW_OUT seen as `{state}` after {seen_after:?}");
+    println!("{fault:?}: SW_OUT seen as `{state}` after {seen_after:?}");
     let shown = running.health.to_string();
     assert!(
         shown.contains("stream SW_OUT: NO"),
@@ -157,8 +185,15 @@ async fn a_stream_without_a_leader_is_seen_and_named_by_a_failed_publish() {
         "the error names the stream and its state: {error}"
     );
 
-    cluster.heal();
     let healed = Instant::now();
+    match fault {
+        Fault::Partition => cluster.heal(),
+        Fault::Kill => {
+            for i in (0..cluster.len()).filter(|&i| i != node) {
+                cluster.restart(i).await.expect("the node starts again");
+            }
+        }
+    }
     eventually(SEEN_WITHIN, "the output stream takes writes again", || {
         let writes = writes_of(&running.health, "SW_OUT");
         async move { (writes == Some(Writes::Taken)).then_some(()) }
@@ -175,7 +210,8 @@ async fn a_stream_without_a_leader_is_seen_and_named_by_a_failed_publish() {
     )
     .await;
     println!(
-        "heal: SW_OUT seen taking writes again after {back_after:?}; job 2 copied after {:?}",
+        "{fault:?} ended: SW_OUT seen taking writes again after {back_after:?}; job 2 copied \
+         after {:?}",
         healed.elapsed()
     );
     running.stop().await.expect("a clean drain");
@@ -206,4 +242,11 @@ async fn every_stream_of_a_single_server_takes_writes() {
         running.health
     );
     running.stop().await.expect("a clean drain");
+}
+
+/// A client of the cluster's own (not through the fixture, which the test holds mutably).
+async fn connect(cluster: &nats_topology_testkit::NatsCluster) -> async_nats::Client {
+    async_nats::connect(cluster.server_addrs())
+        .await
+        .expect("connect")
 }

@@ -84,17 +84,19 @@ impl Writes {
     }
 
     /// What a stream's cluster info says: its leader (`None` while it has none) and, for each
-    /// other replica, whether it is current, offline, and how long ago its leader heard from
-    /// it. A stream outside a cluster (no cluster info) takes writes.
+    /// replica it lists (every other one; all of them while there is no leader), whether it
+    /// is current, offline, and how long ago its leader heard from it.
     pub(crate) fn from_cluster(
         leader: Option<&str>,
         followers: impl IntoIterator<Item = (bool, bool, Duration)>,
     ) -> Writes {
         let followers: Vec<_> = followers.into_iter().collect();
-        let replicas = followers.len() + 1;
         let Some(leader) = leader else {
-            return Writes::NoLeader { replicas };
+            return Writes::NoLeader {
+                replicas: followers.len().max(1),
+            };
         };
+        let replicas = followers.len() + 1;
         let reachable = 1 + followers
             .iter()
             .filter(|(current, offline, seen)| !offline && (*current || *seen < SILENT_REPLICA))
@@ -316,7 +318,13 @@ mod tests {
 
     #[test]
     fn no_leader_is_said_so() {
-        let writes = Writes::from_cluster(None, [(true, false, SEEN), (false, false, SEEN)]);
+        // Without a leader, every replica is listed.
+        let replicas = [
+            (true, false, SEEN),
+            (false, false, SEEN),
+            (false, false, SEEN),
+        ];
+        let writes = Writes::from_cluster(None, replicas);
         assert_eq!(writes, Writes::NoLeader { replicas: 3 });
     }
 
