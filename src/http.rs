@@ -273,7 +273,8 @@ fn serving_state(state: &ServingState, value: &mut Value) {
 /// A consumer's `state` is one of `starting`, `provisioning`, `running`, `standby` (a
 /// pinned-client queue consumer another replica is pinned for: ready), `replaying` (an
 /// ordered replay catching up, with `behind`: the messages it has left; not ready), `stalled`,
-/// `retrying`, `draining`, `stopped`; an endpoint's or subscription's one of `starting`,
+/// `backing_off`, `crowded` (its pull requests refused: the consumer's wait list, `max_waiting`,
+/// is full), `denied`, `retrying`, `draining`, `stopped`; an endpoint's or subscription's one of `starting`,
 /// `subscribing`, `running`, `stalled`, `disconnected`, `retrying`, `draining`, `stopped`; `error` (and `attempt` when retrying, `silent_for_ms` when stalled: how long
 /// nothing has come from the server) say why a consumer is not running; `denied` (on a
 /// consumer) and `denials` name a permission the server refused that a declaration needs.
@@ -290,6 +291,7 @@ pub fn readiness(health: &Health) -> Value {
                 ConsumerState::Replaying { .. } => ("replaying", None, None),
                 ConsumerState::Stalled { cause, .. } => ("stalled", Some(cause.clone()), None),
                 ConsumerState::BackingOff { cause } => ("backing_off", Some(cause.clone()), None),
+                ConsumerState::Crowded { cause } => ("crowded", Some(cause.clone()), None),
                 ConsumerState::Denied { permission, cause } => {
                     ("denied", Some(format!("grant {permission}: {cause}")), None)
                 }

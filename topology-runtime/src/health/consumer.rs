@@ -53,6 +53,17 @@ pub enum ConsumerState {
         /// How many handlers failed, since when, the next probe, and the last error.
         cause: String,
     },
+    /// The consumer's wait list is full: as many pull requests as its `max_waiting` (512 by
+    /// the server's default) wait there already, other replicas' requests, so the server
+    /// refuses this replica's ("Exceeded MaxWaiting") and delivers it nothing. Not ready: it
+    /// asks again at a growing interval (at most every 5 s), and runs once a request of its
+    /// own is admitted. A fleet larger than the wait list leaves some replicas here: declare
+    /// a larger `max_waiting` (through `migrate_from` on an existing consumer; the server
+    /// cannot change it in place).
+    Crowded {
+        /// What the server said, and what to do.
+        cause: String,
+    },
     /// The server refuses what this consumer needs to take messages (its acks, its pull
     /// requests, or the requests that create or read it): it takes no message it could not
     /// settle, and is not ready, until the grant works again (checked every heartbeat; a
@@ -104,6 +115,7 @@ impl fmt::Display for ConsumerState {
                 )
             }
             ConsumerState::BackingOff { cause } => write!(f, "backing off: {cause}"),
+            ConsumerState::Crowded { cause } => write!(f, "crowded out: {cause}"),
             ConsumerState::Denied { permission, cause } => {
                 write!(f, "denied (grant {permission}): {cause}")
             }

@@ -51,6 +51,9 @@ pub(crate) struct Slot {
     /// Why its handlers' dependency seems down, while its breaker is open
     /// ([`Slot::backing_off`]): while set, its state is `backing off` rather than `running`.
     backing_off: Mutex<Option<String>>,
+    /// Why the server refuses its pull requests (the consumer's wait list is full), while it
+    /// does ([`Slot::crowded`]): while set, its state is `crowded out` rather than up.
+    crowded: Mutex<Option<String>>,
 }
 
 impl Slot {
@@ -85,6 +88,7 @@ impl Slot {
             behind: AtomicU64::new(0),
             denied: Mutex::new(None),
             backing_off: Mutex::new(None),
+            crowded: Mutex::new(None),
         }
     }
 
@@ -98,6 +102,43 @@ impl Slot {
         ) {
             self.up();
         }
+    }
+
+    /// The server refuses the session's pull requests because the consumer's wait list is
+    /// full (`Some(cause)`), or admitted one again (`None`): a live consumer shows `crowded
+    /// out` meanwhile.
+    pub(crate) fn crowded(&self, cause: Option<String>) {
+        let mut crowded = self.crowded.lock().unwrap_or_else(|e| e.into_inner());
+        if crowded.is_none() && cause.is_none() {
+            return;
+        }
+        *crowded = cause;
+        drop(crowded);
+        if matches!(
+            self.state(),
+            ConsumerState::Running
+                | ConsumerState::Standby
+                | ConsumerState::Replaying { .. }
+                | ConsumerState::BackingOff { .. }
+                | ConsumerState::Crowded { .. }
+                | ConsumerState::Provisioning
+                | ConsumerState::Stalled { .. }
+        ) {
+            self.up();
+        }
+    }
+
+    /// Whether the server refuses the session's pull requests for a full wait list.
+    pub(crate) fn is_crowded(&self) -> bool {
+        self.crowded
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_some()
+    }
+
+    /// A new session starts: what the last one was refused says nothing of it yet.
+    pub(crate) fn forget_crowded(&self) {
+        *self.crowded.lock().unwrap_or_else(|e| e.into_inner()) = None;
     }
 
     /// The server refused `permission` (an entry of the generated permissions: `publish
@@ -178,6 +219,14 @@ impl Slot {
                         settle, and asks every heartbeat whether the grant works"
                     .to_owned(),
             });
+        }
+        let crowded = self
+            .crowded
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        if let Some(cause) = crowded {
+            return self.transition(ConsumerState::Crowded { cause });
         }
         let backing_off = self
             .backing_off
@@ -294,6 +343,9 @@ impl Slot {
             }
             ConsumerState::Denied { permission, cause } => {
                 tracing::error!(stream = %self.stream, consumer, permission, cause, "consumer denied: grant the permission")
+            }
+            ConsumerState::Crowded { cause } => {
+                tracing::warn!(stream = %self.stream, consumer, cause, "consumer crowded out: the server refuses its pull requests")
             }
             other => {
                 tracing::info!(stream = %self.stream, consumer, state = %other, "consumer state")

@@ -24,8 +24,9 @@ pub(super) enum Inbox {
     /// The consumer's new leader ended a request the old one held (409 Leadership Change,
     /// nats-server 2.7.1 and later): that request is gone; nothing else is wrong.
     LeaderChanged,
-    /// The newest request was refused (the consumer's `max_waiting` is reached).
-    NewestRefused,
+    /// The newest request was refused (the consumer's `max_waiting` is reached), with what
+    /// the server said.
+    NewestRefused(String),
     /// No responder: no consumer leader takes pull requests now.
     NoResponders,
     /// 423: a request named a pin (priority group) that is no longer current; that request
@@ -74,7 +75,7 @@ impl Inbox {
         if ended_one || status == StatusCode::TIMEOUT || status == StatusCode::NOT_FOUND {
             Inbox::OldestEnded
         } else if description.starts_with("Exceeded MaxWaiting") {
-            Inbox::NewestRefused
+            Inbox::NewestRefused(format!("{status} {description}"))
         } else {
             Inbox::Lost(Loss::UnexpectedAnswer(format!("{status} {description}")))
         }

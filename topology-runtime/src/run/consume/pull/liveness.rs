@@ -24,16 +24,17 @@ pub(super) enum Event {
     /// The consumer has a new leader: the open requests are gone with the old one.
     LeaderElected,
     /// The consumer answered a probe: it exists, and its leader answers through this
-    /// connection.
-    Answered,
+    /// connection; `full` says so when its wait list is full (as many requests wait as its
+    /// `max_waiting`: the server drops more without a word).
+    Answered { full: Option<String> },
     /// The consumer or its stream is gone: the session ends.
     Gone(Loss),
 }
 
 /// A probe's outcome.
 enum Probe {
-    /// Answered, after this round trip.
-    Answers(Duration),
+    /// Answered, after this round trip; whether its wait list is full, and how.
+    Answers(Duration, Option<String>),
     Gone(String),
     Unanswered(String),
 }
@@ -175,9 +176,9 @@ impl Liveness {
                     self.probe = None;
                     self.next_probe = Instant::now() + self.heartbeat;
                     match outcome {
-                        Probe::Answers(rtt) => {
+                        Probe::Answers(rtt, full) => {
                             self.rtt = rtt;
-                            return Event::Answered;
+                            return Event::Answered { full };
                         }
                         Probe::Gone(why) => return Event::Gone(Loss::Gone(why)),
                         Probe::Unanswered(why) if self.stalled => self.report(
@@ -220,10 +221,31 @@ impl Liveness {
     }
 
     fn report(&self, heard: Instant, cause: String) {
+        // Silent because its requests are refused: `crowded out` says why.
+        if self.slot.is_crowded() {
+            return;
+        }
         self.slot.transition(ConsumerState::Stalled {
             silent_for: heard.elapsed(),
             cause,
         });
+    }
+}
+
+impl Liveness {
+    /// Whether the consumer's wait list is full (how, if so), as its info says now.
+    pub(super) fn wait_list_full(&self) -> impl Future<Output = Option<String>> + Send + 'static {
+        let asked = probe(
+            self.client.clone(),
+            self.info_subject.clone(),
+            self.heartbeat + self.rtt,
+        );
+        async move {
+            match asked.await {
+                Probe::Answers(_, full) => full,
+                Probe::Gone(_) | Probe::Unanswered(_) => None,
+            }
+        }
     }
 }
 
@@ -277,11 +299,28 @@ async fn probe(
         description: String,
     }
     #[derive(serde::Deserialize)]
+    struct Config {
+        #[serde(default)]
+        max_waiting: i64,
+    }
+    #[derive(serde::Deserialize)]
     struct Answer {
         error: Option<ApiError>,
+        #[serde(default)]
+        num_waiting: i64,
+        config: Option<Config>,
     }
     match serde_json::from_slice::<Answer>(&reply.payload) {
-        Ok(Answer { error: None }) => Probe::Answers(rtt),
+        Ok(Answer {
+            error: None,
+            num_waiting,
+            config,
+        }) => {
+            let max_waiting = config.map_or(0, |c| c.max_waiting);
+            let full = (max_waiting > 0 && num_waiting >= max_waiting)
+                .then(|| format!("{num_waiting} requests wait, its max_waiting of {max_waiting}"));
+            Probe::Answers(rtt, full)
+        }
         // Consumer not found, stream not found.
         Ok(Answer {
             error:
@@ -291,8 +330,9 @@ async fn probe(
                         ..
                     },
                 ),
+            ..
         }) => Probe::Gone(e.description),
-        Ok(Answer { error: Some(e) }) => {
+        Ok(Answer { error: Some(e), .. }) => {
             Probe::Unanswered(format!("{} (error {})", e.description, e.err_code))
         }
         Err(e) => Probe::Unanswered(format!("an answer that is not a consumer's info: {e}")),

@@ -55,6 +55,9 @@ pub(super) struct Puller {
     /// Requests refused for want of a responder (a consumer leader being elected): since
     /// when, and when to ask again.
     refused: Option<Refused>,
+    /// Requests refused because the consumer's wait list is full (`max_waiting`): since
+    /// when, and when to ask again.
+    crowded: Option<Refused>,
     /// The connection the open requests were sent on (server id, client id), checked at
     /// every tick of `reconnect_check`: a restarted server lost the open requests, so the
     /// feed asks again at once instead of waiting for missed heartbeats.
@@ -108,6 +111,10 @@ const OVERDUE_MARGIN_FLOOR: Duration = Duration::from_secs(1);
 /// The first and the longest pause before a refused request is sent again.
 const REFUSED_PAUSE: (Duration, Duration) = (Duration::from_millis(5), Duration::from_millis(250));
 
+/// The first and the longest pause before a request refused for a full wait list is sent
+/// again: a slot frees when another replica's request ends (it is served, or expires).
+const CROWDED_PAUSE: (Duration, Duration) = (Duration::from_millis(100), Duration::from_secs(5));
+
 /// The idle heartbeat of a session's first pull request: the longest the consumer takes to
 /// answer it when it has nothing to deliver.
 const FIRST_HEARTBEAT: Duration = Duration::from_millis(50);
@@ -144,6 +151,7 @@ impl Puller {
             .max(Duration::from_millis(10));
         let names = (api_prefix, info.stream_name.as_str(), info.name.as_str());
         let slot = watch.slot.clone();
+        slot.forget_crowded();
         let received = watch
             .only_reader
             .then_some(info.delivered.consumer_sequence);
@@ -165,6 +173,7 @@ impl Puller {
             requests: Requests::new(expires, heartbeat * 2),
             heard: Instant::now(),
             refused: None,
+            crowded: None,
             connection: connection_of(client),
             reconnect_check: {
                 let mut every = tokio::time::interval(settings.reconnect_check);
@@ -208,9 +217,13 @@ impl Puller {
                 Ok(Some(message)) => message,
                 Ok(None) => return Err(Loss::SubscriptionEnded("pull")),
                 // Unanswered, not refused: the request or its answer is slow or lost, which
-                // the heartbeats of the requests that follow watch like any other silence.
+                // the heartbeats of the requests that follow watch like any other silence; or
+                // the consumer's wait list is full, and the server dropped it without a word.
                 Err(_) => {
                     self.requests.forget(|_| true);
+                    if let Some(full) = self.liveness.wait_list_full().await {
+                        self.crowd(&full);
+                    }
                     return Ok(());
                 }
             };
@@ -240,10 +253,9 @@ impl Puller {
         if self.slot.denied().is_some() {
             return Ok(());
         }
-        if self
-            .refused
-            .as_ref()
-            .is_some_and(|r| Instant::now() < r.again_at)
+        if [&self.refused, &self.crowded]
+            .iter()
+            .any(|r| r.as_ref().is_some_and(|r| Instant::now() < r.again_at))
         {
             return Ok(());
         }
@@ -306,11 +318,11 @@ impl Puller {
             let margin = (self.heartbeat * 2).max(OVERDUE_MARGIN_FLOOR);
             let overdue = self.requests.oldest_expiry().map(|at| at + margin);
             // A refused request is asked again at the top of the loop once its pause is over.
-            let refused_until = self
-                .refused
-                .as_ref()
-                .map(|r| r.again_at)
-                .filter(|at| *at > Instant::now());
+            let refused_until = [&self.refused, &self.crowded]
+                .iter()
+                .filter_map(|r| r.as_ref().map(|r| r.again_at))
+                .filter(|at| *at > Instant::now())
+                .max();
             let open = !self.requests.is_empty();
             let denied = self.slot.denied();
             tokio::select! {
@@ -328,11 +340,16 @@ impl Puller {
                         tracing::debug!(subject = %self.subject, "the consumer has a new leader; pulling again");
                         self.requests.forget(|_| true);
                     }
-                    Event::Answered if open && self.liveness.is_stalled() => {
+                    Event::Answered { full: Some(full) } if self.liveness.is_stalled() => {
+                        // The server drops requests beyond the wait list without a word.
+                        self.crowd(&full);
+                        self.requests.forget(|_| true);
+                    }
+                    Event::Answered { .. } if open && self.liveness.is_stalled() => {
                         self.liveness.pulling_again(self.heard);
                         self.requests.forget(|_| true);
                     }
-                    Event::Answered => {
+                    Event::Answered { .. } => {
                         self.heard = Instant::now();
                         self.liveness.heard();
                     }
@@ -389,6 +406,7 @@ impl Puller {
         }
         match inbox {
             Inbox::Message(message) => {
+                self.admitted();
                 let delivered_after = self.requests.delivered();
                 if self.priority.delivered(&message, &self.slot) {
                     // Pinned: the server holds the requests that do not name the pin; ask
@@ -410,6 +428,11 @@ impl Puller {
                 }))
             }
             Inbox::Heartbeat { last_delivered } => match (self.received, last_delivered) {
+                // A request of this session waits at the consumer.
+                _ if self.crowded.is_some() => {
+                    self.admitted();
+                    Ok(None)
+                }
                 // The heartbeat follows every earlier delivery to this inbox on the same
                 // connection: one it names that did not come went elsewhere, and is lost.
                 (Some(received), Some(sent)) if sent != received => {
@@ -428,8 +451,20 @@ impl Puller {
                 self.requests.oldest_ended();
                 Ok(None)
             }
-            Inbox::NewestRefused => {
+            Inbox::NewestRefused(said) => {
                 self.requests.newest_refused();
+                let now = Instant::now();
+                let crowded = self.crowded.get_or_insert(Refused {
+                    since: now,
+                    pause: CROWDED_PAUSE.0,
+                    again_at: now,
+                });
+                crowded.again_at = now + crowded.pause;
+                crowded.pause = (crowded.pause * 2).min(CROWDED_PAUSE.1);
+                // Crowded out only with no request of its own waiting there.
+                if self.requests.is_empty() {
+                    self.crowd(&said);
+                }
                 Ok(None)
             }
             Inbox::NoResponders => {
@@ -451,6 +486,34 @@ impl Puller {
                 Ok(None)
             }
             Inbox::Lost(why) => Err(why),
+        }
+    }
+
+    /// The consumer's wait list is full (`said`: what says so): this session's requests are
+    /// refused or dropped, and nothing is delivered here until one is admitted.
+    fn crowd(&mut self, said: &str) {
+        let now = Instant::now();
+        self.crowded.get_or_insert(Refused {
+            since: now,
+            pause: CROWDED_PAUSE.0,
+            again_at: now,
+        });
+        let (stream, consumer) = &self.names;
+        self.slot.crowded(Some(format!(
+            "the consumer's wait list is full ({said}): the server refuses this replica's \
+             pull requests (or drops them) while other replicas' requests fill `{stream}` > \
+             `{consumer}`'s `max_waiting`, so nothing is delivered here; it asks again until \
+             one is admitted. Declare a larger `max_waiting` on the queue consumer (more than \
+             the replicas times the requests each keeps open; through `migrate_from`, since \
+             the server cannot change it in place)"
+        )));
+    }
+
+    /// A request of this session is admitted (something came to it): no longer crowded out.
+    fn admitted(&mut self) {
+        if self.crowded.take().is_some() {
+            tracing::debug!(subject = %self.subject, "a pull request was admitted to the consumer's wait list");
+            self.slot.crowded(None);
         }
     }
 
