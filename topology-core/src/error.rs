@@ -151,6 +151,10 @@ pub enum ConsumerError {
     MaxDeliver,
     /// `max_ack_pending` outside [`MAX_ACK_PENDING`](crate::rules::MAX_ACK_PENDING).
     MaxAckPending,
+    /// `max_waiting` outside [`MAX_WAITING`](crate::rules::MAX_WAITING).
+    MaxWaiting,
+    /// `max_waiting` on a push consumer, which has no wait list.
+    MaxWaitingOnPush,
     /// `ack_wait` is zero or too long.
     AckWait,
     /// The backoff step at `index` is zero or too long.
@@ -206,6 +210,12 @@ impl ConsumerError {
             }
             ConsumerError::MaxAckPending => {
                 "max_ack_pending must be at least 1; omit it for the server's default"
+            }
+            ConsumerError::MaxWaiting => {
+                "max_waiting must be 1 to 100000 (the server reserves room for that many pull requests); omit it for 4096"
+            }
+            ConsumerError::MaxWaitingOnPush => {
+                "a push consumer has no wait list: max_waiting applies to pull delivery; remove it, or remove `delivery = \"push\"`"
             }
             ConsumerError::AckWait => "ack_wait must be more than zero and at most about 292 years",
             ConsumerError::Backoff { .. } => {

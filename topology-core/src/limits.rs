@@ -30,6 +30,17 @@ pub const MAX_ACK_PENDING: IntRange = IntRange {
     min: 1,
     max: i64::MAX as i128,
 };
+/// `max_waiting`: pull requests waiting at a consumer at once, all instances' together. The
+/// server reserves room for them when it loads the consumer, so the bound keeps a typo from
+/// reserving gigabytes.
+pub const MAX_WAITING: IntRange = IntRange {
+    min: 1,
+    max: 100_000,
+};
+/// The `max_waiting` of a pull queue consumer the runtime creates when none is declared: room
+/// for 2,000 replicas keeping two requests open each (the server's own default, 512, leaves
+/// replicas of a fleet past about 250 with nothing delivered).
+pub const DEFAULT_MAX_WAITING: i64 = 4_096;
 /// `concurrency`: at least 1 message handled at once by one instance.
 pub const CONCURRENCY: IntRange = IntRange {
     min: 1,

@@ -7,6 +7,7 @@
 use core::time::Duration;
 
 pub use crate::bucket::{BucketDecl, BucketKind, BucketShape, KvBucketDef, ObjectStoreDef};
+pub use crate::limits::DEFAULT_MAX_WAITING;
 pub use crate::placement::{Placement, Storage};
 pub use crate::service::{EndpointDecl, Fanout, ServiceDecl, ServiceDef, SubscriptionDecl};
 pub use crate::watch::{WatchDecl, WatchFrom};
@@ -454,6 +455,10 @@ pub struct QueueDecl {
     pub backoff: &'static [Duration],
     /// Maximum unacknowledged messages across all instances.
     pub max_ack_pending: Option<i64>,
+    /// How many pull requests may wait at the consumer at once, all instances' together
+    /// (`None`: [`DEFAULT_MAX_WAITING`](crate::rules::DEFAULT_MAX_WAITING) for a pull
+    /// consumer the runtime creates). The server cannot change it on an existing consumer.
+    pub max_waiting: Option<i64>,
     /// Subject to publish dead letters to.
     pub dead_letter: Option<&'static str>,
     /// A previous consumer to migrate from, losslessly.
@@ -480,6 +485,7 @@ impl QueueDecl {
             ack_wait: None,
             backoff: &[],
             max_ack_pending: None,
+            max_waiting: None,
             dead_letter: None,
             migrate_from: None,
             description: None,
@@ -511,6 +517,12 @@ impl QueueDecl {
     /// Sets the maximum unacknowledged messages across all instances.
     pub const fn max_ack_pending(mut self, max_ack_pending: i64) -> Self {
         self.max_ack_pending = Some(max_ack_pending);
+        self
+    }
+    /// Sets how many pull requests may wait at the consumer at once, all instances' together
+    /// (a fleet needs more than its replicas times the requests each keeps open).
+    pub const fn max_waiting(mut self, max_waiting: i64) -> Self {
+        self.max_waiting = Some(max_waiting);
         self
     }
     /// Sets the subject dead letters are published to.

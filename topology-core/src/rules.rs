@@ -28,8 +28,8 @@ use core::time::Duration;
 
 pub use crate::error::{ConsumerError, FitError, StreamError};
 pub use crate::limits::{
-    CONCURRENCY, MAX_ACK_PENDING, MAX_BYTES, MAX_DELIVER, MAX_DESCRIPTION_LEN, MAX_MSG_SIZE,
-    MAX_MSGS, REPLICAS, description_fits,
+    CONCURRENCY, DEFAULT_MAX_WAITING, MAX_ACK_PENDING, MAX_BYTES, MAX_DELIVER, MAX_DESCRIPTION_LEN,
+    MAX_MSG_SIZE, MAX_MSGS, MAX_WAITING, REPLICAS, description_fits,
 };
 pub use crate::prim::IntRange;
 
@@ -333,6 +333,14 @@ pub const fn check_consumer(decl: &ConsumerDecl) -> Result<(), ConsumerError> {
         && !MAX_ACK_PENDING.contains(n as i128)
     {
         return Err(ConsumerError::MaxAckPending);
+    }
+    if let Some(n) = queue.max_waiting {
+        if !MAX_WAITING.contains(n as i128) {
+            return Err(ConsumerError::MaxWaiting);
+        }
+        if matches!(queue.delivery, crate::model::Delivery::Push) {
+            return Err(ConsumerError::MaxWaitingOnPush);
+        }
     }
     if let Some(d) = queue.ack_wait
         && (d.is_zero() || !duration::fits(d))

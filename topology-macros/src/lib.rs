@@ -201,6 +201,7 @@ pub fn stream(attr: TokenStream, item: TokenStream) -> TokenStream {
 /// | `ack_wait` | duration, not zero | How long the server waits for an acknowledgement before redelivering. |
 /// | `backoff` | list of durations, none zero | Delay before each redelivery after a handler failure (the last repeats); no more steps than `max_deliver`. Applied by the runtime when it naks, not sent as the server's consumer `backoff` (which would replace `ack_wait` with its first step). `backoff = ["1s", "10s", "1m"]` |
 /// | `max_ack_pending` | integer ≥ 1 | Unacknowledged messages across all instances (server default: 1000). |
+/// | `max_waiting` | integer 1..=100000 | Pull requests that may wait at the consumer at once, all instances' together (default 4096: room for 2,000 replicas keeping two open each). Past it the server drops a replica's requests and delivers it nothing (its health says `crowded out`). The server cannot change it on an existing consumer: change it with `migrate_from`. Pull only. `max_waiting = 8192` |
 /// | `concurrency` | integer ≥ 1 | Messages handled at once by this instance (default 1). |
 /// | `dead_letter` | subject (no wildcards) | Where a message that failed for good is published, with its error. Must not be read back by this consumer. |
 /// | `migrate_from` | consumer name | A previous consumer of this work (another shape or name): the new one starts at its acknowledgement floor, then it is deleted. |

@@ -106,6 +106,7 @@ pub(crate) static BROADCAST_SPEC: Spec = Spec {
         ("ack_wait", "queue_consumer"),
         ("backoff", "queue_consumer"),
         ("max_ack_pending", "queue_consumer"),
+        ("max_waiting", "queue_consumer"),
         ("dead_letter", "queue_consumer"),
         ("migrate_from", "queue_consumer"),
         ("description", "queue_consumer"),

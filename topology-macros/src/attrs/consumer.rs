@@ -4,7 +4,7 @@ use syn::{Ident, LitStr};
 use topology_core::batch::BATCH_SIZE;
 use topology_core::model::{AckMode, Delivery};
 use topology_core::priority::THRESHOLD;
-use topology_core::rules::{CONCURRENCY, MAX_ACK_PENDING, MAX_DELIVER};
+use topology_core::rules::{CONCURRENCY, MAX_ACK_PENDING, MAX_DELIVER, MAX_WAITING};
 
 use crate::args::{Args, Refused, Spec};
 use crate::ctxt::Ctxt;
@@ -41,6 +41,7 @@ pub(crate) static QUEUE_SPEC: Spec = Spec {
         "ack_wait",
         "backoff",
         "max_ack_pending",
+        "max_waiting",
         "concurrency",
         "dead_letter",
         "migrate_from",
@@ -134,6 +135,7 @@ pub(crate) struct QueueAttrs {
     pub ack_wait: Option<Dur>,
     pub backoff: Option<Backoff>,
     pub max_ack_pending: Option<Int>,
+    pub max_waiting: Option<Int>,
     pub dead_letter: Option<LitStr>,
     pub migrate_from: Option<LitStr>,
     pub description: Option<LitStr>,
@@ -252,6 +254,11 @@ impl QueueAttrs {
             max_ack_pending: args.key("max_ack_pending", "max_ack_pending = 1000").int(
                 MAX_ACK_PENDING,
                 "omit `max_ack_pending` for the server's default of 1000",
+                cx,
+            ),
+            max_waiting: args.key("max_waiting", "max_waiting = 4096").int(
+                MAX_WAITING,
+                "omit `max_waiting` for 4096",
                 cx,
             ),
             dead_letter: (args.key("dead_letter", "dead_letter = \"billing.dead\"")).string(cx),

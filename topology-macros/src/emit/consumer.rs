@@ -31,6 +31,7 @@ pub(crate) fn queue(
         ),
         (attrs.backoff.as_ref()).map(|_| quote!(.backoff(__NATS_TOPOLOGY_BACKOFF))),
         call("max_ack_pending", number(attrs.max_ack_pending)),
+        call("max_waiting", number(attrs.max_waiting)),
         call("dead_letter", attrs.dead_letter.as_ref()),
         call("migrate_from", attrs.migrate_from.as_ref()),
         call("description", attrs.description.as_ref()),

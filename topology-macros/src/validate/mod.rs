@@ -128,6 +128,19 @@ pub(crate) fn queue(attrs: &QueueAttrs, cx: &mut Ctxt) {
     consumer(&attrs.common, cx);
     let attr = attrs.common.attr;
     let msg = |key: &str, what: String| key_msg(attr, key, what);
+    if let Some(n) = attrs.max_waiting
+        && attrs.delivery == Some(Delivery::Push)
+    {
+        cx.error_at(
+            n.span,
+            msg(
+                "max_waiting",
+                topology_core::rules::ConsumerError::MaxWaitingOnPush
+                    .message()
+                    .into(),
+            ),
+        );
+    }
     if let Some(group) = &attrs.group {
         valid_name(attr, "group", group, CONSUMER, cx);
     }

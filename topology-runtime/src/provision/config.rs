@@ -167,6 +167,12 @@ pub(crate) fn consumer_config(
             config.name = Some(queue.group.to_owned());
             config.deliver_policy = consumer::DeliverPolicy::All;
             apply_queue_decl(queue, &mut config);
+            if queue.delivery == Delivery::Pull {
+                // Room for a fleet's requests: past it the server drops a replica's requests.
+                config.max_waiting = queue
+                    .max_waiting
+                    .unwrap_or(topology_core::rules::DEFAULT_MAX_WAITING);
+            }
             if queue.delivery == Delivery::Push {
                 config.deliver_subject = Some(push_deliver_subject(stream, queue.group));
                 config.deliver_group = Some(queue.group.to_owned());

@@ -280,6 +280,17 @@ pub(crate) fn consumer_drift(
             .editable
             .push(diff("backoff", &server.backoff, Vec::<Duration>::new()));
     }
+    // Compared only when declared: a consumer created before the default existed (or by the
+    // server's default of 512) keeps its wait list until a `migrate_from` moves it.
+    if decl.as_queue().is_some_and(|q| q.max_waiting.is_some())
+        && server.max_waiting != declared.max_waiting
+    {
+        drift.immutable.push(diff(
+            "max_waiting",
+            server.max_waiting,
+            declared.max_waiting,
+        ));
+    }
     if declared.max_ack_pending != 0 && server.max_ack_pending != declared.max_ack_pending {
         drift.editable.push(diff(
             "max_ack_pending",
