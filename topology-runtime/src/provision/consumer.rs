@@ -85,10 +85,13 @@ impl Provisioner {
                     .await
                 {
                     // Just after a work-queue migration deleted the old consumer, the server may
-                    // still count it as overlapping the new one (10099/10100): try again.
+                    // still count it as overlapping the new one (10099/10100): try again. So
+                    // too for a consumer lost and created again (an old instance whose consumer
+                    // a migration replaced between its check and its create): the next attempt
+                    // finds the consumer that replaced it, and stands down.
                     Err(Failure::Fatal(e))
                         if workqueue
-                            && migrating
+                            && (migrating || matches!(mode, UpdateMode::CreateOnly { .. }))
                             && e.server_code().is_some_and(|code| {
                                 code == ErrorCode(10099) || code == ErrorCode(10100)
                             }) =>
