@@ -75,17 +75,26 @@ use crate::state::StateMap;
 /// [`Publish::without_dedup`]: super::Publish::without_dedup
 #[derive(Clone)]
 pub struct Context {
+    /// The message being handled (shared by the clones of this context).
+    pub(crate) received: Arc<Received>,
+    pub(crate) scope: Arc<Scope>,
+}
+
+/// One delivery of a message, as its handler sees it: shared by its [`Incoming`], the clones
+/// of its [`Context`] and the runtime settling it, so that a message costs one allocation
+/// here (its subject, headers and payload are moved in, not cloned).
+pub(crate) struct Received {
     pub(crate) subject: async_nats::Subject,
     pub(crate) headers: Option<HeaderMap>,
+    pub(crate) payload: Bytes,
     pub(crate) delivered: u64,
     pub(crate) stream_sequence: u64,
     /// When the server stored the message, and how many messages the consumer had left
     /// after it when it was delivered.
     pub(crate) published: Option<std::time::SystemTime>,
     pub(crate) pending: u64,
-    pub(crate) scope: Arc<Scope>,
-    /// How many publishes this handler call made (shared by the clones of its context).
-    pub(crate) publishes: Arc<AtomicU32>,
+    /// How many publishes this handler call made.
+    pub(crate) publishes: AtomicU32,
 }
 
 /// What every message of one consumer shares: names, application state, a JetStream context.
@@ -116,33 +125,33 @@ pub(crate) type Refusing = Arc<dyn Fn(&str) -> Option<String> + Send + Sync>;
 impl Context {
     /// The subject the message was published to.
     pub fn subject(&self) -> &str {
-        &self.subject
+        &self.received.subject
     }
 
     /// The message's headers, if any.
     pub fn headers(&self) -> Option<&HeaderMap> {
-        self.headers.as_ref()
+        self.received.headers.as_ref()
     }
 
     /// Which delivery this is, starting at 1.
     pub fn delivered(&self) -> u64 {
-        self.delivered
+        self.received.delivered
     }
 
     /// The message's sequence number in its stream.
     pub fn stream_sequence(&self) -> u64 {
-        self.stream_sequence
+        self.received.stream_sequence
     }
 
     /// When the server stored the message (`None` if its delivery did not say).
     pub fn published(&self) -> Option<std::time::SystemTime> {
-        self.published
+        self.received.published
     }
 
     /// How many messages the consumer had left to deliver after this one, when it was
     /// delivered (0: it was the latest).
     pub fn pending(&self) -> u64 {
-        self.pending
+        self.received.pending
     }
 
     /// The stream the message came from.
@@ -169,25 +178,24 @@ impl Context {
 impl fmt::Debug for Context {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Context")
-            .field("subject", &self.subject)
+            .field("subject", &self.received.subject)
             .field("stream", &self.scope.stream)
             .field("consumer", &self.scope.consumer)
-            .field("stream_sequence", &self.stream_sequence)
-            .field("delivered", &self.delivered)
+            .field("stream_sequence", &self.received.stream_sequence)
+            .field("delivered", &self.received.delivered)
             .finish_non_exhaustive()
     }
 }
 
 /// One message on its way to a handler: its payload and its [`Context`].
 pub struct Incoming {
-    pub(crate) payload: Bytes,
     pub(crate) context: Context,
 }
 
 impl Incoming {
     /// The raw payload.
     pub fn payload(&self) -> &Bytes {
-        &self.payload
+        &self.context.received.payload
     }
 
     /// The message's context.

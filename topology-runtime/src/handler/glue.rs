@@ -13,7 +13,7 @@ use crate::state::{State, StateKey};
 
 /// Decodes a JSON payload; a failure is permanent.
 pub fn decode_json<T: DeserializeOwned>(incoming: &Incoming) -> Result<T, HandlerError> {
-    serde_json::from_slice(&incoming.payload).map_err(|source| {
+    serde_json::from_slice(incoming.payload()).map_err(|source| {
         HandlerError::permanent(DecodeError {
             type_name: std::any::type_name::<T>(),
             source,
@@ -23,7 +23,7 @@ pub fn decode_json<T: DeserializeOwned>(incoming: &Incoming) -> Result<T, Handle
 
 /// Passes a raw payload through (`Vec<u8>` or `Bytes`).
 pub fn decode_raw<T: RawPayload>(incoming: &Incoming) -> Result<T, HandlerError> {
-    Ok(T::from_bytes(incoming.payload.clone()))
+    Ok(T::from_bytes(incoming.payload().clone()))
 }
 
 /// The handler's context: the second argument of a handler, which must be a [`Context`].

@@ -9,7 +9,8 @@ impl Context {
     /// instance (a stream deleted and created again numbers from 1 again), the stream
     /// sequence, the consumer, and `n`. `None` when the delivery carried no metadata.
     pub(super) fn derived_msg_id(&self, n: u32) -> Option<String> {
-        (self.stream_sequence > 0).then(|| msg_id(&self.scope, self.stream_sequence, n))
+        let sequence = self.received.stream_sequence;
+        (sequence > 0).then(|| msg_id(&self.scope, sequence, n))
     }
 }
 

@@ -83,7 +83,7 @@ impl Context {
     fn outgoing_headers(&self, mut headers: HeaderMap, id: MsgId) -> HeaderMap {
         // Counted whether or not this publish carries a derived id: the id is positional,
         // and a handler that gives one publish its own id keeps the others' positions.
-        let n = self.publishes.fetch_add(1, Ordering::Relaxed) + 1;
+        let n = self.received.publishes.fetch_add(1, Ordering::Relaxed) + 1;
         // The current span's W3C trace context (with the `otel` feature).
         crate::telemetry::inject_current(&mut headers);
         if headers.get(async_nats::header::NATS_MESSAGE_ID).is_some() {

@@ -131,9 +131,21 @@ impl Acks {
         if self.none {
             return Ok(());
         }
-        let Some(confirm) = &self.confirm else {
-            return message.ack_with(kind).await;
-        };
+        match &self.confirm {
+            None => message.ack_with(kind).await,
+            // Boxed: its retry loop would otherwise be part of every message's future.
+            Some(confirm) => Box::pin(self.confirmed(confirm, message, kind, deadline)).await,
+        }
+    }
+
+    /// Sends `kind` as a request until the server confirms it, within the delivery's deadline.
+    async fn confirmed(
+        &self,
+        confirm: &Confirm,
+        message: &jetstream::Message,
+        kind: AckKind,
+        deadline: AckDeadline,
+    ) -> Result<(), async_nats::Error> {
         let Some(reply) = message.reply.clone() else {
             return Err("the message has no reply subject: not a JetStream delivery".into());
         };
@@ -176,7 +188,7 @@ pub(in crate::run) async fn nak(message: &jetstream::Message, delay: Option<Dura
     match message.ack_with(AckKind::Nak(delay)).await {
         Ok(()) => true,
         Err(e) => {
-            tracing::warn!(subject = %message.subject, error = %e, "could not nak a message; the server delivers it again after ack_wait");
+            tracing::warn!(reply = ?message.reply, error = %e, "could not nak a message; the server delivers it again after ack_wait");
             false
         }
     }

@@ -4,7 +4,7 @@
 use async_nats::jetstream;
 
 use super::ack::{AckDeadline, Acks};
-use crate::handler::{HandlerError, Scope};
+use crate::handler::{HandlerError, Received, Scope};
 use crate::retry::{Failed, RetryPolicy};
 
 /// Where a consumer's dead letters go, and how a failed publish of one is retried.
@@ -30,15 +30,15 @@ pub(in crate::run) struct Delivery {
 /// consumer without acks sends none, and confirmed acks push `deadline`): on its last delivery
 /// a nak would not bring it back.
 pub(in crate::run) async fn publish_dead_letter(
-    message: &jetstream::Message,
+    (message, received): (&jetstream::Message, &Received),
     (scope, acks): (&Scope, &Acks),
     target: &DeadLetter,
     (meta, deadline): (Delivery, &mut AckDeadline),
     error: &HandlerError,
 ) -> Result<(), Failed<async_nats::jetstream::context::PublishError>> {
     let subject = target.subject;
-    let mut headers = message.headers.clone().unwrap_or_default();
-    headers.insert("Nats-Topology-Subject", message.subject.as_str());
+    let mut headers = received.headers.clone().unwrap_or_default();
+    headers.insert("Nats-Topology-Subject", received.subject.as_str());
     headers.insert("Nats-Topology-Stream", scope.stream.as_str());
     headers.insert("Nats-Topology-Consumer", scope.consumer.as_str());
     if let Some(sequence) = meta.stream_sequence {
@@ -60,7 +60,7 @@ pub(in crate::run) async fn publish_dead_letter(
     let publish = || async {
         let js = &scope.jetstream;
         let published = async {
-            js.publish_with_headers(subject, headers.clone(), message.payload.clone())
+            js.publish_with_headers(subject, headers.clone(), received.payload.clone())
                 .await?
                 .await
         }

@@ -7,6 +7,7 @@
 use std::panic::AssertUnwindSafe;
 use std::pin::pin;
 use std::sync::Arc;
+use std::sync::atomic::AtomicU32;
 use std::time::Duration;
 
 use async_nats::jetstream::{self, AckKind};
@@ -16,7 +17,7 @@ use tracing::Instrument;
 use super::ack::{AckDeadline, Acks, Stopped};
 use super::dead_letter::{DeadLetter, Delivery, publish_dead_letter};
 use super::outcome::{Observer, Outcome};
-use crate::handler::{Context, HandlerError, Incoming, Scope, panic_message};
+use crate::handler::{Context, HandlerError, Incoming, Received, Scope, panic_message};
 use crate::outage::{Breaker, Change};
 use crate::registry::SharedHandler;
 use crate::retry::RetryPolicy;
@@ -85,12 +86,13 @@ impl MessageMeta {
 /// Runs the handler on one message, settles it, and has the session's observer account for
 /// how it ended.
 pub(in crate::run) async fn handle(
-    message: jetstream::Message,
+    mut message: jetstream::Message,
     deadline: AckDeadline,
     session: Arc<Session>,
 ) {
+    let meta = MessageMeta::of(&message);
     if session.in_order {
-        let sequence = MessageMeta::of(&message).stream_sequence;
+        let sequence = meta.stream_sequence;
         if session.observer.handled_past(sequence) {
             tracing::debug!(
                 stream = %session.scope.stream,
@@ -98,13 +100,14 @@ pub(in crate::run) async fn handle(
                 sequence,
                 "delivered again after it was handled; acknowledged without calling the handler"
             );
-            if let Err(e) = session.acks.settle(&message, AckKind::Ack, deadline).await {
+            if let Err(e) = Box::pin(session.acks.settle(&message, AckKind::Ack, deadline)).await {
                 tracing::debug!(error = %e, "could not acknowledge a message delivered again");
             }
             return;
         }
     }
-    let (meta, outcome) = dispatch(message, deadline, &session).await;
+    let received = received(&mut message, meta);
+    let outcome = dispatch(&message, &received, meta, deadline, &session).await;
     session.observer.ended(meta.stream_sequence, outcome);
     if let Some(replay) = &session.replay {
         if outcome.done() {
@@ -115,33 +118,53 @@ pub(in crate::run) async fn handle(
     }
 }
 
+/// What the handler is given of `message`: its subject, headers and payload are moved out of
+/// it (what stays is the reply subject, which settles it), so that a message costs one
+/// allocation here instead of a clone of each.
+fn received(message: &mut jetstream::Message, meta: MessageMeta) -> Arc<Received> {
+    let message = &mut message.message;
+    Arc::new(Received {
+        subject: std::mem::replace(&mut message.subject, async_nats::Subject::from_static("")),
+        headers: message.headers.take(),
+        payload: std::mem::take(&mut message.payload),
+        delivered: meta.delivered,
+        stream_sequence: meta.stream_sequence.unwrap_or(0),
+        published: meta.published,
+        pending: meta.pending,
+        publishes: AtomicU32::new(0),
+    })
+}
+
 /// Runs the handler on one message and settles it: ack, nak with a delay, or dead-letter
 /// and terminate. Every message ends in exactly one of the three; returns which.
 pub(in crate::run) async fn dispatch(
-    message: jetstream::Message,
+    message: &jetstream::Message,
+    received: &Arc<Received>,
+    meta: MessageMeta,
     mut deadline: AckDeadline,
     session: &Session,
-) -> (MessageMeta, Outcome) {
-    let meta = MessageMeta::of(&message);
+) -> Outcome {
     let span = tracing::info_span!(
         "message",
         stream = %session.scope.stream,
         consumer = %session.scope.consumer,
-        subject = %message.subject,
+        subject = %received.subject,
         sequence = meta.stream_sequence.unwrap_or(0),
         delivered = meta.delivered,
     );
     // The caller's trace goes on in this span (with the `otel` feature).
-    telemetry::continue_trace(&span, message.headers.as_ref());
-    let outcome = async move {
+    telemetry::continue_trace(&span, received.headers.as_ref());
+    // Borrows the message, which only `handle` holds: every copy of a future's state costs
+    // a copy of what it holds, on every message.
+    async {
         let mut unfinished = Unfinished {
-            reply: message.reply.clone(),
+            message: Some(message),
             session,
         };
         let running = session
             .observer
             .started(meta.stream_sequence, meta.delivered);
-        let result = run_handler(&message, session, meta, &mut deadline).await;
+        let result = run_handler(message, received, session, &mut deadline).await;
         drop(running);
         unfinished.handled();
         // A failure while the consumer backs off is naked like any other: the consumer pulls
@@ -151,7 +174,7 @@ pub(in crate::run) async fn dispatch(
                 if let Some(breaker) = &session.breaker {
                     breaker_changed(session, breaker, breaker.succeeded());
                 }
-                acknowledge(&message, session, deadline).await
+                acknowledge(message, &received.subject, session, deadline).await
             }
             Err(error) => {
                 if !error.is_permanent()
@@ -164,13 +187,14 @@ pub(in crate::run) async fn dispatch(
                     );
                     breaker_changed(session, breaker, change);
                 }
-                fail(&message, session, meta, &error, deadline).await
+                // Boxed: the failure path's state (redelivery, dead letter, term) would
+                // otherwise be part of every message's future, copied with it.
+                Box::pin(fail((message, received), session, meta, &error, deadline)).await
             }
         }
     }
     .instrument(span)
-    .await;
-    (meta, outcome)
+    .await
 }
 
 /// Health, metrics and the log follow the breaker.
@@ -195,21 +219,14 @@ fn breaker_changed(session: &Session, breaker: &Breaker, change: Change) {
 /// is a failure.
 async fn run_handler(
     message: &jetstream::Message,
+    received: &Arc<Received>,
     session: &Session,
-    meta: MessageMeta,
     deadline: &mut AckDeadline,
 ) -> Result<(), HandlerError> {
     let incoming = Incoming {
-        payload: message.payload.clone(),
         context: Context {
-            subject: message.subject.clone(),
-            headers: message.headers.clone(),
-            delivered: meta.delivered,
-            stream_sequence: meta.stream_sequence.unwrap_or(0),
-            published: meta.published,
-            pending: meta.pending,
+            received: received.clone(),
             scope: session.scope.clone(),
-            publishes: Default::default(),
         },
     };
     let handler = &session.handler;
@@ -219,14 +236,18 @@ async fn run_handler(
             // Most handlers finish without waiting: no timer for them.
             match future.as_mut().now_or_never() {
                 Some(outcome) => outcome,
-                None => loop {
-                    tokio::select! {
-                        r = &mut future => break r,
-                        _ = tokio::time::sleep_until(session.acks.next_progress(*deadline)) => {
-                            session.acks.keep_alive(message, deadline).await;
+                // Boxed: only a handler that waits needs the timer and the progress acks.
+                None => Box::pin(async {
+                    loop {
+                        tokio::select! {
+                            r = &mut future => break r,
+                            _ = tokio::time::sleep_until(session.acks.next_progress(*deadline)) => {
+                                session.acks.keep_alive(message, deadline).await;
+                            }
                         }
                     }
-                },
+                })
+                .await,
             }
         }
         Err(panic) => Err(panic),
@@ -243,6 +264,7 @@ async fn run_handler(
 /// confirmed acks, once the server has confirmed it.
 async fn acknowledge(
     message: &jetstream::Message,
+    subject: &str,
     session: &Session,
     deadline: AckDeadline,
 ) -> Outcome {
@@ -252,7 +274,7 @@ async fn acknowledge(
             tracing::warn!(
                 stream = %session.scope.stream,
                 consumer = %session.scope.consumer,
-                subject = %message.subject,
+                subject,
                 error = %e,
                 "could not acknowledge a handled message; the server redelivers it after ack_wait"
             );
@@ -264,7 +286,7 @@ async fn acknowledge(
 /// A failed handler: its last allowed delivery, or a permanent error, is dead-lettered and
 /// terminated; otherwise the message is naked with a delay from the backoff.
 async fn fail(
-    message: &jetstream::Message,
+    (message, received): (&jetstream::Message, &Received),
     session: &Session,
     meta: MessageMeta,
     error: &HandlerError,
@@ -272,10 +294,10 @@ async fn fail(
 ) -> Outcome {
     let last = session.max_deliver.is_some_and(|max| meta.delivered >= max);
     if error.is_permanent() || last {
-        return terminate(message, session, (meta, deadline), last, error).await;
+        return terminate((message, received), session, (meta, deadline), last, error).await;
     }
     let delay = redelivery_delay(&session.backoff, &session.redelivery, meta.delivered);
-    tracing::debug!(subject = %message.subject, delivered = meta.delivered, ?delay, %error, "handler failed; redelivering later");
+    tracing::debug!(subject = %received.subject, delivered = meta.delivered, ?delay, %error, "handler failed; redelivering later");
     // A consumer without acks (an ordered replay) restarts after this message instead.
     let naked = session.acks.nak(message, Some(delay)).await;
     Outcome::Retried { delay, naked }
@@ -284,7 +306,7 @@ async fn fail(
 /// Publishes the message to the dead-letter subject (if declared), then terminates it. If the
 /// dead letter cannot be published, the message is naked instead: nothing is lost.
 async fn terminate(
-    message: &jetstream::Message,
+    (message, received): (&jetstream::Message, &Received),
     session: &Session,
     (meta, mut deadline): (MessageMeta, AckDeadline),
     last: bool,
@@ -296,8 +318,14 @@ async fn terminate(
     };
     let holder = (&*session.scope, &session.acks);
     if let Some(target) = &session.dead_letter
-        && let Err(failed) =
-            publish_dead_letter(message, holder, target, (delivery, &mut deadline), error).await
+        && let Err(failed) = publish_dead_letter(
+            (message, received),
+            holder,
+            target,
+            (delivery, &mut deadline),
+            error,
+        )
+        .await
     {
         let subject = target.subject;
         let (attempts, e) = (failed.attempts, failed.error);
@@ -321,7 +349,7 @@ async fn terminate(
         }
         return Outcome::DeadLetterUnpublished { last };
     }
-    tracing::warn!(subject = %message.subject, stream = %session.scope.stream, consumer = %session.scope.consumer, delivered = meta.delivered, %error, "message terminated");
+    tracing::warn!(subject = %received.subject, stream = %session.scope.stream, consumer = %session.scope.consumer, delivered = meta.delivered, %error, "message terminated");
     match session.acks.settle(message, AckKind::Term, deadline).await {
         Ok(()) => Outcome::DeadLettered { terminated: true },
         Err(e) => {
@@ -351,19 +379,21 @@ fn redelivery_delay(backoff: &[Duration], redelivery: &RetryPolicy, delivered: u
 /// handler has returned, settling is under way (ack, nak or dead letter and term), and a
 /// drop no longer records anything: a message is never settled twice.
 struct Unfinished<'a> {
-    reply: Option<async_nats::Subject>,
+    /// The message, until its handler returned (its reply subject is cloned only if dropped
+    /// before: a clone of it costs an allocation on every message).
+    message: Option<&'a jetstream::Message>,
     session: &'a Session,
 }
 
 impl Unfinished<'_> {
     fn handled(&mut self) {
-        self.reply = None;
+        self.message = None;
     }
 }
 
 impl Drop for Unfinished<'_> {
     fn drop(&mut self) {
-        if let Some(reply) = self.reply.take() {
+        if let Some(reply) = self.message.take().and_then(|m| m.reply.clone()) {
             self.session.acks.stopped(&self.session.stopped, reply);
         }
     }

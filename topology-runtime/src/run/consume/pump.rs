@@ -96,12 +96,12 @@ pub(in crate::run) async fn pump(
             && !restarts()
             && let Some(next) = waiting.pop_front()
         {
-            let handled = handle(next.message, next.deadline, session.clone());
             let started = Instant::now();
-            let mut handler: Running = Box::pin(async move {
-                handled.await;
-                started.elapsed()
-            });
+            // `map`, not an `async` block: a block would hold the future twice in its state.
+            let mut handler: Running = Box::pin(
+                handle(next.message, next.deadline, session.clone())
+                    .map(move |()| started.elapsed()),
+            );
             // Most handlers finish without waiting: run them here, with no task.
             match handler.as_mut().now_or_never() {
                 Some(took) => {
