@@ -1,8 +1,9 @@
 //! A pull consumer read through our own pull requests, so that the server is asked for no
 //! more than the flow control (`flow`) wants.
 //!
-//! - [`Puller`] (here): the requests, what they may still deliver, and a session's first
-//!   request, confirmed before the consumer is reported running;
+//! - [`Puller`] (here): the requests, and what they may still deliver;
+//! - `refusals`: a session's first request, confirmed before the consumer is reported
+//!   running, and requests refused (no responder, a full wait list: `crowded out`);
 //! - `requests`: the open requests, and those forgotten while they may still deliver;
 //! - `inbox`: what the server sends to the requests' inbox;
 //! - `priority`: the session's place in a priority group (its requests' fields, the pin);
@@ -13,6 +14,7 @@ mod grant;
 mod inbox;
 mod liveness;
 mod priority;
+mod refusals;
 mod requests;
 
 use std::collections::VecDeque;
@@ -30,6 +32,7 @@ use inbox::Inbox;
 pub(in crate::run) use liveness::Watch;
 use liveness::{Event, Liveness};
 pub(in crate::run) use priority::PullPriority;
+use refusals::{FIRST_EXPIRES, FIRST_HEARTBEAT, REACH_WINDOW, Refused};
 use requests::Requests;
 
 /// A pull consumer read through our own pull requests on one inbox, so that the server is
@@ -89,39 +92,9 @@ fn connection_of(client: &async_nats::Client) -> (String, u64) {
     (info.server_id, info.client_id)
 }
 
-struct Refused {
-    since: Instant,
-    pause: Duration,
-    again_at: Instant,
-}
-
-/// How long a session keeps asking while its requests find no responder. A consumer that was
-/// just created, when another instance's create found it, is answered before its leader is
-/// known to every node: on a 3-node cluster its first pull requests get a 503 for 10 to
-/// 40 ms; a consumer whose leader changes refuses them until the new leader subscribes. A
-/// refusal here means a leader to wait for, not a missing consumer (a deleted one ends the
-/// open requests with a 409, and answers probes with "not found"); the window leaves room for
-/// a slow election on a loaded cluster.
-const REACH_WINDOW: Duration = Duration::from_secs(5);
-
 /// How long past its expiry an open request is taken as lost (no 408 came: a server restart
 /// or a connection loss took it): two heartbeats, and at least this.
 const OVERDUE_MARGIN_FLOOR: Duration = Duration::from_secs(1);
-
-/// The first and the longest pause before a refused request is sent again.
-const REFUSED_PAUSE: (Duration, Duration) = (Duration::from_millis(5), Duration::from_millis(250));
-
-/// The first and the longest pause before a request refused for a full wait list is sent
-/// again: a slot frees when another replica's request ends (it is served, or expires).
-const CROWDED_PAUSE: (Duration, Duration) = (Duration::from_millis(100), Duration::from_secs(5));
-
-/// The idle heartbeat of a session's first pull request: the longest the consumer takes to
-/// answer it when it has nothing to deliver.
-const FIRST_HEARTBEAT: Duration = Duration::from_millis(50);
-
-/// The expiry of a session's first pull request (the server wants at least two heartbeats):
-/// the requests that follow it are the usual ones.
-const FIRST_EXPIRES: Duration = Duration::from_millis(100);
 
 impl Puller {
     /// Starts pulling from the consumer `info` describes, sending pull requests under
@@ -195,55 +168,6 @@ impl Puller {
         };
         puller.reach(REACH_WINDOW).await?;
         Ok(puller)
-    }
-
-    /// Confirms that the consumer takes this instance's pull requests: sends a first request
-    /// that expires after [`FIRST_EXPIRES`] with idle heartbeats every [`FIRST_HEARTBEAT`],
-    /// which the consumer answers within a heartbeat whatever its state (with messages, or a
-    /// heartbeat when it has none to give: idle, paused, or at its `max_ack_pending`) and the
-    /// server refuses with a 503 while no responder is known. Refused requests are sent again
-    /// after a short pause ([`REFUSED_PAUSE`]) for at most `window`; messages
-    /// delivered meanwhile wait in `arrived`. The answer's delay is the round trip that
-    /// silence is measured beyond. The answer travels the path every later request takes,
-    /// and needs no permission beyond pulling.
-    async fn reach(&mut self, window: Duration) -> Result<(), Loss> {
-        let until = Instant::now() + window;
-        let mut pause = REFUSED_PAUSE.0;
-        loop {
-            let sent = Instant::now();
-            self.send(self.first, FIRST_EXPIRES, FIRST_HEARTBEAT)
-                .await?;
-            let first = match tokio::time::timeout_at(until, self.subscriber.next()).await {
-                Ok(Some(message)) => message,
-                Ok(None) => return Err(Loss::SubscriptionEnded("pull")),
-                // Unanswered, not refused: the request or its answer is slow or lost, which
-                // the heartbeats of the requests that follow watch like any other silence; or
-                // the consumer's wait list is full, and the server dropped it without a word.
-                Err(_) => {
-                    self.requests.forget(|_| true);
-                    if let Some(full) = self.liveness.wait_list_full().await {
-                        self.crowd(&full);
-                    }
-                    return Ok(());
-                }
-            };
-            self.heard = Instant::now();
-            if first.status != Some(async_nats::StatusCode::NO_RESPONDERS) {
-                self.liveness
-                    .measured(sent.elapsed().saturating_sub(FIRST_HEARTBEAT));
-                if let Some(fetched) = self.take(first)? {
-                    self.arrived.push_back(fetched);
-                }
-                return Ok(());
-            }
-            self.requests.oldest_ended();
-            if Instant::now() + pause >= until {
-                return Err(Loss::NoResponders(window));
-            }
-            tracing::debug!(subject = %self.subject, ?pause, "no responder to the first pull request yet; asking again");
-            tokio::time::sleep(pause).await;
-            pause = (pause * 2).min(REFUSED_PAUSE.1);
-        }
     }
 
     /// Asks for what `flow` wants while `held` messages are running or waiting to start.
@@ -452,68 +376,14 @@ impl Puller {
                 Ok(None)
             }
             Inbox::NewestRefused(said) => {
-                self.requests.newest_refused();
-                let now = Instant::now();
-                let crowded = self.crowded.get_or_insert(Refused {
-                    since: now,
-                    pause: CROWDED_PAUSE.0,
-                    again_at: now,
-                });
-                crowded.again_at = now + crowded.pause;
-                crowded.pause = (crowded.pause * 2).min(CROWDED_PAUSE.1);
-                // Crowded out only with no request of its own waiting there.
-                if self.requests.is_empty() {
-                    self.crowd(&said);
-                }
+                self.wait_list_refused(&said);
                 Ok(None)
             }
             Inbox::NoResponders => {
-                // No consumer leader subscribes now (an election, a consumer being deleted):
-                // the newest request was refused; ask again after a pause; a refusal that
-                // lasts is a lost consumer.
-                self.requests.newest_refused();
-                let now = Instant::now();
-                let refused = self.refused.get_or_insert(Refused {
-                    since: now,
-                    pause: REFUSED_PAUSE.0,
-                    again_at: now,
-                });
-                if refused.since.elapsed() >= REACH_WINDOW {
-                    return Err(Loss::NoResponders(REACH_WINDOW));
-                }
-                refused.again_at = now + refused.pause;
-                refused.pause = (refused.pause * 2).min(REFUSED_PAUSE.1);
+                self.no_responder()?;
                 Ok(None)
             }
             Inbox::Lost(why) => Err(why),
-        }
-    }
-
-    /// The consumer's wait list is full (`said`: what says so): this session's requests are
-    /// refused or dropped, and nothing is delivered here until one is admitted.
-    fn crowd(&mut self, said: &str) {
-        let now = Instant::now();
-        self.crowded.get_or_insert(Refused {
-            since: now,
-            pause: CROWDED_PAUSE.0,
-            again_at: now,
-        });
-        let (stream, consumer) = &self.names;
-        self.slot.crowded(Some(format!(
-            "the consumer's wait list is full ({said}): the server refuses this replica's \
-             pull requests (or drops them) while other replicas' requests fill `{stream}` > \
-             `{consumer}`'s `max_waiting`, so nothing is delivered here; it asks again until \
-             one is admitted. Declare a larger `max_waiting` on the queue consumer (more than \
-             the replicas times the requests each keeps open; through `migrate_from`, since \
-             the server cannot change it in place)"
-        )));
-    }
-
-    /// A request of this session is admitted (something came to it): no longer crowded out.
-    fn admitted(&mut self) {
-        if self.crowded.take().is_some() {
-            tracing::debug!(subject = %self.subject, "a pull request was admitted to the consumer's wait list");
-            self.slot.crowded(None);
         }
     }
 
