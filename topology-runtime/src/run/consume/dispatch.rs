@@ -16,6 +16,7 @@ use tracing::Instrument;
 
 use super::ack::{AckDeadline, Acks, Stopped};
 use super::dead_letter::{DeadLetter, Delivery, publish_dead_letter};
+use super::meta::MessageMeta;
 use super::outcome::{Observer, Outcome};
 use crate::handler::{Context, HandlerError, Incoming, Received, Scope, panic_message};
 use crate::outage::{Breaker, Change};
@@ -49,38 +50,6 @@ pub(in crate::run) struct Session {
     pub(in crate::run) replay: Option<super::replay::Replay>,
     /// A queue consumer's outage breaker (see `breaker`), shared by its sessions.
     pub(in crate::run) breaker: Option<Arc<Breaker>>,
-}
-
-/// A message's delivery metadata, read once from its reply subject.
-#[derive(Clone, Copy)]
-pub(in crate::run) struct MessageMeta {
-    /// This delivery's number (1 for the first).
-    pub(in crate::run) delivered: u64,
-    /// The message's stream sequence (`None` if the reply subject could not be read).
-    pub(in crate::run) stream_sequence: Option<u64>,
-    /// When the server stored it.
-    pub(in crate::run) published: Option<std::time::SystemTime>,
-    /// What the consumer had left to deliver after it.
-    pub(in crate::run) pending: u64,
-}
-
-impl MessageMeta {
-    fn of(message: &jetstream::Message) -> Self {
-        match message.info() {
-            Ok(info) => MessageMeta {
-                delivered: u64::try_from(info.delivered).unwrap_or(1),
-                stream_sequence: Some(info.stream_sequence),
-                published: crate::handler::system_time(info.published.unix_timestamp_nanos()),
-                pending: info.pending,
-            },
-            Err(_) => MessageMeta {
-                delivered: 1,
-                stream_sequence: None,
-                published: None,
-                pending: 0,
-            },
-        }
-    }
 }
 
 /// Runs the handler on one message, settles it, and has the session's observer account for

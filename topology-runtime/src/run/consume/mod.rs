@@ -8,7 +8,7 @@
 //! - `flow`: how many messages to ask for.
 //! - `pump`: how many messages are held and started at once.
 //! - `loss`: why a consumer's session ended before shutdown; its supervisor ensures it again.
-//! - `dispatch`: one message from fetched to settled.
+//! - `dispatch`: one message from fetched to settled (`meta`: what its ack subject says).
 //! - (`crate::outage`): a queue consumer whose handlers keep failing stops taking messages
 //!   and probes with one until a handler succeeds (what they depend on is down).
 //! - `ack`: every settle (ack, nak, term, progress): fire-and-forget, or confirmed before the
@@ -23,6 +23,7 @@ mod dispatch;
 mod feed;
 mod flow;
 mod loss;
+mod meta;
 mod outcome;
 mod pull;
 mod pump;
