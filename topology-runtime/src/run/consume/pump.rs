@@ -82,6 +82,9 @@ pub(in crate::run) async fn pump(
     let keep_every = (session.acks.progress_every / 2).max(KEEP_ALIVE_FLOOR);
     let mut keep_alive_tick = tokio::time::interval_at(Instant::now() + keep_every, keep_every);
     keep_alive_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // The memory a handler's future runs in on its first poll, reused while handlers finish
+    // there (most do): a message costs no allocation for it then.
+    let mut spare = None;
     let exit = loop {
         while in_flight.try_join_next().is_some() {
             flow.finished(None);
@@ -98,18 +101,26 @@ pub(in crate::run) async fn pump(
         {
             let started = Instant::now();
             // `map`, not an `async` block: a block would hold the future twice in its state.
-            let mut handler: Running = Box::pin(
-                handle(next.message, next.deadline, session.clone())
-                    .map(move |()| started.elapsed()),
-            );
+            let handler = handle(next.message, next.deadline, session.clone())
+                .map(move |()| started.elapsed());
+            let mut slot: Pin<Box<Option<_>>> = spare.take().unwrap_or_else(|| Box::pin(None));
+            slot.set(Some(handler));
             // Most handlers finish without waiting: run them here, with no task.
-            match handler.as_mut().now_or_never() {
+            let first = slot.as_mut().as_pin_mut().and_then(|h| h.now_or_never());
+            match first {
                 Some(took) => {
+                    slot.set(None);
+                    spare = Some(slot);
                     flow.finished(Some(took));
                     // A probe that failed inline moved the next one.
                     flow.limit(breaker.and_then(|b| b.limit(Instant::now())));
                 }
-                None => running.push(handler),
+                None => running.push(Box::pin(futures::future::poll_fn(move |cx| {
+                    match slot.as_mut().as_pin_mut() {
+                        Some(handler) => handler.poll(cx),
+                        None => std::task::Poll::Pending,
+                    }
+                }))),
             }
         }
         if let Some(loss) = session.replay.as_ref().and_then(|r| r.take_restart()) {

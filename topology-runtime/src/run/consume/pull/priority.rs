@@ -55,25 +55,26 @@ impl PullPriority {
         }
     }
 
-    /// Adds the priority fields to a pull request.
-    pub(super) fn fields(&self, request: &mut serde_json::Map<String, serde_json::Value>) {
-        let group = || serde_json::Value::from(PRIORITY_GROUP);
+    /// Adds the priority fields to a pull request (JSON, written without its closing brace).
+    pub(super) fn fields(&self, request: &mut String) {
+        use std::fmt::Write;
+        let group = serde_json::Value::from(PRIORITY_GROUP);
         match self {
             PullPriority::None => {}
             PullPriority::Pinned { pin } => {
-                request.insert("group".into(), group());
+                let _ = write!(request, ",\"group\":{group}");
                 if let Some(pin) = pin {
-                    request.insert("id".into(), pin.as_str().into());
+                    let _ = write!(request, ",\"id\":{}", serde_json::Value::from(pin.as_str()));
                 }
             }
             PullPriority::Overflow(thresholds) => {
-                request.insert("group".into(), group());
+                let _ = write!(request, ",\"group\":{group}");
                 let thresholds = thresholds.unwrap_or_default();
                 if let Some(n) = thresholds.min_pending {
-                    request.insert("min_pending".into(), n.into());
+                    let _ = write!(request, ",\"min_pending\":{n}");
                 }
                 if let Some(n) = thresholds.min_ack_pending {
-                    request.insert("min_ack_pending".into(), n.into());
+                    let _ = write!(request, ",\"min_ack_pending\":{n}");
                 }
             }
         }
