@@ -100,6 +100,49 @@ impl ConsumerState {
     }
 }
 
+impl ConsumerState {
+    /// Logs the change from `previous` to this state once, at a level that fits it (a state
+    /// repeated with new details only at DEBUG).
+    pub(crate) fn log_change(&self, previous: &ConsumerState, stream: &str, consumer: &str) {
+        let state = self;
+        if std::mem::discriminant(previous) == std::mem::discriminant(state) {
+            match state {
+                ConsumerState::Retrying { attempt, error } => {
+                    tracing::debug!(stream = %stream, consumer, attempt, error, "consumer still not running; retrying");
+                }
+                ConsumerState::Stalled { silent_for, cause } if previous != state => {
+                    tracing::debug!(stream = %stream, consumer, ?silent_for, cause, "consumer still stalled");
+                }
+                _ => {}
+            }
+            return;
+        }
+        match state {
+            ConsumerState::Retrying { attempt, error } => {
+                tracing::warn!(stream = %stream, consumer, attempt, error, "consumer not running; retrying")
+            }
+            ConsumerState::Stopped { error: Some(error) } => {
+                tracing::error!(stream = %stream, consumer, error, "consumer stopped")
+            }
+            ConsumerState::Stalled { silent_for, cause } => {
+                tracing::warn!(stream = %stream, consumer, ?silent_for, cause, "consumer stalled: nothing from the server")
+            }
+            ConsumerState::BackingOff { cause } => {
+                tracing::warn!(stream = %stream, consumer, cause, "consumer backing off: its handlers keep failing; taking no new messages, probing with one")
+            }
+            ConsumerState::Denied { permission, cause } => {
+                tracing::error!(stream = %stream, consumer, permission, cause, "consumer denied: grant the permission")
+            }
+            ConsumerState::Crowded { cause } => {
+                tracing::warn!(stream = %stream, consumer, cause, "consumer crowded out: the server refuses its pull requests")
+            }
+            other => {
+                tracing::info!(stream = %stream, consumer, state = %other, "consumer state")
+            }
+        }
+    }
+}
+
 impl fmt::Display for ConsumerState {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {

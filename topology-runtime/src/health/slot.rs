@@ -316,41 +316,7 @@ impl Slot {
             }
         }
         drop(down);
-        if std::mem::discriminant(&previous) == std::mem::discriminant(&state) {
-            match &state {
-                ConsumerState::Retrying { attempt, error } => {
-                    tracing::debug!(stream = %self.stream, consumer, attempt, error, "consumer still not running; retrying");
-                }
-                ConsumerState::Stalled { silent_for, cause } if previous != state => {
-                    tracing::debug!(stream = %self.stream, consumer, ?silent_for, cause, "consumer still stalled");
-                }
-                _ => {}
-            }
-            return;
-        }
-        match &state {
-            ConsumerState::Retrying { attempt, error } => {
-                tracing::warn!(stream = %self.stream, consumer, attempt, error, "consumer not running; retrying")
-            }
-            ConsumerState::Stopped { error: Some(error) } => {
-                tracing::error!(stream = %self.stream, consumer, error, "consumer stopped")
-            }
-            ConsumerState::Stalled { silent_for, cause } => {
-                tracing::warn!(stream = %self.stream, consumer, ?silent_for, cause, "consumer stalled: nothing from the server")
-            }
-            ConsumerState::BackingOff { cause } => {
-                tracing::warn!(stream = %self.stream, consumer, cause, "consumer backing off: its handlers keep failing; taking no new messages, probing with one")
-            }
-            ConsumerState::Denied { permission, cause } => {
-                tracing::error!(stream = %self.stream, consumer, permission, cause, "consumer denied: grant the permission")
-            }
-            ConsumerState::Crowded { cause } => {
-                tracing::warn!(stream = %self.stream, consumer, cause, "consumer crowded out: the server refuses its pull requests")
-            }
-            other => {
-                tracing::info!(stream = %self.stream, consumer, state = %other, "consumer state")
-            }
-        }
+        state.log_change(&previous, &self.stream, consumer);
     }
 
     /// Sets the state; returns the previous one.
