@@ -1,5 +1,6 @@
 //! The streams no consumer of this service reads (it only publishes to them): ensured at
-//! start, then watched, and ensured again when they disappear, so that publishes find them.
+//! start, then ensured again when the stream watch (or a handler's publish) finds one gone, so
+//! that publishes find them.
 
 use std::sync::Arc;
 
@@ -10,8 +11,8 @@ use crate::provision::ProvisionError;
 use crate::run::Inner;
 use topology_core::model::StreamDecl;
 
-/// Ensures `stream` (retrying transient failures), then reads it every two heartbeats and
-/// ensures it again when it is gone, until shutdown. A failure no retry fixes goes to `fatal`.
+/// Ensures `stream` (retrying transient failures), then ensures it again each time it is
+/// found gone, until shutdown. A failure no retry fixes goes to `fatal`.
 pub(in crate::run) async fn supervise_stream(
     inner: Arc<Inner>,
     stream: StreamDecl,
@@ -55,19 +56,14 @@ pub(in crate::run) async fn supervise_stream(
     }
 }
 
-/// Resolves when a read of the stream says it does not exist (read every two heartbeats, and
-/// at once when a handler's publish finds no stream; a read that fails for another reason is
-/// tried again at the next tick).
+/// Resolves when a read of the stream says it does not exist. The stream watch (`writes`)
+/// reads every declared stream every two heartbeats and wakes this when one is gone, as does a
+/// handler's publish that finds no stream; a read that fails for another reason waits for the
+/// next wake.
 async fn gone(inner: &Inner, stream: &StreamDecl) {
-    let mut every = tokio::time::interval(inner.settings.heartbeat * 2);
-    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    every.tick().await;
     let missing = &inner.health.shared.stream_missing;
     loop {
-        tokio::select! {
-            _ = every.tick() => {}
-            _ = missing.notified() => {}
-        }
+        missing.notified().await;
         let read = inner.ensurer.provisioner().read_stream(stream.name).await;
         if let Ok(None) = read {
             return;

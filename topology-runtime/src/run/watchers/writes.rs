@@ -1,5 +1,6 @@
 //! The stream watch: reads every declared stream's info every two heartbeats (and at once
-//! when a handler's publish got no acknowledgement), and records for health, the metrics and
+//! when a handler's publish got no acknowledgement), says when one is gone (the watch of a
+//! stream no consumer reads ensures it again), and records for health, the metrics and
 //! the log whether each takes writes: a leader that reaches a quorum of its replicas. A
 //! stream without one takes no writes while its consumers may go on delivering what it
 //! holds, so nothing else shows it.
@@ -44,9 +45,11 @@ pub(in crate::run) async fn watch_writes(inner: Arc<Inner>, cancel: Cancellation
         for (stream, read) in reads {
             let writes = match read {
                 Ok(Ok(Some(info))) => Writes::of(&info),
-                // Gone: the stream's own watch (or its consumers) create it again.
+                // Gone: the stream's own watch (or its consumers) create it again; this read
+                // is the one the watch of a stream no consumer reads waits for.
                 Ok(Ok(None)) => {
                     record.forget(stream);
+                    shared.stream_missing.notify_waiters();
                     continue;
                 }
                 // Not allowed to read it, or an answer that says something else: nothing is
