@@ -167,6 +167,15 @@ impl Slot {
             .clone()
     }
 
+    /// Whether the server refuses something the consumer needs: [`Slot::denied`] without a
+    /// copy of it (asked before every pull request).
+    pub(crate) fn is_denied(&self) -> bool {
+        self.denied
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_some()
+    }
+
     /// The refused permission works again: a denied consumer runs.
     pub(crate) fn granted(&self) {
         let was = self.denied.lock().unwrap_or_else(|e| e.into_inner()).take();

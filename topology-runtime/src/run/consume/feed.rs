@@ -42,6 +42,25 @@ impl Feed {
         }
     }
 
+    /// The next message if it is at hand and nothing needs doing first (a pull request to
+    /// send): what [`Feed::next`] would return at once, without building a future. `None`:
+    /// call [`Feed::next`].
+    pub(in crate::run) fn ready(
+        &mut self,
+        flow: &Flow,
+        held: usize,
+    ) -> Option<Result<Fetched, Loss>> {
+        match self {
+            Feed::Pull(puller) => puller.ready(flow, held),
+            Feed::Push(pusher) => pusher.ready().map(|next| {
+                next.map(|message| Fetched {
+                    message,
+                    delivered_after: tokio::time::Instant::now(),
+                })
+            }),
+        }
+    }
+
     /// Stops receiving; returns what was received but not handed out (to be returned to the
     /// server).
     pub(in crate::run) async fn close(self) -> Vec<jetstream::Message> {
@@ -82,18 +101,37 @@ impl Pusher {
                 next = self.messages.next() => next,
                 reason = &mut self.gone => return Err(reason),
             };
-            match next {
-                Some(Ok(message)) => return Ok(message),
-                Some(Err(e)) => match e.kind() {
-                    push::MessagesErrorKind::ConsumerDeleted
-                    | push::MessagesErrorKind::PullBasedConsumer => {
-                        return Err(Loss::PushFailed(e.to_string()));
-                    }
-                    // Grouped members see spurious missed heartbeats; deletion is polled.
-                    _ => {}
-                },
-                None => return Err(Loss::SubscriptionEnded("push")),
+            if let Some(read) = Self::read(next) {
+                return read;
             }
+        }
+    }
+
+    /// The next message if one has arrived (see [`Feed::ready`]).
+    fn ready(&mut self) -> Option<Result<jetstream::Message, Loss>> {
+        loop {
+            if let Some(read) = Self::read(self.messages.next().now_or_never()?) {
+                return Some(read);
+            }
+        }
+    }
+
+    /// What the subscription gave: a message, the consumer lost, or nothing to report
+    /// (`None`: read on).
+    fn read(
+        next: Option<Result<jetstream::Message, push::MessagesError>>,
+    ) -> Option<Result<jetstream::Message, Loss>> {
+        match next {
+            Some(Ok(message)) => Some(Ok(message)),
+            Some(Err(e)) => match e.kind() {
+                push::MessagesErrorKind::ConsumerDeleted
+                | push::MessagesErrorKind::PullBasedConsumer => {
+                    Some(Err(Loss::PushFailed(e.to_string())))
+                }
+                // Grouped members see spurious missed heartbeats; deletion is polled.
+                _ => None,
+            },
+            None => Some(Err(Loss::SubscriptionEnded("push"))),
         }
     }
 

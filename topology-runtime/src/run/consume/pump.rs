@@ -23,7 +23,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::ack::AckDeadline;
 use super::dispatch::{Session, handle};
-use super::feed::Feed;
+use super::feed::{Feed, Fetched};
 use super::flow::Flow;
 use super::loss::Loss;
 use crate::health::{ConsumerState, Slot};
@@ -130,6 +130,21 @@ pub(in crate::run) async fn pump(
         let held = started + waiting.len();
         let readable = feed.asks() || flow.may_start(started);
         let probe_at = breaker.and_then(|b| b.probe_at());
+        // Nothing running, waiting or due but the next message, and it is here: take it
+        // without the select below, whose futures (the feed's, a timer's) cost more than
+        // handling a message that finishes at once.
+        if readable
+            && started == 0
+            && waiting.is_empty()
+            && probe_at.is_none()
+            && !cancel.is_cancelled()
+            && let Some(next) = feed.ready(&flow, held)
+        {
+            match receive(next, &session, &mut waiting) {
+                Step::Lost(loss) => break Exit::Lost(loss),
+                _ => continue,
+            }
+        }
         let step = tokio::select! {
             biased;
             _ = cancel.cancelled() => Step::Cancelled,
@@ -138,23 +153,7 @@ pub(in crate::run) async fn pump(
             _ = tokio::time::sleep_until(probe_at.unwrap_or_else(Instant::now)),
                 if probe_at.is_some_and(|at| at > Instant::now()) => Step::Probe,
             _ = keep_alive_tick.tick(), if !waiting.is_empty() => Step::KeepAlive,
-            next = feed.next(&flow, held), if readable => match next {
-                Ok(fetched) if let Some(Err(loss)) =
-                    session.replay.as_ref().map(|r| r.received(&fetched.message)) =>
-                {
-                    Step::Lost(loss)
-                }
-                // Started at the top of the loop, as soon as there is room.
-                Ok(fetched) => {
-                    waiting.push_back(Waiting {
-                        message: fetched.message,
-                        deadline: session.acks.deadline(fetched.delivered_after),
-                        kept: Instant::now(),
-                    });
-                    Step::Received
-                }
-                Err(loss) => Step::Lost(loss),
-            },
+            next = feed.next(&flow, held), if readable => receive(next, &session, &mut waiting),
         };
         match step {
             Step::Cancelled => break Exit::Drained,
@@ -180,6 +179,34 @@ pub(in crate::run) async fn pump(
         session.acks.nak(&message, None).await;
     }
     exit
+}
+
+/// A message from the feed waits to start (at the top of the session loop, as soon as there
+/// is room), unless it tells the consumer is lost.
+fn receive(
+    next: Result<Fetched, Loss>,
+    session: &Session,
+    waiting: &mut VecDeque<Waiting>,
+) -> Step {
+    match next {
+        Ok(fetched)
+            if let Some(Err(loss)) = session
+                .replay
+                .as_ref()
+                .map(|r| r.received(&fetched.message)) =>
+        {
+            Step::Lost(loss)
+        }
+        Ok(fetched) => {
+            waiting.push_back(Waiting {
+                message: fetched.message,
+                deadline: session.acks.deadline(fetched.delivered_after),
+                kept: Instant::now(),
+            });
+            Step::Received
+        }
+        Err(loss) => Step::Lost(loss),
+    }
 }
 
 /// Sends a progress ack for each waiting message not kept alive for `every`, so that its

@@ -173,22 +173,48 @@ impl Puller {
     /// Asks for what `flow` wants while `held` messages are running or waiting to start.
     /// Nothing while refused requests wait to be sent again.
     async fn top_up(&mut self, flow: &Flow, held: usize) -> Result<(), Loss> {
-        // Refused acks or pulls: ask for nothing that could not be settled.
-        if self.slot.denied().is_some() {
-            return Ok(());
+        loop {
+            let want = self.want(flow, held);
+            if want == 0 {
+                return Ok(());
+            }
+            self.send(want, self.expires, self.heartbeat).await?;
+        }
+    }
+
+    /// What [`Puller::top_up`] would ask for now: nothing while acks or pulls are refused
+    /// (what it took could not be settled) or refused requests wait to be sent again.
+    fn want(&self, flow: &Flow, held: usize) -> usize {
+        if self.slot.is_denied() {
+            return 0;
         }
         if [&self.refused, &self.crowded]
             .iter()
             .any(|r| r.as_ref().is_some_and(|r| Instant::now() < r.again_at))
         {
-            return Ok(());
+            return 0;
+        }
+        flow.want(held, self.requests.asked())
+    }
+
+    /// The next message if one has arrived and no request needs sending first, without
+    /// waiting: `None` when [`Puller::next`] has to (it asks, or waits for the inbox).
+    pub(super) fn ready(&mut self, flow: &Flow, held: usize) -> Option<Result<Fetched, Loss>> {
+        if let Some(fetched) = self.arrived.pop_front() {
+            return Some(Ok(fetched));
+        }
+        if self.want(flow, held) > 0 {
+            return None;
         }
         loop {
-            let want = flow.want(held, self.requests.asked());
-            if want == 0 {
-                return Ok(());
+            match self.subscriber.next().now_or_never()? {
+                Some(message) => match self.take(message) {
+                    Ok(Some(fetched)) => return Some(Ok(fetched)),
+                    Ok(None) => {}
+                    Err(loss) => return Some(Err(loss)),
+                },
+                None => return Some(Err(Loss::SubscriptionEnded("pull"))),
             }
-            self.send(want, self.expires, self.heartbeat).await?;
         }
     }
 
