@@ -3,7 +3,7 @@
 //! here, as its handlers finish). A consumer re-created after a loss starts after its resume
 //! point only while the stream is that instance (see `provision::ResumePoint::start_in`).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use async_nats::jetstream::consumer;
@@ -37,11 +37,72 @@ pub(in crate::run) struct Resume {
 /// after them too, where they are contiguous above the floor (a gap is a message this
 /// instance does not know settled: another instance's, or one the filter skips).
 #[derive(Default)]
-pub(in crate::run) struct Settled(Mutex<BTreeSet<u64>>);
+pub(in crate::run) struct Settled(Mutex<Runs>);
 
 impl Settled {
     pub(in crate::run) fn record(&self, sequence: u64) {
         lock(&self.0).insert(sequence);
+    }
+}
+
+/// A set of sequences kept as runs: sorted, disjoint and not adjacent (`(first, last)`,
+/// inclusive). What one instance settles is mostly runs in order (the next sequence, or a
+/// gap where another instance took some), recorded at the end in constant time, where a
+/// set of every sequence took a tree insert and a node per message until the next floor read.
+#[derive(Default, Debug)]
+struct Runs(VecDeque<(u64, u64)>);
+
+impl Runs {
+    fn insert(&mut self, sequence: u64) {
+        match self.0.back_mut() {
+            None => return self.0.push_back((sequence, sequence)),
+            Some((_, last)) if last.saturating_add(1) == sequence => return *last = sequence,
+            Some((_, last)) if *last < sequence => return self.0.push_back((sequence, sequence)),
+            Some(_) => {}
+        }
+        // Out of order (handlers finishing at once): the first run that ends at most one
+        // below it holds it, extends to it, or starts after it.
+        let i = self
+            .0
+            .partition_point(|&(_, last)| last.saturating_add(1) < sequence);
+        let (first, last) = self.0[i];
+        if (first..=last).contains(&sequence) {
+        } else if last + 1 == sequence {
+            self.0[i].1 = sequence;
+            if let Some(&(next_first, next_last)) = self.0.get(i + 1)
+                && next_first == sequence + 1
+            {
+                self.0[i].1 = next_last;
+                self.0.remove(i + 1);
+            }
+        } else if sequence + 1 == first {
+            self.0[i].0 = sequence;
+        } else {
+            self.0.insert(i, (sequence, sequence));
+        }
+    }
+
+    /// The last sequence of the run holding `sequence`, if one does.
+    fn run_end(&self, sequence: u64) -> Option<u64> {
+        let i = self.0.partition_point(|&(_, last)| last < sequence);
+        self.0
+            .get(i)
+            .filter(|(first, _)| *first <= sequence)
+            .map(|&(_, last)| last)
+    }
+
+    /// Forgets the sequences at or below `after`.
+    fn forget_to(&mut self, after: u64) {
+        while self.0.front().is_some_and(|&(_, last)| last <= after) {
+            self.0.pop_front();
+        }
+        if let Some(front) = self.0.front_mut() {
+            front.0 = front.0.max(after + 1);
+        }
+    }
+
+    fn clear(&mut self) {
+        self.0.clear();
     }
 }
 
@@ -61,9 +122,8 @@ impl Resume {
             return lock(&self.session).as_ref().map(|p| p.resume_point());
         }
         let mut point = lock(&self.floor).clone()?;
-        let settled = lock(&self.settled.0);
-        while settled.contains(&(point.after + 1)) {
-            point.after += 1;
+        if let Some(last) = lock(&self.settled.0).run_end(point.after + 1) {
+            point.after = last;
         }
         Some(point)
     }
@@ -112,7 +172,7 @@ impl Resume {
             Some(point) if point.stream.same_as(stream) => {
                 point.after = point.after.max(floor);
                 let after = point.after;
-                settled.retain(|&sequence| sequence > after);
+                settled.forget_to(after);
                 after
             }
             other => {
@@ -259,6 +319,44 @@ mod tests {
             3,
             "another stream instance forgets what was settled in the first"
         );
+    }
+
+    #[test]
+    fn runs_hold_every_sequence_recorded_in_any_order() {
+        let mut runs = Runs::default();
+        let mut all = BTreeSet::new();
+        // In order, with gaps, then out of order: filling gaps, joining runs, repeats.
+        let sequences = [
+            5, 6, 7, 9, 10, 20, 8, 3, 1, 2, 15, 14, 16, 12, 13, 11, 21, 7, 30, 4,
+        ];
+        for sequence in sequences {
+            runs.insert(sequence);
+            all.insert(sequence);
+            for s in 0..=32 {
+                let expected = all
+                    .contains(&s)
+                    .then(|| (s..).find(|n| !all.contains(&(n + 1))).unwrap());
+                assert_eq!(
+                    runs.run_end(s),
+                    expected,
+                    "{s} after inserting {sequence}: {runs:?}"
+                );
+            }
+            assert!(
+                runs.0
+                    .iter()
+                    .zip(runs.0.iter().skip(1))
+                    .all(|(a, b)| a.1 + 1 < b.0),
+                "sorted, disjoint, not adjacent: {runs:?}"
+            );
+        }
+        assert_eq!(runs.0, [(1, 16), (20, 21), (30, 30)]);
+        runs.forget_to(18);
+        assert_eq!(runs.0, [(20, 21), (30, 30)]);
+        runs.forget_to(20);
+        assert_eq!(runs.0, [(21, 21), (30, 30)]);
+        runs.forget_to(40);
+        assert!(runs.0.is_empty());
     }
 
     #[test]
