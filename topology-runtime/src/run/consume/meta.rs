@@ -38,28 +38,38 @@ impl MessageMeta {
 /// The metadata an ack subject carries; `None` if it is not one.
 fn parse(reply: &[u8]) -> Option<MessageMeta> {
     let rest = reply.strip_prefix(b"$JS.ACK.")?;
-    // The tokens after the prefix: 7 in the original form, 9 or more with the domain and the
-    // account hash (the tokens past the ninth are not read).
-    let mut tokens: [&[u8]; 9] = [&[]; 9];
+    // Where each token ends: 7 tokens after the prefix in the original form, 9 or more with
+    // the domain and the account hash (those past the ninth are not read). One pass over the
+    // bytes; the tokens read are numbers, parsed from their slices.
+    let mut ends = [0usize; 9];
     let mut count = 0;
-    for token in rest.split(|b| *b == b'.') {
-        if count < tokens.len() {
-            tokens[count] = token;
+    for (i, &b) in rest.iter().enumerate() {
+        if b == b'.' {
+            if count < ends.len() {
+                ends[count] = i;
+            }
+            count += 1;
         }
-        count += 1;
     }
-    let first = match count {
+    if count < ends.len() {
+        ends[count] = rest.len();
+    }
+    let first = match count + 1 {
         7 => 2,
         n if n >= 9 => 4,
         _ => return None,
     };
-    let number = |i: usize| number(tokens[first + i]);
-    let nanos = number(3)?;
+    let token = |i: usize| {
+        let i = first + i;
+        let start = if i == 0 { 0 } else { ends[i - 1] + 1 };
+        number(&rest[start..ends[i]])
+    };
+    let nanos = token(3)?;
     Some(MessageMeta {
-        delivered: number(0)?,
-        stream_sequence: Some(number(1)?),
+        delivered: token(0)?,
+        stream_sequence: Some(token(1)?),
         published: Some(std::time::SystemTime::UNIX_EPOCH + std::time::Duration::from_nanos(nanos)),
-        pending: number(4)?,
+        pending: token(4)?,
     })
 }
 
@@ -68,10 +78,20 @@ fn number(token: &[u8]) -> Option<u64> {
     if token.is_empty() {
         return None;
     }
-    token.iter().try_fold(0u64, |n, &b| {
-        let digit = b.checked_sub(b'0').filter(|d| *d < 10)?;
-        n.checked_mul(10)?.checked_add(u64::from(digit))
-    })
+    // Up to 19 digits cannot overflow: checked only past them.
+    let mut n = 0u64;
+    for (i, &b) in token.iter().enumerate() {
+        let digit = b.wrapping_sub(b'0');
+        if digit >= 10 {
+            return None;
+        }
+        n = if i < 19 {
+            n * 10 + u64::from(digit)
+        } else {
+            n.checked_mul(10)?.checked_add(u64::from(digit))?
+        };
+    }
+    Some(n)
 }
 
 #[cfg(test)]
