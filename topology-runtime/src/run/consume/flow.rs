@@ -20,8 +20,9 @@
 use std::time::Duration;
 
 /// At the defaults, the most messages held ahead (and asked for in one request) when the
-/// concurrency is lower.
-pub(in crate::run) const AHEAD_CAP: usize = 64;
+/// concurrency is lower: async-nats' own default batch, so that a consumer whose handlers
+/// finish at once asks the server as rarely as a raw `messages()` loop does.
+pub(in crate::run) const AHEAD_CAP: usize = 200;
 
 /// One consumer's flow control.
 pub(in crate::run) struct Flow {
@@ -126,7 +127,7 @@ impl Flow {
 /// within the horizon.
 struct Pace {
     horizon: Duration,
-    /// In nanoseconds; `None` until a handler finished.
+    /// In seconds; `None` until a handler finished.
     mean: Option<f64>,
 }
 
@@ -142,7 +143,8 @@ impl Pace {
     }
 
     fn finished(&mut self, took: Duration) {
-        let took = took.as_nanos() as f64;
+        // In seconds: a `u128` of nanoseconds to a float is a library call on every message.
+        let took = took.as_secs_f64();
         self.mean = Some(match self.mean {
             Some(mean) => mean + (took - mean) * Self::WEIGHT,
             None => took,
@@ -154,7 +156,7 @@ impl Pace {
     /// A float-to-integer cast saturates: a mean of zero gives `usize::MAX`.
     fn ahead(&self, concurrency: usize) -> usize {
         self.mean.map_or(0, |mean| {
-            (self.horizon.as_nanos() as f64 * concurrency as f64 / mean) as usize
+            (self.horizon.as_secs_f64() * concurrency as f64 / mean) as usize
         })
     }
 }
@@ -242,8 +244,13 @@ mod tests {
             "never more ahead than the cap"
         );
         assert_eq!(flow.want(4, 0), AHEAD_CAP);
-        assert_eq!(flow.want(4, 33), 0, "less than half while one is open");
-        assert_eq!(flow.want(4, 32), 32);
+        let half = AHEAD_CAP / 2;
+        assert_eq!(
+            flow.want(4, half + 1),
+            0,
+            "less than half while one is open"
+        );
+        assert_eq!(flow.want(4, half), half);
     }
 
     #[test]
