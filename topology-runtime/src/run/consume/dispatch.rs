@@ -53,12 +53,14 @@ pub(in crate::run) struct Session {
 }
 
 /// Runs the handler on one message, settles it, and has the session's observer account for
-/// how it ended.
+/// how it ended. `spare`: what a handler was given of an earlier message, for this one if no
+/// handler holds it any more; returned emptied for the next one (see [`received`]).
 pub(in crate::run) async fn handle(
     mut message: jetstream::Message,
     deadline: AckDeadline,
     session: Arc<Session>,
-) {
+    spare: Option<Arc<Received>>,
+) -> Option<Arc<Received>> {
     let meta = MessageMeta::of(&message);
     if session.in_order {
         let sequence = meta.stream_sequence;
@@ -72,10 +74,10 @@ pub(in crate::run) async fn handle(
             if let Err(e) = Box::pin(session.acks.settle(&message, AckKind::Ack, deadline)).await {
                 tracing::debug!(error = %e, "could not acknowledge a message delivered again");
             }
-            return;
+            return spare;
         }
     }
-    let received = received(&mut message, meta);
+    let mut received = received(&mut message, meta, spare);
     let outcome = dispatch(&message, &received, meta, deadline, &session).await;
     session.observer.ended(meta.stream_sequence, outcome);
     if let Some(replay) = &session.replay {
@@ -85,14 +87,24 @@ pub(in crate::run) async fn handle(
             replay.failed(meta.stream_sequence);
         }
     }
+    // Emptied, so that a consumer left idle holds no payload.
+    let emptied = Arc::get_mut(&mut received)?;
+    emptied.headers = None;
+    emptied.payload = bytes::Bytes::new();
+    Some(received)
 }
 
 /// What the handler is given of `message`: its subject, headers and payload are moved out of
 /// it (what stays is the reply subject, which settles it), so that a message costs one
-/// allocation here instead of a clone of each.
-fn received(message: &mut jetstream::Message, meta: MessageMeta) -> Arc<Received> {
+/// allocation here instead of a clone of each, and none when `spare` (an earlier message's,
+/// which no handler holds any more: most handlers do not keep their context) is reused.
+fn received(
+    message: &mut jetstream::Message,
+    meta: MessageMeta,
+    spare: Option<Arc<Received>>,
+) -> Arc<Received> {
     let message = &mut message.message;
-    Arc::new(Received {
+    let received = Received {
         subject: std::mem::replace(&mut message.subject, async_nats::Subject::from_static("")),
         headers: message.headers.take(),
         payload: std::mem::take(&mut message.payload),
@@ -101,7 +113,17 @@ fn received(message: &mut jetstream::Message, meta: MessageMeta) -> Arc<Received
         published: meta.published,
         pending: meta.pending,
         publishes: AtomicU32::new(0),
-    })
+    };
+    match spare {
+        Some(mut spare) => match Arc::get_mut(&mut spare) {
+            Some(reused) => {
+                *reused = received;
+                spare
+            }
+            None => Arc::new(received),
+        },
+        None => Arc::new(received),
+    }
 }
 
 /// Runs the handler on one message and settles it: ack, nak with a delay, or dead-letter

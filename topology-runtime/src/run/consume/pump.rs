@@ -85,6 +85,8 @@ pub(in crate::run) async fn pump(
     // The memory a handler's future runs in on its first poll, reused while handlers finish
     // there (most do): a message costs no allocation for it then.
     let mut spare = None;
+    // What the last handler that finished there was given, for the next one (see `handle`).
+    let mut reused = None;
     let exit = loop {
         while in_flight.try_join_next().is_some() {
             flow.finished(None);
@@ -94,30 +96,33 @@ pub(in crate::run) async fn pump(
         let restarts = || session.replay.as_ref().is_some_and(|r| r.must_restart());
         // Backing off: nothing is started or asked for but one probe when it is due.
         let breaker = session.breaker.as_ref();
-        flow.limit(breaker.and_then(|b| b.limit(Instant::now())));
+        // The clock is read only while the breaker is open.
+        let limit = || breaker.filter(|b| b.is_open())?.limit(Instant::now());
+        flow.limit(limit());
         while flow.may_start(running.len() + in_flight.len())
             && !restarts()
             && let Some(next) = waiting.pop_front()
         {
             let started = Instant::now();
             // `map`, not an `async` block: a block would hold the future twice in its state.
-            let handler = handle(next.message, next.deadline, session.clone())
-                .map(move |()| started.elapsed());
+            let handler = handle(next.message, next.deadline, session.clone(), reused.take())
+                .map(move |spare| (started.elapsed(), spare));
             let mut slot: Pin<Box<Option<_>>> = spare.take().unwrap_or_else(|| Box::pin(None));
             slot.set(Some(handler));
             // Most handlers finish without waiting: run them here, with no task.
             let first = slot.as_mut().as_pin_mut().and_then(|h| h.now_or_never());
             match first {
-                Some(took) => {
+                Some((took, received)) => {
                     slot.set(None);
                     spare = Some(slot);
+                    reused = received;
                     flow.finished(Some(took));
                     // A probe that failed inline moved the next one.
-                    flow.limit(breaker.and_then(|b| b.limit(Instant::now())));
+                    flow.limit(limit());
                 }
                 None => running.push(Box::pin(futures::future::poll_fn(move |cx| {
                     match slot.as_mut().as_pin_mut() {
-                        Some(handler) => handler.poll(cx),
+                        Some(handler) => handler.poll(cx).map(|(took, _)| took),
                         None => std::task::Poll::Pending,
                     }
                 }))),

@@ -350,7 +350,8 @@ impl Puller {
     /// Accounts for one thing the server sent to the inbox: a message is returned; a status
     /// updates the open requests, or reports the consumer lost.
     fn take(&mut self, message: async_nats::Message) -> Result<Option<Fetched>, Loss> {
-        self.heard = Instant::now();
+        let now = Instant::now();
+        self.heard = now;
         let inbox = Inbox::of(message);
         if !matches!(inbox, Inbox::NoResponders) {
             self.refused = None;
@@ -359,7 +360,7 @@ impl Puller {
         match inbox {
             Inbox::Message(message) => {
                 self.admitted();
-                let delivered_after = self.requests.delivered();
+                let delivered_after = self.requests.delivered(now);
                 if self.priority.delivered(&message, &self.slot) {
                     // Pinned: the server holds the requests that do not name the pin; ask
                     // again with it (what the others still deliver is taken as stray).

@@ -65,10 +65,9 @@ impl Requests {
         });
     }
 
-    /// A message arrived: the oldest open request delivered it. Returns no later than when
-    /// the server delivered it: when that request was sent, or a stray one.
-    pub(super) fn delivered(&mut self) -> Instant {
-        let now = Instant::now();
+    /// A message arrived (`now`): the oldest open request delivered it. Returns no later
+    /// than when the server delivered it: when that request was sent, or a stray one.
+    pub(super) fn delivered(&mut self, now: Instant) -> Instant {
         let stray = self
             .stray
             .filter(|(_, until)| *until > now)
