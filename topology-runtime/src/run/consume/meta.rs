@@ -118,6 +118,26 @@ mod tests {
     }
 
     #[test]
+    fn reads_names_of_every_length() {
+        // Dots at every offset within the eight-byte words the scan reads.
+        for stream in 1..=17 {
+            for consumer in 1..=9 {
+                let (s, c) = ("S".repeat(stream), "c".repeat(consumer));
+                let v1 = format!("$JS.ACK.{s}.{c}.2.7.5.123.9");
+                let v2 = format!("$JS.ACK.hub.HASH.{s}.{c}.2.7.5.123.9.r4nd");
+                for reply in [v1, v2] {
+                    let meta = parse(reply.as_bytes()).expect("an ack subject");
+                    assert_eq!(
+                        (meta.delivered, meta.stream_sequence, meta.pending),
+                        (2, Some(7), 9),
+                        "{reply}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
     fn refuses_what_is_not_an_ack_subject() {
         for reply in [
             &b"_INBOX.abc"[..],
