@@ -151,7 +151,8 @@ impl RuntimeBuilder {
 
     /// How far ahead a pull consumer fetches when no [`pull_batch`](Self::pull_batch) is set
     /// (default 10 ms): beyond its running handlers, it holds what they finish within this
-    /// time, at most its concurrency. Fast handlers then find their next message here rather
+    /// time at their measured pace, at most 200 messages (async-nats' own batch) or its
+    /// concurrency, if larger. Fast handlers then find their next message here rather
     /// than a round trip away; slow ones hold nothing they cannot start at once, so no message
     /// waits on a busy instance while another is idle. A message fetched ahead waits about
     /// this long before it starts. `Duration::ZERO`: fetch only what can start at once.
