@@ -51,6 +51,22 @@ pub(in crate::run) struct Fetched {
     /// consumer asks for nothing, so nothing earlier is known: a delivery held in a stalled
     /// link for longer than its `ack_wait` may be confirmed after its redelivery).
     pub(in crate::run) delivered_after: tokio::time::Instant,
+    /// Its delivery metadata, read once here.
+    pub(in crate::run) meta: super::meta::MessageMeta,
+}
+
+impl Fetched {
+    /// `message`, delivered no earlier than `delivered_after`.
+    pub(in crate::run) fn new(
+        message: jetstream::Message,
+        delivered_after: tokio::time::Instant,
+    ) -> Self {
+        Fetched {
+            meta: super::meta::MessageMeta::of(&message),
+            message,
+            delivered_after,
+        }
+    }
 }
 
 /// Until when a delivery surely has not been given to anyone else: its `ack_wait` counted

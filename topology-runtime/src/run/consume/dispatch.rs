@@ -56,12 +56,11 @@ pub(in crate::run) struct Session {
 /// how it ended. `spare`: what a handler was given of an earlier message, for this one if no
 /// handler holds it any more; returned emptied for the next one (see [`received`]).
 pub(in crate::run) async fn handle(
-    mut message: jetstream::Message,
+    (mut message, meta): (jetstream::Message, MessageMeta),
     deadline: AckDeadline,
     session: Arc<Session>,
     spare: Option<Arc<Received>>,
 ) -> Option<Arc<Received>> {
-    let meta = MessageMeta::of(&message);
     if session.in_order {
         let sequence = meta.stream_sequence;
         if session.observer.handled_past(sequence) {

@@ -35,10 +35,10 @@ impl Feed {
     pub(in crate::run) async fn next(&mut self, flow: &Flow, held: usize) -> Result<Fetched, Loss> {
         match self {
             Feed::Pull(puller) => puller.next(flow, held).await,
-            Feed::Push(pusher) => pusher.next().await.map(|message| Fetched {
-                message,
-                delivered_after: tokio::time::Instant::now(),
-            }),
+            Feed::Push(pusher) => pusher
+                .next()
+                .await
+                .map(|message| Fetched::new(message, tokio::time::Instant::now())),
         }
     }
 
@@ -52,12 +52,9 @@ impl Feed {
     ) -> Option<Result<Fetched, Loss>> {
         match self {
             Feed::Pull(puller) => puller.ready(flow, held),
-            Feed::Push(pusher) => pusher.ready().map(|next| {
-                next.map(|message| Fetched {
-                    message,
-                    delivered_after: tokio::time::Instant::now(),
-                })
-            }),
+            Feed::Push(pusher) => pusher
+                .ready()
+                .map(|next| next.map(|message| Fetched::new(message, tokio::time::Instant::now()))),
         }
     }
 

@@ -13,6 +13,8 @@ pub(in crate::run) struct MessageMeta {
     pub(in crate::run) delivered: u64,
     /// The message's stream sequence (`None` if the reply subject could not be read).
     pub(in crate::run) stream_sequence: Option<u64>,
+    /// The delivery's consumer sequence (0 if the reply subject could not be read).
+    pub(in crate::run) consumer_sequence: u64,
     /// When the server stored it.
     pub(in crate::run) published: Option<std::time::SystemTime>,
     /// What the consumer had left to deliver after it.
@@ -24,6 +26,7 @@ impl MessageMeta {
         let unread = MessageMeta {
             delivered: 1,
             stream_sequence: None,
+            consumer_sequence: 0,
             published: None,
             pending: 0,
         };
@@ -68,6 +71,7 @@ fn parse(reply: &[u8]) -> Option<MessageMeta> {
     Some(MessageMeta {
         delivered: token(0)?,
         stream_sequence: Some(token(1)?),
+        consumer_sequence: token(2)?,
         published: Some(std::time::SystemTime::UNIX_EPOCH + std::time::Duration::from_nanos(nanos)),
         pending: token(4)?,
     })
@@ -106,6 +110,7 @@ mod tests {
             let meta = parse(reply).expect("an ack subject");
             assert_eq!(meta.delivered, 3);
             assert_eq!(meta.stream_sequence, Some(1042));
+            assert_eq!(meta.consumer_sequence, 1040);
             assert_eq!(meta.pending, 17);
             assert_eq!(
                 meta.published,

@@ -26,6 +26,7 @@ use super::dispatch::{Session, handle};
 use super::feed::{Feed, Fetched};
 use super::flow::Flow;
 use super::loss::Loss;
+use super::meta::MessageMeta;
 use crate::health::{ConsumerState, Slot};
 
 /// Why consuming stopped.
@@ -45,6 +46,7 @@ type Running = Pin<Box<dyn Future<Output = Duration> + Send>>;
 /// A message received and not started yet.
 struct Waiting {
     message: jetstream::Message,
+    meta: MessageMeta,
     deadline: AckDeadline,
     /// When it arrived, or when its last progress ack was sent.
     kept: Instant,
@@ -105,8 +107,13 @@ pub(in crate::run) async fn pump(
         {
             let started = Instant::now();
             // `map`, not an `async` block: a block would hold the future twice in its state.
-            let handler = handle(next.message, next.deadline, session.clone(), reused.take())
-                .map(move |spare| (started.elapsed(), spare));
+            let handler = handle(
+                (next.message, next.meta),
+                next.deadline,
+                session.clone(),
+                reused.take(),
+            )
+            .map(move |spare| (started.elapsed(), spare));
             let mut slot: Pin<Box<Option<_>>> = spare.take().unwrap_or_else(|| Box::pin(None));
             slot.set(Some(handler));
             // Most handlers finish without waiting: run them here, with no task.
@@ -195,16 +202,14 @@ fn receive(
 ) -> Step {
     match next {
         Ok(fetched)
-            if let Some(Err(loss)) = session
-                .replay
-                .as_ref()
-                .map(|r| r.received(&fetched.message)) =>
+            if let Some(Err(loss)) = session.replay.as_ref().map(|r| r.received(&fetched.meta)) =>
         {
             Step::Lost(loss)
         }
         Ok(fetched) => {
             waiting.push_back(Waiting {
                 message: fetched.message,
+                meta: fetched.meta,
                 deadline: session.acks.deadline(fetched.delivered_after),
                 kept: Instant::now(),
             });

@@ -10,7 +10,7 @@
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use async_nats::jetstream;
+use super::meta::MessageMeta;
 
 use super::loss::Loss;
 
@@ -31,24 +31,24 @@ impl Replay {
         }
     }
 
-    /// Checks that `message` is the delivery after the last one received.
-    pub(in crate::run) fn received(&self, message: &jetstream::Message) -> Result<(), Loss> {
-        let Ok(info) = message.info() else {
+    /// Checks that the delivery `meta` describes is the one after the last one received.
+    pub(in crate::run) fn received(&self, meta: &MessageMeta) -> Result<(), Loss> {
+        let Some(stream_sequence) = meta.stream_sequence else {
             return Err(Loss::Replay {
                 why: "a delivery without its sequence numbers arrived".to_owned(),
                 at_once: true,
             });
         };
         let expected = self.last.load(Ordering::Relaxed) + 1;
-        self.last.store(info.consumer_sequence, Ordering::Relaxed);
-        if info.consumer_sequence == expected {
+        self.last.store(meta.consumer_sequence, Ordering::Relaxed);
+        if meta.consumer_sequence == expected {
             return Ok(());
         }
         Err(Loss::Replay {
             why: format!(
                 "delivery {} arrived where {expected} was next (stream sequence {}): a delivery \
                  was lost on the way",
-                info.consumer_sequence, info.stream_sequence
+                meta.consumer_sequence, stream_sequence
             ),
             at_once: true,
         })

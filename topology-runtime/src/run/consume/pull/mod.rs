@@ -366,19 +366,19 @@ impl Puller {
                     // again with it (what the others still deliver is taken as stray).
                     self.requests.forget(|_| true);
                 }
-                let message = jetstream::Message {
-                    message,
-                    context: self.context.clone(),
-                };
-                if let Some(received) = &mut self.received
-                    && let Ok(info) = message.info()
-                {
-                    *received = info.consumer_sequence;
-                }
-                Ok(Some(Fetched {
-                    message,
+                let fetched = Fetched::new(
+                    jetstream::Message {
+                        message,
+                        context: self.context.clone(),
+                    },
                     delivered_after,
-                }))
+                );
+                if let Some(received) = &mut self.received
+                    && fetched.meta.stream_sequence.is_some()
+                {
+                    *received = fetched.meta.consumer_sequence;
+                }
+                Ok(Some(fetched))
             }
             Inbox::Heartbeat { last_delivered } => match (self.received, last_delivered) {
                 // A request of this session waits at the consumer.
