@@ -15,6 +15,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_nats::jetstream;
+use futures::future::OptionFuture;
 use futures::stream::FuturesUnordered;
 use futures::{FutureExt, StreamExt};
 use tokio::task::JoinSet;
@@ -27,6 +28,7 @@ use super::feed::{Feed, Fetched};
 use super::flow::Flow;
 use super::loss::Loss;
 use super::meta::MessageMeta;
+use crate::handler::Received;
 use crate::health::{ConsumerState, Slot};
 
 /// Why consuming stopped.
@@ -40,8 +42,12 @@ pub(in crate::run) enum Exit {
 /// The shortest interval at which waiting messages are checked for a progress ack.
 const KEEP_ALIVE_FLOOR: Duration = Duration::from_millis(10);
 
-/// A handler that did not finish on its first poll; it resolves to how long it ran.
-type Running = Pin<Box<dyn Future<Output = Duration> + Send>>;
+/// A handler that did not finish on its first poll, in the memory it started in: it
+/// resolves to how long it ran and what it was given of its message (see `handle`).
+type Running = Pin<Box<dyn Future<Output = Option<Ran>> + Send>>;
+
+/// How long a handler ran, and what it was given of its message if no one holds it.
+type Ran = (Duration, Option<Arc<Received>>);
 
 /// A message received and not started yet.
 struct Waiting {
@@ -114,25 +120,21 @@ pub(in crate::run) async fn pump(
                 reused.take(),
             )
             .map(move |spare| (started.elapsed(), spare));
-            let mut slot: Pin<Box<Option<_>>> = spare.take().unwrap_or_else(|| Box::pin(None));
-            slot.set(Some(handler));
+            let mut slot: Pin<Box<OptionFuture<_>>> =
+                spare.take().unwrap_or_else(|| Box::pin(None.into()));
+            slot.set(Some(handler).into());
             // Most handlers finish without waiting: run them here, with no task.
-            let first = slot.as_mut().as_pin_mut().and_then(|h| h.now_or_never());
-            match first {
+            match slot.as_mut().now_or_never().flatten() {
                 Some((took, received)) => {
-                    slot.set(None);
+                    slot.set(None.into());
                     spare = Some(slot);
                     reused = received;
                     flow.finished(Some(took));
                     // A probe that failed inline moved the next one.
                     flow.limit(limit());
                 }
-                None => running.push(Box::pin(futures::future::poll_fn(move |cx| {
-                    match slot.as_mut().as_pin_mut() {
-                        Some(handler) => handler.poll(cx).map(|(took, _)| took),
-                        None => std::task::Poll::Pending,
-                    }
-                }))),
+                // Its memory goes with it: no second allocation to wrap it.
+                None => running.push(slot),
             }
         }
         if let Some(loss) = session.replay.as_ref().and_then(|r| r.take_restart()) {
@@ -160,7 +162,13 @@ pub(in crate::run) async fn pump(
         let step = tokio::select! {
             biased;
             _ = cancel.cancelled() => Step::Cancelled,
-            Some(took) = running.next(), if !running.is_empty() => Step::Finished(Some(took)),
+            Some(ran) = running.next(), if !running.is_empty() => match ran {
+                Some((took, received)) => {
+                    reused = reused.or(received);
+                    Step::Finished(Some(took))
+                }
+                None => Step::Finished(None),
+            },
             Some(_) = in_flight.join_next(), if !in_flight.is_empty() => Step::Finished(None),
             _ = tokio::time::sleep_until(probe_at.unwrap_or_else(Instant::now)),
                 if probe_at.is_some_and(|at| at > Instant::now()) => Step::Probe,
