@@ -20,7 +20,9 @@
 //! CPU: user + system time of this process and of the server during the cold and the warm
 //! run (`/proc/<pid>/stat`, 10 ms ticks; Linux). Memory: this process's resident set once the
 //! cold run is ready, minus before its runtime was built, per consumer (first repetition
-//! only: later ones reuse what the first freed). The last line is one JSON object with every
+//! only: later ones reuse what the first freed), and beside it the heap in use (bytes
+//! allocated and not freed, counted by this program's global allocator): the difference is
+//! what the allocator keeps of what start-up freed. The last line is one JSON object with every
 //! figure (medians).
 //!
 //! The server's store is under the temporary directory: `TMPDIR=/dev/shm` puts it on tmpfs,
@@ -28,6 +30,8 @@
 //! The stores are removed when the benchmark ends, not between measurements (see
 //! docs/PERFORMANCE.md, "Ready with 1,000 consumers on one server").
 
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::{Duration, Instant};
 
 use async_nats::jetstream::{self, consumer, stream};
@@ -37,6 +41,33 @@ use nats_topology_testkit::NatsServer;
 use serde_json::json;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Keeps the bytes this process holds on its heap (asked for and not yet freed): beside the
+/// resident set, which also counts what the allocator keeps of what was freed.
+struct Live;
+
+static LIVE: AtomicI64 = AtomicI64::new(0);
+
+unsafe impl GlobalAlloc for Live {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        LIVE.fetch_add(layout.size() as i64, Ordering::Relaxed);
+        // SAFETY: the layout is the caller's, passed on unchanged.
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        LIVE.fetch_sub(layout.size() as i64, Ordering::Relaxed);
+        // SAFETY: `ptr` was allocated by `System` with this layout.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        LIVE.fetch_add(new_size as i64 - layout.size() as i64, Ordering::Relaxed);
+        // SAFETY: as for `dealloc`, and `new_size` is the caller's.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Live = Live;
 
 const READY_WITHIN: Duration = Duration::from_secs(120);
 
@@ -217,9 +248,9 @@ async fn main() -> Result<(), BoxError> {
             other => panic!("unknown flag {other}; usage: [--n 1000] [--reps 3]"),
         }
     }
-    let mut figures: Vec<[f64; 11]> = Vec::new();
+    let mut figures: Vec<[f64; 12]> = Vec::new();
     println!(
-        "| rep | cold: first / half / ready ms | cold CPU ms: ours / server | warm ready ms | warm CPU ms: ours / server | provision ms | raw async-nats ms | KB per consumer |"
+        "| rep | cold: first / half / ready ms | cold CPU ms: ours / server | warm ready ms | warm CPU ms: ours / server | provision ms | raw async-nats ms | KB per consumer: resident / heap |"
     );
     println!("|---:|---:|---:|---:|---:|---:|---:|---:|");
     // Every server's store is removed at the end, not between measurements: removing
@@ -234,12 +265,15 @@ async fn main() -> Result<(), BoxError> {
         let server = NatsServer::start().await?;
         let client = async_nats::connect(server.url()).await?;
         let (ours, theirs) = (std::process::id(), server.pid().unwrap_or(0));
-        let before = rss();
+        let before = (rss(), LIVE.load(Ordering::Relaxed));
         let cpu = (cpu_ms(ours), cpu_ms(theirs));
         let cold = run(&client, topology(n)).await?;
         let cold_cpu = (cpu_ms(ours) - cpu.0, cpu_ms(theirs) - cpu.1);
         // The first repetition only: later ones reuse what the first freed.
-        let per_consumer = (rss().saturating_sub(before)) as f64 / n as f64 / 1024.0;
+        let per_consumer = (
+            rss().saturating_sub(before.0) as f64 / n as f64 / 1024.0,
+            (LIVE.load(Ordering::Relaxed) - before.1) as f64 / n as f64 / 1024.0,
+        );
         cold.stop.send(()).ok();
         cold.running.await??;
         let cpu = (cpu_ms(ours), cpu_ms(theirs));
@@ -276,7 +310,8 @@ async fn main() -> Result<(), BoxError> {
             warm_cpu.1,
             provision,
             raw,
-            (per_consumer * 10.0).round() / 10.0,
+            (per_consumer.0 * 10.0).round() / 10.0,
+            (per_consumer.1 * 10.0).round() / 10.0,
         ];
         println!(
             "| {rep} | {} / {} / {} | {} / {} | {} | {} / {} | {} | {} | {} |",
@@ -291,7 +326,7 @@ async fn main() -> Result<(), BoxError> {
             row[8],
             row[9],
             if rep == 0 {
-                row[10].to_string()
+                format!("{} / {}", row[10], row[11])
             } else {
                 "-".to_owned()
             }
@@ -312,7 +347,7 @@ async fn main() -> Result<(), BoxError> {
             "warm_cpu_ms": {"ours": median_of(6), "server": median_of(7)},
             "provision_ms": median_of(8),
             "raw_create_ms": median_of(9),
-            "kb_per_consumer": figures[0][10],
+            "kb_per_consumer": {"resident": figures[0][10], "heap": figures[0][11]},
         })
     );
     Ok(())

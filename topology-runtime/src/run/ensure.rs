@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::future::Future;
 
 use async_nats::jetstream::{consumer, stream};
-use tokio::sync::Mutex;
+use tokio::sync::{Mutex, Semaphore, SemaphorePermit};
 
 use crate::provision::{
     ProvisionError, ProvisionErrorKind, Provisioner, StreamInstance, UpdateMode,
@@ -22,12 +22,21 @@ pub(crate) struct Ensured {
     pub(crate) stream: StreamInstance,
 }
 
+/// How many consumers one runtime ensures at once. A runtime of thousands of consumers
+/// starting together asks the server no faster for it (the server works through them in
+/// turn), but would hold every ensure's request state in memory at once: tens of KB each, kept
+/// by the allocator after start-up (see docs/PERFORMANCE.md, "Ready with 1,000 consumers on
+/// one server").
+pub(crate) const ENSURES_AT_ONCE: usize = 128;
+
 /// Ensures a topology's streams and consumers for one runtime.
 pub(crate) struct Ensurer {
     topology: Topology,
     provisioner: Provisioner,
     /// Per stream: its info once ensured. The mutex makes ensuring single-flight.
     streams: HashMap<String, Mutex<Option<stream::Info>>>,
+    /// Admits [`ENSURES_AT_ONCE`] consumer ensures at a time.
+    admitted: Semaphore,
 }
 
 impl Ensurer {
@@ -41,7 +50,18 @@ impl Ensurer {
             topology,
             provisioner,
             streams,
+            admitted: Semaphore::new(ENSURES_AT_ONCE),
         }
+    }
+
+    /// Waits until a consumer's ensure may start (see [`ENSURES_AT_ONCE`]); it may while the
+    /// permit is held. Taken before the ensure's future is built, so that a consumer waiting
+    /// here holds none of its memory.
+    pub(crate) async fn admit(&self) -> SemaphorePermit<'_> {
+        self.admitted
+            .acquire()
+            .await
+            .expect("the ensure semaphore is never closed")
     }
 
     pub(crate) fn topology(&self) -> &Topology {
@@ -73,7 +93,10 @@ impl Ensurer {
             .filter(|c| c.decl.as_queue().is_some())
             .map(|c| {
                 self.until_deadline(deadline, || async {
-                    self.ensure(c, None, &UpdateMode::Update).await.map(|_| ())
+                    let _admitted = self.admit().await;
+                    Box::pin(self.ensure(c, None, &UpdateMode::Update))
+                        .await
+                        .map(|_| ())
                 })
             });
         futures::future::try_join_all(queues).await?;

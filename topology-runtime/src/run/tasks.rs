@@ -92,27 +92,31 @@ impl Tasks {
                     _ = cancel.cancelled() => return,
                 }
             }
+            // Each kind boxed: a task is as large as its largest kind otherwise, and a
+            // consumer's would carry a service's bytes.
             match kind {
                 Kind::Consumer(index) => {
                     #[cfg(feature = "test-hooks")]
                     let supervised = hooks::panic_once_running(
                         &inner,
                         index,
-                        supervise(inner.clone(), index, cancel, fatal),
+                        Box::pin(supervise(inner.clone(), index, cancel, fatal)),
                     );
                     #[cfg(not(feature = "test-hooks"))]
                     let supervised = supervise(inner, index, cancel, fatal);
-                    supervised.await
+                    Box::pin(supervised).await
                 }
                 Kind::Stream(index) => {
                     let stream = inner.ensurer.unread_streams()[index];
-                    supervise_stream(inner, stream, cancel, fatal).await
+                    Box::pin(supervise_stream(inner, stream, cancel, fatal)).await
                 }
-                Kind::Service(index) => serve_service(inner, index, cancel).await,
-                Kind::Subscription(index) => serve_subscription(inner, index, cancel).await,
-                Kind::Reach => watch_reach(inner, cancel).await,
-                Kind::Denials => watch_denials(inner, cancel).await,
-                Kind::Writes => watch_writes(inner, cancel).await,
+                Kind::Service(index) => Box::pin(serve_service(inner, index, cancel)).await,
+                Kind::Subscription(index) => {
+                    Box::pin(serve_subscription(inner, index, cancel)).await
+                }
+                Kind::Reach => Box::pin(watch_reach(inner, cancel)).await,
+                Kind::Denials => Box::pin(watch_denials(inner, cancel)).await,
+                Kind::Writes => Box::pin(watch_writes(inner, cancel)).await,
             }
         };
         let handle = self.set.spawn(task);

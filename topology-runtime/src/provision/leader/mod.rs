@@ -92,7 +92,7 @@ pub(super) struct Asks {
     /// A probe now: an attempt past its grace has no probe sent after it to tell it from the
     /// API (a fleet's replica probes seconds apart).
     pub(super) probe_now: tokio::sync::Notify,
-    /// Subscriptions to the advisories [`State::watched`] gained since the task read it.
+    /// The advisories [`State::watched`] gained or let go since the task read it.
     pub(super) rescope: tokio::sync::Notify,
 }
 
@@ -105,10 +105,11 @@ struct State {
     idle_since: Option<Instant>,
     /// Times the watch started (for tests and reports).
     starts: u64,
-    /// The advisories of the streams and consumers the retries that waited since the watch
-    /// started are for ([`Advisories::of_retry`]); the watch task subscribes to each, beside
-    /// [`Advisories::always`]. Cleared when the watch stops.
-    watched: std::collections::BTreeSet<String>,
+    /// The advisories of the streams and consumers the waiting retries are for
+    /// ([`Advisories::of_retry`]), each with how many wait on it; the watch task subscribes
+    /// to each, beside [`Advisories::always`], and unsubscribes once none waits. Cleared
+    /// when the watch stops.
+    watched: std::collections::BTreeMap<String, usize>,
     /// When the watch last saw a meta leader elected, each stream's leader and a leader of
     /// one of its consumers: a retry asks whether one came since its attempt started.
     last_meta: Option<Instant>,
@@ -311,18 +312,24 @@ impl LeaderWatch {
 
 /// Counts one waiting retry; the first starts the watch (which stops by itself once none
 /// has waited for [`LeaderTimings::linger`]). Each adds the advisories of its stream and
-/// consumer to what the watch listens to.
-struct Waiter(Arc<Inner>);
+/// consumer to what the watch listens to while it waits.
+struct Waiter {
+    inner: Arc<Inner>,
+    subjects: Vec<String>,
+}
 
 impl Waiter {
     fn enter(inner: Arc<Inner>, stream: &str, consumer: Option<&str>) -> Waiter {
+        let subjects = inner.advisories.of_retry(stream, consumer);
         {
             let mut state = inner.state.lock().unwrap();
             state.waiters += 1;
             state.idle_since = None;
             let mut added = false;
-            for subject in inner.advisories.of_retry(stream, consumer) {
-                added |= state.watched.insert(subject);
+            for subject in &subjects {
+                let waiting = state.watched.entry(subject.clone()).or_default();
+                *waiting += 1;
+                added |= *waiting == 1;
             }
             if !state.running {
                 state.running = true;
@@ -340,16 +347,29 @@ impl Waiter {
                 inner.asks.rescope.notify_one();
             }
         }
-        Waiter(inner)
+        Waiter { inner, subjects }
     }
 }
 
 impl Drop for Waiter {
     fn drop(&mut self) {
-        let mut state = self.0.state.lock().unwrap();
+        let mut state = self.inner.state.lock().unwrap();
         state.waiters -= 1;
         if state.waiters == 0 {
             state.idle_since = Some(Instant::now());
+        }
+        let mut removed = false;
+        for subject in &self.subjects {
+            if let Some(waiting) = state.watched.get_mut(subject) {
+                *waiting -= 1;
+                if *waiting == 0 {
+                    state.watched.remove(subject);
+                    removed = true;
+                }
+            }
+        }
+        if removed && state.running {
+            self.inner.asks.rescope.notify_one();
         }
     }
 }
@@ -382,7 +402,7 @@ fn watched(inner: &Weak<Inner>) -> Vec<String> {
             .lock()
             .unwrap()
             .watched
-            .iter()
+            .keys()
             .cloned()
             .collect()
     })

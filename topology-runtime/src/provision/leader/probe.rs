@@ -62,9 +62,10 @@ struct Newest {
 
 /// Subscribes to the leader advisories and the fleet channel and probes the meta leader,
 /// sending each election, until [`should_stop`]; returning drops the subscribers, which
-/// unsubscribes. The advisories of a stream or consumer are subscribed to once a retry for it
+/// unsubscribes. The advisories of a stream or consumer are subscribed to while a retry for it
 /// waits (the state's `watched`, announced by `asks.rescope`), never those of the
-/// whole account: what the service's generated permissions grant.
+/// whole account: what the service's generated permissions grant. A fleet of consumers
+/// starting together holds no more subscriptions than retries wait.
 pub(super) async fn watch(
     js: jetstream::Context,
     probe_timeout: Duration,
@@ -76,11 +77,14 @@ pub(super) async fn watch(
 ) {
     let client = js.client();
     let mut messages = futures::stream::SelectAll::new();
-    let mut subscribed = std::collections::HashSet::new();
-    let always = std::iter::once(fleet.subjects()).chain(accepted.always());
-    subscribe(
+    let mut subscribed = Subscribed::new();
+    let always: Vec<String> = std::iter::once(fleet.subjects())
+        .chain(accepted.always())
+        .collect();
+    rescope(
         &client,
-        always.chain(watched(&inner)),
+        &always,
+        watched(&inner),
         &mut subscribed,
         &mut messages,
     )
@@ -107,7 +111,7 @@ pub(super) async fn watch(
         let silent_deadline = silent.map(|(_, at)| at);
         tokio::select! {
             () = asks.rescope.notified() => {
-                subscribe(&client, watched(&inner), &mut subscribed, &mut messages).await;
+                rescope(&client, &always, watched(&inner), &mut subscribed, &mut messages).await;
             }
             Some(message) = messages.next() => {
                 if let Some(note) = fleet.read(&message.subject, &message.payload) {
@@ -236,23 +240,37 @@ pub(super) async fn watch(
     }
 }
 
-/// Subscribes to each of `subjects` not `subscribed` yet, adding it to `messages`. A
-/// subscription that fails (the client closed) leaves the watch with what it has: its probes
-/// are enough.
-async fn subscribe(
+/// The subjects the watch is subscribed to, each with what ends its subscription.
+type Subscribed = std::collections::HashMap<String, futures::stream::AbortHandle>;
+
+/// Makes the watch's subscriptions `always` and `watched`: ends those no longer wanted (their
+/// subscriber ends, leaves `messages` and unsubscribes) and subscribes to each one missing,
+/// adding it to `messages`. A subscription that fails (the client closed) leaves the watch
+/// with what it has: its probes are enough.
+async fn rescope(
     client: &async_nats::Client,
-    subjects: impl IntoIterator<Item = String>,
-    subscribed: &mut std::collections::HashSet<String>,
-    messages: &mut futures::stream::SelectAll<async_nats::Subscriber>,
+    always: &[String],
+    watched: Vec<String>,
+    subscribed: &mut Subscribed,
+    messages: &mut futures::stream::SelectAll<futures::stream::Abortable<async_nats::Subscriber>>,
 ) {
-    for subject in subjects {
-        if subscribed.contains(&subject) {
+    let wanted: std::collections::HashSet<&String> = always.iter().chain(&watched).collect();
+    subscribed.retain(|subject, end| {
+        let keep = wanted.contains(subject);
+        if !keep {
+            end.abort();
+        }
+        keep
+    });
+    for subject in always.iter().chain(&watched) {
+        if subscribed.contains_key(subject) {
             continue;
         }
         match client.subscribe(subject.clone()).await {
             Ok(subscriber) => {
+                let (subscriber, end) = futures::stream::abortable(subscriber);
                 messages.push(subscriber);
-                subscribed.insert(subject);
+                subscribed.insert(subject.clone(), end);
             }
             Err(e) => tracing::debug!(%subject, error = %e, "not subscribed; probing alone"),
         }

@@ -98,8 +98,8 @@ impl RuntimeBuilder {
     ///   not ready. It then asks the consumer (`CONSUMER.INFO`) every heartbeat: answered, it
     ///   pulls again (its requests were lost with an old leader); not found, it ensures the
     ///   consumer again; unanswered, it stays stalled and says why, until the server is heard;
-    /// - a new leader of the consumer (its `LEADER_ELECTED` advisory) makes it pull again at
-    ///   once;
+    /// - a new leader of a consumer with replicas (its `LEADER_ELECTED` advisory) makes it
+    ///   pull again at once;
     /// - JetStream is asked through the connection every heartbeat (see
     ///   [`move_server_after`](Self::move_server_after));
     /// - a queue consumer reads its ack floor (and lag) every heartbeat; when this server

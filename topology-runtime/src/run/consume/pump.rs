@@ -179,7 +179,9 @@ pub(in crate::run) async fn pump(
             Step::Cancelled => break Exit::Drained,
             Step::Finished(took) => flow.finished(took),
             Step::Probe => {}
-            Step::KeepAlive => keep_waiting(&mut waiting, &session, keep_every).await,
+            // Boxed, as the other rare waits here: inline, their bytes would stay in every
+            // session's future for its lifetime.
+            Step::KeepAlive => Box::pin(keep_waiting(&mut waiting, &session, keep_every)).await,
             Step::Received => {}
             Step::Lost(loss) => break Exit::Lost(loss),
         }
@@ -193,12 +195,17 @@ pub(in crate::run) async fn pump(
         session.observer.slot.transition(ConsumerState::Draining);
     }
     // Hand back what was received but not started, so that another instance takes it at once.
-    let mut unstarted: Vec<jetstream::Message> = waiting.into_iter().map(|w| w.message).collect();
+    let unstarted: Vec<jetstream::Message> = waiting.into_iter().map(|w| w.message).collect();
+    Box::pin(hand_back(feed, unstarted, &session)).await;
+    exit
+}
+
+/// Closes the feed and hands back what was received but not started, `unstarted` first.
+async fn hand_back(feed: Feed, mut unstarted: Vec<jetstream::Message>, session: &Session) {
     unstarted.extend(feed.close().await);
     for message in unstarted {
         session.acks.nak(&message, None).await;
     }
-    exit
 }
 
 /// A message from the feed waits to start (at the top of the session loop, as soon as there

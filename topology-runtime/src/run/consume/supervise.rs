@@ -93,7 +93,13 @@ pub(in crate::run) async fn supervise(
         } else {
             UpdateMode::Update
         };
-        let ensure = async {
+        let admitted = tokio::select! {
+            admitted = inner.ensurer.admit() => admitted,
+            _ = cancel.cancelled() => break,
+        };
+        // Boxed, as every future below that is awaited only now and then: inline, each would
+        // hold its bytes in this task for as long as the consumer lives.
+        let ensure = Box::pin(async {
             if let (true, Some(name)) = (recreate, relay.as_deref()) {
                 // A consumer whose single replica is on a lost node answers nobody: the delete
                 // is done by the meta leader, and may go unanswered. The create that follows
@@ -101,7 +107,7 @@ pub(in crate::run) async fn supervise(
                 // the session the same way, and deletes again).
                 let deleted = tokio::time::timeout(
                     RELAY_DELETE_WAIT,
-                    inner.ensurer.provisioner().delete_consumer(stream, name),
+                    Box::pin(inner.ensurer.provisioner().delete_consumer(stream, name)),
                 )
                 .await;
                 match deleted {
@@ -119,39 +125,63 @@ pub(in crate::run) async fn supervise(
                     }
                 }
             }
+            // Boxed: the consumer's info (about 1 KB) then stays in the memory the session
+            // opens in, not in this task's for its lifetime.
             inner
                 .ensurer
                 .ensure(consumer, relay.as_deref(), &mode)
                 .await
-        };
+                .map(Box::new)
+        });
         let ensured = tokio::select! {
             r = ensure => r,
             _ = cancel.cancelled() => break,
         };
+        drop(admitted);
         let mut at_once = false;
         let failure = match ensured {
-            Ok(Ensured {
-                consumer: info,
-                stream: instance,
-            }) => {
+            Ok(ensured) => {
                 ensured_once = true;
-                let (floor, record) = resume.begin(&instance, &info);
+                let (info, instance) = (&ensured.consumer, ensured.stream.clone());
+                let (floor, record) = resume.begin(&instance, info);
                 if relay.is_none() {
                     slot.ack_floor.store(floor, Ordering::Relaxed);
                 }
                 let (stream_name, name) = (info.stream_name.clone(), info.name.clone());
                 let session_consumer = info.created.to_string();
                 let session = tokio::time::Instant::now();
+                // The old consumer of a migration: deleted once nobody pulls from it.
+                let retire = migrated_from.map(|old| {
+                    Box::pin(inner.ensurer.provisioner().retire(
+                        &stream_name,
+                        old,
+                        inner.settings.expires,
+                    ))
+                });
+                // The session is opened in memory of its own, freed once it pumps: what the
+                // pump runs in is all that stays for the session's lifetime.
+                let opening = Box::pin(open(
+                    &inner,
+                    consumer,
+                    &slot,
+                    (ensured, record, &instance, breaker.clone()),
+                    &cancel,
+                    &stopped,
+                ));
+                let consuming = Box::pin(async {
+                    match opening.await {
+                        Ok((feed, session, flow)) => {
+                            // Running once the server delivers to this instance: a pull
+                            // feed's first request reached the consumer, a push feed's
+                            // subscription is in place.
+                            slot.up();
+                            pump(feed, session, flow, &cancel, &mut in_flight).await
+                        }
+                        Err(exit) => exit,
+                    }
+                });
                 let exit = tokio::select! {
-                    exit = consume(
-                        &inner,
-                        consumer,
-                        &slot,
-                        (info, record, &instance, breaker.clone()),
-                        &cancel,
-                        &mut in_flight,
-                        &stopped,
-                    ) => exit,
+                    exit = consuming => exit,
                     never = follow_ack_floor(
                         &inner,
                         (&stream_name, &name, &session_consumer),
@@ -159,12 +189,12 @@ pub(in crate::run) async fn supervise(
                         &resume,
                         &slot,
                     ), if relay.is_none() => match never {},
-                    // The old consumer of a migration: deleted once nobody pulls from it.
-                    never = inner.ensurer.provisioner().retire(
-                        &stream_name,
-                        migrated_from.unwrap_or_default(),
-                        inner.settings.expires,
-                    ), if migrated_from.is_some() => match never {},
+                    never = async move {
+                        match retire {
+                            Some(retire) => retire.await,
+                            None => std::future::pending().await,
+                        }
+                    } => match never {},
                 };
                 match exit {
                     Exit::Drained => break,
@@ -259,14 +289,19 @@ pub(in crate::run) async fn supervise(
         }),
         None => slot.transition(ConsumerState::Draining),
     }
-    finish_in_flight(&mut in_flight, inner.settings.grace_period, &slot).await;
+    Box::pin(finish_in_flight(
+        &mut in_flight,
+        inner.settings.grace_period,
+        &slot,
+    ))
+    .await;
     // Handlers stopped by the grace period settled nothing: return their messages now rather
     // than after their ack_wait.
-    stopped.return_all(&inner.client).await;
+    Box::pin(stopped.return_all(&inner.client)).await;
     if let Some(relay) = &relay {
         let deleted = tokio::time::timeout(
             crate::run::CLEANUP_WAIT,
-            inner.ensurer.provisioner().delete_consumer(stream, relay),
+            Box::pin(inner.ensurer.provisioner().delete_consumer(stream, relay)),
         )
         .await;
         let error = match deleted {
@@ -326,7 +361,7 @@ async fn follow_ack_floor(
     every.tick().await;
     loop {
         every.tick().await;
-        let read = inner.ensurer.provisioner().read_consumer(stream, consumer);
+        let read = Box::pin(inner.ensurer.provisioner().read_consumer(stream, consumer));
         if let Ok(Some(info)) = read.await
             && info.created.to_string() == created
         {
@@ -349,25 +384,26 @@ async fn follow_ack_floor(
     }
 }
 
-/// One session of a provisioned consumer: opens its feed and pumps messages to its handler
-/// until shutdown or loss.
-async fn consume(
+/// Opens a session of a provisioned consumer: its feed, what its handlers share, and its flow
+/// control, for [`pump`] to run until shutdown or loss; why not, when the consumer is lost
+/// before.
+async fn open(
     inner: &Arc<Inner>,
     consumer: &Consumer,
     slot: &Arc<Slot>,
     // The consumer as ensured, where its session records what it handled (to resume after it
     // when re-created), the stream instance it reads, and a queue consumer's outage breaker.
-    (info, record, instance, breaker): (
-        consumer::Info,
+    (ensured, record, instance, breaker): (
+        Box<Ensured>,
         Record,
         &StreamInstance,
         Option<Arc<Breaker>>,
     ),
     cancel: &CancellationToken,
-    in_flight: &mut JoinSet<()>,
     // Where stopped handlers leave their messages.
     stopped: &Stopped,
-) -> Exit {
+) -> Result<(Feed, Arc<Session>, Flow), Exit> {
+    let info = ensured.consumer;
     let settings = &inner.settings;
     let js = inner.ensurer.provisioner().jetstream().clone();
     let queue = consumer.decl.as_queue();
@@ -439,12 +475,20 @@ async fn consume(
     let feed = if push {
         let handle = match push::Config::try_from_consumer_config(info.config.clone()) {
             Ok(config) => consumer::Consumer::new(config, info, js.clone()),
-            Err(e) => return Exit::Lost(Loss::Client(format!("not a push consumer: {e}"))),
+            Err(e) => {
+                return Err(Exit::Lost(Loss::Client(format!(
+                    "not a push consumer: {e}"
+                ))));
+            }
         };
         // A queue subscription on the deliver subject, in the consumer's deliver group.
-        let messages = match handle.messages().await {
+        let messages = match Box::pin(handle.messages()).await {
             Ok(m) => m,
-            Err(e) => return Exit::Lost(Loss::Client(format!("could not subscribe: {e}"))),
+            Err(e) => {
+                return Err(Exit::Lost(Loss::Client(format!(
+                    "could not subscribe: {e}"
+                ))));
+            }
         };
         let every = settings.expires.max(PUSH_GONE_POLL_FLOOR);
         let gone = consumer_gone(js, session.scope.clone(), every, cancel.clone());
@@ -468,28 +512,36 @@ async fn consume(
         let spill_over = queue.is_some_and(|q| inner.spill_over.iter().any(|g| g == q.group));
         let priority = PullPriority::of(declared.as_ref(), spill_over);
         let api = inner.ensurer.provisioner().jetstream_api();
+        // Only a consumer with more than one replica elects a leader while it runs: one with
+        // a single replica spends no subscription (nor its bytes) on elections.
+        let replicated = info.config.num_replicas > 1
+            || info
+                .cluster
+                .as_ref()
+                .is_some_and(|c| !c.replicas.is_empty());
         let watch = Watch {
             slot: slot.clone(),
             only_reader: relay.is_some(),
             stalls: session.observer.metrics.stalls.clone(),
-            advisories: Advisories::of(api),
+            advisories: if replicated {
+                Advisories::of(api)
+            } else {
+                Advisories::None
+            },
         };
-        match Puller::start(
+        match Box::pin(Puller::start(
             &inner.client,
             js,
             (&api.prefix(), &info),
             (first, expires),
             settings,
             (watch, priority),
-        )
+        ))
         .await
         {
             Ok(puller) => Feed::Pull(Box::new(puller)),
-            Err(loss) => return Exit::Lost(loss),
+            Err(loss) => return Err(Exit::Lost(loss)),
         }
     };
-    // Running once the server delivers to this instance: a pull feed's first request reached
-    // the consumer, a push feed's subscription is in place.
-    slot.up();
-    pump(feed, session, flow, cancel, in_flight).await
+    Ok((feed, session, flow))
 }

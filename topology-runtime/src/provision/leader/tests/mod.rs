@@ -91,7 +91,7 @@ async fn the_watch_listens_to_the_elections_of_what_its_retries_wait_on_only() {
     let watch = unconnected_watch().await;
     let watched = |watch: &LeaderWatch| -> Vec<String> {
         let state = watch.inner.state.lock().unwrap();
-        state.watched.iter().cloned().collect()
+        state.watched.keys().cloned().collect()
     };
     assert_eq!(
         Advisories::All.always(),
@@ -113,7 +113,13 @@ async fn the_watch_listens_to_the_elections_of_what_its_retries_wait_on_only() {
         ],
         "a retry for a consumer adds its consumer's elections"
     );
-    drop((stream_create, consumer_create));
+    drop(consumer_create);
+    assert_eq!(
+        watched(&watch),
+        ["$JS.EVENT.ADVISORY.STREAM.LEADER_ELECTED.ORDERS"],
+        "what no retry waits on any more is let go (its stream's retry still waits)"
+    );
+    drop(stream_create);
     stopped(&watch).await;
     assert!(watched(&watch).is_empty(), "the next watch starts afresh");
     let edge = Advisories::Domain("edge".into());

@@ -3,9 +3,9 @@
 //! consumer is then asked whether it answers through this connection (`CONSUMER.INFO`, which
 //! its leader answers) every heartbeat, until the server is heard again. While no request is
 //! open (every handler busy) the server has nothing to say, so the same question, asked
-//! every heartbeat, stands for the heartbeats. And the consumer's leader is followed: a new
-//! leader's advisory makes the session pull again at once (the old leader took the open
-//! requests with it).
+//! every heartbeat, stands for the heartbeats. And a replicated consumer's leader is
+//! followed: a new leader's advisory makes the session pull again at once (the old leader took
+//! the open requests with it).
 
 use super::super::loss::Loss;
 use std::future::Future;

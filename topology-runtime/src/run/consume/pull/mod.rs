@@ -320,7 +320,9 @@ impl Puller {
                         (stream, consumer),
                         (&self.subject, &self.inbox),
                     );
-                    if grant::works(&self.client, ask, self.heartbeat).await {
+                    // Boxed, as the reconnect's request below: rare, and inline they would
+                    // stay in the session's future for its lifetime.
+                    if Box::pin(grant::works(&self.client, ask, self.heartbeat)).await {
                         tracing::info!(subject = %self.subject, permission, "the refused permission works again; pulling");
                         self.slot.granted();
                     }
@@ -339,7 +341,7 @@ impl Puller {
                         // heartbeat names the consumer's last delivery, so one lost with the
                         // old connection is noticed now (see `take`), not a heartbeat later.
                         if self.received.is_some() {
-                            self.send(self.first, FIRST_EXPIRES, FIRST_HEARTBEAT).await?;
+                            Box::pin(self.send(self.first, FIRST_EXPIRES, FIRST_HEARTBEAT)).await?;
                         }
                     }
                 }
