@@ -3,7 +3,7 @@
 //! kit, and how much memory each consumer costs.
 //!
 //! ```text
-//! cargo run --release --example bench_startup -- [--n 1000] [--reps 3]
+//! cargo run --release --example bench_startup -- [--n 1000] [--reps 3] [--idle-secs 0]
 //! ```
 //!
 //! Per repetition, on a fresh server each time:
@@ -24,6 +24,10 @@
 //! allocated and not freed, counted by this program's global allocator): the difference is
 //! what the allocator keeps of what start-up freed. The last line is one JSON object with every
 //! figure (medians).
+//!
+//! Idle traffic (`--idle-secs S`, first repetition): once the cold run is ready and nothing
+//! is published, the messages this process sends to the server over `S` seconds (the client's
+//! own count: pull requests, ack-floor reads, the runtime's watches), per consumer and minute.
 //!
 //! The server's store is under the temporary directory: `TMPDIR=/dev/shm` puts it on tmpfs,
 //! which takes the file system's cost of creating each consumer's files out of the figures.
@@ -239,13 +243,16 @@ async fn raw(client: &async_nats::Client, topology: &Topology) -> Result<Duratio
 async fn main() -> Result<(), BoxError> {
     let mut n = 1_000;
     let mut reps = 3;
+    let mut idle_secs = 0u64;
+    let mut idle_per_consumer_minute = None;
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
         let value = args.next().unwrap_or_default();
         match flag.as_str() {
             "--n" => n = value.parse().expect("--n 1000"),
             "--reps" => reps = value.parse().expect("--reps 3"),
-            other => panic!("unknown flag {other}; usage: [--n 1000] [--reps 3]"),
+            "--idle-secs" => idle_secs = value.parse().expect("--idle-secs 60"),
+            other => panic!("unknown flag {other}; usage: [--n 1000] [--reps 3] [--idle-secs 0]"),
         }
     }
     let mut figures: Vec<[f64; 12]> = Vec::new();
@@ -274,6 +281,14 @@ async fn main() -> Result<(), BoxError> {
             rss().saturating_sub(before.0) as f64 / n as f64 / 1024.0,
             (LIVE.load(Ordering::Relaxed) - before.1) as f64 / n as f64 / 1024.0,
         );
+        if rep == 0 && idle_secs > 0 {
+            let sent = || client.statistics().out_messages.load(Ordering::Relaxed);
+            let from = sent();
+            tokio::time::sleep(Duration::from_secs(idle_secs)).await;
+            let per = (sent() - from) as f64 / n as f64 / (idle_secs as f64 / 60.0);
+            println!("idle: {per:.2} messages sent per consumer and minute over {idle_secs} s");
+            idle_per_consumer_minute = Some((per * 100.0).round() / 100.0);
+        }
         cold.stop.send(()).ok();
         cold.running.await??;
         let cpu = (cpu_ms(ours), cpu_ms(theirs));
@@ -347,6 +362,7 @@ async fn main() -> Result<(), BoxError> {
             "warm_cpu_ms": {"ours": median_of(6), "server": median_of(7)},
             "provision_ms": median_of(8),
             "raw_create_ms": median_of(9),
+            "idle_messages_per_consumer_minute": idle_per_consumer_minute,
             "kb_per_consumer": {"resident": figures[0][10], "heap": figures[0][11]},
         })
     );

@@ -158,6 +158,11 @@ impl Reach {
             .map(|(_, why)| why.clone())
     }
 
+    /// Whether JetStream answered the last time it was asked (see [`Reach::status`]).
+    pub(crate) fn is_reachable(&self) -> bool {
+        self.lock().unreachable_since.is_none()
+    }
+
     pub(crate) fn status(&self) -> JetStreamStatus {
         let state = self.lock();
         JetStreamStatus {

@@ -102,7 +102,8 @@ impl RuntimeBuilder {
     ///   pull again at once;
     /// - JetStream is asked through the connection every heartbeat (see
     ///   [`move_server_after`](Self::move_server_after));
-    /// - a queue consumer reads its ack floor (and lag) every heartbeat; when this server
+    /// - a queue consumer reads its ack floor (and lag) every heartbeat while it has work or
+    ///   JetStream does not answer, and every fourth heartbeat while idle; when this server
     ///   leads its group and hears no majority of its peers, the connection moves at once;
     /// - every service's endpoints (and every core subscription) are proven on the server by
     ///   a round trip every heartbeat (a request to the service's own
