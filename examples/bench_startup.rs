@@ -32,7 +32,7 @@
 //! The server's store is under the temporary directory: `TMPDIR=/dev/shm` puts it on tmpfs,
 //! which takes the file system's cost of creating each consumer's files out of the figures.
 //! The stores are removed when the benchmark ends, not between measurements (see
-//! docs/PERFORMANCE.md, "Ready with 1,000 consumers on one server").
+//! docs/PERFORMANCE.md, "Ready with 1,000 and 10,000 consumers").
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicI64, Ordering};

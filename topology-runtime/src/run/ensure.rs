@@ -25,8 +25,8 @@ pub(crate) struct Ensured {
 /// How many consumers one runtime ensures at once. A runtime of thousands of consumers
 /// starting together asks the server no faster for it (the server works through them in
 /// turn), but would hold every ensure's request state in memory at once: tens of KB each, kept
-/// by the allocator after start-up (see docs/PERFORMANCE.md, "Ready with 1,000 consumers on
-/// one server").
+/// by the allocator after start-up (see docs/PERFORMANCE.md, "Ready with 1,000 and 10,000
+/// consumers").
 pub(crate) const ENSURES_AT_ONCE: usize = 128;
 
 /// Ensures a topology's streams and consumers for one runtime.
