@@ -3,6 +3,7 @@
 //!
 //! - `supervise`: the task: ensure, consume, re-ensure after a loss, drain.
 //! - `resume`: where a re-created consumer resumes (tied to the stream instance).
+//! - `floor`: the ack floor read while a queue consumer runs (resume point, lag, cut off).
 //! - `feed`: where a consumer's messages come from (`pull`: our own pull requests; push).
 //! - `pull`: the pull requests, their inbox, the liveness of the pulls, priority groups.
 //! - `flow`: how many messages to ask for.
@@ -21,6 +22,7 @@ mod ack;
 mod dead_letter;
 mod dispatch;
 mod feed;
+mod floor;
 mod flow;
 mod loss;
 mod meta;
