@@ -14,7 +14,8 @@ use nats_topology::export::{self, Permission, Permissions, Verb};
 
 /// The entries no life on one healthy server uses, and why they are granted all the same: the
 /// leader watch's, used only while a request waits for a JetStream leader
-/// (tests/permissions_cluster.rs kills the meta leader and removes them).
+/// (tests/permissions_cluster.rs kills the meta leader and removes them), and the consumer
+/// elections a session follows only for a consumer with replicas.
 const NOT_USED_WITHOUT_AN_OUTAGE: &[(&str, &str)] = &[
     (
         "_INBOX_billing._NT_FLEET.*.$JS.API",
@@ -44,6 +45,17 @@ const NOT_USED_WITHOUT_AN_OUTAGE: &[(&str, &str)] = &[
         "$JS.EVENT.ADVISORY.CONSUMER.LEADER_ELECTED.PERM_JOBS.jobs-v1",
         "the leader watch subscribes to the old consumer's elections only while a request of \
          the migration waits for a leader (nothing runs on it: no liveness subscribes)",
+    ),
+    (
+        "$JS.EVENT.ADVISORY.CONSUMER.LEADER_ELECTED.PERM_JOBS.jobs-v2",
+        "a session follows its consumer's elections only when the consumer has replicas (one \
+         replica elects no leader while it runs); tests/permissions_cluster.rs runs R3 \
+         consumers under their generated permissions and is denied nothing",
+    ),
+    (
+        "$JS.EVENT.ADVISORY.CONSUMER.LEADER_ELECTED.PERM_ORDERS.*",
+        "a relay's session follows its consumer's elections only when the consumer has \
+         replicas, as the queue consumer's above",
     ),
 ];
 
