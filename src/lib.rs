@@ -135,6 +135,10 @@ pub use topology_runtime::telemetry;
 /// handler receives ([`KvEntry`](bucket::KvEntry), [`KvOperation`](bucket::KvOperation)).
 pub use topology_runtime::bucket;
 
+/// Payload codecs: JSON by default, MessagePack, CBOR and protobuf behind the cargo features of
+/// their names (`codec = "msgpack"` on a handler, [`Publish::encode`] on publish).
+pub use topology_runtime::codec;
+
 /// How the leader watch paces itself ([`RuntimeBuilder::leader_timings`]).
 pub use topology_runtime::provision::LeaderTimings;
 
@@ -149,6 +153,7 @@ pub mod __private {
     pub use ::core::time::Duration;
     pub use ::inventory;
     pub use ::std::boxed::Box;
+    pub use topology_core::codec::CodecId;
     pub use topology_core::model::{
         AckMode, BatchDecl, BroadcastDecl, BucketDecl, ConsumerDecl, ConsumerKind, DeliverPolicy,
         Delivery, Discard, KvBucketDef, ObjectStoreDef, Origin, Overflow, Placement, QueueDecl,
@@ -162,13 +167,14 @@ pub mod __private {
         Bytes, JetStreamSource, JsonValue, Kv, KvBucketValue, ObjectStore, RawValue,
         decode_kv_entry, decode_kv_watch_arg,
     };
+    pub use topology_runtime::codec::{Cbor, Json, MsgPack, Protobuf};
     pub use topology_runtime::export::{
         PayloadSchema, PayloadSchemaRegistration, ReplySchemaRegistration, SchemaFallback,
         SchemaProbe, SchemaSpecialized,
     };
     pub use topology_runtime::handler::glue::{
         HandlerContext, IntoBatchError, RawPayload, StateArg, assert_send, batch_state, context,
-        decode_json, decode_raw, into_batch_result, into_result, state,
+        decode_json, decode_raw, decode_with, into_batch_result, into_result, state,
     };
     pub use topology_runtime::handler::{
         Batch, BatchError, BatchFuture, BatchInput, HandlerError, HandlerFuture, Incoming,
@@ -179,9 +185,10 @@ pub mod __private {
     };
     pub use topology_runtime::service::glue::{
         EndpointContext, EndpointReturn, IntoServiceError, RawReply, ReplyBody, RequestStateArg,
-        assert_send_reply, decode_message_json, decode_message_raw, decode_request_json,
-        decode_request_raw, encode_json, into_service_error, message_state, reply_json, reply_raw,
-        request_context, request_state,
+        assert_send_reply, decode_message_json, decode_message_raw, decode_message_with,
+        decode_request_json, decode_request_raw, decode_request_with, encode_json,
+        into_service_error, message_state, reply_json, reply_raw, reply_with, request_context,
+        request_state,
     };
     pub use topology_runtime::service::{EndpointFn, ReplyFuture, Request, SubscriptionFn};
     pub use topology_runtime::state::StateKey;

@@ -35,6 +35,9 @@ pub fn npm_packages() -> PathBuf {
                 std::fs::read(source.join(file)).ok() == std::fs::read(dir.join(file)).ok()
             };
             let packages = [
+                "@msgpack/msgpack",
+                "cbor2",
+                "protobufjs",
                 "@asyncapi/parser",
                 "@nats-io/jetstream",
                 "@nats-io/kv",

@@ -10,6 +10,7 @@
 //!   duration literals).
 //! - [`bucket`]: key-value buckets and object stores (streams underneath), with their rules.
 //! - [`watch`]: watches of a key-value bucket (`#[kv_watch]`), with the rule for their keys.
+//! - [`codec`]: how payloads are written (JSON, MessagePack, CBOR, protobuf, raw bytes).
 //! - [`placement`]: where a stream lives (its storage; a cluster, server tags).
 //! - [`priority`]: priority groups on a queue consumer (pinned client, overflow).
 //! - [`service`]: services, endpoints and core subscriptions (request/reply), with their rules.
@@ -23,6 +24,7 @@
 
 pub mod batch;
 pub mod bucket;
+pub mod codec;
 pub mod duration;
 mod error;
 mod limits;

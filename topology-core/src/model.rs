@@ -6,6 +6,8 @@
 
 use core::time::Duration;
 
+pub use crate::codec::CodecId;
+
 pub use crate::bucket::{BucketDecl, BucketKind, BucketShape, KvBucketDef, ObjectStoreDef};
 pub use crate::limits::DEFAULT_MAX_WAITING;
 pub use crate::placement::{Placement, Storage};
@@ -758,6 +760,9 @@ pub struct ConsumerDecl {
     /// `>` allowed): what the generated permissions grant it, and nothing else, besides its
     /// `dead_letter`. Empty: it publishes nothing.
     pub publishes: &'static [&'static str],
+    /// How its payloads are written: what the handler decodes, what its `Content-Type`
+    /// accepts and what the export states.
+    pub codec: CodecId,
 }
 
 impl ConsumerDecl {
@@ -774,6 +779,7 @@ impl ConsumerDecl {
             concurrency: None,
             version: None,
             publishes: &[],
+            codec: CodecId::Json,
         }
     }
     /// A broadcast relay of `stream` handled by `handler`.
@@ -786,6 +792,7 @@ impl ConsumerDecl {
             concurrency: None,
             version: None,
             publishes: &[],
+            codec: CodecId::Json,
         }
     }
     /// Sets the filter subjects.
@@ -796,6 +803,11 @@ impl ConsumerDecl {
     /// Sets the concurrency.
     pub const fn concurrency(mut self, concurrency: u32) -> Self {
         self.concurrency = Some(concurrency);
+        self
+    }
+    /// Sets the payload codec (JSON unless declared).
+    pub const fn codec(mut self, codec: CodecId) -> Self {
+        self.codec = codec;
         self
     }
     /// Sets the declaring service's version, stamped on the server's consumer.

@@ -20,6 +20,7 @@
 
 use core::time::Duration;
 
+use crate::codec::CodecId;
 use crate::limits::{DESCRIPTION_TOO_LONG, description_fits};
 use crate::prim::str_eq;
 use crate::subject::{self, SubjectError};
@@ -104,6 +105,9 @@ pub struct EndpointDecl {
     pub timeout: Option<Duration>,
     /// Shown by `$SRV.INFO` and `$SRV.STATS`.
     pub metadata: &'static [(&'static str, &'static str)],
+    /// How its requests and replies are written (JSON unless declared; raw bytes pass as
+    /// they are).
+    pub codec: CodecId,
 }
 
 impl EndpointDecl {
@@ -126,6 +130,7 @@ impl EndpointDecl {
             concurrency: None,
             timeout: None,
             metadata: &[],
+            codec: CodecId::Json,
         }
     }
     /// Sets the queue group.
@@ -141,6 +146,11 @@ impl EndpointDecl {
     /// Sets how long a handler may run before the request is answered with a 504 error.
     pub const fn timeout(mut self, timeout: Duration) -> Self {
         self.timeout = Some(timeout);
+        self
+    }
+    /// Sets the codec of its requests and replies.
+    pub const fn codec(mut self, codec: CodecId) -> Self {
+        self.codec = codec;
         self
     }
     /// Sets the metadata.
@@ -185,6 +195,8 @@ pub struct SubscriptionDecl {
     pub fanout: Fanout,
     /// Messages handled at once by this instance (default 1).
     pub concurrency: Option<u32>,
+    /// How its messages are written (JSON unless declared).
+    pub codec: CodecId,
 }
 
 impl SubscriptionDecl {
@@ -195,6 +207,7 @@ impl SubscriptionDecl {
             subject,
             fanout: Fanout::Group(group),
             concurrency: None,
+            codec: CodecId::Json,
         }
     }
     /// A subscription whose every message reaches every instance.
@@ -204,11 +217,17 @@ impl SubscriptionDecl {
             subject,
             fanout: Fanout::EachInstance,
             concurrency: None,
+            codec: CodecId::Json,
         }
     }
     /// Sets the concurrency.
     pub const fn concurrency(mut self, concurrency: u32) -> Self {
         self.concurrency = Some(concurrency);
+        self
+    }
+    /// Sets the codec of its messages.
+    pub const fn codec(mut self, codec: CodecId) -> Self {
+        self.codec = codec;
         self
     }
     /// The queue group, if any.

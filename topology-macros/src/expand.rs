@@ -150,6 +150,7 @@ static QUEUE: Passes<QueueAttrs> = Passes {
     validate: |attrs, handler, cx| {
         validate::queue(attrs, cx);
         validate::batch(attrs, handler, cx);
+        validate::codec("queue_consumer", attrs.common.codec.as_ref(), handler, cx);
     },
     emit: emit::queue,
 };
@@ -158,7 +159,10 @@ static BROADCAST: Passes<BroadcastAttrs> = Passes {
     spec: &BROADCAST_SPEC,
     kind: &item::CONSUMER,
     parse: BroadcastAttrs::parse,
-    validate: |attrs, _, cx| validate::broadcast(attrs, cx),
+    validate: |attrs, handler, cx| {
+        validate::broadcast(attrs, cx);
+        validate::codec("broadcast", attrs.common.codec.as_ref(), handler, cx);
+    },
     emit: emit::broadcast,
 };
 
@@ -166,7 +170,10 @@ static ENDPOINT: Passes<EndpointAttrs> = Passes {
     spec: &ENDPOINT_SPEC,
     kind: &item::ENDPOINT,
     parse: EndpointAttrs::parse,
-    validate: validate::endpoint,
+    validate: |attrs, handler, cx| {
+        validate::endpoint(attrs, handler, cx);
+        validate::codec("endpoint", attrs.codec.as_ref(), handler, cx);
+    },
     emit: emit::endpoint,
 };
 
@@ -174,7 +181,10 @@ static SUBSCRIPTION: Passes<SubscriptionAttrs> = Passes {
     spec: &SUBSCRIPTION_SPEC,
     kind: &item::SUBSCRIPTION,
     parse: SubscriptionAttrs::parse,
-    validate: |attrs, _, cx| validate::subscription(attrs, cx),
+    validate: |attrs, handler, cx| {
+        validate::subscription(attrs, cx);
+        validate::codec("subscription", attrs.codec.as_ref(), handler, cx);
+    },
     emit: emit::subscription,
 };
 

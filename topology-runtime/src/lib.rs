@@ -5,7 +5,7 @@
 //! Modules stand on layers, bottom first, and import only from layers below their own
 //! (docs/ARCHITECTURE.md, "Layers"; `tests/layers.rs` checks it):
 //!
-//! 1. the ground: `hash`, `retry`, `jsapi`, `grant`, `state`, `telemetry`;
+//! 1. the ground: `hash`, `retry`, `jsapi`, `grant`, `state`, `telemetry`, `codec`;
 //! 2. what the runtime records and what handlers see: `health`, `server_errors`, `handler`;
 //! 3. talking to the server: `connect`, `provision`, `service`;
 //! 4. the declarations: `registry`;
@@ -25,6 +25,7 @@ macro_rules! debug_as_display {
 }
 
 pub mod bucket;
+pub mod codec;
 pub mod connect;
 pub mod export;
 mod grant;

@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 /// layers only.
 const LAYERS: &[(&str, &[&str])] = &[
     (
-        "ground: ids, time, retry, outages, the JetStream request, the permission vocabulary, state",
+        "ground: ids, time, retry, outages, the JetStream request, the permission vocabulary, state, payload codecs",
         &[
             "hash",
             "retry",
@@ -22,6 +22,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "grant",
             "state",
             "telemetry",
+            "codec",
         ],
     ),
     (

@@ -36,6 +36,7 @@ pub(crate) static BROADCAST_SPEC: Spec = Spec {
         "ordered",
         "concurrency",
         "publishes",
+        "codec",
         "crate",
     ],
     refused: &[

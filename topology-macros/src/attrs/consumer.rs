@@ -6,6 +6,7 @@ use topology_core::model::{AckMode, Delivery};
 use topology_core::priority::THRESHOLD;
 use topology_core::rules::{CONCURRENCY, MAX_ACK_PENDING, MAX_DELIVER, MAX_WAITING};
 
+use super::CodecAttr;
 use crate::args::{Args, Refused, Spec};
 use crate::ctxt::Ctxt;
 use crate::value::{Dur, Int, Key, Krate, PathOrString, StrList};
@@ -54,6 +55,7 @@ pub(crate) static QUEUE_SPEC: Spec = Spec {
         "batch",
         "batch_wait",
         "publishes",
+        "codec",
         "crate",
     ],
     refused: &[
@@ -98,6 +100,8 @@ pub(crate) struct ConsumerAttrs {
     pub concurrency: Option<Int>,
     /// `publishes = [..]`: the subjects the handler publishes to.
     pub publishes: Option<StrList>,
+    /// `codec = ".."`: how its payloads are written (JSON when absent).
+    pub codec: Option<CodecAttr>,
 }
 
 /// The `subject` or `subjects` key.
@@ -195,6 +199,7 @@ impl ConsumerAttrs {
             publishes: args
                 .key("publishes", "publishes = [\"orders.billed\"]")
                 .strings(cx),
+            codec: CodecAttr::parse(args, cx),
         }
     }
 }

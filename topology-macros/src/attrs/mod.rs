@@ -23,3 +23,36 @@ pub(crate) use origin::OriginAttrs;
 pub(crate) use service::{EndpointAttrs, ServiceAttrs, SubscriptionAttrs};
 pub(crate) use stream::{PlacementAttrs, StreamAttrs};
 pub(crate) use watch::WatchAttrs;
+
+use proc_macro2::Span;
+use topology_core::codec::CodecId;
+
+use crate::args::Args;
+use crate::ctxt::Ctxt;
+
+/// `codec = ".."`: the payload codec, and the key's token (where errors about it point).
+#[derive(Clone, Copy)]
+pub(crate) struct CodecAttr {
+    pub id: CodecId,
+    pub span: Span,
+}
+
+impl CodecAttr {
+    /// The `codec` key of `args`, `None` when absent or unreadable (reported). Raw bytes are
+    /// chosen by the payload type (`Bytes`, `Vec<u8>`), not by name.
+    pub(crate) fn parse(args: &Args, cx: &mut Ctxt) -> Option<CodecAttr> {
+        let key = args.key("codec", "codec = \"msgpack\"");
+        let choices = [
+            CodecId::Json,
+            CodecId::MsgPack,
+            CodecId::Cbor,
+            CodecId::Protobuf,
+        ]
+        .map(|id| (id.name(), id));
+        let id = key.choice(&choices, cx)?;
+        Some(CodecAttr {
+            id,
+            span: key.arg.map_or_else(Span::call_site, |a| a.key.span()),
+        })
+    }
+}

@@ -5,6 +5,7 @@ use topology_core::rules::CONCURRENCY;
 
 use syn::{Expr, ExprLit, Lit};
 
+use super::CodecAttr;
 use crate::args::{Arg, Args, Refused, Spec, Value};
 use crate::ctxt::Ctxt;
 use crate::value::{Dur, Int, Krate, Pairs, PathOrString, ungroup};
@@ -91,6 +92,7 @@ pub(crate) static ENDPOINT_SPEC: Spec = Spec {
         "concurrency",
         "timeout",
         "metadata",
+        "codec",
         "crate",
     ],
     // Every way of asking for an endpoint outside a queue group.
@@ -111,7 +113,14 @@ pub(crate) static ENDPOINT_SPEC: Spec = Spec {
 
 pub(crate) static SUBSCRIPTION_SPEC: Spec = Spec {
     attr: "subscription",
-    keys: &["subject", "group", "each_instance", "concurrency", "crate"],
+    keys: &[
+        "subject",
+        "group",
+        "each_instance",
+        "concurrency",
+        "codec",
+        "crate",
+    ],
     // Every way of asking for a plain subscription; each explains the missing `group`.
     refused: refused![
         SUBSCRIPTION_QUEUE_GROUP, Some("group") => ["queue_group", "queue"];
@@ -152,6 +161,8 @@ pub(crate) struct EndpointAttrs {
     pub concurrency: Option<Int>,
     pub timeout: Option<Dur>,
     pub metadata: Option<Pairs>,
+    /// How its requests and replies are written (JSON when absent).
+    pub codec: Option<CodecAttr>,
 }
 
 /// `#[subscription(..)]`.
@@ -164,6 +175,8 @@ pub(crate) struct SubscriptionAttrs {
     /// With both `group` and `each_instance`, the key written second.
     pub both: Option<Ident>,
     pub concurrency: Option<Int>,
+    /// How its messages are written (JSON when absent).
+    pub codec: Option<CodecAttr>,
 }
 
 const METADATA_EXAMPLE: &str = "metadata = [(\"team\", \"members\")]";
@@ -225,6 +238,7 @@ impl EndpointAttrs {
                 .int(CONCURRENCY, "", cx),
             timeout: args.key("timeout", "timeout = \"5s\"").duration(true, cx),
             metadata: args.key("metadata", METADATA_EXAMPLE).pairs(cx),
+            codec: CodecAttr::parse(args, cx),
         }
     }
 }
@@ -278,6 +292,7 @@ impl SubscriptionAttrs {
             concurrency: args
                 .key("concurrency", "concurrency = 8")
                 .int(CONCURRENCY, "", cx),
+            codec: CodecAttr::parse(args, cx),
         }
     }
 }

@@ -129,11 +129,17 @@ fn consumer(
     let fn_name = &handler.name();
     let (glue, registration) = match handler.batch_of {
         None => (
-            handler::glue(&handler::CONSUMER, handler, "into_result"),
+            handler::glue(
+                &handler::CONSUMER,
+                handler,
+                "into_result",
+                attrs.codec.as_ref(),
+                None,
+            ),
             quote!(ConsumerRegistration),
         ),
         Some(_) => (
-            handler::batch_glue(handler),
+            handler::batch_glue(handler, attrs.codec.as_ref()),
             quote!(BatchConsumerRegistration),
         ),
     };
@@ -164,8 +170,9 @@ fn consumer(
     // The builder calls both kinds of consumer share: the concurrency and the outputs, if
     // given, and the declaring crate's version, stamped on the server (expanded in the user's
     // crate).
+    let codec = handler::codec_call(attrs.codec.as_ref(), handler.raw);
     let common_builders =
-        quote!(#concurrency #publishes .version(::core::env!("CARGO_PKG_VERSION")));
+        quote!(#concurrency #publishes #codec .version(::core::env!("CARGO_PKG_VERSION")));
 
     let mut checks = TokenStream::new();
     let (stream_item, stream_ref) = match stream {

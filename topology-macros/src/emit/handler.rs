@@ -12,6 +12,9 @@ use quote::{ToTokens, quote, quote_spanned};
 use syn::Ident;
 use syn::spanned::Spanned;
 
+use topology_core::codec::CodecId;
+
+use crate::attrs::CodecAttr;
 use crate::item::{Arg, Handler};
 
 /// The `__private` items one kind of glue calls, by name.
@@ -21,9 +24,10 @@ pub(crate) struct Glue {
     /// What it takes and returns: `Incoming`, `HandlerFuture`.
     pub input: &'static str,
     pub future: &'static str,
-    /// Decoding the payload from the input: JSON, raw.
+    /// Decoding the payload from the input: JSON, raw, and with a named codec.
     pub decode_json: &'static str,
     pub decode_raw: &'static str,
+    pub decode_with: &'static str,
     /// The context argument, and a `State<T>` argument, from the input.
     pub context: &'static str,
     pub state: &'static str,
@@ -39,6 +43,7 @@ pub(crate) const CONSUMER: Glue = Glue {
     future: "HandlerFuture",
     decode_json: "decode_json",
     decode_raw: "decode_raw",
+    decode_with: "decode_with",
     context: "context",
     state: "state",
     state_arg: "StateArg",
@@ -51,6 +56,7 @@ pub(crate) const ENDPOINT: Glue = Glue {
     future: "ReplyFuture",
     decode_json: "decode_request_json",
     decode_raw: "decode_request_raw",
+    decode_with: "decode_request_with",
     context: "request_context",
     state: "request_state",
     state_arg: "RequestStateArg",
@@ -63,6 +69,7 @@ pub(crate) const SUBSCRIPTION: Glue = Glue {
     future: "HandlerFuture",
     decode_json: "decode_message_json",
     decode_raw: "decode_message_raw",
+    decode_with: "decode_message_with",
     context: "request_context",
     state: "message_state",
     state_arg: "RequestStateArg",
@@ -84,9 +91,70 @@ pub(crate) fn states(glue: &Glue, handler: &Handler) -> TokenStream {
 
 /// The glue function, calling the user's function and passing its result to
 /// `__nats_topology::#finish` (`into_result` for a consumer or a subscription, `reply_json` or
-/// `reply_raw` for an endpoint).
-pub(crate) fn glue(glue: &Glue, handler: &Handler, finish: &str) -> TokenStream {
-    glue_decoding(glue, handler, finish, None)
+/// `reply_raw` for an endpoint; `reply_json` becomes `reply_with` the declared codec).
+pub(crate) fn glue(
+    glue: &Glue,
+    handler: &Handler,
+    finish: &str,
+    codec: Option<&CodecAttr>,
+    reply: Option<&TokenStream>,
+) -> TokenStream {
+    let codec = codec.filter(|c| c.id != CodecId::Json);
+    let decode = codec.filter(|_| !handler.raw).map(|codec| {
+        let ty = &handler.payload;
+        let decode_with = ident(glue.decode_with, ty.span());
+        let codec_ty = codec_type(codec);
+        move |input: &Ident| {
+            quote_spanned!(ty.span()=> __nats_topology::#decode_with::<#codec_ty, #ty>(&#input))
+        }
+    });
+    let finish = match codec {
+        Some(codec) if finish == "reply_json" => {
+            let codec_ty = codec_type(codec);
+            let span = handler.output_span;
+            let reply = reply.cloned().unwrap_or_else(|| quote!(_));
+            quote_spanned!(span=> __nats_topology::reply_with::<#codec_ty, #reply, _>)
+        }
+        _ => {
+            let finish = ident(finish, handler.output_span);
+            quote_spanned!(handler.output_span=> __nats_topology::#finish)
+        }
+    };
+    match &decode {
+        Some(decode) => glue_decoding(glue, handler, finish, Some(decode)),
+        None => glue_decoding(glue, handler, finish, None),
+    }
+}
+
+/// The type of a named codec (`__nats_topology::MsgPack`), located at the `codec` key: a codec
+/// that cannot read the payload (or whose feature is off) is reported there.
+pub(crate) fn codec_type(codec: &CodecAttr) -> TokenStream {
+    let name = match codec.id {
+        CodecId::Json | CodecId::Raw => "Json",
+        CodecId::MsgPack => "MsgPack",
+        CodecId::Cbor => "Cbor",
+        CodecId::Protobuf => "Protobuf",
+    };
+    let name = ident(name, codec.span);
+    quote_spanned!(codec.span=> __nats_topology::#name)
+}
+
+/// The declaration's `.codec(..)` call: the named codec, raw bytes for a raw payload, nothing
+/// for JSON (the default).
+pub(crate) fn codec_call(codec: Option<&CodecAttr>, raw: bool) -> TokenStream {
+    let id = match (codec, raw) {
+        (_, true) => "Raw",
+        (Some(codec), false) => match codec.id {
+            CodecId::Json => return TokenStream::new(),
+            CodecId::MsgPack => "MsgPack",
+            CodecId::Cbor => "Cbor",
+            CodecId::Protobuf => "Protobuf",
+            CodecId::Raw => "Raw",
+        },
+        (None, false) => return TokenStream::new(),
+    };
+    let id = ident(id, Span::call_site());
+    quote!(.codec(__nats_topology::CodecId::#id))
 }
 
 /// [`glue`], with the payload read by `decode` (given the input's name, an expression giving
@@ -94,7 +162,7 @@ pub(crate) fn glue(glue: &Glue, handler: &Handler, finish: &str) -> TokenStream 
 pub(crate) fn glue_decoding(
     glue: &Glue,
     handler: &Handler,
-    finish: &str,
+    finish: TokenStream,
     decode: Option<&dyn Fn(&Ident) -> TokenStream>,
 ) -> TokenStream {
     // Local names with mixed-site hygiene: they cannot capture or shadow the user's names.
@@ -152,10 +220,9 @@ pub(crate) fn glue_decoding(
     // expression makes rustc fall back to the attribute's span. It is bound after the call, so
     // it cannot capture anything of the user's.)
     let result = Ident::new("__nats_topology_result", handler.output_span);
-    let finish = ident(finish, handler.output_span);
     let call = quote_spanned! {handler.output_span=>
         let #result = #user_fn(#(#args),*).await;
-        __nats_topology::#finish(#result)
+        #finish(#result)
     };
     let name_span = handler.ident.span();
     let send = ident(glue.send, name_span);
@@ -212,7 +279,7 @@ pub(crate) fn schema(
 /// BatchFuture`: decodes each message into the `T` of `Batch<T>` (one that does not decode
 /// fails alone), takes the `State<T>` arguments, calls the user's function, and turns its
 /// result into each message's outcome.
-pub(crate) fn batch_glue(handler: &Handler) -> TokenStream {
+pub(crate) fn batch_glue(handler: &Handler, codec: Option<&CodecAttr>) -> TokenStream {
     let input = Ident::new("input", Span::mixed_site());
     let batch = Ident::new("batch", Span::mixed_site());
     let error = Ident::new("error", Span::mixed_site());
@@ -220,18 +287,26 @@ pub(crate) fn batch_glue(handler: &Handler) -> TokenStream {
         return TokenStream::new();
     };
     let ty_span = item_ty.span();
-    let decode = ident(
-        if handler.raw {
-            CONSUMER.decode_raw
-        } else {
-            CONSUMER.decode_json
-        },
-        ty_span,
-    );
+    let decode = match codec.filter(|c| c.id != CodecId::Json && !handler.raw) {
+        Some(codec) => {
+            let codec_ty = codec_type(codec);
+            quote_spanned!(ty_span=> __nats_topology::decode_with::<#codec_ty, #item_ty>)
+        }
+        None => {
+            let decode = ident(
+                if handler.raw {
+                    CONSUMER.decode_raw
+                } else {
+                    CONSUMER.decode_json
+                },
+                ty_span,
+            );
+            quote_spanned!(ty_span=> __nats_topology::#decode::<#item_ty>)
+        }
+    };
     let payload_ty = &handler.payload;
     let decode = quote_spanned! {ty_span=>
-        let #batch: #payload_ty =
-            __nats_topology::BatchInput::decode(&mut #input, __nats_topology::#decode::<#item_ty>);
+        let #batch: #payload_ty = __nats_topology::BatchInput::decode(&mut #input, #decode);
     };
     let mut states = TokenStream::new();
     let mut args = vec![quote!(#batch)];

@@ -90,7 +90,14 @@ pub(crate) fn endpoint(
         ),
     };
     let finish = if raw_reply { "reply_raw" } else { "reply_json" };
-    let glue = handler::glue(&handler::ENDPOINT, handler, finish);
+    let glue = handler::glue(
+        &handler::ENDPOINT,
+        handler,
+        finish,
+        attrs.codec.as_ref(),
+        Some(&reply),
+    );
+    let codec = handler::codec_call(attrs.codec.as_ref(), handler.raw && raw_reply);
     let states = handler::states(&handler::ENDPOINT, handler);
     let request_schema = (!handler.raw).then(|| {
         handler::schema(
@@ -124,7 +131,7 @@ pub(crate) fn endpoint(
                     #name,
                     #subject,
                 )
-                #(#builders)*;
+                #(#builders)* #codec;
             #glue
             __nats_topology::inventory::submit! {
                 __nats_topology::EndpointRegistration {
@@ -160,7 +167,14 @@ pub(crate) fn subscription(
         _ => return None,
     };
     let concurrency = call("concurrency", concurrency(attrs.concurrency));
-    let glue = handler::glue(&handler::SUBSCRIPTION, handler, "into_result");
+    let glue = handler::glue(
+        &handler::SUBSCRIPTION,
+        handler,
+        "into_result",
+        attrs.codec.as_ref(),
+        None,
+    );
+    let codec = handler::codec_call(attrs.codec.as_ref(), handler.raw);
     let states = handler::states(&handler::SUBSCRIPTION, handler);
     let schema = (!handler.raw).then(|| {
         handler::schema(
@@ -175,7 +189,7 @@ pub(crate) fn subscription(
         const _: () = {
             use #krate::__private as __nats_topology;
             static __NATS_TOPOLOGY_SUBSCRIPTION: __nats_topology::SubscriptionDecl =
-                #decl #concurrency;
+                #decl #concurrency #codec;
             #glue
             __nats_topology::inventory::submit! {
                 __nats_topology::SubscriptionRegistration {

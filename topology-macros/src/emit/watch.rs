@@ -32,7 +32,12 @@ pub(crate) fn watch(
     let payload_span = handler.payload.span();
     let payload_ty = &handler.payload;
     let decode = |input: &syn::Ident| quote_spanned!(payload_span=> __nats_topology::decode_kv_watch_arg::<#bucket, #payload_ty>(&#input));
-    let glue = handler::glue_decoding(&handler::CONSUMER, handler, "into_result", Some(&decode));
+    let glue = handler::glue_decoding(
+        &handler::CONSUMER,
+        handler,
+        quote_spanned!(handler.output_span=> __nats_topology::into_result),
+        Some(&decode),
+    );
     let states = handler::states(&handler::CONSUMER, handler);
     // The typed handle on the watch's relay, as `#[broadcast]` gives one: a type named like
     // the handler (types and functions live in different namespaces).

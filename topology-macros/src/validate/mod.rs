@@ -8,6 +8,7 @@
 mod batch;
 mod broadcast;
 mod bucket;
+mod codec;
 mod origin;
 mod service;
 mod watch;
@@ -15,6 +16,7 @@ mod watch;
 pub(crate) use batch::batch;
 pub(crate) use broadcast::broadcast;
 pub(crate) use bucket::bucket;
+pub(crate) use codec::codec;
 pub(crate) use service::{endpoint, service, subscription};
 pub(crate) use watch::watch;
 

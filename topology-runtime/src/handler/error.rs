@@ -128,13 +128,15 @@ impl fmt::Debug for HandlerError {
     }
 }
 
-/// A payload that could not be decoded; always permanent (redelivery cannot fix it).
+/// A payload that could not be decoded, or whose `Content-Type` names another codec than the
+/// handler's; always permanent (redelivery cannot fix it).
 #[derive(Debug, thiserror::Error)]
-#[error("cannot decode the payload as {type_name}: {source}")]
+#[error("cannot decode the payload as {type_name} ({}): {source}", codec.content_type())]
 pub struct DecodeError {
     pub(super) type_name: &'static str,
+    pub(super) codec: crate::codec::CodecId,
     #[source]
-    pub(super) source: serde_json::Error,
+    pub(super) source: crate::codec::CodecError,
 }
 
 /// The text of a caught panic.

@@ -9,16 +9,26 @@ use bytes::Bytes;
 use serde::de::DeserializeOwned;
 
 use super::{Context, DecodeError, HandlerError, Incoming};
+use crate::codec::{CodecError, Decode, Json, check_content_type};
 use crate::state::{State, StateKey};
 
-/// Decodes a JSON payload; a failure is permanent.
+/// Decodes a JSON payload (the default codec); a failure is permanent.
 pub fn decode_json<T: DeserializeOwned>(incoming: &Incoming) -> Result<T, HandlerError> {
-    serde_json::from_slice(incoming.payload()).map_err(|source| {
+    decode_with::<Json, T>(incoming)
+}
+
+/// Decodes the payload with the codec `C`, once its `Content-Type` (if any) says it is
+/// `C`'s; a failure is permanent.
+pub fn decode_with<C: Decode<T>, T>(incoming: &Incoming) -> Result<T, HandlerError> {
+    let failed = |source: CodecError| {
         HandlerError::permanent(DecodeError {
             type_name: std::any::type_name::<T>(),
+            codec: C::ID,
             source,
         })
-    })
+    };
+    check_content_type(C::ID, incoming.context.headers()).map_err(|m| failed(m.into()))?;
+    C::decode(incoming.payload()).map_err(failed)
 }
 
 /// Passes a raw payload through (`Vec<u8>` or `Bytes`).

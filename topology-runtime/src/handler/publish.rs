@@ -9,6 +9,7 @@ use async_nats::jetstream;
 use bytes::Bytes;
 
 use super::{Context, HandlerError};
+use crate::codec::{CONTENT_TYPE, Encode, Json};
 
 impl Context {
     /// Publishes `value` as JSON to `subject` and waits for the stream's acknowledgement,
@@ -278,13 +279,51 @@ impl Publish<'_> {
         self
     }
 
-    /// Sends `value` as JSON and waits for the stream's acknowledgement.
+    /// Sends `value` as JSON (`Content-Type: application/json`) and waits for the stream's
+    /// acknowledgement.
     pub async fn json<T: serde::Serialize + ?Sized>(
         self,
         value: &T,
     ) -> Result<jetstream::publish::PublishAck, HandlerError> {
-        let payload = serde_json::to_vec(value)?;
-        self.bytes(payload.into()).await
+        self.encode(Json, value).await
+    }
+
+    /// Sends `value` written by `codec`, with the codec's `Content-Type`, and waits for the
+    /// stream's acknowledgement: what a handler declared with the same `codec` reads (see
+    /// [`codec`](crate::codec)).
+    ///
+    /// ```
+    /// use nats_topology::codec::MsgPack;
+    /// use nats_topology::{Context, HandlerError};
+    ///
+    /// #[derive(serde::Serialize)]
+    /// struct Billed {
+    ///     order: u64,
+    ///     cents: u64,
+    /// }
+    ///
+    /// async fn bill(order: u64, cx: Context) -> Result<(), HandlerError> {
+    ///     cx.publisher("orders.billed")
+    ///         .encode(MsgPack, &Billed { order, cents: 1250 })
+    ///         .await?;
+    ///     Ok(())
+    /// }
+    /// ```
+    pub async fn encode<C: Encode<T>, T: ?Sized>(
+        mut self,
+        codec: C,
+        value: &T,
+    ) -> Result<jetstream::publish::PublishAck, HandlerError> {
+        let _ = codec;
+        let payload = C::encode(value).map_err(|e| {
+            HandlerError::new(format!(
+                "cannot encode {} as {}: {e}",
+                std::any::type_name::<T>(),
+                C::ID.content_type()
+            ))
+        })?;
+        self.headers.insert(CONTENT_TYPE, C::ID.content_type());
+        self.bytes(payload).await
     }
 
     /// Sends `payload` and waits for the stream's acknowledgement.

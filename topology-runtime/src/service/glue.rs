@@ -10,18 +10,28 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use super::{Request, RequestContext, ServiceError};
+use crate::codec::{Decode, Encode, Json, check_content_type};
 use crate::handler::HandlerError;
 use crate::handler::glue::RawPayload;
 use crate::state::{State, StateKey};
 
-/// Decodes a JSON request; a failure is a 400 naming the type.
+/// Decodes a JSON request (the default codec); a failure is a 400 naming the type.
 pub fn decode_request_json<T: DeserializeOwned>(request: &Request) -> Result<T, ServiceError> {
-    serde_json::from_slice(&request.payload).map_err(|e| {
+    decode_request_with::<Json, T>(request)
+}
+
+/// Decodes a request with the codec `C`, once its `Content-Type` (if any) says it is `C`'s; a
+/// failure is a 400 naming the type and the content types.
+pub fn decode_request_with<C: Decode<T>, T>(request: &Request) -> Result<T, ServiceError> {
+    let failed = |e: &dyn std::fmt::Display| {
         ServiceError::bad_request(format!(
-            "cannot decode the request as {}: {e}",
-            std::any::type_name::<T>()
+            "cannot decode the request as {} ({}): {e}",
+            std::any::type_name::<T>(),
+            C::ID.content_type()
         ))
-    })
+    };
+    check_content_type(C::ID, request.context.headers()).map_err(|m| failed(&m))?;
+    C::decode(&request.payload).map_err(|e| failed(&e))
 }
 
 /// Passes a raw request through (`Vec<u8>` or `Bytes`).
@@ -93,6 +103,23 @@ pub fn reply_json<T: ReplyBody, E: IntoServiceError>(
 ) -> Result<Bytes, ServiceError> {
     match result {
         Ok(value) => encode_json(&value),
+        Err(error) => Err(error.into_service_error()),
+    }
+}
+
+/// An endpoint's result as the reply's body: `Ok` encoded with the codec `C` (the runtime
+/// writes its `Content-Type`), `Err` converted.
+pub fn reply_with<C: Encode<T>, T, E: IntoServiceError>(
+    result: Result<T, E>,
+) -> Result<Bytes, ServiceError> {
+    match result {
+        Ok(value) => C::encode(&value).map_err(|e| {
+            ServiceError::internal(format!(
+                "cannot encode the reply ({}) as {}: {e}",
+                std::any::type_name::<T>(),
+                C::ID.content_type()
+            ))
+        }),
         Err(error) => Err(error.into_service_error()),
     }
 }
@@ -186,7 +213,12 @@ impl<T: Serialize> ReplyBody for T {}
 
 /// A subscription handler's JSON payload; a decode failure is permanent.
 pub fn decode_message_json<T: DeserializeOwned>(request: &Request) -> Result<T, HandlerError> {
-    decode_request_json::<T>(request)
+    decode_message_with::<Json, T>(request)
+}
+
+/// A subscription handler's payload in the codec `C`; a decode failure is permanent.
+pub fn decode_message_with<C: Decode<T>, T>(request: &Request) -> Result<T, HandlerError> {
+    decode_request_with::<C, T>(request)
         .map_err(|e| HandlerError::permanent(e.description().to_owned()))
 }
 

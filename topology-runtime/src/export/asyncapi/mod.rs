@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use serde_json::{Map, Value, json};
-use topology_core::model::{ConsumerKind, Delivery, StreamDecl};
+use topology_core::model::{CodecId, ConsumerKind, Delivery, StreamDecl};
 
 use super::schema::{self, PayloadSchema};
 use super::{ExportError, create_dir, write_file, yaml};
@@ -147,7 +147,7 @@ pub fn asyncapi(topology: &Topology, info: &ApiInfo) -> AsyncApi {
         if let Some(schema) = &schema {
             doc.schemas.extend(schema.definitions.clone());
         }
-        let message = message(decl.handler, "payload", schema.as_ref());
+        let message = message(decl.handler, "payload", schema.as_ref(), decl.codec);
         let mut extension = Map::new();
         extension.insert("stream".into(), json!(stream));
         let mut bindings = None;
@@ -333,8 +333,9 @@ fn taken_from(decl: &StreamDecl) -> String {
     }
 }
 
-/// The message of `handler`'s `what` (`payload`, `request`, `reply`).
-fn message(handler: &str, what: &str, schema: Option<&PayloadSchema>) -> Value {
+/// The message of `handler`'s `what` (`payload`, `request`, `reply`), written by `codec`
+/// (its `contentType` stated unless JSON, the document's default).
+fn message(handler: &str, what: &str, schema: Option<&PayloadSchema>, codec: CodecId) -> Value {
     let last = handler.rsplit("::").next().unwrap_or(handler);
     let name = match what {
         "payload" => last.to_owned(),
@@ -346,11 +347,15 @@ fn message(handler: &str, what: &str, schema: Option<&PayloadSchema>) -> Value {
             "description": format!("Any {what}: its type has no JSON Schema here (enable the `schemars` feature and derive `schemars::JsonSchema` on it).")
         }),
     };
-    json!({
+    let mut message = json!({
         "name": name,
         "title": format!("{what} of `{handler}`"),
         "payload": payload,
-    })
+    });
+    if codec != CodecId::Json {
+        message["contentType"] = json!(codec.content_type());
+    }
+    message
 }
 
 fn to_value(value: &impl serde::Serialize) -> Value {

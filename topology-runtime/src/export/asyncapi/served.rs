@@ -65,7 +65,7 @@ pub(super) fn endpoints(doc: &mut Document, topology: &Topology) {
         let handler_id = identifier(decl.handler);
         let channel_id = doc.channel(Some(decl.subject), None, topology);
         let request = schema_of(doc, schema::registered(decl.handler));
-        let request = message(decl.handler, "request", request.as_ref());
+        let request = message(decl.handler, "request", request.as_ref(), decl.codec);
         let request_ref = add_message(doc, &channel_id, &format!("{handler_id}.request"), request);
 
         // The reply goes to the subject the request names: no address is known in advance.
@@ -83,7 +83,7 @@ pub(super) fn endpoints(doc: &mut Document, topology: &Topology) {
             }),
         );
         let reply = schema_of(doc, schema::registered_reply(decl.handler));
-        let reply = message(decl.handler, "reply", reply.as_ref());
+        let reply = message(decl.handler, "reply", reply.as_ref(), decl.codec);
         let reply_ref = add_message(doc, &reply_channel, &format!("{handler_id}.reply"), reply);
 
         let service = decl.service;
@@ -120,7 +120,7 @@ pub(super) fn subscriptions(doc: &mut Document, topology: &Topology) {
         let handler_id = identifier(decl.handler);
         let channel_id = doc.channel(Some(decl.subject), None, topology);
         let payload = schema_of(doc, schema::registered(decl.handler));
-        let payload = message(decl.handler, "payload", payload.as_ref());
+        let payload = message(decl.handler, "payload", payload.as_ref(), decl.codec);
         let message_ref = add_message(doc, &channel_id, &format!("{handler_id}.payload"), payload);
         let mut operation = json!({
             "action": "receive",

@@ -16,6 +16,7 @@ use bytes::Bytes;
 use futures::FutureExt;
 use tracing::Instrument;
 
+use crate::codec::CONTENT_TYPE;
 use crate::handler::panic_message;
 use crate::health::ServeSlot;
 use crate::outage::{Breaker, Change};
@@ -31,6 +32,9 @@ pub(super) struct EndpointShared {
     pub(super) timeout: Option<Duration>,
     /// The endpoint's outage breaker (see `crate::outage`), and its health slot.
     pub(super) breaker: Option<(Arc<Breaker>, Arc<ServeSlot>)>,
+    /// The `Content-Type` its replies carry: its codec's, unless JSON (the default, sent
+    /// without a header, as every client reads it) or raw bytes.
+    pub(super) content_type: Option<&'static str>,
 }
 
 /// How a request was answered.
@@ -105,7 +109,7 @@ pub(super) async fn answer(
     // Held until sent: a publish dropped midway sends nothing, and the drain answers it.
     let error = match pending.request.as_ref() {
         Some(request) => {
-            respond(&shared.scope.client, request, outcome)
+            respond(&shared.scope.client, request, outcome, shared.content_type)
                 .instrument(span)
                 .await
         }
@@ -213,6 +217,7 @@ pub(super) async fn respond(
     client: &async_nats::Client,
     request: &Received,
     outcome: Result<Bytes, ServiceError>,
+    content_type: Option<&'static str>,
 ) -> Option<ProtocolError> {
     let (body, error) = match outcome {
         Ok(body) => (body, None),
@@ -233,9 +238,14 @@ pub(super) async fn respond(
         tracing::debug!("a request without a reply subject: nothing to answer");
         return error;
     };
-    let sent = match &error {
-        None => client.publish(reply, body).await,
-        Some(error) => {
+    let sent = match (&error, content_type) {
+        (None, None) => client.publish(reply, body).await,
+        (None, Some(content_type)) => {
+            let mut headers = HeaderMap::new();
+            headers.insert(CONTENT_TYPE, content_type);
+            client.publish_with_headers(reply, headers, body).await
+        }
+        (Some(error), _) => {
             let mut headers = HeaderMap::new();
             headers.insert(
                 async_nats::service::NATS_SERVICE_ERROR,

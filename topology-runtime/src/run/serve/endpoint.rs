@@ -114,7 +114,7 @@ impl EndpointTask {
                 ),
             );
             for request in late {
-                let sent = respond(&shared.scope.client, &request, Err(error.clone())).await;
+                let sent = respond(&shared.scope.client, &request, Err(error.clone()), None).await;
                 slot.answered(&mut metrics, request.at.elapsed(), sent);
             }
         }

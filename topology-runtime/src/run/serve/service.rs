@@ -20,6 +20,7 @@ use super::endpoint::{EndpointExit, EndpointTask};
 use super::micro::{Described, EndpointStats, Instance};
 use super::probe::Prober;
 use super::refused::{self, Refusable};
+use crate::codec::CodecId;
 use crate::health::{ServeSlot, ServingState};
 use crate::outage::Breaker;
 use crate::run::Inner;
@@ -185,6 +186,10 @@ async fn run(
                     jetstream.clone(),
                 )),
                 timeout: declared.decl.timeout,
+                content_type: match declared.decl.codec {
+                    CodecId::Json | CodecId::Raw => None,
+                    codec => Some(codec.content_type()),
+                },
                 breaker: (inner.settings.outage.failures > 0).then(|| {
                     (
                         Arc::new(Breaker::new(inner.settings.outage)),
