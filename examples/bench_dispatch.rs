@@ -3,7 +3,7 @@
 //! that waits (an awaited sleep standing for I/O).
 //!
 //! ```text
-//! cargo run --release --example bench_dispatch -- [--messages 200000] [--wait-messages 5000]
+//! cargo run --release --features tower --example bench_dispatch -- [--messages 200000] [--wait-messages 5000]
 //!     [--work-us 1000] [--reps 3] [--batch 200] [--recorder none|prometheus]
 //!     [--pull-ahead-ms N]
 //! ```
@@ -37,7 +37,10 @@
 //! concurrent at the same C (wait); `ratio_tuned_*` the same for ours tuned. The confirmed variants add `raw_double_*` and
 //! `ours_confirmed_*` rates, `ratio_confirmed_*` (ours confirmed over raw double-ack: sequential
 //! for no-op, the same C for wait) and `confirmed_cost_*` (ours confirmed over ours
-//! fire-and-forget at the same C: what confirmation costs).
+//! fire-and-forget at the same C: what confirmation costs). **ours + timeout layer C** (1,
+//! 64) is ours at the defaults with a `tower::timeout::TimeoutLayer` of 10 s around the
+//! handler (`RuntimeBuilder::layer`; the example needs the `tower` feature), compared with the
+//! same raw loop as ours: `ratio_timeout_c{1,64}_{noop,wait}`.
 //!
 //! With `--work-us` set, a last table compares a **batch handler** (`batch = 50`, one
 //! `--work-us` wait per batch: a bulk insert), at its default concurrency (one batch at a time)
@@ -118,9 +121,11 @@ enum Variant {
     RawDouble(usize),
     /// Our runtime with confirmed acks.
     OursConfirmed(u32),
+    /// Our runtime at the defaults with a `tower` timeout layer around the handler.
+    OursTimeout(u32),
 }
 
-const VARIANTS: [Variant; 14] = [
+const VARIANTS: [Variant; 16] = [
     Variant::Raw(1),
     Variant::Raw(8),
     Variant::Raw(64),
@@ -135,6 +140,8 @@ const VARIANTS: [Variant; 14] = [
     Variant::OursConfirmed(1),
     Variant::OursConfirmed(8),
     Variant::OursConfirmed(64),
+    Variant::OursTimeout(1),
+    Variant::OursTimeout(64),
 ];
 
 impl Variant {
@@ -147,13 +154,18 @@ impl Variant {
             Variant::RawDouble(1) => "raw double-ack sequential".to_owned(),
             Variant::RawDouble(c) => format!("raw double-ack concurrent {c}"),
             Variant::OursConfirmed(c) => format!("ours confirmed, concurrency {c}"),
+            Variant::OursTimeout(c) => format!("ours + timeout layer, concurrency {c}"),
         }
     }
 
     fn sequential(self) -> bool {
         matches!(
             self,
-            Variant::Raw(1) | Variant::Ours(1) | Variant::RawDouble(1) | Variant::OursConfirmed(1)
+            Variant::Raw(1)
+                | Variant::Ours(1)
+                | Variant::RawDouble(1)
+                | Variant::OursConfirmed(1)
+                | Variant::OursTimeout(1)
         )
     }
 
@@ -162,7 +174,9 @@ impl Variant {
     /// The confirmed variants are compared with the raw double-ack loop in the same way.
     fn reference(self, waits: bool) -> Variant {
         match self {
-            Variant::Ours(c) | Variant::OursTuned(c) if waits => Variant::Raw(c as usize),
+            Variant::Ours(c) | Variant::OursTuned(c) | Variant::OursTimeout(c) if waits => {
+                Variant::Raw(c as usize)
+            }
             Variant::OursConfirmed(c) if waits => Variant::RawDouble(c as usize),
             Variant::RawDouble(_) | Variant::OursConfirmed(_) => Variant::RawDouble(1),
             _ => Variant::Raw(1),
@@ -262,7 +276,10 @@ async fn main() -> Result<(), BoxError> {
                     Variant::RawDouble(c) => {
                         raw(&js, durable, count, args.batch, c, phase.work, true).await?
                     }
-                    Variant::Ours(c) | Variant::OursTuned(c) | Variant::OursConfirmed(c) => {
+                    Variant::Ours(c)
+                    | Variant::OursTuned(c)
+                    | Variant::OursConfirmed(c)
+                    | Variant::OursTimeout(c) => {
                         let ack = match variant {
                             Variant::OursConfirmed(_) => AckMode::Confirmed,
                             _ => AckMode::FireAndForget,
@@ -271,6 +288,7 @@ async fn main() -> Result<(), BoxError> {
                         let tuning = Tuning {
                             batch,
                             ahead: args.pull_ahead,
+                            timeout_layer: matches!(variant, Variant::OursTimeout(_)),
                         };
                         let elapsed =
                             ours(&client, durable, count, tuning, c, phase.work, ack).await?;
@@ -314,6 +332,7 @@ async fn main() -> Result<(), BoxError> {
                         let tuning = Tuning {
                             batch: None,
                             ahead: args.pull_ahead,
+                            timeout_layer: false,
                         };
                         let c = BATCH as u32;
                         let ack = AckMode::FireAndForget;
@@ -414,6 +433,15 @@ async fn main() -> Result<(), BoxError> {
             let ours = Variant::OursTuned(c);
             let r = rate(p, ours) / rate(p, ours.reference(waits));
             tuned.push(format!("\"ratio_tuned_c{c}_{phase}\":{r:.3}"));
+        }
+    }
+    // ratio_timeout_c{C}_{noop|wait}: ours with a tower timeout layer, against the same raw
+    // loop as ours at the defaults.
+    for (p, phase, waits) in [(noop, "noop", false), (wait, "wait", true)] {
+        for c in [1, 64] {
+            let ours = Variant::OursTimeout(c);
+            let r = rate(p, ours) / rate(p, ours.reference(waits));
+            tuned.push(format!("\"ratio_timeout_c{c}_{phase}\":{r:.3}"));
         }
     }
     let cost = |p: usize, c: u32| rate(p, Variant::OursConfirmed(c)) / rate(p, Variant::Ours(c));
@@ -619,6 +647,9 @@ async fn ours(
     if let Some(ahead) = tuning.ahead {
         runtime = runtime.pull_ahead(ahead);
     }
+    if tuning.timeout_layer {
+        runtime = runtime.layer(tower::timeout::TimeoutLayer::new(Duration::from_secs(10)));
+    }
     progress.time(runtime).await
 }
 
@@ -729,6 +760,8 @@ async fn ours_batch(
 struct Tuning {
     batch: Option<usize>,
     ahead: Option<Duration>,
+    /// A `tower::timeout::TimeoutLayer` (10 s, never reached) around the handler.
+    timeout_layer: bool,
 }
 
 fn median(mut values: Vec<f64>) -> f64 {

@@ -139,6 +139,18 @@ pub use topology_runtime::bucket;
 /// their names (`codec = "msgpack"` on a handler, [`Publish::encode`] on publish).
 pub use topology_runtime::codec;
 
+/// `tower` layers around handlers and endpoints (feature `tower`): what a layer wraps
+/// ([`HandlerService`](layer::HandlerService), [`EndpointService`](layer::EndpointService)) and
+/// how a layer's error settles a message or answers a request. Installed with
+/// [`RuntimeBuilder::layer`] and [`RuntimeBuilder::endpoint_layer`].
+#[cfg(feature = "tower")]
+pub mod layer {
+    pub use topology_runtime::handler::layer::{
+        BoxError, Failed, HandlerService, StackFuture, Stacked, settle_error,
+    };
+    pub use topology_runtime::service::layer::{EndpointService, Refused, answer_error};
+}
+
 /// How the leader watch paces itself ([`RuntimeBuilder::leader_timings`]).
 pub use topology_runtime::provision::LeaderTimings;
 

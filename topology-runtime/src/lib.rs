@@ -5,7 +5,7 @@
 //! Modules stand on layers, bottom first, and import only from layers below their own
 //! (docs/ARCHITECTURE.md, "Layers"; `tests/layers.rs` checks it):
 //!
-//! 1. the ground: `hash`, `retry`, `jsapi`, `grant`, `state`, `telemetry`, `codec`;
+//! 1. the ground: `hash`, `retry`, `jsapi`, `grant`, `state`, `telemetry`, `codec`, `stack`;
 //! 2. what the runtime records and what handlers see: `health`, `server_errors`, `handler`;
 //! 3. talking to the server: `connect`, `provision`, `service`;
 //! 4. the declarations: `registry`;
@@ -41,6 +41,8 @@ pub mod retry;
 pub mod run;
 mod server_errors;
 pub mod service;
+#[cfg(feature = "tower")]
+mod stack;
 pub mod state;
 pub mod telemetry;
 pub mod validate;

@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 /// layers only.
 const LAYERS: &[(&str, &[&str])] = &[
     (
-        "ground: ids, time, retry, outages, the JetStream request, the permission vocabulary, state, payload codecs",
+        "ground: ids, time, retry, outages, the JetStream request, the permission vocabulary, state, payload codecs, the tower stack",
         &[
             "hash",
             "retry",
@@ -23,6 +23,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "state",
             "telemetry",
             "codec",
+            "stack",
         ],
     ),
     (

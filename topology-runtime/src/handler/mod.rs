@@ -7,6 +7,8 @@ mod context;
 mod error;
 #[doc(hidden)]
 pub mod glue;
+#[cfg(feature = "tower")]
+pub mod layer;
 mod msg_id;
 mod publish;
 

@@ -293,6 +293,28 @@ impl Topology {
     }
 
     /// The consumers of the stream named `stream` (adjacent, since sorted by stream).
+    /// Replaces each consumer's handler by what `wrap` makes of it (the runtime's layers).
+    #[cfg(feature = "tower")]
+    pub(crate) fn wrap_consumer_handlers(
+        &mut self,
+        mut wrap: impl FnMut(&ConsumerDecl, SharedHandler) -> SharedHandler,
+    ) {
+        for consumer in self.consumers.get_mut() {
+            consumer.handler = wrap(&consumer.decl, consumer.handler.clone());
+        }
+    }
+
+    /// Replaces each endpoint's handler by what `wrap` makes of it (the runtime's layers).
+    #[cfg(feature = "tower")]
+    pub(crate) fn wrap_endpoint_handlers(
+        &mut self,
+        mut wrap: impl FnMut(&EndpointDecl, SharedEndpointHandler) -> SharedEndpointHandler,
+    ) {
+        for endpoint in self.endpoints.get_mut() {
+            endpoint.handler = wrap(&endpoint.decl, endpoint.handler.clone());
+        }
+    }
+
     pub(crate) fn consumers_of(&self, stream: &str) -> &[Consumer] {
         let consumers = self.consumers();
         let first = consumers.partition_point(|c| c.decl.stream.name() < stream);

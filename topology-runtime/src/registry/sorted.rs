@@ -66,6 +66,13 @@ impl<T: Keyed> SortedList<T> {
         })
     }
 
+    /// The items, in order, to change in place (what they are sorted by must not change).
+    #[cfg(feature = "tower")]
+    pub(super) fn get_mut(&mut self) -> &mut [T] {
+        self.sort_in_place();
+        &mut self.items
+    }
+
     /// Keeps one copy of the items, in order (a read may have left a sorted copy beside
     /// them).
     pub(super) fn sort_in_place(&mut self) {

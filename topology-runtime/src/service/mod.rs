@@ -5,6 +5,8 @@
 mod error;
 #[doc(hidden)]
 pub mod glue;
+#[cfg(feature = "tower")]
+pub mod layer;
 mod request;
 
 use std::future::Future;

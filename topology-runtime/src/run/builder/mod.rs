@@ -2,11 +2,13 @@
 //! and the ack mode; `timings`: every timing the runtime uses, each a value with a documented
 //! default.
 
+mod layers;
 mod timings;
 
 use std::borrow::Cow;
 use std::sync::Arc;
 
+use self::layers::Layers;
 use super::relay::relay_name;
 use super::{Inner, Runtime};
 use crate::health::{Health, ServeSlot, Served, Shared, Slot, WritesRecord};
@@ -52,6 +54,8 @@ pub struct RuntimeBuilder {
     bind_only: bool,
     /// The overflow queue consumers (by group) this instance spills over for.
     spill_over: Vec<String>,
+    /// `tower` layers around handlers and endpoints (`layers.rs`).
+    layers: Layers,
     #[cfg(feature = "test-hooks")]
     panic_supervisor: Option<String>,
 }
@@ -69,6 +73,7 @@ impl RuntimeBuilder {
             api_prefix: None,
             bind_only: false,
             spill_over: Vec::new(),
+            layers: Layers::default(),
             #[cfg(feature = "test-hooks")]
             panic_supervisor: None,
         }
@@ -269,12 +274,13 @@ impl RuntimeBuilder {
         if let Err(problem) = &api {
             problems.push(problem.clone());
         }
-        let topology = self.topology.unwrap_or_else(Topology::from_registry);
+        let mut topology = self.topology.unwrap_or_else(Topology::from_registry);
         if let Err(invalid) = validate::validate(&topology) {
             problems.extend(invalid.problems);
         }
         problems.extend(missing_state(&topology, &self.state));
         problems.extend(unknown_spill_over(&topology, &self.spill_over));
+        problems.extend(self.layers.apply(&mut topology));
         if !problems.is_empty() {
             return Err(ValidationError { problems });
         }

@@ -1,0 +1,390 @@
+//! `tower`'s own layers around handlers and endpoints, unchanged (feature `tower`): a timeout
+//! stops a slow handler and its message is redelivered; a concurrency limit bounds the handlers
+//! in flight below the consumer's `concurrency`; a rate limit spaces the calls; load shedding
+//! gives messages back, each handled once in the end; a tracing layer of the user's own sees
+//! every message's context; an endpoint's timeout is a 504 and its shed request a 503. A name
+//! that matches nothing is refused at `build`.
+
+mod fixture;
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use nats_topology::layer::HandlerService;
+use nats_topology::{
+    Context, HandlerError, Incoming, ServiceError, State, endpoint, queue_consumer, service, stream,
+};
+use nats_topology_testkit::eventually;
+use tower::ServiceBuilder;
+
+#[stream(name = "LAYERS", subjects = ["layers.>"])]
+struct Layers;
+
+/// One call of a handler: the job, its delivery count, when it began.
+type Call = (u64, u64, Instant);
+
+/// What the handlers saw: per consumer, (job, delivery count, start) of each call; and the
+/// most calls in flight at once per consumer.
+#[derive(Clone, Default)]
+struct Calls {
+    seen: Arc<Mutex<BTreeMap<&'static str, Vec<Call>>>>,
+    in_flight: Arc<Mutex<BTreeMap<&'static str, (usize, usize)>>>,
+}
+
+impl Calls {
+    async fn call(&self, by: &'static str, job: u64, cx: &Context, work: Duration) {
+        self.seen.lock().unwrap().entry(by).or_default().push((
+            job,
+            cx.delivered(),
+            Instant::now(),
+        ));
+        {
+            let mut flight = self.in_flight.lock().unwrap();
+            let (now, most) = flight.entry(by).or_default();
+            *now += 1;
+            *most = (*most).max(*now);
+        }
+        tokio::time::sleep(work).await;
+        self.in_flight.lock().unwrap().get_mut(by).unwrap().0 -= 1;
+    }
+
+    /// The jobs `by` finished, as (job, delivery count) of its calls, in call order.
+    fn of(&self, by: &str) -> Vec<Call> {
+        self.seen
+            .lock()
+            .unwrap()
+            .get(by)
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    fn most_in_flight(&self, by: &str) -> usize {
+        self.in_flight.lock().unwrap().get(by).map_or(0, |f| f.1)
+    }
+}
+
+/// The first delivery takes 30 s (a timeout layer stops it); a redelivery is quick.
+#[queue_consumer(stream = Layers, group = "lay_timeout", subject = "layers.timeout", backoff = ["100ms"], concurrency = 4)]
+async fn slow_once(job: u64, cx: Context, calls: State<Calls>) -> Result<(), HandlerError> {
+    let work = if cx.delivered() == 1 {
+        Duration::from_secs(30)
+    } else {
+        Duration::ZERO
+    };
+    calls.call("lay_timeout", job, &cx, work).await;
+    Ok(())
+}
+
+#[queue_consumer(stream = Layers, group = "lay_limit", subject = "layers.limit", concurrency = 8)]
+async fn limited(job: u64, cx: Context, calls: State<Calls>) -> Result<(), HandlerError> {
+    calls
+        .call("lay_limit", job, &cx, Duration::from_millis(50))
+        .await;
+    Ok(())
+}
+
+#[queue_consumer(stream = Layers, group = "lay_rate", subject = "layers.rate", concurrency = 8)]
+async fn rated(job: u64, cx: Context, calls: State<Calls>) -> Result<(), HandlerError> {
+    calls.call("lay_rate", job, &cx, Duration::ZERO).await;
+    Ok(())
+}
+
+#[queue_consumer(stream = Layers, group = "lay_shed", subject = "layers.shed", backoff = ["100ms"], concurrency = 4)]
+async fn shed(job: u64, cx: Context, calls: State<Calls>) -> Result<(), HandlerError> {
+    calls
+        .call("lay_shed", job, &cx, Duration::from_millis(200))
+        .await;
+    Ok(())
+}
+
+#[service(name = "layered", version = "1.0.0")]
+struct Layered;
+
+/// Holds a request until the test releases it.
+#[derive(Clone, Default)]
+struct Gate {
+    entered: Arc<std::sync::atomic::AtomicBool>,
+    release: Arc<tokio::sync::Notify>,
+}
+
+/// Takes `ms` milliseconds to answer; `0` waits at the gate instead.
+#[endpoint(service = Layered, subject = "layered.wait", concurrency = 4)]
+async fn wait(ms: u64, gate: State<Gate>) -> Result<u64, ServiceError> {
+    if ms == 0 {
+        let released = gate.release.notified();
+        gate.entered
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        released.await;
+    } else {
+        tokio::time::sleep(Duration::from_millis(ms)).await;
+    }
+    Ok(ms)
+}
+
+async fn publish(js: &async_nats::jetstream::Context, subject: &str, jobs: std::ops::Range<u64>) {
+    for job in jobs {
+        js.publish(subject.to_owned(), job.to_string().into())
+            .await
+            .unwrap()
+            .await
+            .expect("stored");
+    }
+}
+
+/// Each job of `jobs` finished by `by`, once each counting only calls that finished.
+async fn all_handled(calls: &Calls, by: &'static str, jobs: std::ops::Range<u64>) {
+    eventually(Duration::from_secs(30), "every job handled", || {
+        let calls = calls.clone();
+        let jobs = jobs.clone();
+        async move {
+            let seen: std::collections::BTreeSet<u64> =
+                calls.of(by).iter().map(|(job, _, _)| *job).collect();
+            jobs.clone().all(|j| seen.contains(&j)).then_some(())
+        }
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_timeout_layer_stops_a_slow_handler_and_its_message_is_redelivered() {
+    let fx = fixture::Fixture::start().await;
+    let calls = Calls::default();
+    let builder = fixture::fast(fx.builder().await)
+        .state(calls.clone())
+        .state(Gate::default())
+        .layer_for(
+            "lay_timeout",
+            tower::timeout::TimeoutLayer::new(Duration::from_millis(300)),
+        );
+    let running = fixture::Running::start(builder).await;
+    let js = fx.jetstream().await;
+    publish(&js, "layers.timeout", 0..3).await;
+
+    eventually(
+        Duration::from_secs(30),
+        "each job finished on its redelivery",
+        || {
+            let calls = calls.clone();
+            async move {
+                let finished: Vec<(u64, u64)> = calls
+                    .of("lay_timeout")
+                    .iter()
+                    .filter(|(_, delivered, _)| *delivered > 1)
+                    .map(|(job, delivered, _)| (*job, *delivered))
+                    .collect();
+                (finished.len() == 3).then_some(finished)
+            }
+        },
+    )
+    .await;
+    let status = running
+        .health
+        .consumers()
+        .into_iter()
+        .find(|c| c.consumer == "lay_timeout")
+        .unwrap();
+    assert_eq!(status.handled, 3, "{status}");
+    assert!(
+        status.failed >= 3,
+        "each first delivery timed out: {status}"
+    );
+    assert_eq!(status.dead_lettered, 0, "{status}");
+    fixture::settled(&js, "LAYERS", "lay_timeout", Duration::from_secs(10)).await;
+    running.stop().await.expect("clean drain");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_concurrency_limit_layer_bounds_the_handlers_in_flight() {
+    let fx = fixture::Fixture::start().await;
+    let calls = Calls::default();
+    let builder = fixture::fast(fx.builder().await)
+        .state(calls.clone())
+        .state(Gate::default())
+        .layer_for("lay_limit", tower::limit::ConcurrencyLimitLayer::new(2));
+    let running = fixture::Running::start(builder).await;
+    let js = fx.jetstream().await;
+    publish(&js, "layers.limit", 0..20).await;
+    all_handled(&calls, "lay_limit", 0..20).await;
+    assert_eq!(
+        calls.most_in_flight("lay_limit"),
+        2,
+        "concurrency 8 on the consumer, 2 through the layer"
+    );
+    assert_eq!(calls.of("lay_limit").len(), 20, "each job once");
+    running.stop().await.expect("clean drain");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rate_limit_layer_spaces_the_calls() {
+    let fx = fixture::Fixture::start().await;
+    let calls = Calls::default();
+    let per = Duration::from_millis(500);
+    let builder = fixture::fast(fx.builder().await)
+        .state(calls.clone())
+        .state(Gate::default())
+        .layer_for("lay_rate", ServiceBuilder::new().rate_limit(3, per));
+    let running = fixture::Running::start(builder).await;
+    let js = fx.jetstream().await;
+    publish(&js, "layers.rate", 0..9).await;
+    all_handled(&calls, "lay_rate", 0..9).await;
+    let mut starts: Vec<Instant> = calls.of("lay_rate").iter().map(|c| c.2).collect();
+    starts.sort();
+    // Three calls a window, each window beginning no earlier than the previous one's end.
+    let slack = Duration::from_millis(50);
+    for (i, start) in starts.iter().enumerate() {
+        let windows = (i / 3) as u32;
+        assert!(
+            *start + slack >= starts[0] + per * windows,
+            "call {i} began {:?} after the first, before window {windows}",
+            start.duration_since(starts[0])
+        );
+    }
+    running.stop().await.expect("clean drain");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_load_shed_layer_gives_messages_back_and_each_is_handled_once() {
+    let fx = fixture::Fixture::start().await;
+    let calls = Calls::default();
+    let builder = fixture::fast(fx.builder().await)
+        .state(calls.clone())
+        .state(Gate::default())
+        .layer_for(
+            "lay_shed",
+            ServiceBuilder::new().load_shed().concurrency_limit(1),
+        );
+    let running = fixture::Running::start(builder).await;
+    let js = fx.jetstream().await;
+    publish(&js, "layers.shed", 0..6).await;
+    all_handled(&calls, "lay_shed", 0..6).await;
+    let handled = calls.of("lay_shed");
+    assert_eq!(handled.len(), 6, "a shed message never reaches the handler");
+    assert_eq!(calls.most_in_flight("lay_shed"), 1);
+    assert!(
+        handled.iter().any(|(_, delivered, _)| *delivered > 1),
+        "with 4 at once and room for 1, some were shed and redelivered: {handled:?}"
+    );
+    fixture::settled(&js, "LAYERS", "lay_shed", Duration::from_secs(10)).await;
+    running.stop().await.expect("clean drain");
+}
+
+/// A layer of the user's own (`tower::layer::layer_fn`), on every consumer: it sees each
+/// message's subject and delivery count before the handler runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tracing_layer_of_ones_own_sees_every_messages_context() {
+    let fx = fixture::Fixture::start().await;
+    let calls = Calls::default();
+    let traced = Arc::new(Mutex::new(Vec::<(String, u64)>::new()));
+    let record = traced.clone();
+    let tracing_layer = tower::layer::layer_fn(move |inner: HandlerService| {
+        let record = record.clone();
+        tower::service_fn(move |incoming: Incoming| {
+            let cx = incoming.context();
+            let span = tracing::info_span!("message", subject = cx.subject());
+            record
+                .lock()
+                .unwrap()
+                .push((cx.subject().to_owned(), cx.delivered()));
+            let mut inner = inner.clone();
+            tracing::Instrument::instrument(tower::Service::call(&mut inner, incoming), span)
+        })
+    });
+    let builder = fixture::fast(fx.builder().await)
+        .state(calls.clone())
+        .state(Gate::default())
+        .layer(tracing_layer);
+    let running = fixture::Running::start(builder).await;
+    let js = fx.jetstream().await;
+    publish(&js, "layers.limit", 0..5).await;
+    all_handled(&calls, "lay_limit", 0..5).await;
+    let traced = traced.lock().unwrap().clone();
+    assert_eq!(
+        traced,
+        vec![("layers.limit".to_owned(), 1); 5],
+        "the layer saw each message once, first delivery"
+    );
+    running.stop().await.expect("clean drain");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_endpoints_timeout_layer_answers_504_and_its_shed_request_503() {
+    let fx = fixture::Fixture::start().await;
+    let gate = Gate::default();
+    let builder = fixture::fast(fx.builder().await)
+        .state(Calls::default())
+        .state(gate.clone())
+        .endpoint_layer_for(
+            "wait",
+            ServiceBuilder::new()
+                .load_shed()
+                .concurrency_limit(1)
+                .timeout(Duration::from_secs(2)),
+        );
+    let running = fixture::Running::start(builder).await;
+    let client = fx.connect().await;
+    let ask = |ms: u64| {
+        let client = client.clone();
+        async move {
+            let reply = client
+                .request("layered.wait", ms.to_string().into())
+                .await
+                .expect("answered");
+            let code = reply
+                .headers
+                .as_ref()
+                .and_then(|h| h.get("Nats-Service-Error-Code"))
+                .map(|v| v.as_str().to_owned());
+            (code, String::from_utf8_lossy(&reply.payload).into_owned())
+        }
+    };
+    assert_eq!(ask(10).await, (None, "10".to_owned()), "within the timeout");
+    assert_eq!(
+        ask(10_000).await.0.as_deref(),
+        Some("504"),
+        "past the timeout"
+    );
+    // A request held at the gate has the only slot (within its 2 s): the next is shed.
+    let holding = tokio::spawn(ask(0));
+    eventually(Duration::from_secs(5), "the request at the gate", || {
+        let entered = gate.entered.load(std::sync::atomic::Ordering::SeqCst);
+        async move { entered.then_some(()) }
+    })
+    .await;
+    assert_eq!(
+        ask(5).await.0.as_deref(),
+        Some("503"),
+        "shed while the slot is held"
+    );
+    gate.release.notify_one();
+    let held = holding.await.unwrap();
+    assert!(
+        held == (None, "0".to_owned()) || held.0.as_deref() == Some("504"),
+        "the held request is answered (or timed out past 2 s): {held:?}"
+    );
+    running.stop().await.expect("clean drain");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_layer_for_a_name_that_matches_nothing_is_refused_at_build() {
+    let fx = fixture::Fixture::start().await;
+    let refused = fx
+        .builder()
+        .await
+        .state(Calls::default())
+        .state(Gate::default())
+        .layer_for("lay_tmeout", tower::limit::ConcurrencyLimitLayer::new(1))
+        .endpoint_layer_for("wiat", tower::limit::ConcurrencyLimitLayer::new(1))
+        .build()
+        .err()
+        .expect("refused");
+    let text = refused.to_string();
+    assert!(
+        text.contains("\"lay_tmeout\" names no consumer") && text.contains("lay_timeout"),
+        "{text}"
+    );
+    assert!(
+        text.contains("\"wiat\" names no endpoint") && text.contains("wait"),
+        "{text}"
+    );
+}

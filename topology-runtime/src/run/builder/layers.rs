@@ -1,0 +1,208 @@
+//! `tower` layers around handlers and endpoints (feature `tower`): what the builder keeps
+//! ([`Layers`]), the builder's methods that install them, and how they are applied to the
+//! topology at `build`. Without a layer nothing is applied: a handler is called as before.
+
+#[cfg(feature = "tower")]
+use crate::handler::layer::{self as handler_layer, HandlerLayer, HandlerService};
+use crate::registry::Topology;
+#[cfg(feature = "tower")]
+use crate::service::layer::{self as endpoint_layer, EndpointLayer, EndpointService};
+#[cfg(feature = "tower")]
+use crate::stack::{self, BoxError};
+use crate::validate::Problem;
+
+/// The layers installed on the builder: each with the consumer or endpoint it is for (`None`:
+/// every one), in the order given.
+#[derive(Default)]
+pub(super) struct Layers {
+    #[cfg(feature = "tower")]
+    handlers: Vec<(Option<String>, HandlerLayer)>,
+    #[cfg(feature = "tower")]
+    endpoints: Vec<(Option<String>, EndpointLayer)>,
+}
+
+impl Layers {
+    /// Without the `tower` feature there are none.
+    #[cfg(not(feature = "tower"))]
+    pub(super) fn apply(&self, _: &mut Topology) -> Vec<Problem> {
+        Vec::new()
+    }
+
+    /// Wraps each handler in the layers for it (those for every one outermost, then its own;
+    /// in each, the first given outermost); a problem for each name that matches no consumer
+    /// or endpoint, or a batch consumer (wrapping nothing then).
+    #[cfg(feature = "tower")]
+    pub(super) fn apply(&self, topology: &mut Topology) -> Vec<Problem> {
+        let problems = self.unknown_names(topology);
+        if !problems.is_empty() {
+            return problems;
+        }
+        topology.wrap_consumer_handlers(|decl, handler| {
+            if decl.as_queue().is_some_and(|q| q.batch.is_some()) {
+                return handler;
+            }
+            let layers = in_order(&self.handlers, consumer_name(decl));
+            handler_layer::layered(handler, &layers)
+        });
+        topology.wrap_endpoint_handlers(|decl, handler| {
+            let layers = in_order(&self.endpoints, decl.name);
+            endpoint_layer::layered(handler, &layers)
+        });
+        Vec::new()
+    }
+
+    #[cfg(feature = "tower")]
+    fn unknown_names(&self, topology: &Topology) -> Vec<Problem> {
+        let mut problems = Vec::new();
+        for name in self.handlers.iter().filter_map(|(name, _)| name.as_deref()) {
+            let found = topology
+                .consumers()
+                .iter()
+                .find(|c| consumer_name(&c.decl) == name);
+            let message = match found {
+                None => {
+                    let names: Vec<&str> = topology
+                        .consumers()
+                        .iter()
+                        .map(|c| consumer_name(&c.decl))
+                        .collect();
+                    format!(
+                        "{name:?} names no consumer (a queue consumer by its `group`, a relay by its handler's name; declared: {names:?}): correct the name, or remove `layer_for({name:?}, ..)`"
+                    )
+                }
+                Some(c) if c.decl.as_queue().is_some_and(|q| q.batch.is_some()) => format!(
+                    "{name:?} is a batch consumer, whose handler is called once per batch: layers wrap a handler called once per message; remove `layer_for({name:?}, ..)`"
+                ),
+                Some(_) => continue,
+            };
+            problems.push(Problem {
+                location: "runtime builder `layer_for`".to_owned(),
+                message,
+            });
+        }
+        for name in self
+            .endpoints
+            .iter()
+            .filter_map(|(name, _)| name.as_deref())
+        {
+            if !topology.endpoints().iter().any(|e| e.decl.name == name) {
+                let names: Vec<&str> = topology.endpoints().iter().map(|e| e.decl.name).collect();
+                problems.push(Problem {
+                    location: "runtime builder `endpoint_layer_for`".to_owned(),
+                    message: format!(
+                        "{name:?} names no endpoint (declared: {names:?}): correct the name, or remove `endpoint_layer_for({name:?}, ..)`"
+                    ),
+                });
+            }
+        }
+        problems
+    }
+}
+
+/// The name `layer_for` matches: a queue consumer's group, a relay's handler's name.
+#[cfg(feature = "tower")]
+fn consumer_name(decl: &topology_core::model::ConsumerDecl) -> &'static str {
+    match decl.as_queue() {
+        Some(queue) => queue.group,
+        None => decl.handler.rsplit("::").next().unwrap_or(decl.handler),
+    }
+}
+
+/// The layers that apply to `name`, outermost first: those for every one, then its own.
+#[cfg(feature = "tower")]
+fn in_order<T: Clone>(layers: &[(Option<String>, T)], name: &str) -> Vec<T> {
+    let every = layers.iter().filter(|(n, _)| n.is_none());
+    let own = layers.iter().filter(|(n, _)| n.as_deref() == Some(name));
+    every.chain(own).map(|(_, layer)| layer.clone()).collect()
+}
+
+#[cfg(feature = "tower")]
+impl super::RuntimeBuilder {
+    /// Wraps every consumer's handler (queue consumers and relays; not batch handlers, called
+    /// once per batch) in a `tower` layer: a timeout, a concurrency or rate limit, load
+    /// shedding, tracing, or a stack of them (`tower::ServiceBuilder`). One stack per
+    /// consumer, shared by its messages, so a limit counts them all. Layers given first are
+    /// outermost; those given by [`layer_for`](Self::layer_for) are inside these.
+    ///
+    /// The request a layer sees is the [`Incoming`](crate::handler::Incoming) message (its context:
+    /// subject, headers, delivery count, stream sequence; its payload is decoded inside); its
+    /// response the handler's `Ok(())`. A layer's error settles the message as
+    /// [`settle_error`](crate::handler::layer::settle_error) says: the handler's own error as
+    /// the handler meant it, an elapsed timeout or a shed message as a transient error
+    /// (redelivered after the backoff). A consumer without a layer is called as before.
+    ///
+    /// ```no_run
+    /// # async fn example() -> Result<(), Box<dyn std::error::Error>> {
+    /// use std::time::Duration;
+    /// use tower::ServiceBuilder;
+    ///
+    /// let client = nats_topology::async_nats::connect("nats://127.0.0.1:4222").await?;
+    /// let runtime = nats_topology::Runtime::builder(client)
+    ///     // Every handler: stopped after 10 s (the message is redelivered).
+    ///     .layer(tower::timeout::TimeoutLayer::new(Duration::from_secs(10)))
+    ///     // The `billing` group: at most 50 calls a second to the payment API.
+    ///     .layer_for("billing", ServiceBuilder::new().rate_limit(50, Duration::from_secs(1)))
+    ///     .build()?;
+    /// # drop(runtime); Ok(()) }
+    /// ```
+    pub fn layer<L>(mut self, layer: L) -> Self
+    where
+        L: tower::Layer<HandlerService> + Send + Sync + 'static,
+        L::Service: tower::Service<crate::handler::Incoming, Response = ()> + Send + 'static,
+        <L::Service as tower::Service<crate::handler::Incoming>>::Error: Into<BoxError>,
+        <L::Service as tower::Service<crate::handler::Incoming>>::Future: Send + 'static,
+    {
+        let layer = stack::erase(layer);
+        self.layers.handlers.push((None, layer));
+        self
+    }
+
+    /// [`layer`](Self::layer) for one consumer: a queue consumer by its `group`, a relay by
+    /// its handler's name. A name that matches no consumer (or a batch consumer) makes
+    /// [`build`](Self::build) fail, naming the consumers declared.
+    pub fn layer_for<L>(mut self, name: impl Into<String>, layer: L) -> Self
+    where
+        L: tower::Layer<HandlerService> + Send + Sync + 'static,
+        L::Service: tower::Service<crate::handler::Incoming, Response = ()> + Send + 'static,
+        <L::Service as tower::Service<crate::handler::Incoming>>::Error: Into<BoxError>,
+        <L::Service as tower::Service<crate::handler::Incoming>>::Future: Send + 'static,
+    {
+        let layer = stack::erase(layer);
+        self.layers.handlers.push((Some(name.into()), layer));
+        self
+    }
+
+    /// Wraps every endpoint's handler in a `tower` layer, as [`layer`](Self::layer) does a
+    /// consumer's: its request is the [`Request`](crate::service::Request), its response the reply's
+    /// body. A layer's error is answered as
+    /// [`answer_error`](crate::service::layer::answer_error) says: the handler's own error as
+    /// it is, an elapsed timeout as a 504, a shed request as a 503, anything else as a 500.
+    pub fn endpoint_layer<L>(mut self, layer: L) -> Self
+    where
+        L: tower::Layer<EndpointService> + Send + Sync + 'static,
+        L::Service:
+            tower::Service<crate::service::Request, Response = bytes::Bytes> + Send + 'static,
+        <L::Service as tower::Service<crate::service::Request>>::Error: Into<BoxError>,
+        <L::Service as tower::Service<crate::service::Request>>::Future: Send + 'static,
+    {
+        let layer = stack::erase(layer);
+        self.layers.endpoints.push((None, layer));
+        self
+    }
+
+    /// [`endpoint_layer`](Self::endpoint_layer) for the endpoint named `name` (its name in
+    /// `$SRV.INFO`: the handler's name unless declared). A name that matches no endpoint makes
+    /// [`build`](Self::build) fail, naming the endpoints declared.
+    pub fn endpoint_layer_for<L>(mut self, name: impl Into<String>, layer: L) -> Self
+    where
+        L: tower::Layer<EndpointService> + Send + Sync + 'static,
+        L::Service:
+            tower::Service<crate::service::Request, Response = bytes::Bytes> + Send + 'static,
+        <L::Service as tower::Service<crate::service::Request>>::Error: Into<BoxError>,
+        <L::Service as tower::Service<crate::service::Request>>::Future: Send + 'static,
+    {
+        let layer = stack::erase(layer);
+        self.layers.endpoints.push((Some(name.into()), layer));
+        self
+    }
+}
