@@ -2,8 +2,9 @@
 //! stops a slow handler and its message is redelivered; a concurrency limit bounds the handlers
 //! in flight below the consumer's `concurrency`; a rate limit spaces the calls; load shedding
 //! gives messages back, each handled once in the end; a tracing layer of the user's own sees
-//! every message's context; an endpoint's timeout is a 504 and its shed request a 503. A name
-//! that matches nothing is refused at `build`.
+//! every message's context; a batch layer's timeout fails the whole batch, each message
+//! redelivered; an endpoint's timeout is a 504 and its shed request a 503. A name that matches
+//! nothing, or a consumer of the other kind, is refused at `build`.
 
 mod fixture;
 
@@ -13,7 +14,8 @@ use std::time::{Duration, Instant};
 
 use nats_topology::layer::HandlerService;
 use nats_topology::{
-    Context, HandlerError, Incoming, ServiceError, State, endpoint, queue_consumer, service, stream,
+    Batch, BatchError, Context, HandlerError, Incoming, ServiceError, State, endpoint,
+    queue_consumer, service, stream,
 };
 use nats_topology_testkit::eventually;
 use tower::ServiceBuilder;
@@ -95,6 +97,28 @@ async fn shed(job: u64, cx: Context, calls: State<Calls>) -> Result<(), HandlerE
     calls
         .call("lay_shed", job, &cx, Duration::from_millis(200))
         .await;
+    Ok(())
+}
+
+/// A batch whose messages are on their first delivery takes 30 s (a timeout layer stops it);
+/// redelivered, it is quick.
+#[queue_consumer(
+    stream = Layers,
+    group = "lay_batch",
+    subject = "layers.batch",
+    batch = 5,
+    batch_wait = "100ms",
+    backoff = ["100ms"]
+)]
+async fn batched(jobs: Batch<u64>, calls: State<Calls>) -> Result<(), BatchError> {
+    if jobs.iter().any(|job| job.context().delivered() == 1) {
+        tokio::time::sleep(Duration::from_secs(30)).await;
+    }
+    let mut seen = calls.seen.lock().unwrap();
+    for job in &jobs {
+        let call = (*job.value(), job.context().delivered(), Instant::now());
+        seen.entry("lay_batch").or_default().push(call);
+    }
     Ok(())
 }
 
@@ -191,6 +215,41 @@ async fn a_timeout_layer_stops_a_slow_handler_and_its_message_is_redelivered() {
     );
     assert_eq!(status.dead_lettered, 0, "{status}");
     fixture::settled(&js, "LAYERS", "lay_timeout", Duration::from_secs(10)).await;
+    running.stop().await.expect("clean drain");
+}
+
+/// A batch layer wraps the call of a batch handler: its timeout fails every message of the
+/// batch, each redelivered and handled.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_layers_timeout_fails_the_whole_batch_and_each_message_is_redelivered() {
+    let fx = fixture::Fixture::start().await;
+    let calls = Calls::default();
+    let builder = fixture::fast(fx.builder().await)
+        .state(calls.clone())
+        .state(Gate::default())
+        .batch_layer_for(
+            "lay_batch",
+            tower::timeout::TimeoutLayer::new(Duration::from_millis(300)),
+        );
+    let running = fixture::Running::start(builder).await;
+    let js = fx.jetstream().await;
+    publish(&js, "layers.batch", 0..5).await;
+    all_handled(&calls, "lay_batch", 0..5).await;
+    let handled = calls.of("lay_batch");
+    assert_eq!(handled.len(), 5, "each once: {handled:?}");
+    assert!(
+        handled.iter().all(|(_, delivered, _)| *delivered > 1),
+        "each on a redelivery: {handled:?}"
+    );
+    let status = running
+        .health
+        .consumers()
+        .into_iter()
+        .find(|c| c.consumer == "lay_batch")
+        .unwrap();
+    assert_eq!((status.handled, status.dead_lettered), (5, 0), "{status}");
+    assert!(status.failed >= 5, "the first batch failed whole: {status}");
+    fixture::settled(&js, "LAYERS", "lay_batch", Duration::from_secs(10)).await;
     running.stop().await.expect("clean drain");
 }
 
@@ -374,6 +433,8 @@ async fn a_layer_for_a_name_that_matches_nothing_is_refused_at_build() {
         .state(Calls::default())
         .state(Gate::default())
         .layer_for("lay_tmeout", tower::limit::ConcurrencyLimitLayer::new(1))
+        .layer_for("lay_batch", tower::limit::ConcurrencyLimitLayer::new(1))
+        .batch_layer_for("lay_limit", tower::limit::ConcurrencyLimitLayer::new(1))
         .endpoint_layer_for("wiat", tower::limit::ConcurrencyLimitLayer::new(1))
         .build()
         .err()
@@ -385,6 +446,16 @@ async fn a_layer_for_a_name_that_matches_nothing_is_refused_at_build() {
     );
     assert!(
         text.contains("\"wiat\" names no endpoint") && text.contains("wait"),
+        "{text}"
+    );
+    assert!(
+        text.contains("\"lay_batch\" is a batch consumer")
+            && text.contains("write `batch_layer_for(\"lay_batch\", ..)`"),
+        "{text}"
+    );
+    assert!(
+        text.contains("\"lay_limit\" is not a batch consumer")
+            && text.contains("write `layer_for(\"lay_limit\", ..)`"),
         "{text}"
     );
 }

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use tower::Service;
 
-use super::{HandlerError, Incoming, SharedHandler};
+use super::{BatchInput, BatchOutcomes, HandlerError, Incoming, SharedBatchHandler, SharedHandler};
 use crate::stack::{self, LayerFn};
 pub use crate::stack::{BoxError, StackFuture, Stacked};
 
@@ -51,6 +51,51 @@ pub(crate) fn layered(handler: SharedHandler, layers: &[HandlerLayer]) -> Shared
     Arc::new(move |incoming| {
         let handling = service.clone().call(incoming);
         Box::pin(async move { handling.await.map_err(settle_error) })
+    })
+}
+
+/// What a batch layer wraps: the batch handler, or the stack of the batch layers installed
+/// under this one. Its request is the [`BatchInput`] (the messages of one batch, not yet
+/// decoded), its response each message's outcome; a batch handler's own failures are in
+/// those outcomes, so its errors are the layers' alone.
+pub type BatchService = Stacked<BatchInput, BatchOutcomes>;
+
+/// A batch layer as the builder keeps it.
+pub(crate) type BatchLayer = LayerFn<BatchInput, BatchOutcomes>;
+
+/// `handler` behind `layers`, the first the outermost; `handler` itself without any. A
+/// layer's error fails every message of the batch, as [`settle_error`] says.
+pub(crate) fn batch_layered(
+    handler: SharedBatchHandler,
+    layers: &[BatchLayer],
+) -> SharedBatchHandler {
+    if layers.is_empty() {
+        return handler;
+    }
+    let service = stack::stack(
+        move |input| {
+            let handling = handler(input);
+            Box::pin(async move { Ok(handling.await) })
+        },
+        layers,
+    );
+    Arc::new(move |input: BatchInput| {
+        let len = input.incoming().len();
+        let handling = service.clone().call(input);
+        Box::pin(async move {
+            handling.await.unwrap_or_else(|error| {
+                let error = settle_error(error);
+                let text = error.to_string();
+                let mut first = Some(error);
+                (0..len)
+                    .map(|_| {
+                        Err(first
+                            .take()
+                            .unwrap_or_else(|| HandlerError::new(text.clone())))
+                    })
+                    .collect()
+            })
+        })
     })
 }
 

@@ -61,6 +61,11 @@ impl Topology {
                 decl.handler
             );
         };
-        self.add_consumer(decl, gathered(handler, batch), states);
+        self.add_consumer_of(
+            decl,
+            gathered(handler.clone(), batch),
+            Some(handler),
+            states,
+        );
     }
 }

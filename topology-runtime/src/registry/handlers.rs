@@ -3,6 +3,7 @@
 use std::fmt;
 
 use super::{SharedEndpointHandler, SharedHandler, SharedSubscriptionHandler};
+use crate::handler::SharedBatchHandler;
 use crate::state::StateKey;
 use topology_core::model::ConsumerDecl;
 use topology_core::service::{EndpointDecl, SubscriptionDecl};
@@ -49,6 +50,10 @@ pub struct Consumer {
     /// The declaration.
     pub decl: ConsumerDecl,
     pub(crate) handler: SharedHandler,
+    /// A batch consumer's batch handler, which `handler` gathers messages for (the runtime's
+    /// layers wrap it and gather again).
+    #[cfg_attr(not(feature = "tower"), allow(dead_code))]
+    pub(crate) batch: Option<SharedBatchHandler>,
     /// What the handler's `State<T>` arguments need; checked by `RuntimeBuilder::build`.
     pub(crate) states: &'static [StateKey],
 }

@@ -14,7 +14,7 @@ use std::collections::hash_map::Entry;
 use std::fmt;
 use std::sync::Arc;
 
-use crate::handler::{HandlerFuture, Incoming};
+use crate::handler::{HandlerFuture, Incoming, SharedBatchHandler};
 use crate::service::{ReplyFuture, Request};
 use crate::state::StateKey;
 pub(crate) use buckets::is_reserved_subject;
@@ -293,14 +293,24 @@ impl Topology {
     }
 
     /// The consumers of the stream named `stream` (adjacent, since sorted by stream).
-    /// Replaces each consumer's handler by what `wrap` makes of it (the runtime's layers).
+    /// Replaces each consumer's handler by what `wrap` makes of it (the runtime's layers),
+    /// and each batch consumer's batch handler by what `wrap_batch` makes of it (gathered
+    /// again for its messages).
     #[cfg(feature = "tower")]
     pub(crate) fn wrap_consumer_handlers(
         &mut self,
         mut wrap: impl FnMut(&ConsumerDecl, SharedHandler) -> SharedHandler,
+        mut wrap_batch: impl FnMut(&ConsumerDecl, SharedBatchHandler) -> SharedBatchHandler,
     ) {
         for consumer in self.consumers.get_mut() {
-            consumer.handler = wrap(&consumer.decl, consumer.handler.clone());
+            let batch_decl = consumer.decl.as_queue().and_then(|q| q.batch);
+            match (&consumer.batch, batch_decl) {
+                (Some(batch), Some(decl)) => {
+                    let wrapped = wrap_batch(&consumer.decl, batch.clone());
+                    consumer.handler = crate::handler::gathered(wrapped, decl);
+                }
+                _ => consumer.handler = wrap(&consumer.decl, consumer.handler.clone()),
+            }
         }
     }
 
@@ -409,12 +419,24 @@ impl Topology {
         handler: SharedHandler,
         states: &'static [StateKey],
     ) {
+        self.add_consumer_of(decl, handler, None, states);
+    }
+
+    /// A consumer; `batch`: the batch handler `handler` gathers for.
+    fn add_consumer_of(
+        &mut self,
+        decl: ConsumerDecl,
+        handler: SharedHandler,
+        batch: Option<SharedBatchHandler>,
+        states: &'static [StateKey],
+    ) {
         if let topology_core::model::StreamRef::Declared(stream) = decl.stream {
             self.add_stream(*stream);
         }
         self.consumers.push(Consumer {
             decl,
             handler,
+            batch,
             states,
         });
     }

@@ -3,7 +3,9 @@
 //! topology at `build`. Without a layer nothing is applied: a handler is called as before.
 
 #[cfg(feature = "tower")]
-use crate::handler::layer::{self as handler_layer, HandlerLayer, HandlerService};
+use crate::handler::layer::{
+    self as handler_layer, BatchLayer, BatchService, HandlerLayer, HandlerService,
+};
 use crate::registry::Topology;
 #[cfg(feature = "tower")]
 use crate::service::layer::{self as endpoint_layer, EndpointLayer, EndpointService};
@@ -17,6 +19,8 @@ use crate::validate::Problem;
 pub(super) struct Layers {
     #[cfg(feature = "tower")]
     handlers: Vec<(Option<String>, HandlerLayer)>,
+    #[cfg(feature = "tower")]
+    batches: Vec<(Option<String>, BatchLayer)>,
     #[cfg(feature = "tower")]
     endpoints: Vec<(Option<String>, EndpointLayer)>,
 }
@@ -37,13 +41,16 @@ impl Layers {
         if !problems.is_empty() {
             return problems;
         }
-        topology.wrap_consumer_handlers(|decl, handler| {
-            if decl.as_queue().is_some_and(|q| q.batch.is_some()) {
-                return handler;
-            }
-            let layers = in_order(&self.handlers, consumer_name(decl));
-            handler_layer::layered(handler, &layers)
-        });
+        topology.wrap_consumer_handlers(
+            |decl, handler| {
+                let layers = in_order(&self.handlers, consumer_name(decl));
+                handler_layer::layered(handler, &layers)
+            },
+            |decl, handler| {
+                let layers = in_order(&self.batches, consumer_name(decl));
+                handler_layer::batch_layered(handler, &layers)
+            },
+        );
         topology.wrap_endpoint_handlers(|decl, handler| {
             let layers = in_order(&self.endpoints, decl.name);
             endpoint_layer::layered(handler, &layers)
@@ -54,31 +61,43 @@ impl Layers {
     #[cfg(feature = "tower")]
     fn unknown_names(&self, topology: &Topology) -> Vec<Problem> {
         let mut problems = Vec::new();
-        for name in self.handlers.iter().filter_map(|(name, _)| name.as_deref()) {
-            let found = topology
-                .consumers()
-                .iter()
-                .find(|c| consumer_name(&c.decl) == name);
-            let message = match found {
-                None => {
-                    let names: Vec<&str> = topology
-                        .consumers()
-                        .iter()
-                        .map(|c| consumer_name(&c.decl))
-                        .collect();
-                    format!(
-                        "{name:?} names no consumer (a queue consumer by its `group`, a relay by its handler's name; declared: {names:?}): correct the name, or remove `layer_for({name:?}, ..)`"
-                    )
-                }
-                Some(c) if c.decl.as_queue().is_some_and(|q| q.batch.is_some()) => format!(
-                    "{name:?} is a batch consumer, whose handler is called once per batch: layers wrap a handler called once per message; remove `layer_for({name:?}, ..)`"
-                ),
-                Some(_) => continue,
-            };
-            problems.push(Problem {
-                location: "runtime builder `layer_for`".to_owned(),
-                message,
-            });
+        let kinds = [
+            (named(&self.handlers), false, "layer_for", "batch_layer_for"),
+            (named(&self.batches), true, "batch_layer_for", "layer_for"),
+        ];
+        for (names, batch, method, other) in kinds {
+            for name in names {
+                let found = topology
+                    .consumers()
+                    .iter()
+                    .find(|c| consumer_name(&c.decl) == name);
+                let message = match found {
+                    None => {
+                        let names: Vec<&str> = topology
+                            .consumers()
+                            .iter()
+                            .map(|c| consumer_name(&c.decl))
+                            .collect();
+                        format!(
+                            "{name:?} names no consumer (a queue consumer by its `group`, a relay by its handler's name; declared: {names:?}): correct the name, or remove `{method}({name:?}, ..)`"
+                        )
+                    }
+                    Some(c) if c.batch.is_some() != batch => format!(
+                        "{name:?} is {} consumer: its handler takes {}; write `{other}({name:?}, ..)`",
+                        if batch { "not a batch" } else { "a batch" },
+                        if batch {
+                            "one message at a time (`Incoming`)"
+                        } else {
+                            "a batch at a time (`BatchInput`)"
+                        },
+                    ),
+                    Some(_) => continue,
+                };
+                problems.push(Problem {
+                    location: format!("runtime builder `{method}`"),
+                    message,
+                });
+            }
         }
         for name in self
             .endpoints
@@ -97,6 +116,12 @@ impl Layers {
         }
         problems
     }
+}
+
+/// The names `layers` are given for.
+#[cfg(feature = "tower")]
+fn named<T>(layers: &[(Option<String>, T)]) -> Vec<String> {
+    layers.iter().filter_map(|(name, _)| name.clone()).collect()
 }
 
 /// The name `layer_for` matches: a queue consumer's group, a relay's handler's name.
@@ -118,8 +143,8 @@ fn in_order<T: Clone>(layers: &[(Option<String>, T)], name: &str) -> Vec<T> {
 
 #[cfg(feature = "tower")]
 impl super::RuntimeBuilder {
-    /// Wraps every consumer's handler (queue consumers and relays; not batch handlers, called
-    /// once per batch) in a `tower` layer: a timeout, a concurrency or rate limit, load
+    /// Wraps every consumer's handler (queue consumers and relays; batch handlers, called once
+    /// per batch, take [`batch_layer`](Self::batch_layer)) in a `tower` layer: a timeout, a concurrency or rate limit, load
     /// shedding, tracing, or a stack of them (`tower::ServiceBuilder`). One stack per
     /// consumer, shared by its messages, so a limit counts them all. Layers given first are
     /// outermost; those given by [`layer_for`](Self::layer_for) are inside these.
@@ -169,6 +194,41 @@ impl super::RuntimeBuilder {
     {
         let layer = stack::erase(layer);
         self.layers.handlers.push((Some(name.into()), layer));
+        self
+    }
+
+    /// Wraps every batch consumer's handler (`batch = N`) in a `tower` layer, as
+    /// [`layer`](Self::layer) does a consumer's: its request is the
+    /// [`BatchInput`](crate::handler::BatchInput) (the messages of one batch), its response
+    /// each message's outcome. A layer's error fails every message of the batch, as
+    /// [`settle_error`](crate::handler::layer::settle_error) says.
+    pub fn batch_layer<L>(mut self, layer: L) -> Self
+    where
+        L: tower::Layer<BatchService> + Send + Sync + 'static,
+        L::Service: tower::Service<crate::handler::BatchInput, Response = crate::handler::BatchOutcomes>
+            + Send
+            + 'static,
+        <L::Service as tower::Service<crate::handler::BatchInput>>::Error: Into<BoxError>,
+        <L::Service as tower::Service<crate::handler::BatchInput>>::Future: Send + 'static,
+    {
+        self.layers.batches.push((None, stack::erase(layer)));
+        self
+    }
+
+    /// [`batch_layer`](Self::batch_layer) for the batch consumer of `group`. A name that
+    /// matches no batch consumer makes [`build`](Self::build) fail.
+    pub fn batch_layer_for<L>(mut self, group: impl Into<String>, layer: L) -> Self
+    where
+        L: tower::Layer<BatchService> + Send + Sync + 'static,
+        L::Service: tower::Service<crate::handler::BatchInput, Response = crate::handler::BatchOutcomes>
+            + Send
+            + 'static,
+        <L::Service as tower::Service<crate::handler::BatchInput>>::Error: Into<BoxError>,
+        <L::Service as tower::Service<crate::handler::BatchInput>>::Future: Send + 'static,
+    {
+        self.layers
+            .batches
+            .push((Some(group.into()), stack::erase(layer)));
         self
     }
 
