@@ -2,7 +2,7 @@
 //! stops a slow handler and its message is redelivered; a concurrency limit bounds the handlers
 //! in flight below the consumer's `concurrency`; a rate limit spaces the calls; load shedding
 //! gives messages back, each handled once in the end; a tracing layer of the user's own sees
-//! every message's context; a batch layer's timeout fails the whole batch, each message
+//! every message's context; a layer reads the decoded payload, which the handler then takes; a batch layer's timeout fails the whole batch, each message
 //! redelivered; an endpoint's timeout is a 504 and its shed request a 503. A name that matches
 //! nothing, or a consumer of the other kind, is refused at `build`.
 
@@ -12,7 +12,8 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use nats_topology::layer::HandlerService;
+use nats_topology::codec::Json;
+use nats_topology::layer::{Failed, HandlerService};
 use nats_topology::{
     Batch, BatchError, Context, HandlerError, Incoming, ServiceError, State, endpoint,
     queue_consumer, service, stream,
@@ -119,6 +120,25 @@ async fn batched(jobs: Batch<u64>, calls: State<Calls>) -> Result<(), BatchError
         let call = (*job.value(), job.context().delivered(), Instant::now());
         seen.entry("lay_batch").or_default().push(call);
     }
+    Ok(())
+}
+
+/// How many times a `Counted` payload was decoded, in this test binary.
+static DECODED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// A job whose decoding is counted.
+struct Counted(u64);
+
+impl<'de> serde::Deserialize<'de> for Counted {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        DECODED.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        u64::deserialize(deserializer).map(Counted)
+    }
+}
+
+#[queue_consumer(stream = Layers, group = "lay_decoded", subject = "layers.decoded")]
+async fn decoded(job: Counted, cx: Context, calls: State<Calls>) -> Result<(), HandlerError> {
+    calls.call("lay_decoded", job.0, &cx, Duration::ZERO).await;
     Ok(())
 }
 
@@ -362,6 +382,60 @@ async fn a_tracing_layer_of_ones_own_sees_every_messages_context() {
         traced,
         vec![("layers.limit".to_owned(), 1); 5],
         "the layer saw each message once, first delivery"
+    );
+    running.stop().await.expect("clean drain");
+}
+
+/// A layer reads the decoded payload (`Incoming::decode`) and refuses job 13 before the
+/// handler runs; the handler takes the value the layer decoded: each payload decoded once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_layer_reads_the_decoded_payload_which_the_handler_then_takes() {
+    let fx = fixture::Fixture::start().await;
+    let calls = Calls::default();
+    let refuse_13 = tower::layer::layer_fn(|inner: HandlerService| {
+        tower::service_fn(move |mut incoming: Incoming| {
+            let job = incoming.decode::<_, Counted>(Json).map(|job| job.0);
+            let mut inner = inner.clone();
+            async move {
+                match job {
+                    Ok(13) => Err(Failed(HandlerError::permanent("13 is refused")).into()),
+                    Ok(_) => tower::Service::call(&mut inner, incoming).await,
+                    Err(error) => Err(Failed(error).into()),
+                }
+            }
+        })
+    });
+    let builder = fixture::fast(fx.builder().await)
+        .state(calls.clone())
+        .state(Gate::default())
+        .layer_for("lay_decoded", refuse_13);
+    let running = fixture::Running::start(builder).await;
+    let js = fx.jetstream().await;
+    let before = DECODED.load(std::sync::atomic::Ordering::SeqCst);
+    publish(&js, "layers.decoded", 10..16).await;
+    fixture::settled(&js, "LAYERS", "lay_decoded", Duration::from_secs(10)).await;
+    let mut jobs: Vec<u64> = calls.of("lay_decoded").iter().map(|c| c.0).collect();
+    jobs.sort_unstable();
+    assert_eq!(
+        jobs,
+        [10, 11, 12, 14, 15],
+        "13 refused by the layer, the rest handled"
+    );
+    assert_eq!(
+        DECODED.load(std::sync::atomic::Ordering::SeqCst) - before,
+        6,
+        "each payload decoded once, by the layer"
+    );
+    let status = running
+        .health
+        .consumers()
+        .into_iter()
+        .find(|c| c.consumer == "lay_decoded")
+        .unwrap();
+    assert_eq!(
+        (status.handled, status.failed, status.retried),
+        (5, 1, 0),
+        "{status}"
     );
     running.stop().await.expect("clean drain");
 }

@@ -218,7 +218,7 @@ impl BatchInput {
     }
 
     /// The batch of the messages whose payload is JSON of `T`.
-    pub fn decode_json<T: serde::de::DeserializeOwned>(&mut self) -> Batch<T> {
+    pub fn decode_json<T: serde::de::DeserializeOwned + 'static>(&mut self) -> Batch<T> {
         self.decode(super::glue::decode_json::<T>)
     }
 

@@ -3,8 +3,8 @@
 
 use std::any::Any;
 use std::fmt;
-use std::sync::Arc;
 use std::sync::atomic::AtomicU32;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use async_nats::HeaderMap;
 use async_nats::jetstream;
@@ -190,9 +190,21 @@ impl fmt::Debug for Context {
 /// One message on its way to a handler: its payload and its [`Context`].
 pub struct Incoming {
     pub(crate) context: Context,
+    /// The payload as a layer decoded it ([`Incoming::decode`]), which the handler's decoding
+    /// takes instead of decoding again. Behind a lock (uncontended: one owner at a time) so
+    /// that `Incoming` stays `Sync` and a layer may hold `&Incoming` across an `.await`.
+    pub(crate) decoded: Mutex<Option<Box<dyn Any + Send>>>,
 }
 
 impl Incoming {
+    /// A message in `context`, not decoded yet.
+    pub(crate) fn new(context: Context) -> Self {
+        Incoming {
+            context,
+            decoded: Mutex::new(None),
+        }
+    }
+
     /// The raw payload.
     pub fn payload(&self) -> &Bytes {
         &self.context.received.payload
@@ -202,7 +214,73 @@ impl Incoming {
     pub fn context(&self) -> &Context {
         &self.context
     }
+
+    /// The payload decoded as `T` by `codec`, its `Content-Type` checked as the handler's is
+    /// (a mismatch or a payload that does not decode is a permanent error): what a `tower`
+    /// layer reads of the message. Decoded once: the handler, taking `T` with the same codec,
+    /// takes this value rather than decoding again.
+    ///
+    /// ```
+    /// use nats_topology::codec::Json;
+    /// use nats_topology::{HandlerError, Incoming};
+    ///
+    /// #[derive(serde::Deserialize)]
+    /// struct Order {
+    ///     total: i64,
+    /// }
+    ///
+    /// /// What a layer of one's own might check before the handler runs.
+    /// fn refuse_negative(incoming: &mut Incoming) -> Result<(), HandlerError> {
+    ///     let order: &Order = incoming.decode(Json)?;
+    ///     if order.total < 0 {
+    ///         return Err(HandlerError::permanent("a negative total"));
+    ///     }
+    ///     Ok(())
+    /// }
+    /// ```
+    pub fn decode<C, T>(&mut self, codec: C) -> Result<&T, super::HandlerError>
+    where
+        C: crate::codec::Decode<T>,
+        T: Send + 'static,
+    {
+        let _ = codec;
+        let cached = self
+            .decoded
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner);
+        if !cached.as_ref().is_some_and(|value| value.is::<T>()) {
+            let value = super::glue::decode_with::<C, T>(self)?;
+            *self
+                .decoded
+                .get_mut()
+                .unwrap_or_else(PoisonError::into_inner) = Some(Box::new(value));
+        }
+        match self
+            .decoded
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner)
+        {
+            Some(value) => Ok(value.downcast_ref::<T>().expect("decoded as `T` above")),
+            None => unreachable!("decoded above"),
+        }
+    }
+
+    /// The value a layer decoded, if it is a `T` (taken: the handler owns it).
+    pub(crate) fn take_decoded<T: 'static>(&self) -> Option<T> {
+        let mut decoded = self.decoded.lock().unwrap_or_else(PoisonError::into_inner);
+        if !decoded.as_ref()?.is::<T>() {
+            return None;
+        }
+        let value = decoded.take()?.downcast::<T>().ok()?;
+        Some(*value)
+    }
 }
+
+// A layer may hold `&Incoming` across an `.await` in a future that must be `Send`.
+const _: fn() = || {
+    fn send_and_sync<T: Send + Sync>() {}
+    send_and_sync::<Incoming>();
+};
 
 /// When a change was written, from a message's timestamp.
 pub(crate) fn system_time(nanos_since_epoch: i128) -> Option<std::time::SystemTime> {

@@ -13,13 +13,13 @@ use crate::codec::{CodecError, Decode, Json, check_content_type};
 use crate::state::{State, StateKey};
 
 /// Decodes a JSON payload (the default codec); a failure is permanent.
-pub fn decode_json<T: DeserializeOwned>(incoming: &Incoming) -> Result<T, HandlerError> {
+pub fn decode_json<T: DeserializeOwned + 'static>(incoming: &Incoming) -> Result<T, HandlerError> {
     decode_with::<Json, T>(incoming)
 }
 
 /// Decodes the payload with the codec `C`, once its `Content-Type` (if any) says it is
-/// `C`'s; a failure is permanent.
-pub fn decode_with<C: Decode<T>, T>(incoming: &Incoming) -> Result<T, HandlerError> {
+/// `C`'s (or takes the value a layer decoded, [`Incoming::decode`]); a failure is permanent.
+pub fn decode_with<C: Decode<T>, T: 'static>(incoming: &Incoming) -> Result<T, HandlerError> {
     let failed = |source: CodecError| {
         HandlerError::permanent(DecodeError {
             type_name: std::any::type_name::<T>(),
@@ -27,6 +27,9 @@ pub fn decode_with<C: Decode<T>, T>(incoming: &Incoming) -> Result<T, HandlerErr
             source,
         })
     };
+    if let Some(value) = incoming.take_decoded::<T>() {
+        return Ok(value);
+    }
     check_content_type(C::ID, incoming.context.headers()).map_err(|m| failed(m.into()))?;
     C::decode(incoming.payload()).map_err(failed)
 }

@@ -213,12 +213,10 @@ async fn run_handler(
     session: &Session,
     deadline: &mut AckDeadline,
 ) -> Result<(), HandlerError> {
-    let incoming = Incoming {
-        context: Context {
-            received: received.clone(),
-            scope: session.scope.clone(),
-        },
-    };
+    let incoming = Incoming::new(Context {
+        received: received.clone(),
+        scope: session.scope.clone(),
+    });
     let handler = &session.handler;
     let outcome = match std::panic::catch_unwind(AssertUnwindSafe(|| handler(incoming))) {
         Ok(future) => {
