@@ -16,10 +16,12 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use nats_topology::codec::Cbor;
+use nats_topology::bucket::{KvEntry, KvErrorKind};
+use nats_topology::codec::{Cbor, Decode, MsgPack};
 use nats_topology::export::{self, ApiInfo};
 use nats_topology::{
-    Context, HandlerError, ServiceError, State, Topology, endpoint, queue_consumer, service, stream,
+    Context, HandlerError, ServiceError, State, Topology, endpoint, kv_bucket, kv_watch,
+    queue_consumer, service, stream,
 };
 use nats_topology_testkit::eventually;
 use serde::{Deserialize, Serialize};
@@ -157,6 +159,18 @@ async fn price(query: PriceQuery) -> Result<Price, ServiceError> {
         item: query.item,
         qty: query.qty,
     })
+}
+
+/// Orders by key, in MessagePack: the handle writes and reads it, the watch reads it.
+#[kv_bucket(name = "CODECS_ORDERS", value = Order, codec = "msgpack", history = 1)]
+struct OrdersByKey;
+
+#[kv_watch(bucket = OrdersByKey, keys = "o.>")]
+async fn on_order_kept(entry: KvEntry<Order>, seen: State<Seen>) -> Result<(), HandlerError> {
+    match entry.value {
+        Some(order) => seen.record("kv", order),
+        None => Ok(()),
+    }
 }
 
 fn order(id: u64) -> Order {
@@ -298,6 +312,60 @@ async fn another_languages_msgpack_cbor_and_protobuf_reach_typed_handlers_and_re
         assert_eq!(
             status.retried, 0,
             "decode errors are never retried: {status}"
+        );
+    }
+    running.stop().await.expect("clean drain");
+}
+
+/// A bucket declared with `codec = "msgpack"` stores MessagePack (read back by the codec, not
+/// JSON), its watch decodes it, and a value another writer stored as JSON is an error naming
+/// the key and the codec, for the handle and for the watch, which passes over it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_buckets_values_are_written_and_watched_in_its_codec() {
+    let fx = fixture::Fixture::start().await;
+    let seen = Seen::default();
+    let running =
+        fixture::Running::start(fixture::fast(fx.builder().await).state(seen.clone())).await;
+    let js = fx.jetstream().await;
+    let orders = OrdersByKey::kv(&js);
+
+    orders.put("o.31", &order(31)).await.expect("put");
+    assert_eq!(orders.get("o.31").await.expect("get"), Some(order(31)));
+    let store = js.get_key_value("CODECS_ORDERS").await.unwrap();
+    let stored = store.get("o.31").await.unwrap().expect("stored");
+    assert_eq!(
+        <MsgPack as Decode<Order>>::decode(&stored).expect("MessagePack"),
+        order(31)
+    );
+    assert!(
+        serde_json::from_slice::<Value>(&stored).is_err(),
+        "not JSON: {stored:?}"
+    );
+
+    // Another writer stores JSON: an error naming the key and the codec, not garbage.
+    let json = serde_json::to_vec(&order(32)).unwrap();
+    store.put("o.32", json.into()).await.unwrap();
+    let error = orders
+        .get("o.32")
+        .await
+        .expect_err("JSON is not MessagePack");
+    assert_eq!(error.kind(), KvErrorKind::Decode);
+    let message = error.to_string();
+    for named in ["CODECS_ORDERS", "o.32", "application/msgpack"] {
+        assert!(message.contains(named), "{named} in {message}");
+    }
+    orders.put("o.33", &order(33)).await.expect("put");
+
+    eventually(Duration::from_secs(20), "the watch sees 31 and 33", || {
+        let seen = seen.clone();
+        async move { (seen.ids("kv") == [31, 33]).then_some(()) }
+    })
+    .await;
+    for got in seen.0.lock().unwrap()["kv"].iter() {
+        assert_eq!(
+            *got,
+            order(got.id),
+            "decoded by the watch as the handle wrote it"
         );
     }
     running.stop().await.expect("clean drain");

@@ -6,6 +6,7 @@ use topology_core::bucket::{BucketKind, HISTORY, MAX_VALUE_SIZE};
 use topology_core::model::Storage;
 use topology_core::rules::{MAX_BYTES, REPLICAS};
 
+use super::CodecAttr;
 use crate::args::{Args, Spec, Value};
 use crate::ctxt::Ctxt;
 use crate::value::{Dur, Int, Krate, ungroup};
@@ -15,6 +16,7 @@ pub(crate) static KV_SPEC: Spec = Spec {
     keys: &[
         "name",
         "value",
+        "codec",
         "history",
         "ttl",
         "replicas",
@@ -53,6 +55,7 @@ pub(crate) static OBJECT_SPEC: Spec = Spec {
         ("history", "kv_bucket"),
         ("max_value_size", "kv_bucket"),
         ("value", "kv_bucket"),
+        ("codec", "kv_bucket"),
         ("subjects", "stream"),
         ("max_age", "stream"),
         ("retention", "stream"),
@@ -67,6 +70,8 @@ pub(crate) struct BucketAttrs {
     pub name: Option<LitStr>,
     /// The type of a key-value bucket's values (`None`: raw bytes).
     pub value: Option<Type>,
+    /// `codec = ".."`: how its values are written (JSON when absent).
+    pub codec: Option<CodecAttr>,
     pub history: Option<Int>,
     pub ttl: Option<Dur>,
     pub replicas: Option<Int>,
@@ -108,6 +113,7 @@ impl BucketAttrs {
             krate,
             name,
             value: if kv { value_type(args, cx) } else { None },
+            codec: if kv { CodecAttr::parse(args, cx) } else { None },
             history: if kv {
                 args.key("history", "history = 5").int(
                     HISTORY,

@@ -22,15 +22,21 @@ pub(crate) fn bucket(target: &ItemStruct, attrs: &BucketAttrs) -> Option<TokenSt
         BucketKind::KeyValue => {
             let handle = match &attrs.value {
                 Some(ty) => {
-                    // A value type that is not serde's is reported at the type.
-                    let json = quote_spanned!(ty.span()=> __nats_topology::Kv::<#ty>::json);
+                    // A value type that is not serde's (or that the codec cannot write) is
+                    // reported at the type.
+                    let encoded = quote_spanned!(ty.span()=> __nats_topology::Kv::<#ty>::encoded);
+                    let codec = value_codec(attrs, ty);
+                    let doc = format!(
+                        " The typed handle on this key-value bucket, whose values are {}.",
+                        attrs.codec.map_or("JSON", |c| c.id.name())
+                    );
                     quote! {
-                        /// The typed handle on this key-value bucket, whose values are JSON.
+                        #[doc = #doc]
                         #[allow(dead_code)]
                         #vis fn kv(
                             source: impl __nats_topology::JetStreamSource,
                         ) -> __nats_topology::Kv<#ty> {
-                            #json(source, <Self as __nats_topology::KvBucketDef>::DECL)
+                            #encoded(source, <Self as __nats_topology::KvBucketDef>::DECL, #codec)
                         }
                     }
                 }
@@ -49,13 +55,16 @@ pub(crate) fn bucket(target: &ItemStruct, attrs: &BucketAttrs) -> Option<TokenSt
             };
             // How its watches decode its values (`#[kv_watch]`).
             let (value_ty, codec) = match &attrs.value {
-                Some(ty) => (quote!(#ty), quote!(JsonValue)),
-                None => (quote!(__nats_topology::Bytes), quote!(RawValue)),
+                Some(ty) => (quote!(#ty), value_codec(attrs, ty)),
+                None => (
+                    quote!(__nats_topology::Bytes),
+                    quote!(__nats_topology::RawValue),
+                ),
             };
             let value = quote! {
                 impl __nats_topology::KvBucketValue for #ident {
                     type Value = #value_ty;
-                    type Codec = __nats_topology::#codec;
+                    type Codec = #codec;
                 }
             };
             (quote!(KvBucketDef), quote!(kv), handle, value)
@@ -125,4 +134,14 @@ fn builders(attrs: &BucketAttrs) -> [Option<TokenStream>; 9] {
         // The declaring crate's version, stamped on the server (expanded in the user's crate).
         Some(quote!(.version(::core::env!("CARGO_PKG_VERSION")))),
     ]
+}
+
+/// The codec of a key-value bucket's typed values (`value = ty`): the declared one, located at
+/// its key, or JSON by default, located at the type (where a type JSON cannot write is
+/// reported).
+fn value_codec(attrs: &BucketAttrs, ty: &syn::Type) -> TokenStream {
+    match &attrs.codec {
+        Some(codec) => super::handler::codec_type(codec),
+        None => quote_spanned!(ty.span()=> __nats_topology::Json),
+    }
 }

@@ -37,6 +37,15 @@ pub(crate) fn bucket(attrs: &BucketAttrs, cx: &mut Ctxt) {
             }
         }
     }
+    if let (Some(codec), None) = (&attrs.codec, &attrs.value) {
+        let name = codec.id.name();
+        cx.error_at(
+            codec.span,
+            format!(
+                "`#[{attr}]` key `codec`: without `value` the bucket's values are raw bytes, passed through as they are, so `codec = \"{name}\"` has nothing to write; declare the values' type (`value = Status`), or remove `codec`"
+            ),
+        );
+    }
     if let Some(description) = &attrs.description {
         super::description(attr, description, cx);
     }

@@ -105,8 +105,11 @@ impl fmt::Display for KvError {
                 "the bucket could not be opened: declare it (`#[kv_bucket]`) in a runtime that \
                  provisions it, or check that it exists"
             }
-            KvErrorKind::Encode => "the value could not be encoded as JSON",
-            KvErrorKind::Decode => "the stored value does not decode as the bucket's value type",
+            KvErrorKind::Encode => "the value could not be encoded by the bucket's codec",
+            KvErrorKind::Decode => {
+                "the stored value does not decode as the bucket's value type with its codec \
+                 (every writer of a bucket writes the same codec and type)"
+            }
             KvErrorKind::Request => "the request failed",
         };
         write!(f, ": {what}")?;

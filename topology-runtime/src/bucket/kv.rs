@@ -12,14 +12,19 @@ use tokio::sync::OnceCell;
 
 use super::error::{KvError, KvErrorKind};
 use super::{JetStreamSource, KvOperation};
+use crate::codec::{Codec, CodecError, Decode, Encode, Json};
 use topology_core::bucket::BucketDecl;
 
-type Encode<T> = fn(&T) -> Result<Bytes, serde_json::Error>;
-type Decode<T> = fn(Bytes) -> Result<T, serde_json::Error>;
+type EncodeFn<T> = fn(&T) -> Result<Bytes, CodecError>;
+type DecodeFn<T> = fn(Bytes) -> Result<T, CodecError>;
 
-/// The typed handle on a key-value bucket: values of type `T`, JSON-encoded (or raw bytes for
-/// `Kv<Bytes>`), on async-nats' `jetstream::kv::Store`. `#[kv_bucket(.., value = Status)]`
-/// generates `MemberStatus::kv(&runtime) -> Kv<Status>`; without `value`, `Kv<Bytes>`.
+/// The typed handle on a key-value bucket: values of type `T`, JSON-encoded (another codec with
+/// [`Kv::encoded`]; raw bytes for `Kv<Bytes>`), on async-nats' `jetstream::kv::Store`.
+/// `#[kv_bucket(.., value = Status)]` generates `MemberStatus::kv(&runtime) -> Kv<Status>`
+/// (`codec = "msgpack"` there: `Kv::encoded(.., MsgPack)`); without `value`, `Kv<Bytes>`.
+///
+/// A key-value value has no headers, so no `Content-Type`: every writer of a bucket writes
+/// its one codec, and a value in another is a decode error naming the key and the codec.
 ///
 /// Cheap to clone; the bucket is opened (one stream read) at the first operation, and kept.
 /// Every error names the bucket and the key; a compare-and-swap that lost is
@@ -42,8 +47,8 @@ pub struct Kv<T> {
     js: jetstream::Context,
     decl: BucketDecl,
     store: Arc<OnceCell<kv::Store>>,
-    encode: Encode<T>,
-    decode: Decode<T>,
+    encode: EncodeFn<T>,
+    decode: DecodeFn<T>,
     _value: PhantomData<fn() -> T>,
 }
 
@@ -91,13 +96,43 @@ pub struct KvEntry<T> {
 impl<T: Serialize + DeserializeOwned> Kv<T> {
     /// A handle on `decl`'s bucket whose values are JSON.
     pub fn json(source: impl JetStreamSource, decl: BucketDecl) -> Self {
+        Kv::encoded(source, decl, Json)
+    }
+}
+
+impl<T> Kv<T> {
+    /// A handle on `decl`'s bucket whose values `codec` writes and reads: [`Json`],
+    /// `MsgPack`, `Cbor` or `Protobuf` (features `msgpack`, `cbor`, `protobuf`).
+    ///
+    /// ```no_run
+    /// use nats_topology::bucket::Kv;
+    /// use nats_topology::codec::Json;
+    /// use nats_topology::model::BucketDecl;
+    ///
+    /// # async fn f(runtime: nats_topology::Runtime) -> Result<(), nats_topology::bucket::KvError> {
+    /// static LEASES: BucketDecl = BucketDecl::kv("LEASES").history(1);
+    /// let leases: Kv<String> = Kv::encoded(&runtime, LEASES, Json);
+    /// leases.put("shard-1", &"instance-a".to_owned()).await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn encoded<C>(source: impl JetStreamSource, decl: BucketDecl, codec: C) -> Self
+    where
+        C: Encode<T> + Decode<T>,
+    {
+        let _ = codec;
         Kv::with_codec(
             source,
             decl,
-            |v| serde_json::to_vec(v).map(Bytes::from),
-            |b| serde_json::from_slice(&b),
+            |value| C::encode(value).map_err(named::<C>),
+            |bytes| C::decode(&bytes).map_err(named::<C>),
         )
     }
+}
+
+/// `error` naming the codec: a value another writer wrote in another codec says so.
+fn named<C: Codec>(error: CodecError) -> CodecError {
+    format!("{}: {error}", C::ID.content_type()).into()
 }
 
 impl Kv<Bytes> {
@@ -111,8 +146,8 @@ impl<T> Kv<T> {
     fn with_codec(
         source: impl JetStreamSource,
         decl: BucketDecl,
-        encode: Encode<T>,
-        decode: Decode<T>,
+        encode: EncodeFn<T>,
+        decode: DecodeFn<T>,
     ) -> Self {
         Kv {
             js: source.jetstream_context(),

@@ -66,33 +66,37 @@ impl KvOperation {
 pub trait KvBucketValue: KvBucketDef {
     /// The type of its values (`Bytes` when the bucket declares no `value`).
     type Value;
-    /// How they decode: [`JsonValue`] or [`RawValue`]. (Unbounded here, so that a value type
+    /// How they decode: the bucket's codec or [`RawValue`]. (Unbounded here, so that a value type
     /// that is not serde's is reported once, by the bucket's handle, and not again here.)
     type Codec;
 }
 
-/// How a bucket's values decode.
+/// How a bucket's values decode: its codec ([`Json`](crate::codec::Json) by default), or raw.
 #[doc(hidden)]
 pub trait ValueCodec<T> {
+    /// Its content type, for an error.
+    const CONTENT_TYPE: &'static str;
     /// Decodes one value.
     fn decode(bytes: Bytes) -> Result<T, Box<dyn std::error::Error + Send + Sync>>;
 }
 
-/// JSON values (a bucket with `value = T`).
+/// JSON values (a bucket with `value = T` and no `codec`).
 #[doc(hidden)]
-pub struct JsonValue;
+pub type JsonValue = crate::codec::Json;
 
 /// Raw values (a bucket without `value`).
 #[doc(hidden)]
 pub struct RawValue;
 
-impl<T: serde::de::DeserializeOwned> ValueCodec<T> for JsonValue {
+impl<C: crate::codec::Decode<T>, T> ValueCodec<T> for C {
+    const CONTENT_TYPE: &'static str = C::ID.content_type();
     fn decode(bytes: Bytes) -> Result<T, Box<dyn std::error::Error + Send + Sync>> {
-        Ok(serde_json::from_slice(&bytes)?)
+        C::decode(&bytes)
     }
 }
 
 impl ValueCodec<Bytes> for RawValue {
+    const CONTENT_TYPE: &'static str = "application/octet-stream";
     fn decode(bytes: Bytes) -> Result<Bytes, Box<dyn std::error::Error + Send + Sync>> {
         Ok(bytes)
     }
@@ -159,9 +163,10 @@ where
         KvOperation::Put => Some(<B::Codec>::decode(incoming.payload().clone()).map_err(|e| {
             HandlerError::permanent(format!(
                 "key-value bucket `{bucket}`: the value of key `{key}` at revision {revision} does \
-                 not decode as `{}`: {e}; the watch passes over it (fix the writer, or declare \
-                 the bucket's `value` as the type written)",
-                std::any::type_name::<B::Value>()
+                 not decode as `{}` ({}): {e}; the watch passes over it (fix the writer, or \
+                 declare the bucket's `value` and `codec` as the type and codec written)",
+                std::any::type_name::<B::Value>(),
+                <B::Codec as ValueCodec<B::Value>>::CONTENT_TYPE
             ))
         })?),
         KvOperation::Delete | KvOperation::Purge => None,
