@@ -181,8 +181,8 @@ pub mod __private {
     };
     pub use topology_runtime::codec::{Cbor, Json, MsgPack, Protobuf};
     pub use topology_runtime::export::{
-        PayloadSchema, PayloadSchemaRegistration, ReplySchemaRegistration, SchemaFallback,
-        SchemaProbe, SchemaSpecialized,
+        NameFallback, NameSpecialized, PayloadSchema, PayloadSchemaRegistration,
+        ReplySchemaRegistration, SchemaFallback, SchemaProbe, SchemaSpecialized,
     };
     pub use topology_runtime::handler::glue::{
         HandlerContext, IntoBatchError, RawPayload, StateArg, assert_send, batch_state, context,

@@ -55,6 +55,12 @@ struct OrderProto {
     cents: i64,
 }
 
+/// Its protobuf name, as `prost-build` states it with `enable_type_names`.
+impl prost::Name for OrderProto {
+    const NAME: &'static str = "Order";
+    const PACKAGE: &'static str = "shop";
+}
+
 /// What each handler received: per handler, the orders in arrival order.
 #[derive(Clone, Default)]
 struct Seen(Arc<Mutex<BTreeMap<&'static str, Vec<Order>>>>);
@@ -403,4 +409,29 @@ fn the_asyncapi_export_states_each_messages_content_type() {
             "{name}: {types:?}"
         );
     }
+    // The protobuf message's full name, from its `prost::Name`.
+    let protobuf = value["components"]["messages"]
+        .as_object()
+        .into_iter()
+        .flatten()
+        .chain(
+            value["channels"]
+                .as_object()
+                .unwrap()
+                .values()
+                .flat_map(|c| c["messages"].as_object().unwrap()),
+        )
+        .map(|(_, m)| m)
+        .find(|m| m["name"] == "on_protobuf")
+        .expect("the protobuf consumer's message");
+    assert_eq!(protobuf["x-protobuf-message"], "shop.Order", "{protobuf}");
+
+    // And the official parser reads the document (with its extensions) without a complaint.
+    let dir = std::env::temp_dir().join(format!("codecs-asyncapi-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("codecs.json");
+    std::fs::write(&file, serde_json::to_string(value).unwrap()).unwrap();
+    let (ok, stdout) = npm::node("validate_asyncapi.mjs", &[file.to_str().unwrap()]);
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert!(ok, "the official AsyncAPI parser refused it: {stdout}");
 }

@@ -145,10 +145,10 @@ fn card_schema() -> Option<PayloadSchema> {
 }
 
 nats_topology::__private::inventory::submit! {
-    nats_topology::__private::PayloadSchemaRegistration { handler: "export::get_member", schema: query_schema }
+    nats_topology::__private::PayloadSchemaRegistration { handler: "export::get_member", schema: query_schema, protobuf_name: || None }
 }
 nats_topology::__private::inventory::submit! {
-    nats_topology::__private::ReplySchemaRegistration { handler: "export::get_member", schema: card_schema }
+    nats_topology::__private::ReplySchemaRegistration { handler: "export::get_member", schema: card_schema, protobuf_name: || None }
 }
 
 fn with_services(topology: Topology) -> Topology {

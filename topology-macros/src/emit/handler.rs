@@ -257,8 +257,12 @@ pub(crate) fn schema(
 ) -> TokenStream {
     let registration = ident(registration, Span::call_site());
     let schema_fn = ident(schema_fn, Span::call_site());
+    let name_fn = ident(&format!("{schema_fn}_protobuf_name"), Span::call_site());
     let probe = quote_spanned! {span=>
         (&&__nats_topology::SchemaProbe::<#ty>::new()).payload_schema()
+    };
+    let name_probe = quote_spanned! {span=>
+        (&&__nats_topology::SchemaProbe::<#ty>::new()).protobuf_name()
     };
     quote! {
         fn #schema_fn() -> ::core::option::Option<__nats_topology::PayloadSchema> {
@@ -266,10 +270,16 @@ pub(crate) fn schema(
             use __nats_topology::{SchemaFallback as _, SchemaSpecialized as _};
             #probe
         }
+        fn #name_fn() -> ::core::option::Option<::std::string::String> {
+            #[allow(unused_imports)]
+            use __nats_topology::{NameFallback as _, NameSpecialized as _};
+            #name_probe
+        }
         __nats_topology::inventory::submit! {
             __nats_topology::#registration {
                 handler: ::core::concat!(::core::module_path!(), "::", #fn_name),
                 schema: #schema_fn,
+                protobuf_name: #name_fn,
             }
         }
     }

@@ -61,8 +61,8 @@ pub use schema::PayloadSchema;
 pub use schema::schema_of;
 #[doc(hidden)]
 pub use schema::{
-    PayloadSchemaRegistration, ReplySchemaRegistration, SchemaFallback, SchemaProbe,
-    SchemaSpecialized,
+    NameFallback, NameSpecialized, PayloadSchemaRegistration, ReplySchemaRegistration,
+    SchemaFallback, SchemaProbe, SchemaSpecialized,
 };
 
 /// An owned stream's configuration, as the runtime creates it.

@@ -22,6 +22,8 @@ pub struct PayloadSchemaRegistration {
     pub handler: &'static str,
     /// Its payload's schema, if known.
     pub schema: fn() -> Option<PayloadSchema>,
+    /// Its payload's protobuf message name (`orders.v1.Order`), for a `prost::Name` type.
+    pub protobuf_name: fn() -> Option<String>,
 }
 
 inventory::collect!(PayloadSchemaRegistration);
@@ -33,6 +35,8 @@ pub struct ReplySchemaRegistration {
     pub handler: &'static str,
     /// Its reply's schema, if known.
     pub schema: fn() -> Option<PayloadSchema>,
+    /// Its reply's protobuf message name, for a `prost::Name` type.
+    pub protobuf_name: fn() -> Option<String>,
 }
 
 inventory::collect!(ReplySchemaRegistration);
@@ -46,12 +50,28 @@ pub(crate) fn registered(handler: &str) -> Option<PayloadSchema> {
         .and_then(|r| (r.schema)())
 }
 
+/// The registered protobuf message name of `handler`'s payload, if its type states one.
+pub(crate) fn registered_protobuf_name(handler: &str) -> Option<String> {
+    inventory::iter::<PayloadSchemaRegistration>
+        .into_iter()
+        .find(|r| r.handler == handler)
+        .and_then(|r| (r.protobuf_name)())
+}
+
 /// The registered schema of the endpoint `handler`'s reply, if any.
 pub(crate) fn registered_reply(handler: &str) -> Option<PayloadSchema> {
     inventory::iter::<ReplySchemaRegistration>
         .into_iter()
         .find(|r| r.handler == handler)
         .and_then(|r| (r.schema)())
+}
+
+/// The registered protobuf message name of the endpoint `handler`'s reply, if any.
+pub(crate) fn registered_reply_protobuf_name(handler: &str) -> Option<String> {
+    inventory::iter::<ReplySchemaRegistration>
+        .into_iter()
+        .find(|r| r.handler == handler)
+        .and_then(|r| (r.protobuf_name)())
 }
 
 /// What generated code calls `payload_schema` on: `(&&SchemaProbe::<T>::new()).payload_schema()`
@@ -87,6 +107,30 @@ pub trait SchemaSpecialized {
 impl<T: schemars::JsonSchema + ?Sized> SchemaSpecialized for &SchemaProbe<T> {
     fn payload_schema(&self) -> Option<PayloadSchema> {
         Some(schema_of::<T>())
+    }
+}
+
+/// The payload type states no protobuf message name: `None`.
+pub trait NameFallback {
+    /// `None`.
+    fn protobuf_name(&self) -> Option<String> {
+        None
+    }
+}
+
+impl<T: ?Sized> NameFallback for SchemaProbe<T> {}
+
+/// The payload type's protobuf message name (implemented, with the `protobuf` feature, for the
+/// types that implement `prost::Name`, as `prost-build` generates with `enable_type_names`).
+pub trait NameSpecialized {
+    /// The message's full name, `package.Message`.
+    fn protobuf_name(&self) -> Option<String>;
+}
+
+#[cfg(feature = "protobuf")]
+impl<T: prost::Name> NameSpecialized for &SchemaProbe<T> {
+    fn protobuf_name(&self) -> Option<String> {
+        Some(T::full_name())
     }
 }
 

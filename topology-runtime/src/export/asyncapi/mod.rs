@@ -334,7 +334,8 @@ fn taken_from(decl: &StreamDecl) -> String {
 }
 
 /// The message of `handler`'s `what` (`payload`, `request`, `reply`), written by `codec`
-/// (its `contentType` stated unless JSON, the document's default).
+/// (its `contentType` stated unless JSON, the document's default; for protobuf, the message's
+/// full name as `x-protobuf-message`, when its type implements `prost::Name`).
 fn message(handler: &str, what: &str, schema: Option<&PayloadSchema>, codec: CodecId) -> Value {
     let last = handler.rsplit("::").next().unwrap_or(handler);
     let name = match what {
@@ -354,6 +355,20 @@ fn message(handler: &str, what: &str, schema: Option<&PayloadSchema>, codec: Cod
     });
     if codec != CodecId::Json {
         message["contentType"] = json!(codec.content_type());
+    }
+    if codec == CodecId::Protobuf {
+        let name = match what {
+            "reply" => schema::registered_reply_protobuf_name(handler),
+            _ => schema::registered_protobuf_name(handler),
+        };
+        match name {
+            Some(name) => message["x-protobuf-message"] = json!(name),
+            None => {
+                message["description"] = json!(
+                    "A protobuf message; its type states no message name (implement `prost::Name`, as `prost-build` does with `enable_type_names`, to state it here)."
+                )
+            }
+        }
     }
     message
 }
