@@ -20,6 +20,22 @@ const CLUSTER_READY_TIMEOUT: Duration = Duration::from_secs(30);
 /// The number of nodes in a [`NatsCluster`].
 const CLUSTER_SIZE: usize = 3;
 
+/// How long a fresh cluster's meta group may take to form with every node before the cluster
+/// is started again (twice at most; the last attempt waits the whole
+/// [`CLUSTER_READY_TIMEOUT`]). It forms within a second when it forms at all.
+const FORMATION_WAIT: Duration = Duration::from_secs(10);
+
+/// How many times a fresh cluster is started when its meta group does not form.
+const FORMATION_ATTEMPTS: usize = 3;
+
+/// Why a cluster did not start.
+enum Launch {
+    /// A node did not start or become ready (maybe a lost port race).
+    Failed(TestkitError),
+    /// The nodes run, but the meta group has not formed with all of them.
+    Unformed(TestkitError),
+}
+
 /// Three real JetStream `nats-server` nodes on loopback forming one cluster, each with free
 /// client and cluster ports and its own store directory.
 ///
@@ -83,18 +99,33 @@ impl NatsCluster {
         // One CA for the whole cluster, so that one client configuration fits every node.
         let certificates = setup.tls.map(|_| Certificates::generate()).transpose()?;
         let mut attempt = 1;
+        let mut formations = 1;
         loop {
             let (mut nodes, net) =
                 Self::configure(&binary, linked, &setup, certificates.as_ref()).await?;
-            match Self::launch(&mut nodes).await {
+            let patient = formations >= FORMATION_ATTEMPTS;
+            match Self::launch(&mut nodes, patient).await {
                 Ok(()) => return Ok(NatsCluster { nodes, net }),
-                Err(_)
+                Err(Launch::Failed(_))
                     if attempt < START_ATTEMPTS && nodes.iter_mut().any(Node::lost_port_race) =>
                 {
                     // Dropping `nodes` kills them and removes their directories; try new ports.
                     attempt += 1;
                 }
-                Err(e) => return Err(e),
+                Err(Launch::Unformed(detail)) if !patient => {
+                    // nats-server 2.10 now and then forms the meta group of a fresh cluster
+                    // with two nodes and never adds the third (its `cluster_size` stays 2, or
+                    // the third answers "JetStream system temporarily unavailable" for good;
+                    // seen in about 1 start in 20 with three clusters starting at once). A
+                    // fresh cluster again forms whole.
+                    eprintln!(
+                        "testkit: a fresh cluster's meta group did not form with all \
+                         {CLUSTER_SIZE} nodes within {FORMATION_WAIT:?} ({detail}); starting \
+                         the cluster again on new ports"
+                    );
+                    formations += 1;
+                }
+                Err(Launch::Failed(e) | Launch::Unformed(e)) => return Err(e),
             }
         }
     }
@@ -175,13 +206,33 @@ impl NatsCluster {
         Ok((nodes, net))
     }
 
-    async fn launch(nodes: &mut [Node]) -> Result<(), TestkitError> {
-        let deadline = tokio::time::Instant::now() + CLUSTER_READY_TIMEOUT;
+    /// Spawns the nodes and waits until they are ready and the meta group has formed: for the
+    /// whole [`CLUSTER_READY_TIMEOUT`] when `patient`, else for [`FORMATION_WAIT`] (nodes that
+    /// all run but have not formed the group by then are [`Launch::Unformed`], for another
+    /// attempt).
+    async fn launch(nodes: &mut [Node], patient: bool) -> Result<(), Launch> {
+        let start = tokio::time::Instant::now();
         for node in nodes.iter_mut() {
-            node.spawn()?;
+            node.spawn().map_err(Launch::Failed)?;
         }
-        wait_ready(nodes, CLUSTER_READY_TIMEOUT).await?;
-        Self::wait_meta_group(nodes, deadline).await
+        let wait = if patient {
+            CLUSTER_READY_TIMEOUT
+        } else {
+            FORMATION_WAIT
+        };
+        if let Err(e) = wait_ready(nodes, wait).await {
+            // Every node runs, but one answers `$JS.API.INFO` with "JetStream system
+            // temporarily unavailable": it has not joined the meta group.
+            let exited = nodes.iter_mut().any(|n| n.exit_status().is_some());
+            return Err(if patient || exited {
+                Launch::Failed(e)
+            } else {
+                Launch::Unformed(e)
+            });
+        }
+        Self::wait_meta_group(nodes, start + wait)
+            .await
+            .map_err(Launch::Unformed)
     }
 
     /// Waits until every node names the same meta leader and that leader counts all
