@@ -179,7 +179,7 @@ pub mod __private {
         Bytes, JetStreamSource, JsonValue, Kv, KvBucketValue, ObjectStore, RawValue,
         decode_kv_entry, decode_kv_watch_arg,
     };
-    pub use topology_runtime::codec::{Cbor, Json, MsgPack, Protobuf};
+    pub use topology_runtime::codec::{Cbor, Codec, Json, MsgPack, Protobuf};
     pub use topology_runtime::export::{
         NameFallback, NameSpecialized, PayloadSchema, PayloadSchemaRegistration,
         ReplySchemaRegistration, SchemaFallback, SchemaProbe, SchemaSpecialized,

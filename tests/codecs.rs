@@ -33,6 +33,10 @@ struct Codecs;
 #[stream(name = "CODECS_DEAD", subjects = ["codecs_dead.>"])]
 struct CodecsDead;
 
+/// A stream whose messages are MessagePack: its handlers decode it unless they name a codec.
+#[stream(name = "CODECS_PACKED", subjects = ["packed.>"], codec = "msgpack")]
+struct Packed;
+
 /// An order as serde sees it (MessagePack, CBOR).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 struct Order {
@@ -165,6 +169,11 @@ async fn price(query: PriceQuery) -> Result<Price, ServiceError> {
         item: query.item,
         qty: query.qty,
     })
+}
+
+#[queue_consumer(stream = Packed, group = "packed", subject = "packed.orders")]
+async fn on_packed(order: Order, seen: State<Seen>) -> Result<(), HandlerError> {
+    seen.record("packed", order)
 }
 
 /// Orders by key, in MessagePack: the handle writes and reads it, the watch reads it.
@@ -323,6 +332,40 @@ async fn another_languages_msgpack_cbor_and_protobuf_reach_typed_handlers_and_re
     running.stop().await.expect("clean drain");
 }
 
+/// A handler that names no codec reads its stream's (`#[stream(.., codec = "msgpack")]`),
+/// with or without the `Content-Type` header.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_streams_codec_is_the_codec_of_the_handlers_that_read_it() {
+    let fx = fixture::Fixture::start().await;
+    let seen = Seen::default();
+    let running =
+        fixture::Running::start(fixture::fast(fx.builder().await).state(seen.clone())).await;
+    let js = fx.jetstream().await;
+    let mut header = async_nats::HeaderMap::new();
+    header.insert("Content-Type", "application/msgpack");
+    for (id, headers) in [(41, header), (42, async_nats::HeaderMap::new())] {
+        let payload = <MsgPack as nats_topology::codec::Encode<Order>>::encode(&order(id)).unwrap();
+        js.publish_with_headers("packed.orders", headers, payload)
+            .await
+            .unwrap()
+            .await
+            .expect("stored");
+    }
+    eventually(
+        Duration::from_secs(20),
+        "both packed orders handled",
+        || {
+            let seen = seen.clone();
+            async move { (seen.ids("packed") == [41, 42]).then_some(()) }
+        },
+    )
+    .await;
+    for got in seen.0.lock().unwrap()["packed"].iter() {
+        assert_eq!(*got, order(got.id));
+    }
+    running.stop().await.expect("clean drain");
+}
+
 /// A bucket declared with `codec = "msgpack"` stores MessagePack (read back by the codec, not
 /// JSON), its watch decodes it, and a value another writer stored as JSON is an error naming
 /// the key and the codec, for the handle and for the watch, which passes over it.
@@ -399,6 +442,7 @@ fn the_asyncapi_export_states_each_messages_content_type() {
         ("on_cbor", Some("application/cbor")),
         ("on_protobuf", Some("application/protobuf")),
         ("on_relayed", Some("application/cbor")),
+        ("on_packed", Some("application/msgpack")),
         ("price_request", Some("application/msgpack")),
         ("price_reply", Some("application/msgpack")),
     ];

@@ -284,6 +284,10 @@ impl StreamDecl {
 pub trait StreamDef {
     /// The stream's declaration.
     const DECL: StreamDecl;
+    /// How the handlers that read it decode its messages unless they name their own codec:
+    /// one of the runtime's codec types (`nats_topology::codec::Json` unless the stream says
+    /// `codec = ".."`); unbounded here, where no codec is known.
+    type Codec;
 }
 
 /// How a consumer names its stream.
@@ -317,6 +321,7 @@ impl StreamRef {
 /// struct Orders;
 /// impl StreamDef for Orders {
 ///     const DECL: StreamDecl = StreamDecl::new("ORDERS", &["orders.>"]);
+///     type Codec = ();
 /// }
 /// const ORDERS_EU: StreamDecl =
 ///     StreamDecl::mirror_of("ORDERS_EU", Origin::of(&Orders::DECL).filter("orders.eu.>"));

@@ -30,6 +30,7 @@ pub(crate) static SPEC: Spec = Spec {
         "subject_transform",
         "allow_msg_ttl",
         "allow_msg_schedules",
+        "codec",
         "external",
         "crate",
     ],
@@ -91,6 +92,9 @@ pub(crate) struct StreamAttrs {
     pub subject_transform: Option<TransformAttrs>,
     pub allow_msg_ttl: bool,
     pub allow_msg_schedules: bool,
+    /// `codec = ".."`: how the handlers that read it decode its messages, unless they name
+    /// their own (JSON when absent).
+    pub codec: Option<super::CodecAttr>,
     pub external: bool,
     /// Every key given, as written, whatever its value: the keys an external stream cannot
     /// take are refused even when their value is wrong too.
@@ -125,6 +129,7 @@ impl StreamAttrs {
             allow_msg_schedules: args
                 .key("allow_msg_schedules", "allow_msg_schedules")
                 .flag(cx),
+            codec: super::CodecAttr::parse(args, cx),
             replicas: args.key("replicas", "replicas = 3").int(
                 REPLICAS,
                 "JetStream keeps a stream on at most 5 servers",

@@ -6,6 +6,7 @@ use proc_macro2::{Span, TokenStream};
 use quote::{quote, quote_spanned};
 use syn::LitStr;
 use syn::spanned::Spanned;
+use topology_core::codec::CodecId;
 use topology_core::rules::FitError;
 
 use super::{call, duration, escape_format, handler, krate, path_text, variant};
@@ -127,19 +128,36 @@ fn consumer(
     let krate = krate(&attrs.krate)?;
     let stream = attrs.stream.as_ref()?;
     let fn_name = &handler.name();
+    // The codec the payload is decoded with: the handler's own, else its stream's (a
+    // `#[stream]` type's `StreamDef::Codec`), else JSON.
+    let codec_ty = match (&attrs.codec, stream) {
+        _ if handler.raw => None,
+        (Some(codec), _) if codec.id == CodecId::Json => None,
+        (Some(codec), _) => Some(handler::codec_type(codec)),
+        (None, PathOrString::Path(path)) => {
+            Some(quote_spanned!(path.span()=> <#path as __nats_topology::StreamDef>::Codec))
+        }
+        (None, PathOrString::String(_)) => None,
+    };
     let (glue, registration) = match handler.batch_of {
-        None => (
-            handler::glue(
-                &handler::CONSUMER,
-                handler,
-                "into_result",
-                attrs.codec.as_ref(),
-                None,
-            ),
-            quote!(ConsumerRegistration),
-        ),
+        None => {
+            let finish = quote_spanned!(handler.output_span=> __nats_topology::into_result);
+            let decode = codec_ty.as_ref().map(|codec_ty| {
+                let ty = &handler.payload;
+                move |input: &syn::Ident| {
+                    quote_spanned!(ty.span()=> __nats_topology::decode_with::<#codec_ty, #ty>(&#input))
+                }
+            });
+            let glue = match &decode {
+                Some(decode) => {
+                    handler::glue_decoding(&handler::CONSUMER, handler, finish, Some(decode))
+                }
+                None => handler::glue_decoding(&handler::CONSUMER, handler, finish, None),
+            };
+            (glue, quote!(ConsumerRegistration))
+        }
         Some(_) => (
-            handler::batch_glue(handler, attrs.codec.as_ref()),
+            handler::batch_glue(handler, codec_ty.as_ref()),
             quote!(BatchConsumerRegistration),
         ),
     };
@@ -170,7 +188,12 @@ fn consumer(
     // The builder calls both kinds of consumer share: the concurrency and the outputs, if
     // given, and the declaring crate's version, stamped on the server (expanded in the user's
     // crate).
-    let codec = handler::codec_call(attrs.codec.as_ref(), handler.raw);
+    let codec = match (&attrs.codec, stream) {
+        (None, PathOrString::Path(path)) if !handler.raw => quote_spanned!(path.span()=>
+            .codec(<<#path as __nats_topology::StreamDef>::Codec as __nats_topology::Codec>::ID)
+        ),
+        _ => handler::codec_call(attrs.codec.as_ref(), handler.raw),
+    };
     let common_builders =
         quote!(#concurrency #publishes #codec .version(::core::env!("CARGO_PKG_VERSION")));
 

@@ -289,7 +289,7 @@ pub(crate) fn schema(
 /// BatchFuture`: decodes each message into the `T` of `Batch<T>` (one that does not decode
 /// fails alone), takes the `State<T>` arguments, calls the user's function, and turns its
 /// result into each message's outcome.
-pub(crate) fn batch_glue(handler: &Handler, codec: Option<&CodecAttr>) -> TokenStream {
+pub(crate) fn batch_glue(handler: &Handler, codec_ty: Option<&TokenStream>) -> TokenStream {
     let input = Ident::new("input", Span::mixed_site());
     let batch = Ident::new("batch", Span::mixed_site());
     let error = Ident::new("error", Span::mixed_site());
@@ -297,9 +297,8 @@ pub(crate) fn batch_glue(handler: &Handler, codec: Option<&CodecAttr>) -> TokenS
         return TokenStream::new();
     };
     let ty_span = item_ty.span();
-    let decode = match codec.filter(|c| c.id != CodecId::Json && !handler.raw) {
-        Some(codec) => {
-            let codec_ty = codec_type(codec);
+    let decode = match codec_ty.filter(|_| !handler.raw) {
+        Some(codec_ty) => {
             quote_spanned!(ty_span=> __nats_topology::decode_with::<#codec_ty, #item_ty>)
         }
         None => {

@@ -25,6 +25,10 @@ pub(crate) fn stream(target: &ItemStruct, attrs: &StreamAttrs) -> Option<TokenSt
     let krate = krate(&attrs.krate)?;
     let builders = builders(attrs);
     let name_const = name_const(target, name);
+    let codec = match &attrs.codec {
+        Some(codec) => super::handler::codec_type(codec),
+        None => quote!(__nats_topology::Json),
+    };
     Some(quote! {
         const _: () = {
             use #krate::__private as __nats_topology;
@@ -32,6 +36,7 @@ pub(crate) fn stream(target: &ItemStruct, attrs: &StreamAttrs) -> Option<TokenSt
             impl __nats_topology::StreamDef for #ident {
                 const DECL: __nats_topology::StreamDecl =
                     __nats_topology::StreamDecl::new(#name, &[#(#subjects),*]) #(#builders)*;
+                type Codec = #codec;
             }
             static __NATS_TOPOLOGY_STREAM: __nats_topology::StreamDecl =
                 <#ident as __nats_topology::StreamDef>::DECL;
@@ -77,6 +82,7 @@ pub(crate) fn stream_fallback(target: &ItemStruct, attrs: &StreamAttrs) -> Token
             impl __nats_topology::StreamDef for #ident {
                 const DECL: __nats_topology::StreamDecl =
                     __nats_topology::StreamDecl::new("", &[">"]);
+                type Codec = __nats_topology::Json;
             }
         };
     }
