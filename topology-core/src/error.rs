@@ -5,6 +5,7 @@
 use crate::limits::DESCRIPTION_TOO_LONG;
 use crate::names::NameError;
 use crate::subject::SubjectError;
+use crate::transform::TransformError;
 
 /// Why a stream declaration is invalid.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -64,6 +65,35 @@ pub enum StreamError {
     OriginSubject,
     /// An origin with both `domain` and `api_prefix`: the domain is a shorthand for the prefix.
     OriginDomainAndPrefix,
+    /// A subject transform nats-server refuses (see [`crate::transform`]).
+    Transform {
+        /// Which transform: the stream's own, its mirror's or a source's.
+        site: TransformSite,
+        /// What is wrong with it.
+        error: TransformError,
+    },
+}
+
+/// Where a stream declares a subject transform.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum TransformSite {
+    /// Its `subject_transform`.
+    Stream,
+    /// Its mirror's `transform`.
+    Mirror,
+    /// The `transform` of its source at this index.
+    Source(usize),
+}
+
+impl TransformSite {
+    /// The attribute key it is written under.
+    pub const fn key(&self) -> &'static str {
+        match self {
+            TransformSite::Stream => "subject_transform",
+            TransformSite::Mirror => "mirror",
+            TransformSite::Source(_) => "sources",
+        }
+    }
 }
 
 impl StreamError {
@@ -119,6 +149,7 @@ impl StreamError {
             StreamError::ExternalWithSettings => {
                 "an external stream is never created or changed here, so it takes no settings but its name, subjects and retention"
             }
+            StreamError::Transform { error, .. } => error.message(),
         }
     }
 }

@@ -39,6 +39,7 @@ pub mod priority;
 pub mod rules;
 pub mod service;
 pub mod subject;
+pub mod transform;
 pub mod watch;
 #[doc(hidden)]
 pub mod xorshift;

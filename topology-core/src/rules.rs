@@ -26,7 +26,7 @@
 
 use core::time::Duration;
 
-pub use crate::error::{ConsumerError, FitError, StreamError};
+pub use crate::error::{ConsumerError, FitError, StreamError, TransformSite};
 pub use crate::limits::{
     CONCURRENCY, DEFAULT_MAX_WAITING, MAX_ACK_PENDING, MAX_BYTES, MAX_DELIVER, MAX_DESCRIPTION_LEN,
     MAX_MSG_SIZE, MAX_MSGS, MAX_WAITING, REPLICAS, description_fits,
@@ -246,24 +246,59 @@ pub const fn check_origins(decl: &StreamDecl) -> Result<(), StreamError> {
     if origin::names_itself(decl) {
         return Err(StreamError::NamesItself);
     }
-    if let Some(mirror) = &decl.mirror
-        && let Err(error) = check_origin(mirror)
-    {
-        return Err(error);
+    if let Some(mirror) = &decl.mirror {
+        if let Err(error) = check_origin(mirror) {
+            return Err(error);
+        }
+        if let Err(error) = check_origin_transform(mirror) {
+            return Err(StreamError::Transform {
+                site: TransformSite::Mirror,
+                error,
+            });
+        }
     }
     let mut i = 0;
     while i < decl.sources.len() {
         if let Err(error) = check_origin(&decl.sources[i]) {
             return Err(error);
         }
+        if let Err(error) = check_origin_transform(&decl.sources[i]) {
+            return Err(StreamError::Transform {
+                site: TransformSite::Source(i),
+                error,
+            });
+        }
         i += 1;
     }
-    if let Some(transform) = decl.subject_transform
-        && (subject::check_filter(transform.src).is_err() || transform.dest.is_empty())
-    {
-        return Err(StreamError::OriginSubject);
+    if let Some(transform) = decl.subject_transform {
+        if subject::check_filter(transform.src).is_err() || transform.dest.is_empty() {
+            return Err(StreamError::OriginSubject);
+        }
+        if let Err(error) = crate::transform::check_transform(transform.src, transform.dest) {
+            return Err(StreamError::Transform {
+                site: TransformSite::Stream,
+                error,
+            });
+        }
     }
     Ok(())
+}
+
+/// Checks a mirror's or source's `transform` of its `filter` (all of the origin without one) as
+/// nats-server does.
+pub const fn check_origin_transform(
+    origin: &Origin,
+) -> Result<(), crate::transform::TransformError> {
+    match origin.transform {
+        Some(dest) => {
+            let src = match origin.filter {
+                Some(filter) => filter,
+                None => ">",
+            };
+            crate::transform::check_transform(src, dest)
+        }
+        None => Ok(()),
+    }
 }
 
 /// Checks one mirror or source.

@@ -1,10 +1,11 @@
 //! The rules of `mirror`, `sources` and `subject_transform` in `#[stream]`, each error at its
 //! token: a mirror declares no subjects and has no sources; no stream names itself; names and
-//! subjects are valid; `domain` or `api_prefix`, not both.
+//! subjects are valid; `domain` or `api_prefix`, not both; a transform is one nats-server
+//! takes (`topology_core::transform`).
 
 use syn::{Ident, LitStr};
 use topology_core::rules::StreamError;
-use topology_core::subject;
+use topology_core::{subject, transform};
 
 use super::{STREAM, valid_name};
 use crate::attrs::{OriginAttrs, StreamAttrs};
@@ -61,6 +62,36 @@ pub(super) fn origins(attrs: &StreamAttrs, ident: Option<&Ident>, cx: &mut Ctxt)
                 key_msg("stream", "subject_transform", "the destination is empty; write the subject the messages are stored under, as in `dest = \"events.>\"`"),
             );
         }
+        if let (Some(src), Some(dest)) = (&transform.src, &transform.dest)
+            && subject::check_filter(&src.value()).is_ok()
+        {
+            server_transform("subject_transform", &src.value(), dest, cx);
+        }
+    }
+}
+
+/// Refuses, at the destination, a transform of `src` to `dest` that nats-server would refuse
+/// when it creates the stream (an empty destination is reported on its own).
+fn server_transform(key: &str, src: &str, dest: &LitStr, cx: &mut Ctxt) {
+    let dest_text = dest.value();
+    if dest_text.is_empty() {
+        return;
+    }
+    if let Err(error) = transform::check_transform(src, &dest_text) {
+        let what = match error.token(&dest_text) {
+            Some(token) => format!("`{token}`: {}", error.message()),
+            None => error.message().to_owned(),
+        };
+        cx.error_spanned_by(
+            dest,
+            key_msg(
+                "stream",
+                key,
+                format!(
+                    "nats-server refuses the transform of {src:?} to {dest_text:?} when it creates the stream: {what}"
+                ),
+            ),
+        );
     }
 }
 
@@ -98,6 +129,15 @@ fn origin(
             dest,
             key_msg("stream", key, "`transform` is empty; write the subject the messages are stored under, as in `transform = \"eu.orders.>\"`, or omit it"),
         );
+    }
+    if let Some(dest) = &origin.transform {
+        let src = origin
+            .filter
+            .as_ref()
+            .map_or_else(|| ">".to_owned(), LitStr::value);
+        if subject::check_filter(&src).is_ok() {
+            server_transform(key, &src, dest, cx);
+        }
     }
     if let (Some(_), Some(prefix)) = (&origin.domain, &origin.api_prefix) {
         cx.error_spanned_by(

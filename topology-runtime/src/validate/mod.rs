@@ -72,6 +72,33 @@ impl Problems {
     }
 }
 
+/// What is wrong with a stream; for a transform, which one and which token.
+fn stream_message(stream: &StreamDecl, error: rules::StreamError) -> String {
+    let rules::StreamError::Transform { site, error } = error else {
+        return error.message().to_owned();
+    };
+    let (src, dest) = match site {
+        rules::TransformSite::Stream => stream.subject_transform.map(|t| (t.src, t.dest)),
+        rules::TransformSite::Mirror => stream
+            .mirror
+            .and_then(|o| Some((o.filter.unwrap_or(">"), o.transform?))),
+        rules::TransformSite::Source(i) => stream
+            .sources
+            .get(i)
+            .and_then(|o| Some((o.filter.unwrap_or(">"), o.transform?))),
+    }
+    .unwrap_or_default();
+    let what = match error.token(dest) {
+        Some(token) => format!("`{token}`: {}", error.message()),
+        None => error.message().to_owned(),
+    };
+    format!(
+        "`{}`: nats-server refuses the transform of {src:?} to {dest:?} when it creates the \
+         stream: {what}",
+        site.key()
+    )
+}
+
 fn stream_at(name: &str) -> String {
     format!("stream `{name}`")
 }
@@ -96,7 +123,7 @@ pub fn validate(topology: &Topology) -> Result<(), ValidationError> {
         // A bucket's stream is checked, and reported, as the bucket (`buckets`).
         let of_bucket = topology.bucket_of_stream(stream.name).is_some();
         if !of_bucket && let Err(e) = rules::check_stream(stream) {
-            problems.push(stream_at(stream.name), e.message());
+            problems.push(stream_at(stream.name), stream_message(stream, e));
         }
         if let Some(other) = streams.insert(stream.name, stream)
             && other != stream
