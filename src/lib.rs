@@ -192,8 +192,10 @@ pub mod __private {
         Batch, BatchError, BatchFuture, BatchInput, HandlerError, HandlerFuture, Incoming,
     };
     pub use topology_runtime::registry::{
-        BatchConsumerRegistration, BucketRegistration, ConsumerRegistration, EndpointRegistration,
-        ServiceRegistration, StreamRegistration, SubscriptionRegistration, WatchRegistration,
+        AnyLayer, BatchConsumerRegistration, BucketRegistration, ConsumerRegistration,
+        EndpointRegistration, IntoBatchLayer, IntoEndpointLayer, IntoHandlerLayer,
+        LayerRegistration, ServiceRegistration, StreamRegistration, SubscriptionRegistration,
+        WatchRegistration,
     };
     pub use topology_runtime::service::glue::{
         EndpointContext, EndpointReturn, IntoServiceError, RawReply, ReplyBody, RequestStateArg,

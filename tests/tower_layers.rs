@@ -3,8 +3,9 @@
 //! in flight below the consumer's `concurrency`; a rate limit spaces the calls; load shedding
 //! gives messages back, each handled once in the end; a tracing layer of the user's own sees
 //! every message's context; a layer reads the decoded payload, which the handler then takes; a batch layer's timeout fails the whole batch, each message
-//! redelivered; an endpoint's timeout is a 504 and its shed request a 503. A name that matches
-//! nothing, or a consumer of the other kind, is refused at `build`.
+//! redelivered; an endpoint's timeout is a 504 and its shed request a 503; a layer named in the
+//! attribute (`layer = f`) is innermost. A name that matches nothing, or a consumer of the
+//! other kind, is refused at `build`.
 
 mod fixture;
 
@@ -163,6 +164,49 @@ async fn wait(ms: u64, gate: State<Gate>) -> Result<u64, ServiceError> {
     } else {
         tokio::time::sleep(Duration::from_millis(ms)).await;
     }
+    Ok(ms)
+}
+
+/// The layers each message of `lay_attr` passed, in order.
+static PASSED: Mutex<Vec<(&'static str, u64)>> = Mutex::new(Vec::new());
+
+fn passed(by: &'static str, incoming: &Incoming) {
+    let job = std::str::from_utf8(incoming.payload())
+        .unwrap()
+        .parse()
+        .unwrap();
+    PASSED.lock().unwrap().push((by, job));
+}
+
+fn mark_declared(incoming: Incoming) -> Incoming {
+    passed("declared", &incoming);
+    incoming
+}
+
+fn mark_builder(incoming: Incoming) -> Incoming {
+    passed("builder", &incoming);
+    incoming
+}
+
+/// The layer the attribute names: the declaration's own.
+fn declared_layer() -> tower::util::MapRequestLayer<fn(Incoming) -> Incoming> {
+    tower::util::MapRequestLayer::new(mark_declared as fn(Incoming) -> Incoming)
+}
+
+#[queue_consumer(stream = Layers, group = "lay_attr", subject = "layers.attr", layer = declared_layer)]
+async fn attributed(job: u64, cx: Context, calls: State<Calls>) -> Result<(), HandlerError> {
+    calls.call("lay_attr", job, &cx, Duration::ZERO).await;
+    Ok(())
+}
+
+/// An endpoint's own timeout, named in its attribute.
+fn endpoint_timeout() -> tower::timeout::TimeoutLayer {
+    tower::timeout::TimeoutLayer::new(Duration::from_millis(300))
+}
+
+#[endpoint(service = Layered, subject = "layered.attr", layer = endpoint_timeout)]
+async fn sleepy(ms: u64) -> Result<u64, ServiceError> {
+    tokio::time::sleep(Duration::from_millis(ms)).await;
     Ok(ms)
 }
 
@@ -495,6 +539,53 @@ async fn an_endpoints_timeout_layer_answers_504_and_its_shed_request_503() {
         held == (None, "0".to_owned()) || held.0.as_deref() == Some("504"),
         "the held request is answered (or timed out past 2 s): {held:?}"
     );
+    running.stop().await.expect("clean drain");
+}
+
+/// `layer = f` in the attribute wraps the handler inside the builder's layers (the
+/// declaration's own is innermost); on an endpoint, its timeout answers 504.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_layer_named_in_the_attribute_wraps_its_handler_inside_the_builders() {
+    let fx = fixture::Fixture::start().await;
+    let calls = Calls::default();
+    let builder = fixture::fast(fx.builder().await)
+        .state(calls.clone())
+        .state(Gate::default())
+        .layer_for(
+            "lay_attr",
+            tower::util::MapRequestLayer::new(mark_builder as fn(Incoming) -> Incoming),
+        );
+    let running = fixture::Running::start(builder).await;
+    let js = fx.jetstream().await;
+    publish(&js, "layers.attr", 0..3).await;
+    all_handled(&calls, "lay_attr", 0..3).await;
+    let passed = PASSED.lock().unwrap().clone();
+    for job in 0..3 {
+        let order: Vec<&str> = passed
+            .iter()
+            .filter(|(_, j)| *j == job)
+            .map(|(by, _)| *by)
+            .collect();
+        assert_eq!(order, ["builder", "declared"], "job {job}: {passed:?}");
+    }
+
+    let client = fx.connect().await;
+    let ask = |ms: u64| {
+        let client = client.clone();
+        async move {
+            let reply = client
+                .request("layered.attr", ms.to_string().into())
+                .await
+                .expect("answered");
+            reply
+                .headers
+                .as_ref()
+                .and_then(|h| h.get("Nats-Service-Error-Code"))
+                .map(|v| v.as_str().to_owned())
+        }
+    };
+    assert_eq!(ask(10).await, None, "within the declared timeout");
+    assert_eq!(ask(5_000).await.as_deref(), Some("504"), "past it");
     running.stop().await.expect("clean drain");
 }
 

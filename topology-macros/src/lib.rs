@@ -208,6 +208,7 @@ pub fn stream(attr: TokenStream, item: TokenStream) -> TokenStream {
 /// | `migrate_from` | consumer name | A previous consumer of this work (another shape or name): the new one starts at its acknowledgement floor, then it is deleted. |
 /// | `publishes` | list of subjects (`*` and `>` allowed) | Where the handler publishes (`Context::publish`): the service's generated permissions (`export --permissions`) grant publishing there, and nowhere else but the `dead_letter`, even into the streams the service owns. `publishes = ["orders.billed", "invoices.*.issued"]` |
 /// | `codec` | `"json"` (default: the stream's `codec`, else JSON), `"msgpack"`, `"cbor"`, `"protobuf"` | How payloads are read (`nats_topology::codec`): each codec beyond JSON needs the cargo feature of its name; the payload type must be one the codec reads (`serde` types; `prost::Message` for protobuf); a `Bytes` or `Vec<u8>` payload takes none. A message whose `Content-Type` names another codec is a decode error naming both. |
+/// | `layer` | path of a function | A `tower` layer around this handler (feature `tower`): `f()` returns a `tower::Layer` as `RuntimeBuilder::layer` takes (`batch_layer`'s for a batch handler), installed innermost, inside the builder's. `layer = payment_limits` |
 /// | `description` | string, at most 4096 bytes | Stored on the server. |
 /// | `ack` | `"fire_and_forget"` \| `"confirmed"` | When a handled message counts as handled. `"confirmed"`: the ack waits for the server's reply (a double ack), is retried on a timeout, and only then is the message counted as handled; a drain waits for those replies, so a process killed after a confirmation never sees that message again. `"fire_and_forget"`: the ack is sent and not waited for. Omitted: the runtime's default (`RuntimeBuilder::ack`, fire-and-forget unless set). |
 /// | `priority` | `"pinned_client"` \| `"overflow"` | Priority groups (nats-server 2.11 or newer; refused at start-up on an older one, naming its version). `"pinned_client"`: one instance consumes, the others stand by (ready, health `standby`); another is pinned once the pinned one has not pulled for `pinned_ttl`, or at once when it drains. `"overflow"`: spill-over instances (`RuntimeBuilder::spill_over`) take work only past `min_pending` / `min_ack_pending`; the others take it always. Pull consumers only. |
@@ -328,6 +329,7 @@ pub fn queue_consumer(attr: TokenStream, item: TokenStream) -> TokenStream {
 /// | `concurrency` | integer ≥ 1 | Messages handled at once by this instance (default 1; an ordered replay takes no more than 1). |
 /// | `publishes` | list of subjects | Where the handler publishes, as for [`macro@queue_consumer`]. |
 /// | `codec` | as for [`macro@queue_consumer`] | How payloads are read, as for [`macro@queue_consumer`]. |
+/// | `layer` | path of a function | A `tower` layer around this handler, as for [`macro@queue_consumer`]. |
 /// | `crate` | path | Where the facade is, when not at `::nats_topology`. |
 ///
 /// # Ordered replays

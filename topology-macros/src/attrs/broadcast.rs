@@ -37,6 +37,7 @@ pub(crate) static BROADCAST_SPEC: Spec = Spec {
         "concurrency",
         "publishes",
         "codec",
+        "layer",
         "crate",
     ],
     refused: &[

@@ -56,6 +56,7 @@ pub(crate) static QUEUE_SPEC: Spec = Spec {
         "batch_wait",
         "publishes",
         "codec",
+        "layer",
         "crate",
     ],
     refused: &[
@@ -102,6 +103,8 @@ pub(crate) struct ConsumerAttrs {
     pub publishes: Option<StrList>,
     /// `codec = ".."`: how its payloads are written (JSON when absent).
     pub codec: Option<CodecAttr>,
+    /// `layer = f`: the function building the handler's `tower` layer.
+    pub layer: Option<syn::Path>,
 }
 
 /// The `subject` or `subjects` key.
@@ -200,6 +203,7 @@ impl ConsumerAttrs {
                 .key("publishes", "publishes = [\"orders.billed\"]")
                 .strings(cx),
             codec: CodecAttr::parse(args, cx),
+            layer: super::layer_fn(args, cx),
         }
     }
 }

@@ -56,3 +56,18 @@ impl CodecAttr {
         })
     }
 }
+
+/// `layer = f`: the path of a function returning the handler's `tower` layer.
+pub(crate) fn layer_fn(args: &Args, cx: &mut Ctxt) -> Option<syn::Path> {
+    let key = args.key("layer", "layer = billing_layers");
+    match key.path_or_string(cx)? {
+        crate::value::PathOrString::Path(path) => Some(path),
+        crate::value::PathOrString::String(lit) => {
+            cx.error_spanned_by(
+                &lit,
+                key.msg("expected the name of a function returning a `tower` layer, as in `layer = billing_layers`, not a string"),
+            );
+            None
+        }
+    }
+}

@@ -93,6 +93,7 @@ pub(crate) static ENDPOINT_SPEC: Spec = Spec {
         "timeout",
         "metadata",
         "codec",
+        "layer",
         "crate",
     ],
     // Every way of asking for an endpoint outside a queue group.
@@ -163,6 +164,8 @@ pub(crate) struct EndpointAttrs {
     pub metadata: Option<Pairs>,
     /// How its requests and replies are written (JSON when absent).
     pub codec: Option<CodecAttr>,
+    /// `layer = f`: the function building the endpoint's `tower` layer.
+    pub layer: Option<syn::Path>,
 }
 
 /// `#[subscription(..)]`.
@@ -239,6 +242,7 @@ impl EndpointAttrs {
             timeout: args.key("timeout", "timeout = \"5s\"").duration(true, cx),
             metadata: args.key("metadata", METADATA_EXAMPLE).pairs(cx),
             codec: CodecAttr::parse(args, cx),
+            layer: super::layer_fn(args, cx),
         }
     }
 }

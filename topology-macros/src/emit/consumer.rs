@@ -253,6 +253,14 @@ fn consumer(
     };
 
     let schema = payload_schema(handler, fn_name);
+    let layer = handler::layer(
+        attrs.layer.as_ref(),
+        match handler.batch_of {
+            None => "IntoHandlerLayer",
+            Some(_) => "IntoBatchLayer",
+        },
+        fn_name,
+    );
     Some(quote! {
         #item
         #handle_type
@@ -278,6 +286,7 @@ fn consumer(
                 }
             }
             #schema
+            #layer
             #checks
         };
     })

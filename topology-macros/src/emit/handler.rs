@@ -359,3 +359,28 @@ pub(crate) fn batch_glue(handler: &Handler, codec_ty: Option<&TokenStream>) -> T
         }
     }
 }
+
+/// The registration of a `layer = f` key: a function building the layer through `trait_name`
+/// (`IntoHandlerLayer`, `IntoBatchLayer`, `IntoEndpointLayer`; located at the path, where a
+/// function returning something else, or the `tower` feature off, is reported), submitted for
+/// the handler `fn_name`.
+pub(crate) fn layer(path: Option<&syn::Path>, trait_name: &str, fn_name: &str) -> TokenStream {
+    let Some(path) = path else {
+        return TokenStream::new();
+    };
+    let trait_ident = ident(trait_name, path.span());
+    let call = quote_spanned! {path.span()=>
+        __nats_topology::#trait_ident::into_layer(#path())
+    };
+    quote! {
+        fn __nats_topology_layer() -> __nats_topology::AnyLayer {
+            #call
+        }
+        __nats_topology::inventory::submit! {
+            __nats_topology::LayerRegistration {
+                handler: ::core::concat!(::core::module_path!(), "::", #fn_name),
+                layer: __nats_topology_layer,
+            }
+        }
+    }
+}

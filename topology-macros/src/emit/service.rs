@@ -115,6 +115,7 @@ pub(crate) fn endpoint(
             fn_name,
         )
     });
+    let layer = handler::layer(attrs.layer.as_ref(), "IntoEndpointLayer", fn_name);
     let service_item = quote_spanned! {service.span()=>
         const __NATS_TOPOLOGY_SERVICE: &__nats_topology::ServiceDecl =
             &<#service as __nats_topology::ServiceDef>::DECL;
@@ -142,6 +143,7 @@ pub(crate) fn endpoint(
             }
             #request_schema
             #reply_schema
+            #layer
         };
     })
 }

@@ -5,6 +5,7 @@
 mod batches;
 mod buckets;
 mod handlers;
+mod layers;
 mod registrations;
 mod sorted;
 mod watches;
@@ -20,6 +21,11 @@ use crate::state::StateKey;
 pub(crate) use buckets::is_reserved_subject;
 pub use buckets::stream_of;
 pub use handlers::{Consumer, Endpoint, Subscription};
+#[cfg(feature = "tower")]
+pub(crate) use layers::declared as declared_layer;
+pub use layers::{
+    AnyLayer, IntoBatchLayer, IntoEndpointLayer, IntoHandlerLayer, LayerRegistration,
+};
 pub use registrations::{
     BatchConsumerRegistration, BucketRegistration, ConsumerRegistration, EndpointRegistration,
     ServiceRegistration, SharedEndpointHandler, SharedHandler, SharedSubscriptionHandler,

@@ -8,6 +8,8 @@ use crate::handler::layer::{
 };
 use crate::registry::Topology;
 #[cfg(feature = "tower")]
+use crate::registry::declared_layer;
+#[cfg(feature = "tower")]
 use crate::service::layer::{self as endpoint_layer, EndpointLayer, EndpointService};
 #[cfg(feature = "tower")]
 use crate::stack::{self, BoxError};
@@ -41,18 +43,22 @@ impl Layers {
         if !problems.is_empty() {
             return problems;
         }
+        // The layer declared in the attribute (`layer = f`) is innermost: the declaration's own.
         topology.wrap_consumer_handlers(
             |decl, handler| {
-                let layers = in_order(&self.handlers, consumer_name(decl));
+                let mut layers = in_order(&self.handlers, consumer_name(decl));
+                layers.extend(declared_layer::<HandlerLayer>(decl.handler));
                 handler_layer::layered(handler, &layers)
             },
             |decl, handler| {
-                let layers = in_order(&self.batches, consumer_name(decl));
+                let mut layers = in_order(&self.batches, consumer_name(decl));
+                layers.extend(declared_layer::<BatchLayer>(decl.handler));
                 handler_layer::batch_layered(handler, &layers)
             },
         );
         topology.wrap_endpoint_handlers(|decl, handler| {
-            let layers = in_order(&self.endpoints, decl.name);
+            let mut layers = in_order(&self.endpoints, decl.name);
+            layers.extend(declared_layer::<EndpointLayer>(decl.handler));
             endpoint_layer::layered(handler, &layers)
         });
         Vec::new()
