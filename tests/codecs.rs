@@ -6,11 +6,15 @@
 //! endpoint and decodes the reply. A payload in the wrong codec is dead-lettered at its first
 //! delivery with an error naming both content types, never redelivered.
 //!
-//! Node and npm are required (`.ci/run` installs them); the test fails, never skips, without
-//! them.
+//! Python's own `protobuf` package builds an order from the same `.proto` too (grpcio-tools'
+//! protoc, pinned in `tests/py/requirements.txt`).
+//!
+//! Node and npm, python3 and pip are required (`.ci/run` installs them); the test fails, never
+//! skips, without them.
 
 mod fixture;
 mod npm;
+mod py;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -328,6 +332,52 @@ async fn another_languages_msgpack_cbor_and_protobuf_reach_typed_handlers_and_re
             status.retried, 0,
             "decode errors are never retried: {status}"
         );
+    }
+    running.stop().await.expect("clean drain");
+}
+
+/// A protobuf order built by Python's own `protobuf` package from `tests/js/order.proto`
+/// (compiled by grpcio-tools' protoc) reaches the typed handler, with its `Content-Type` and
+/// without.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pythons_protobuf_reaches_a_typed_handler() {
+    let fx = fixture::Fixture::start().await;
+    let seen = Seen::default();
+    let running =
+        fixture::Running::start(fixture::fast(fx.builder().await).state(seen.clone())).await;
+    let js = fx.jetstream().await;
+    let proto_dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/js");
+    for (id, content_type) in [(5, Some("application/protobuf")), (15, None)] {
+        let hex = tokio::task::spawn_blocking(move || {
+            py::python("protobuf_order.py", &[proto_dir, &id.to_string()])
+        })
+        .await
+        .unwrap();
+        let bytes: Vec<u8> = (0..hex.trim().len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&hex.trim()[i..i + 2], 16).expect("hex"))
+            .collect();
+        let mut headers = async_nats::HeaderMap::new();
+        if let Some(content_type) = content_type {
+            headers.insert("Content-Type", content_type);
+        }
+        js.publish_with_headers("codecs.protobuf", headers, bytes.into())
+            .await
+            .unwrap()
+            .await
+            .expect("stored");
+    }
+    eventually(
+        Duration::from_secs(20),
+        "both Python orders handled",
+        || {
+            let seen = seen.clone();
+            async move { (seen.ids("protobuf") == [5, 15]).then_some(()) }
+        },
+    )
+    .await;
+    for got in seen.0.lock().unwrap()["protobuf"].iter() {
+        assert_eq!(*got, order(got.id), "decoded as Python wrote it");
     }
     running.stop().await.expect("clean drain");
 }
