@@ -199,6 +199,41 @@ async fn attributed(job: u64, cx: Context, calls: State<Calls>) -> Result<(), Ha
     Ok(())
 }
 
+/// Batches that passed the batch consumer's declared layer, and batches its handler ran.
+static BATCHES_MARKED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+static BATCHES_RUN: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+fn mark_batch(input: nats_topology::BatchInput) -> nats_topology::BatchInput {
+    BATCHES_MARKED.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    input
+}
+
+/// A batch consumer's own layer, named in its attribute.
+fn batch_marks()
+-> tower::util::MapRequestLayer<fn(nats_topology::BatchInput) -> nats_topology::BatchInput> {
+    tower::util::MapRequestLayer::new(
+        mark_batch as fn(nats_topology::BatchInput) -> nats_topology::BatchInput,
+    )
+}
+
+#[queue_consumer(
+    stream = Layers,
+    group = "lay_batch_attr",
+    subject = "layers.batch_attr",
+    batch = 5,
+    batch_wait = "100ms",
+    layer = batch_marks
+)]
+async fn batched_attr(jobs: Batch<u64>, calls: State<Calls>) -> Result<(), BatchError> {
+    BATCHES_RUN.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    let mut seen = calls.seen.lock().unwrap();
+    for job in &jobs {
+        let call = (*job.value(), job.context().delivered(), Instant::now());
+        seen.entry("lay_batch_attr").or_default().push(call);
+    }
+    Ok(())
+}
+
 /// An endpoint's own timeout, named in its attribute.
 fn endpoint_timeout() -> tower::timeout::TimeoutLayer {
     tower::timeout::TimeoutLayer::new(Duration::from_millis(300))
@@ -568,6 +603,16 @@ async fn a_layer_named_in_the_attribute_wraps_its_handler_inside_the_builders() 
             .collect();
         assert_eq!(order, ["builder", "declared"], "job {job}: {passed:?}");
     }
+
+    // A batch consumer's declared layer wraps each batch.
+    publish(&js, "layers.batch_attr", 0..12).await;
+    all_handled(&calls, "lay_batch_attr", 0..12).await;
+    let (marked, run) = (
+        BATCHES_MARKED.load(std::sync::atomic::Ordering::SeqCst),
+        BATCHES_RUN.load(std::sync::atomic::Ordering::SeqCst),
+    );
+    assert!(run >= 3, "12 messages in batches of at most 5: {run}");
+    assert_eq!(marked, run, "every batch passed the declared layer");
 
     let client = fx.connect().await;
     let ask = |ms: u64| {
