@@ -44,7 +44,9 @@ use requests::Requests;
 pub(super) struct Puller {
     client: async_nats::Client,
     context: jetstream::Context,
-    subject: String,
+    /// The pull request's subject, and the inbox its messages come to: cheap to clone into
+    /// each request (a `String` was copied twice a request).
+    subject: async_nats::Subject,
     inbox: async_nats::Subject,
     subscriber: async_nats::Subscriber,
     /// What a session's first request asks for.
@@ -134,10 +136,10 @@ impl Puller {
         let mut puller = Puller {
             client: client.clone(),
             context,
-            subject: format!(
+            subject: async_nats::Subject::from(format!(
                 "{api_prefix}.CONSUMER.MSG.NEXT.{}.{}",
                 info.stream_name, info.name
-            ),
+            )),
             inbox,
             subscriber,
             first: first.max(1),

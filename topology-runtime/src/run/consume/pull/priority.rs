@@ -58,7 +58,13 @@ impl PullPriority {
     /// Adds the priority fields to a pull request (JSON, written without its closing brace).
     pub(super) fn fields(&self, request: &mut String) {
         use std::fmt::Write;
-        let group = serde_json::Value::from(PRIORITY_GROUP);
+        // The group's name is a constant of letters: written as it is, with no JSON value built
+        // for it on every request.
+        const _: () = assert!(
+            is_plain(PRIORITY_GROUP),
+            "the group name needs no JSON escape"
+        );
+        let group = format_args!("\"{PRIORITY_GROUP}\"");
         match self {
             PullPriority::None => {}
             PullPriority::Pinned { pin } => {
@@ -140,4 +146,17 @@ pub(super) async fn unpin(client: &async_nats::Client, subject: &str, pin: &str,
         failure,
         "could not unpin; another instance takes over after pinned_ttl"
     );
+}
+
+/// Whether `name` is letters, digits, `-` and `_` only (written into JSON as it is).
+const fn is_plain(name: &str) -> bool {
+    let bytes = name.as_bytes();
+    let mut i = 0;
+    while i < bytes.len() {
+        if !(bytes[i].is_ascii_alphanumeric() || bytes[i] == b'-' || bytes[i] == b'_') {
+            return false;
+        }
+        i += 1;
+    }
+    true
 }
