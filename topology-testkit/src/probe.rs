@@ -9,7 +9,7 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::time::Instant;
 
 use crate::error::TestkitError;
-use crate::process::Node;
+use crate::process::{Node, START_ATTEMPTS};
 
 /// How often readiness probes are repeated.
 pub(crate) const PROBE_INTERVAL: Duration = Duration::from_millis(50);
@@ -162,4 +162,35 @@ pub(crate) fn http_get(port: u16, path: &str) -> Option<String> {
     stream.read_to_string(&mut response).ok()?;
     let (head, body) = response.split_once("\r\n\r\n")?;
     head.starts_with("HTTP/1.").then(|| body.to_owned())
+}
+
+/// Starting a node and waiting until it is ready: above the process (which only spawns,
+/// signals and reaps it) and beside the probe that says when it is ready.
+impl Node {
+    /// Spawns the process on its current port and waits until it is ready (TCP and JetStream).
+    pub(crate) async fn spawn_and_wait(&mut self, timeout: Duration) -> Result<(), TestkitError> {
+        self.spawn()?;
+        wait_ready(std::slice::from_mut(self), timeout).await
+    }
+
+    /// Stops the process if it runs, then starts it again on the same ports and store directory
+    /// and waits until it is ready. Retries a few times if the port is briefly still taken.
+    pub(crate) async fn restart(&mut self, timeout: Duration) -> Result<(), TestkitError> {
+        self.stop().await;
+        let mut attempt = 1;
+        loop {
+            match self.spawn_and_wait(timeout).await {
+                Ok(()) => return Ok(()),
+                Err(_) if attempt < START_ATTEMPTS && self.lost_port_race() => {
+                    self.kill();
+                    attempt += 1;
+                    tokio::time::sleep(Duration::from_millis(100 * attempt as u64)).await;
+                }
+                Err(e) => {
+                    self.kill();
+                    return Err(e);
+                }
+            }
+        }
+    }
 }

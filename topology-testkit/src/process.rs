@@ -14,7 +14,6 @@ use tokio::time::Instant;
 use crate::POLL_INTERVAL;
 use crate::builder::Setup;
 use crate::error::TestkitError;
-use crate::probe::wait_ready;
 use crate::tls::{Certificates, TlsFiles};
 
 /// How long a graceful stop waits after SIGTERM before it sends SIGKILL.
@@ -389,12 +388,6 @@ impl Node {
         }
     }
 
-    /// Spawns the process on its current port and waits until it is ready (TCP and JetStream).
-    pub(crate) async fn spawn_and_wait(&mut self, timeout: Duration) -> Result<(), TestkitError> {
-        self.spawn()?;
-        wait_ready(std::slice::from_mut(self), timeout).await
-    }
-
     /// Replaces the test's configuration text, rewrites the configuration file and has the
     /// running server reload it (SIGHUP by pid).
     pub(crate) fn reload(&mut self, config: String) -> Result<(), TestkitError> {
@@ -444,27 +437,6 @@ impl Node {
             tokio::time::sleep(POLL_INTERVAL).await;
         }
         self.kill();
-    }
-
-    /// Stops the process if it runs, then starts it again on the same ports and store directory
-    /// and waits until it is ready. Retries a few times if the port is briefly still taken.
-    pub(crate) async fn restart(&mut self, timeout: Duration) -> Result<(), TestkitError> {
-        self.stop().await;
-        let mut attempt = 1;
-        loop {
-            match self.spawn_and_wait(timeout).await {
-                Ok(()) => return Ok(()),
-                Err(_) if attempt < START_ATTEMPTS && self.lost_port_race() => {
-                    self.kill();
-                    attempt += 1;
-                    tokio::time::sleep(Duration::from_millis(100 * attempt as u64)).await;
-                }
-                Err(e) => {
-                    self.kill();
-                    return Err(e);
-                }
-            }
-        }
     }
 }
 
