@@ -11,7 +11,6 @@ use syn::{Expr, Ident};
 
 use crate::ctxt::Ctxt;
 use crate::suggest;
-use crate::value::Key;
 
 /// One `key`, `key = value` or `key(...)` argument.
 pub(crate) struct Arg {
@@ -203,22 +202,17 @@ impl Args {
         self.args.iter().position(|(k, _)| *k == key)
     }
 
+    /// The attribute's name, for messages.
+    pub(crate) fn attr(&self) -> &'static str {
+        self.spec.attr
+    }
+
     /// The keys given and accepted, in order: each by name, and as written.
     pub(crate) fn given(&self) -> Vec<(&'static str, Ident)> {
         self.args
             .iter()
             .map(|(key, arg)| (*key, arg.key.clone()))
             .collect()
-    }
-
-    /// A handle to convert the value of `key`.
-    pub(crate) fn key<'a>(&'a self, key: &'static str, example: &'static str) -> Key<'a> {
-        Key {
-            attr: self.spec.attr,
-            key,
-            example,
-            arg: self.get(key),
-        }
     }
 
     /// Reports the absence of a required key at the call site, unless [`Args::report_missing`]

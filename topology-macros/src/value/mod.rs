@@ -10,7 +10,7 @@ use syn::{Expr, ExprLit, Lit, LitStr, Path, UnOp};
 use topology_core::duration::{self, DurationError};
 use topology_core::rules::IntRange;
 
-use crate::args::{Arg, Value};
+use crate::args::{Arg, Args, Value};
 use crate::ctxt::Ctxt;
 use crate::suggest;
 
@@ -72,6 +72,19 @@ pub(crate) struct Key<'a> {
     /// How the key is written, for messages: `name = "ORDERS"`.
     pub example: &'static str,
     pub arg: Option<&'a Arg>,
+}
+
+impl Args {
+    /// A handle to convert the value of `key` (here, with the conversions, so that the
+    /// parser of the attribute's tokens needs nothing of them).
+    pub(crate) fn key<'a>(&'a self, key: &'static str, example: &'static str) -> Key<'a> {
+        Key {
+            attr: self.attr(),
+            key,
+            example,
+            arg: self.get(key),
+        }
+    }
 }
 
 impl<'a> Key<'a> {
