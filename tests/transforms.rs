@@ -44,6 +44,9 @@ const CASES: &[(&str, &str)] = &[
     ("orders.*", "o.{{right(1)}}"),
     ("orders.*", "o.{{partition(10, 1)}}"),
     ("orders.*", "o.$x"),
+    ("orders.*", "o.{{left(1,-2147483649)}}"),
+    ("orders.*", "o.{{left(1,-2147483648)}}"),
+    ("orders.*", "o.{{partition(-3000000000)}}"),
 ];
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -347,7 +347,7 @@ const fn placeholder(
             let (c, d) = arg(dest, args_start, args_end, 1);
             let second_ok = match shape {
                 Shape::Split => no_space_or_dot(dest, c, d),
-                _ => fits_i32(parse_int(dest, c, d)),
+                _ => is_i32(parse_int(dest, c, d)),
             };
             if !second_ok {
                 return Err(arguments);
@@ -481,9 +481,14 @@ const fn parse_int(dest: &[u8], start: usize, end: usize) -> Option<i64> {
     Some(if negative { -value } else { value })
 }
 
-/// A count the server takes: a number at most `i32::MAX`.
+/// A count the server takes: a number at most `i32::MAX` (read as Go's `Atoi`, then compared).
 const fn fits_i32(n: Option<i64>) -> bool {
     matches!(n, Some(n) if n <= i32::MAX as i64)
+}
+
+/// A number in `i32`'s range (read as Go's `ParseInt(.., 10, 32)`).
+const fn is_i32(n: Option<i64>) -> bool {
+    matches!(n, Some(n) if n >= i32::MIN as i64 && n <= i32::MAX as i64)
 }
 
 const fn no_space_or_dot(dest: &[u8], start: usize, end: usize) -> bool {
@@ -530,6 +535,7 @@ mod tests {
             ("foo", "bla.{{wildcard(1)}}"),
             ("foo.*", "foo.{{partition(2147483648)}}"),
             ("foo.*", "foo.{{random(2147483648)}}"),
+            ("foo.*", "foo.{{left(1,-2147483649)}}"),
             // The case: a `*` in a source's destination.
             ("billing.*.paid", "ledger.*.paid"),
         ] {
@@ -568,6 +574,8 @@ mod tests {
             ("*", "bar.{{partition(10, 0)}}"),
             ("foo.bar", "baz.{{partition(10)}}"),
             ("foo.*", "foo.$foo"),
+            ("foo.*", "foo.{{left(1,-2147483648)}}"),
+            ("foo.*", "foo.{{partition(-3000000000)}}"),
             ("billing.*.paid", "ledger.{{wildcard(1)}}.paid"),
         ] {
             assert_eq!(check_transform(src, dest), Ok(()), "{src} -> {dest}");
