@@ -59,27 +59,38 @@ async fn replica(fx: &Fixture, topology: Topology) -> Running {
 }
 
 /// Sends `n` requests to `members.get` at once (payloads `0`..`n`), each waiting at most
-/// `timeout` for its answer.
-fn send_concurrently(
+/// `timeout` for its answer; each is handed to the connection before this returns, so that
+/// what the caller sends next (a PING) reaches the server after them.
+async fn send_concurrently(
     caller: &Client,
     n: u32,
     timeout: Duration,
 ) -> Vec<tokio::task::JoinHandle<Result<Message, async_nats::RequestError>>> {
-    (0..n)
-        .map(|i| {
-            let caller = caller.clone();
-            tokio::spawn(async move {
-                caller
-                    .send_request(
-                        "members.get",
-                        async_nats::Request::new()
-                            .payload(i.to_string().into())
-                            .timeout(Some(timeout)),
-                    )
-                    .await
-            })
-        })
-        .collect()
+    let mut handles = Vec::new();
+    for i in 0..n {
+        let caller = caller.clone();
+        let (handed, on_its_way) = tokio::sync::oneshot::channel();
+        handles.push(tokio::spawn(async move {
+            let mut request = Box::pin(
+                caller.send_request(
+                    "members.get",
+                    async_nats::Request::new()
+                        .payload(i.to_string().into())
+                        .timeout(Some(timeout)),
+                ),
+            );
+            // The first poll hands the request to the connection: whatever the caller sends
+            // after this returns goes out after it.
+            let first = futures::poll!(&mut request);
+            let _ = handed.send(());
+            match first {
+                std::task::Poll::Ready(reply) => reply,
+                std::task::Poll::Pending => request.await,
+            }
+        }));
+        on_its_way.await.expect("the request task runs");
+    }
+    handles
 }
 
 /// The replica that answered `reply` (`<name>:<payload>`), and the payload.
@@ -659,7 +670,7 @@ async fn a_drain_answers_every_request_it_accepted() {
     );
     let a = replica(&fx, held).await;
     let caller = fx.connect().await;
-    let requests = send_concurrently(&caller, 6, Duration::from_secs(30));
+    let requests = send_concurrently(&caller, 6, Duration::from_secs(30)).await;
     eventually(Duration::from_secs(5), "two handlers running", || {
         let n = started.load(Ordering::SeqCst);
         async move { (n == 2).then_some(()) }
@@ -1134,7 +1145,7 @@ async fn a_drain_out_of_time_answers_what_is_left_with_503() {
         .topology(stuck(Arc::new(|_: &str| {})));
     let running = Running::start(builder).await;
     let caller = fx.connect().await;
-    let requests = send_concurrently(&caller, 3, Duration::from_secs(10));
+    let requests = send_concurrently(&caller, 3, Duration::from_secs(10)).await;
     // Sent before the PING: they reached the replica before its answer did.
     caller
         .request("$SRV.PING.members", "".into())
