@@ -216,6 +216,8 @@ pub enum ConsumerError {
     Priority(PriorityError),
     /// The batch settings.
     Batch(BatchError),
+    /// The partitioning of a partitioned queue consumer.
+    Partition(PartitionError),
     /// An ordered replay with a `concurrency` above 1.
     OrderedConcurrency,
     /// An ordered replay that starts with new messages, or the last one only.
@@ -263,6 +265,7 @@ impl ConsumerError {
             }
             ConsumerError::DescriptionTooLong => DESCRIPTION_TOO_LONG,
             ConsumerError::Priority(error) => error.message(),
+            ConsumerError::Partition(error) => error.message(),
             ConsumerError::Batch(error) => error.message(),
             ConsumerError::OrderedConcurrency => ORDERED_CONCURRENCY,
             ConsumerError::OrderedDeliver => ORDERED_DELIVER,
@@ -332,6 +335,81 @@ impl PriorityError {
             PriorityError::Threshold => "min_pending and min_ack_pending must be at least 1",
             PriorityError::Push => {
                 "priority groups are for pull consumers; the server refuses them on a push consumer"
+            }
+        }
+    }
+}
+
+/// What is wrong with a partitioned queue consumer (`key`, `partitions`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum PartitionError {
+    /// A partition count outside [`PARTITIONS`](crate::partition::PARTITIONS).
+    Count,
+    /// A key of no token.
+    EmptyKey,
+    /// A key token the subject does not have: position `position` (from 1) of a subject
+    /// with `wildcards` `*` tokens.
+    KeyPastWildcards {
+        /// The position named.
+        position: u8,
+        /// How many `*` tokens the subject has.
+        wildcards: u8,
+    },
+    /// A key naming one token twice.
+    KeyRepeated {
+        /// The position named twice.
+        position: u8,
+    },
+    /// Not exactly one filter subject.
+    OneSubject,
+    /// A push consumer.
+    Push,
+    /// A priority policy of its own.
+    Priority,
+    /// A `max_ack_pending` of its own.
+    MaxAckPending,
+    /// A batch handler.
+    Batch,
+    /// `migrate_from`.
+    MigrateFrom,
+    /// A `concurrency` of its own.
+    Concurrency,
+}
+
+impl PartitionError {
+    /// What is wrong, in lowercase.
+    pub const fn message(&self) -> &'static str {
+        match self {
+            PartitionError::Count => {
+                "partitions must be 1 to 1024 (each partition is a consumer on the server; the count is fixed for the group)"
+            }
+            PartitionError::EmptyKey => {
+                "the key names no subject token: write the positions of the subject's `*` tokens it is made of, e.g. `key = \"{1}\"`"
+            }
+            PartitionError::KeyPastWildcards { .. } => {
+                "the key names a `*` token the subject does not have: the key is made of the subject's `*` tokens, counted from 1 (a subject without `*` has no key)"
+            }
+            PartitionError::KeyRepeated { .. } => "the key names one subject token twice",
+            PartitionError::OneSubject => {
+                "a partitioned consumer reads one subject, the one the stream's `{{partition(..)}}` transform routes"
+            }
+            PartitionError::Push => {
+                "partitions are pulled (each by the one replica the server pins); remove `delivery = \"push\"`"
+            }
+            PartitionError::Priority => {
+                "each partition is already a pinned client (one replica at a time); remove `priority`"
+            }
+            PartitionError::MaxAckPending => {
+                "each partition delivers one message at a time (that is the order per key); remove `max_ack_pending`"
+            }
+            PartitionError::Batch => {
+                "a partitioned consumer handles messages one at a time per partition; remove `batch`"
+            }
+            PartitionError::Concurrency => {
+                "a replica handles one message at a time per partition it holds, so its share of the partitions is its concurrency; remove `concurrency` (more partitions give more parallelism)"
+            }
+            PartitionError::MigrateFrom => {
+                "a partitioned consumer cannot migrate from another consumer yet: declare it under a new group beside the old one, and remove the old one once it has no pending messages"
             }
         }
     }

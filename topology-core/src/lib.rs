@@ -33,6 +33,7 @@ pub mod model;
 pub mod names;
 pub mod ordered;
 pub mod origin;
+pub mod partition;
 pub mod placement;
 mod prim;
 pub mod priority;

@@ -480,6 +480,9 @@ pub struct QueueDecl {
     pub priority: Option<Priority>,
     /// Messages handled in batches (`None`: one at a time).
     pub batch: Option<BatchDecl>,
+    /// Partitioned by key: the messages of one key handled one at a time, in stream order
+    /// (see [`partition`](crate::partition)).
+    pub partitioned: Option<crate::partition::Partitioning>,
 }
 
 impl QueueDecl {
@@ -499,6 +502,7 @@ impl QueueDecl {
             ack: None,
             priority: None,
             batch: None,
+            partitioned: None,
         }
     }
     /// Sets how messages are received (pull or push).
@@ -556,6 +560,12 @@ impl QueueDecl {
     /// not pulled for `ttl` (see [`Priority::PinnedClient`]).
     pub const fn pinned_client(mut self, ttl: Duration) -> Self {
         self.priority = Some(Priority::PinnedClient { ttl });
+        self
+    }
+    /// Partitioned by key: `partitions` partitions, keyed by the subject's `*` tokens at
+    /// positions `key` (from 1); see [`partition`](crate::partition).
+    pub const fn partitioned(mut self, partitions: u16, key: &'static [u8]) -> Self {
+        self.partitioned = Some(crate::partition::Partitioning::new(partitions, key));
         self
     }
     /// Spill-over instances take work only past the thresholds (see [`Priority::Overflow`]).

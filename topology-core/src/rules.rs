@@ -425,6 +425,9 @@ pub const fn check_consumer(decl: &ConsumerDecl) -> Result<(), ConsumerError> {
     {
         return Err(ConsumerError::Batch(error));
     }
+    if let Err(error) = crate::partition::check_partitioned_consumer(decl) {
+        return Err(ConsumerError::Partition(error));
+    }
     Ok(())
 }
 

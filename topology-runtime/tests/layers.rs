@@ -47,7 +47,7 @@ const LAYERS: &[(&str, &[&str])] = &[
 const RUN_LAYERS: &[(&str, &[&str])] = &[
     (
         "the pieces every task uses",
-        &["ensure", "relay", "signals"],
+        &["ensure", "relay", "shares", "signals"],
     ),
     ("the builder", &["builder"]),
     ("watchers", &["watchers"]),

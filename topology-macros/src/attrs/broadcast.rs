@@ -109,6 +109,8 @@ pub(crate) static BROADCAST_SPEC: Spec = Spec {
         ("backoff", "queue_consumer"),
         ("max_ack_pending", "queue_consumer"),
         ("max_waiting", "queue_consumer"),
+        ("partitions", "queue_consumer"),
+        ("key", "queue_consumer"),
         ("dead_letter", "queue_consumer"),
         ("migrate_from", "queue_consumer"),
         ("description", "queue_consumer"),

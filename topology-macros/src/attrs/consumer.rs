@@ -54,6 +54,8 @@ pub(crate) static QUEUE_SPEC: Spec = Spec {
         "min_ack_pending",
         "batch",
         "batch_wait",
+        "key",
+        "partitions",
         "publishes",
         "codec",
         "layer",
@@ -152,6 +154,9 @@ pub(crate) struct QueueAttrs {
     /// `batch` was written, even when its value was refused (its error already reported).
     pub batch_given: bool,
     pub batch_wait: Option<Dur>,
+    /// `key = "{1}"`: the subject tokens a partitioned consumer is keyed by.
+    pub key: Option<LitStr>,
+    pub partitions: Option<Int>,
 }
 
 /// `priority = ".."` and the keys that go with it, each with the token it was read from.
@@ -286,6 +291,12 @@ impl QueueAttrs {
             batch_wait: args
                 .key("batch_wait", "batch_wait = \"100ms\"")
                 .duration(true, cx),
+            key: args.key("key", "key = \"{1}\"").string(cx),
+            partitions: args.key("partitions", "partitions = 16").int(
+                topology_core::partition::PARTITIONS,
+                "the count is fixed per group: each partition is a consumer on the server",
+                cx,
+            ),
         }
     }
 }

@@ -38,6 +38,7 @@ pub(crate) fn queue(
         call("description", attrs.description.as_ref()),
         call("ack", attrs.ack.map(|v| variant("AckMode", v))),
         attrs.priority.as_ref().and_then(priority),
+        partitioned(attrs),
         attrs.batch.map(|size| {
             let size = size.value as u32;
             let wait = (attrs.batch_wait.as_ref()).map(|d| {
@@ -63,6 +64,14 @@ pub(crate) fn queue(
         broadcast: false,
     };
     consumer(&attrs.common, settings, item, handler)
+}
+
+/// `.partitioned(n, &[key..])` when both keys were read (and the key's tokens; reported
+/// otherwise).
+fn partitioned(attrs: &QueueAttrs) -> Option<TokenStream> {
+    let partitions = attrs.partitions?.value as u16;
+    let key = crate::value::partition_key(&attrs.key.as_ref()?.value()).ok()?;
+    Some(quote!(.partitioned(#partitions, &[#(#key),*])))
 }
 
 /// `.pinned_client(..)` or `.overflow(..)`; `None` when the policy was not read (reported).

@@ -380,3 +380,27 @@ pub(crate) fn ungroup(expr: &Expr) -> &Expr {
         other => other,
     }
 }
+
+/// The key's subject tokens (`"{1}"`, `"{1}.{3}"`): their positions, or what is wrong.
+pub(crate) fn partition_key(key: &str) -> Result<Vec<u8>, String> {
+    let mut positions = Vec::new();
+    let mut rest = key.trim();
+    while !rest.is_empty() {
+        let Some(inner) = rest.strip_prefix('{') else {
+            return Err(format!("{key:?} is not a key: write the subject's `*` tokens it is made of by position from 1, in braces: `key = \"{{1}}\"`, `key = \"{{1}}.{{2}}\"`"));
+        };
+        let Some((number, after)) = inner.split_once('}') else {
+            return Err(format!("{key:?} has an unclosed `{{`: write `key = \"{{1}}\"`"));
+        };
+        match number.trim().parse::<u8>() {
+            Ok(n) => positions.push(n),
+            Err(_) => {
+                return Err(format!(
+                    "`{{{number}}}` in {key:?} is not a token position: write the position of a `*` token of the subject, from 1, e.g. `{{1}}`"
+                ));
+            }
+        }
+        rest = after.trim_start_matches(|c: char| c == '.' || c == ',' || c.is_whitespace());
+    }
+    Ok(positions)
+}

@@ -18,6 +18,21 @@ impl Provisioner {
             return Ok(());
         };
         let version = self.server();
+        if version.has_priority_groups() == Some(false)
+            && let Some(partitioning) = queue.partitioned
+        {
+            // One partition of a partitioned group: its pin is what keeps the partition with one
+            // replica, and its order.
+            return Err(ProvisionError::new(
+                ProvisionErrorKind::Unsupported,
+                stream,
+                format!(
+                    "`partitions = {}` needs priority groups with a pinned client, which                      nats-server {version} lacks (2.11 or newer; on an older server every                      replica would read every partition, and the order per key would not hold):                      upgrade the servers, or remove `key` and `partitions` for a queue consumer                      without order per key",
+                    partitioning.partitions
+                ),
+            )
+            .consumer(queue.group));
+        }
         if version.has_priority_groups() == Some(false) {
             return Err(ProvisionError::new(
                 ProvisionErrorKind::Unsupported,

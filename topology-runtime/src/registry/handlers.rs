@@ -56,6 +56,9 @@ pub struct Consumer {
     pub(crate) batch: Option<SharedBatchHandler>,
     /// What the handler's `State<T>` arguments need; checked by `RuntimeBuilder::build`.
     pub(crate) states: &'static [StateKey],
+    /// The partition it reads, when it is one partition of a partitioned group (see
+    /// [`Topology::partitioned`](super::Topology::partitioned)).
+    pub partition: Option<super::partitions::PartitionOf>,
 }
 
 impl fmt::Debug for Consumer {
@@ -63,6 +66,7 @@ impl fmt::Debug for Consumer {
         f.debug_struct("Consumer")
             .field("decl", &self.decl)
             .field("states", &self.states)
+            .field("partition", &self.partition)
             .finish_non_exhaustive()
     }
 }

@@ -6,6 +6,7 @@ mod batches;
 mod buckets;
 mod handlers;
 mod layers;
+mod partitions;
 mod registrations;
 mod sorted;
 mod watches;
@@ -21,6 +22,7 @@ use crate::state::StateKey;
 pub(crate) use buckets::is_reserved_subject;
 pub use buckets::stream_of;
 pub use handlers::{Consumer, Endpoint, Subscription};
+pub use partitions::{PARTITION_PIN_TTL, PartitionOf, Route, route as partition_route};
 #[cfg(feature = "tower")]
 pub(crate) use layers::declared as declared_layer;
 pub use layers::{
@@ -355,6 +357,28 @@ impl Topology {
     }
 
     /// Sorts what was added out of order now, keeping one copy (a read sorts a copy).
+    /// The topology with each partitioned queue consumer replaced by the consumers of its
+    /// partitions (`<group>-p0` .. `<group>-p<n-1>`, in order), as the runtime provisions and
+    /// runs them, and as `plan` and the exports show them. A partitioned consumer whose stream
+    /// does not route it stays as it is: validation reports it.
+    pub fn partitioned(&self) -> Topology {
+        if !self.consumers.iter_added().any(|c| c.decl.as_queue().is_some_and(|q| q.partitioned.is_some())) {
+            return self.clone();
+        }
+        let mut topology = Topology {
+            consumers: SortedList::default(),
+            ..self.clone()
+        };
+        for consumer in self.consumers.get() {
+            let stream = self.find_stream(consumer.decl.stream.name());
+            match partitions::expand(consumer, stream) {
+                Some(partitions) => partitions.into_iter().for_each(|p| topology.consumers.push(p)),
+                None => topology.consumers.push(consumer.clone()),
+            }
+        }
+        topology
+    }
+
     pub(crate) fn sort_in_place(&mut self) {
         self.streams.sort_in_place();
         self.buckets.sort_in_place();
@@ -444,6 +468,7 @@ impl Topology {
             handler,
             batch,
             states,
+            partition: None,
         });
     }
 }

@@ -171,6 +171,8 @@ pub(crate) async fn plan_with(
     provisioner: &Provisioner,
     topology: &Topology,
 ) -> Result<Plan, ProvisionError> {
+    // A partitioned consumer is provisioned as the consumers of its partitions.
+    let topology = &topology.partitioned();
     let mut items = Vec::new();
     for decl in topology.streams() {
         let server = provisioner.read_stream(decl.name).await?;

@@ -20,6 +20,7 @@ mod consume;
 mod ensure;
 mod relay;
 mod serve;
+mod shares;
 mod signals;
 mod tasks;
 mod watchers;
@@ -84,6 +85,8 @@ pub(crate) struct Inner {
     pub(crate) instance: String,
     /// The overflow queue consumers (by group) this instance spills over for.
     pub(crate) spill_over: Vec<String>,
+    /// The partitioned groups, and which of their partitions this replica holds.
+    pub(crate) shares: shares::Shares,
     /// The handler whose supervisor a test wants to panic once it runs.
     #[cfg(feature = "test-hooks")]
     pub(crate) panic_supervisor: std::sync::Mutex<Option<String>>,

@@ -11,7 +11,7 @@ use tokio::task::{self, JoinError, JoinSet};
 use tokio_util::sync::CancellationToken;
 
 use super::Inner;
-use super::consume::supervise;
+use super::consume::{hold, share, supervise};
 use super::serve::{serve_service, serve_subscription};
 use super::watchers::{supervise_stream, watch_denials, watch_reach, watch_writes};
 use crate::handler::panic_message;
@@ -36,6 +36,8 @@ enum Kind {
     Denials,
     /// The stream watch (whether each declared stream takes writes).
     Writes,
+    /// The membership of the partitioned group at this index of `Shares::groups`.
+    Members(usize),
 }
 
 /// The tasks of one run.
@@ -68,6 +70,9 @@ impl Tasks {
         for index in 0..tasks.inner.ensurer.topology().consumers().len() {
             tasks.spawn(Kind::Consumer(index), None);
         }
+        for index in 0..tasks.inner.shares.groups.len() {
+            tasks.spawn(Kind::Members(index), None);
+        }
         for index in 0..tasks.inner.ensurer.unread_streams().len() {
             tasks.spawn(Kind::Stream(index), None);
         }
@@ -95,6 +100,10 @@ impl Tasks {
             // Each kind boxed: a task is as large as its largest kind otherwise, and a
             // consumer's would carry a service's bytes.
             match kind {
+                // A partition's consumer runs while this replica holds the partition.
+                Kind::Consumer(index) if inner.shares.is_partition(index) => {
+                    Box::pin(hold(inner, index, cancel, fatal)).await
+                }
                 Kind::Consumer(index) => {
                     #[cfg(feature = "test-hooks")]
                     let supervised = hooks::panic_once_running(
@@ -106,6 +115,7 @@ impl Tasks {
                     let supervised = supervise(inner, index, cancel, fatal);
                     Box::pin(supervised).await
                 }
+                Kind::Members(index) => Box::pin(share(inner, index, cancel)).await,
                 Kind::Stream(index) => {
                     let stream = inner.ensurer.unread_streams()[index];
                     Box::pin(supervise_stream(inner, stream, cancel, fatal)).await
@@ -172,6 +182,14 @@ impl Tasks {
                         "{why}; restarting it in {delay:?} (restart {attempt})"
                     )),
                 });
+            }
+            Kind::Members(index) => {
+                let group = &self.inner.shares.groups[index];
+                tracing::error!(
+                    stream = group.stream,
+                    group = group.group,
+                    "{why}; restarting the partitioned group's membership in {delay:?}"
+                );
             }
             Kind::Stream(index) => {
                 let stream = self.inner.ensurer.unread_streams()[index];

@@ -70,6 +70,13 @@ pub mod names {
     pub const STREAM_WRITABLE: &str = "nats_topology_stream_writable";
     /// Counter: times a declared stream was found taking no writes; label `stream`.
     pub const STREAM_UNWRITABLE: &str = "nats_topology_stream_unwritable_total";
+    /// Gauge: how many partitions of a partitioned group this replica holds; labels
+    /// `stream`, `group` (the group as declared). Each partition's own metrics carry
+    /// `consumer = <group>-p<n>`: its lag is that consumer's pending messages.
+    pub const PARTITIONS_HELD: &str = "nats_topology_partitions_held";
+    /// Counter: times this replica's share of a partitioned group changed (it took or
+    /// released partitions); labels `stream`, `group`.
+    pub const PARTITION_REBALANCES: &str = "nats_topology_partition_rebalances_total";
 }
 
 /// Describes every metric (help text and unit) to the installed recorder.
@@ -174,6 +181,26 @@ pub fn describe() {
         Unit::Count,
         "Times the stream was found taking no writes."
     );
+    metrics::describe_gauge!(
+        PARTITIONS_HELD,
+        Unit::Count,
+        "Partitions of the partitioned group this replica holds."
+    );
+    metrics::describe_counter!(
+        PARTITION_REBALANCES,
+        Unit::Count,
+        "Times this replica's share of the partitioned group changed."
+    );
+}
+
+/// Records that this replica holds `held` partitions of `group` on `stream`; `changed`: its
+/// share just changed (a rebalance, counted).
+pub(crate) fn partitions_held(stream: &str, group: &str, held: usize, changed: bool) {
+    let labels = [("stream", stream.to_owned()), ("group", group.to_owned())];
+    metrics::gauge!(names::PARTITIONS_HELD, &labels).set(held as f64);
+    if changed {
+        metrics::counter!(names::PARTITION_REBALANCES, &labels).increment(1);
+    }
 }
 
 /// Records whether `stream` takes writes, as a read of it said; `changed`: it said

@@ -17,7 +17,8 @@ mod serving;
 mod trace;
 
 pub(crate) use metrics::{
-    ConsumerMetrics, LagGauges, Running, consumer_label, permission_violation, stream_writes,
+    ConsumerMetrics, LagGauges, Running, consumer_label, partitions_held, permission_violation,
+    stream_writes,
 };
 pub use metrics::{describe, names};
 pub(crate) use serving::{EndpointMetrics, SubscriptionMetrics};

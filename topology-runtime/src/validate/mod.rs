@@ -172,7 +172,8 @@ fn check_consumer(
     declared: &[&StreamDecl],
     problems: &mut Problems,
 ) {
-    if let Err(e) = rules::check_consumer(decl) {
+    let own_rules = rules::check_consumer(decl);
+    if let Err(e) = own_rules {
         problems.push(consumer_at(decl), e.message());
     }
     let Some(stream) = stream else {
@@ -208,6 +209,13 @@ fn check_consumer(
             ),
         ),
         Err(e) => problems.push(consumer_at(decl), e.message()),
+    }
+    // A partitioned consumer reads partitions its stream writes into the stored subjects.
+    if let (Ok(()), Some(queue)) = (own_rules, decl.as_queue())
+        && let (Some(partitioning), [subject]) = (&queue.partitioned, decl.subjects)
+        && let Err(why) = crate::registry::partition_route(stream, subject, partitioning)
+    {
+        problems.push(consumer_at(decl), why);
     }
 }
 

@@ -284,6 +284,8 @@ impl RuntimeBuilder {
         if !problems.is_empty() {
             return Err(ValidationError { problems });
         }
+        // A partitioned consumer runs as the consumers of its partitions.
+        let topology = topology.partitioned();
         let instance = instance_id();
         let api = api.unwrap_or_default();
         let provisioner =
@@ -353,6 +355,7 @@ impl RuntimeBuilder {
                 Arc::new(slot)
             })
             .collect();
+        let shares = crate::run::shares::Shares::of(ensurer.topology());
         Ok(Runtime {
             inner: Arc::new(Inner {
                 client: self.client,
@@ -365,6 +368,7 @@ impl RuntimeBuilder {
                     subscriptions,
                     shared,
                 },
+                shares,
                 instance,
                 spill_over: self.spill_over,
                 #[cfg(feature = "test-hooks")]

@@ -17,6 +17,8 @@
 //! - `dead_letter`: a message that will not be handled, published with its error.
 //! - `outcome`: one observer of each message's outcome for health, metrics and resume.
 //! - `replay`: an ordered replay's own place in its stream.
+//! - `partitions`: a partitioned group's membership, and each partition's supervisor, run
+//!   while this replica holds it.
 
 mod ack;
 mod dead_letter;
@@ -27,10 +29,12 @@ mod flow;
 mod loss;
 mod meta;
 mod outcome;
+mod partitions;
 mod pull;
 mod pump;
 mod replay;
 mod resume;
 mod supervise;
 
+pub(super) use partitions::{hold, share};
 pub(super) use supervise::supervise;

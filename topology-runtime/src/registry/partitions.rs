@@ -1,0 +1,244 @@
+//! A partitioned queue consumer read as what it is on the server: one durable consumer per
+//! partition, filtered on the partition token its stream's `subject_transform` writes into
+//! each stored subject, each a pinned client delivering one message at a time (see
+//! `topology_core::partition` and docs/PARTITIONS.md).
+
+use std::time::Duration;
+
+use topology_core::model::{ConsumerDecl, ConsumerKind, QueueDecl, StreamDecl};
+use topology_core::partition::Partitioning;
+
+use super::Consumer;
+
+/// How long a partition's pin outlives the last pull request of the replica holding it: the
+/// bound within which survivors take over a dead replica's partitions.
+pub const PARTITION_PIN_TTL: Duration = Duration::from_secs(3);
+
+/// One partition of a partitioned group, on the consumer that reads it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PartitionOf {
+    /// The group as declared (each partition's durable is `<group>-p<index>`).
+    pub group: &'static str,
+    /// This partition, from 0.
+    pub index: u16,
+    /// How many the group has.
+    pub of: u16,
+}
+
+/// A token of the stream's transform destination, as a partition's filter reads it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Token {
+    /// Written as it is.
+    Literal(String),
+    /// A source wildcard, written again: any value (`*`), or the trailing `>`.
+    Any(&'static str),
+    /// The partition number.
+    Partition,
+}
+
+/// How a partitioned consumer's messages are stored: the destination of its stream's
+/// transform, by token.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Route {
+    tokens: Vec<Token>,
+}
+
+impl Route {
+    /// The filter subject of partition `index`: the stored subjects it holds.
+    pub fn filter(&self, index: u16) -> String {
+        let tokens = self.tokens.iter().map(|token| match token {
+            Token::Literal(literal) => literal.clone(),
+            Token::Any(any) => (*any).to_owned(),
+            Token::Partition => index.to_string(),
+        });
+        tokens.collect::<Vec<_>>().join(".")
+    }
+}
+
+/// The route of the partitioned consumer reading `subject` by `partitioning` through
+/// `stream`'s `subject_transform`; why the stream cannot carry the partition otherwise (what
+/// is wrong and the transform to declare).
+pub fn route(
+    stream: &StreamDecl,
+    subject: &str,
+    partitioning: &Partitioning,
+) -> Result<Route, String> {
+    let wanted = wanted_transform(subject, partitioning);
+    let fix = format!(
+        "declare on stream `{}`: `subject_transform = {{ src = \"{subject}\", dest = \"{wanted}\" }}` (the partition becomes the first token of each stored subject; other consumers of the stream filter on stored subjects, e.g. `*.{subject}`)",
+        stream.name
+    );
+    let Some(transform) = stream.subject_transform else {
+        return Err(format!(
+            "stream `{}` stores `{subject}` as published, so no consumer can read one partition of it: {fix}",
+            stream.name
+        ));
+    };
+    if transform.src != subject {
+        return Err(format!(
+            "stream `{}` rewrites `{}`, not the consumer's subject `{subject}`: {fix}",
+            stream.name, transform.src
+        ));
+    }
+    let argument = format!("{{{{partition({},{})}}}}", partitioning.partitions, key_list(partitioning));
+    let mut tokens = Vec::new();
+    let mut partitions = 0;
+    for token in transform.dest.split('.') {
+        let squeezed: String = token.chars().filter(|c| !c.is_whitespace()).collect();
+        if topology_core::transform::is_partition(token) {
+            if !squeezed.eq_ignore_ascii_case(&argument) {
+                return Err(format!(
+                    "stream `{}` routes by `{token}`, not by this consumer's key and partition count (`{argument}`): the count is fixed per group, and the key must be the one the stream routes by; {fix}",
+                    stream.name
+                ));
+            }
+            partitions += 1;
+            tokens.push(Token::Partition);
+        } else if token == ">" {
+            tokens.push(Token::Any(">"));
+        } else if is_wildcard_reference(&squeezed) {
+            tokens.push(Token::Any("*"));
+        } else if token.contains("{{") || token.starts_with('$') {
+            return Err(format!(
+                "stream `{}` writes `{token}` into its stored subjects, which a partition's filter cannot name: a partitioned route keeps the subject's tokens as they are (`$n` or `{{{{wildcard(n)}}}}`) beside the partition; {fix}",
+                stream.name
+            ));
+        } else {
+            tokens.push(Token::Literal(token.to_owned()));
+        }
+    }
+    if partitions != 1 {
+        return Err(format!(
+            "stream `{}` writes {partitions} partition tokens into `{}`; a route has exactly one: {fix}",
+            stream.name, transform.dest
+        ));
+    }
+    Ok(Route { tokens })
+}
+
+/// The transform a stream declares for `subject` partitioned by `partitioning`.
+fn wanted_transform(subject: &str, partitioning: &Partitioning) -> String {
+    let mut wildcard = 0;
+    let rest = subject.split('.').map(|token| match token {
+        "*" => {
+            wildcard += 1;
+            format!("{{{{wildcard({wildcard})}}}}")
+        }
+        other => other.to_owned(),
+    });
+    let rest: Vec<String> = rest.collect();
+    format!(
+        "{{{{partition({},{})}}}}.{}",
+        partitioning.partitions,
+        key_list(partitioning),
+        rest.join(".")
+    )
+}
+
+fn key_list(partitioning: &Partitioning) -> String {
+    let key = partitioning.key.iter().map(u8::to_string);
+    key.collect::<Vec<_>>().join(",")
+}
+
+/// `$n` or `{{wildcard(n)}}` (spaces removed).
+fn is_wildcard_reference(token: &str) -> bool {
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    if let Some(n) = token.strip_prefix('$') {
+        return digits(n);
+    }
+    let lower = token.to_ascii_lowercase();
+    lower
+        .strip_prefix("{{wildcard(")
+        .and_then(|rest| rest.strip_suffix(")}}"))
+        .is_some_and(digits)
+}
+
+/// The consumers of `consumer`'s partitions, when it is partitioned and its stream routes it
+/// (`None` otherwise: validation reports why). Their names and filters are leaked: built once
+/// per runtime, they live as long as it.
+pub(super) fn expand(consumer: &Consumer, stream: Option<&StreamDecl>) -> Option<Vec<Consumer>> {
+    let queue = consumer.decl.as_queue()?;
+    let partitioning = queue.partitioned?;
+    let subject = *consumer.decl.subjects.first()?;
+    let route = route(stream?, subject, &partitioning).ok()?;
+    let leak = |s: String| -> &'static str { Box::leak(s.into_boxed_str()) };
+    let partitions = (0..partitioning.partitions).map(|index| {
+        let filter: &'static [&'static str] = Box::leak(Box::new([leak(route.filter(index))]));
+        let mut partition: QueueDecl = *queue;
+        partition.group = leak(format!("{}-p{index}", queue.group));
+        partition = partition
+            .pinned_client(PARTITION_PIN_TTL)
+            .max_ack_pending(1);
+        let mut decl: ConsumerDecl = consumer.decl;
+        decl.subjects = filter;
+        // One message at a time: what the server delivers anyway (`max_ack_pending = 1`).
+        decl.concurrency = Some(1);
+        decl.kind = ConsumerKind::Queue(partition);
+        Consumer {
+            decl,
+            handler: consumer.handler.clone(),
+            batch: None,
+            states: consumer.states,
+            partition: Some(PartitionOf {
+                group: queue.group,
+                index,
+                of: partitioning.partitions,
+            }),
+        }
+    });
+    Some(partitions.collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use topology_core::model::SubjectTransform;
+
+    const PARTITIONS: Partitioning = Partitioning::new(16, &[1]);
+
+    fn stream(transform: Option<SubjectTransform>) -> StreamDecl {
+        let decl = StreamDecl::new("ORDERS", &["orders.*.paid"]);
+        match transform {
+            Some(t) => decl.subject_transform(t),
+            None => decl,
+        }
+    }
+
+    #[test]
+    fn a_route_gives_each_partition_its_filter() {
+        let decl = stream(Some(SubjectTransform::new(
+            "orders.*.paid",
+            "{{partition(16,1)}}.orders.{{wildcard(1)}}.paid",
+        )));
+        let route = route(&decl, "orders.*.paid", &PARTITIONS).unwrap();
+        assert_eq!(route.filter(3), "3.orders.*.paid");
+        let spaced = stream(Some(SubjectTransform::new(
+            "orders.*.paid",
+            "orders.$1.paid.{{ partition(16, 1) }}",
+        )));
+        let route = super::route(&spaced, "orders.*.paid", &PARTITIONS).unwrap();
+        assert_eq!(route.filter(15), "orders.*.paid.15");
+    }
+
+    #[test]
+    fn a_stream_that_cannot_carry_the_partition_says_what_to_declare() {
+        let wanted = "subject_transform = { src = \"orders.*.paid\", dest = \"{{partition(16,1)}}.orders.{{wildcard(1)}}.paid\" }";
+        let none = route(&stream(None), "orders.*.paid", &PARTITIONS).unwrap_err();
+        assert!(none.contains("stores `orders.*.paid` as published") && none.contains(wanted), "{none}");
+        let other_count = stream(Some(SubjectTransform::new(
+            "orders.*.paid",
+            "{{partition(8,1)}}.orders.$1.paid",
+        )));
+        let error = route(&other_count, "orders.*.paid", &PARTITIONS).unwrap_err();
+        assert!(error.contains("`{{partition(16,1)}}`") && error.contains(wanted), "{error}");
+        let other_subject = stream(Some(SubjectTransform::new("orders.>", "{{partition(16,1)}}.>")));
+        let error = route(&other_subject, "orders.*.paid", &PARTITIONS).unwrap_err();
+        assert!(error.contains("rewrites `orders.>`"), "{error}");
+        let split = stream(Some(SubjectTransform::new(
+            "orders.*.paid",
+            "{{partition(16,1)}}.{{split(1,-)}}.paid",
+        )));
+        let error = route(&split, "orders.*.paid", &PARTITIONS).unwrap_err();
+        assert!(error.contains("`{{split(1,-)}}`"), "{error}");
+    }
+}

@@ -1,0 +1,205 @@
+//! Partitioned queue consumers at run time (docs/PARTITIONS.md):
+//!
+//! - [`share`]: the group's membership, one task per partitioned group. Each replica keeps a
+//!   key of its own in the membership bucket (`ntopo_members`, whose `max_age` drops the key
+//!   of a replica that stops renewing it), reads the group's keys every beat, and holds the
+//!   partitions [`assign`](crate::run::shares::assign) gives it among them.
+//! - [`hold`]: one partition's supervisor, run while this replica holds the partition and
+//!   drained (in-flight messages settled, the pin released) when it no longer does.
+//!
+//! Exclusivity is the server's: every partition is a pinned client, so two replicas that
+//! both believe they hold it (their views of the members differ for a beat) have one pinned
+//! and the other standing by; order is the server's too: one message at a time per partition.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_nats::jetstream::{self, kv};
+use futures::StreamExt;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use super::supervise::supervise;
+use crate::health::ConsumerState;
+use crate::provision::ProvisionError;
+use crate::run::Inner;
+use crate::run::shares::{Group, assign};
+
+/// The bucket every partitioned group's members keep their keys in.
+pub(crate) const MEMBERS_BUCKET: &str = "ntopo_members";
+
+/// How often a member renews its key and reads the others'.
+pub(crate) const MEMBER_BEAT: Duration = Duration::from_secs(1);
+
+/// How long a member's key lives without renewal (the bucket's `max_age`): a replica that
+/// died or was cut off is dropped from the members this long after its last renewal.
+pub(crate) const MEMBER_TTL: Duration = Duration::from_secs(3);
+
+/// How long a drained replica waits for its key's removal before leaving it to `MEMBER_TTL`.
+const LEAVE_WAIT: Duration = Duration::from_secs(1);
+
+/// Runs the membership of `inner.shares.groups[group]` until `cancel`: renews this replica's
+/// key, reads the members, holds this replica's share. On `cancel`, removes the key first, so
+/// that the others take its partitions as soon as its drains release them.
+pub(in crate::run) async fn share(inner: Arc<Inner>, group: usize, cancel: CancellationToken) {
+    let group = &inner.shares.groups[group];
+    let key = format!("{}.{}.{}", group.stream, group.group, inner.instance);
+    let js = inner.ensurer.provisioner().jetstream().clone();
+    let mut beat = tokio::time::interval(MEMBER_BEAT);
+    beat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut bucket: Option<kv::Store> = None;
+    loop {
+        tokio::select! {
+            _ = beat.tick() => {}
+            _ = cancel.cancelled() => break,
+        }
+        let store = match &bucket {
+            Some(store) => store,
+            None => match Box::pin(open_bucket(&js, group)).await {
+                Ok(store) => bucket.insert(store),
+                Err(error) => {
+                    tracing::warn!(stream = group.stream, group = group.group, bucket = MEMBERS_BUCKET, error, "cannot open the partition members' bucket; holding what this replica holds, asking again");
+                    continue;
+                }
+            },
+        };
+        if let Err(e) = store.put(key.as_str(), inner.instance.clone().into()).await {
+            tracing::debug!(stream = group.stream, group = group.group, error = %e, "could not renew this replica's membership");
+        }
+        match Box::pin(members(&js, group)).await {
+            Ok(members) => apply(&inner, group, &members),
+            Err(error) => {
+                tracing::debug!(stream = group.stream, group = group.group, error, "could not read the partition members; keeping the current share");
+            }
+        }
+    }
+    if bucket.is_some() {
+        // Purged rather than deleted: a delete leaves a marker under the key until `max_age`,
+        // which the others would read as a member.
+        let subject = format!("$KV.{MEMBERS_BUCKET}.{key}");
+        let purge = async {
+            let stream = js.get_stream(format!("KV_{MEMBERS_BUCKET}")).await?;
+            stream.purge().filter(subject).await?;
+            Ok::<_, async_nats::Error>(())
+        };
+        match tokio::time::timeout(LEAVE_WAIT, purge).await {
+            Ok(Ok(())) => tracing::info!(stream = group.stream, group = group.group, "left the partitioned group: the others take this replica's partitions"),
+            Ok(Err(e)) => tracing::warn!(stream = group.stream, group = group.group, error = %e, "could not leave the partitioned group; the others take its partitions after {MEMBER_TTL:?}"),
+            Err(_) => tracing::warn!(stream = group.stream, group = group.group, "no answer leaving the partitioned group; the others take its partitions after {MEMBER_TTL:?}"),
+        }
+    }
+}
+
+/// The members' bucket, created when missing (with the group stream's replicas).
+async fn open_bucket(js: &jetstream::Context, group: &Group) -> Result<kv::Store, String> {
+    if let Ok(store) = js.get_key_value(MEMBERS_BUCKET).await {
+        return Ok(store);
+    }
+    let config = kv::Config {
+        bucket: MEMBERS_BUCKET.to_owned(),
+        description: "nats-topology: the replicas of each partitioned consumer group".to_owned(),
+        history: 1,
+        max_age: MEMBER_TTL,
+        num_replicas: group.replicas.max(1),
+        ..Default::default()
+    };
+    match js.create_key_value(config).await {
+        Ok(store) => Ok(store),
+        // Another replica created it meanwhile.
+        Err(create) => js
+            .get_key_value(MEMBERS_BUCKET)
+            .await
+            .map_err(|_| create.to_string()),
+    }
+}
+
+/// The group's members (instance ids, sorted): the keys under `<stream>.<group>.` in the
+/// bucket, read from the stream's subjects in one request.
+async fn members(js: &jetstream::Context, group: &Group) -> Result<Vec<String>, String> {
+    let prefix = format!("$KV.{MEMBERS_BUCKET}.{}.{}.", group.stream, group.group);
+    let stream = js
+        .get_stream(format!("KV_{MEMBERS_BUCKET}"))
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut subjects = stream
+        .info_with_subjects(format!("{prefix}*"))
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut members = Vec::new();
+    while let Some(subject) = subjects.next().await {
+        let (subject, _) = subject.map_err(|e| e.to_string())?;
+        if let Some(member) = subject.strip_prefix(&prefix) {
+            members.push(member.to_owned());
+        }
+    }
+    members.sort();
+    members.dedup();
+    Ok(members)
+}
+
+/// Holds this replica's share of `group` among `members`.
+fn apply(inner: &Inner, group: &Group, members: &[String]) {
+    let Ok(me) = members.binary_search(&inner.instance) else {
+        // Its own key not listed yet (the renewal failed): changes nothing.
+        return;
+    };
+    let holders = assign(members, group.consumers.len() as u16);
+    let held: Vec<bool> = holders.iter().map(|h| *h == me).collect();
+    let changed = inner.shares.hold(group, &held);
+    // The partitions another replica holds stand by here (ready to take them), from the
+    // first read of the members on.
+    for (&index, held) in group.consumers.iter().zip(&held) {
+        let slot = &inner.health.slots[index];
+        if !held && matches!(slot.state(), ConsumerState::Starting) {
+            slot.standby(true);
+            slot.transition(ConsumerState::Standby);
+        }
+    }
+    let holding = inner.shares.held(group);
+    if changed > 0 {
+        tracing::info!(stream = group.stream, group = group.group, members = members.len(), partitions = ?holding, "partitions rebalanced: this replica holds {} of {}", holding.len(), group.consumers.len());
+    }
+    crate::telemetry::partitions_held(group.stream, group.group, holding.len(), changed > 0);
+}
+
+/// Supervises the partition read by the consumer at `index` while this replica holds it;
+/// stands by (ready) while another does. A release drains the session: its in-flight message
+/// is settled (or given back at the grace period), its pin released, before another replica
+/// is delivered anything of the partition.
+pub(in crate::run) async fn hold(
+    inner: Arc<Inner>,
+    index: usize,
+    cancel: CancellationToken,
+    fatal: mpsc::UnboundedSender<ProvisionError>,
+) {
+    let Some(mut held) = inner.shares.follow(index) else {
+        return Box::pin(supervise(inner, index, cancel, fatal)).await;
+    };
+    let slot = inner.health.slots[index].clone();
+    loop {
+        tokio::select! {
+            gone = async { held.wait_for(|held| *held).await.is_err() } => if gone { return },
+            _ = cancel.cancelled() => {
+                slot.transition(ConsumerState::Stopped { error: None });
+                return;
+            }
+        }
+        let session = cancel.child_token();
+        let mut supervised = Box::pin(supervise(inner.clone(), index, session.clone(), fatal.clone()));
+        tokio::select! {
+            () = &mut supervised => return,
+            gone = async { held.wait_for(|held| !*held).await.is_err() } => {
+                session.cancel();
+                supervised.await;
+                if gone || cancel.is_cancelled() {
+                    return;
+                }
+            }
+        }
+        if matches!(slot.state(), ConsumerState::Stopped { error: Some(_) }) {
+            return;
+        }
+        slot.standby(true);
+        slot.transition(ConsumerState::Standby);
+    }
+}

@@ -1,0 +1,165 @@
+//! Which partitions of each partitioned group this replica holds: the groups, one flag per
+//! partition consumer (set by the group's membership task, read by the partition's
+//! supervisor), and the assignment every replica computes alike from the same members.
+
+use std::collections::BTreeMap;
+
+use tokio::sync::watch;
+
+use crate::hash::fnv1a;
+use crate::registry::Topology;
+
+/// A partitioned group as this runtime runs it.
+#[derive(Debug)]
+pub(crate) struct Group {
+    pub(crate) stream: &'static str,
+    pub(crate) group: &'static str,
+    /// The consumer index of each partition, by partition.
+    pub(crate) consumers: Vec<usize>,
+    /// The replicas of the group's stream (the membership bucket gets as many).
+    pub(crate) replicas: usize,
+}
+
+/// Every partitioned group, and whether this replica holds each partition.
+#[derive(Debug, Default)]
+pub(crate) struct Shares {
+    pub(crate) groups: Vec<Group>,
+    /// By consumer index: `Some` for a partition's consumer (true while this replica holds
+    /// it), `None` for any other consumer.
+    held: Vec<Option<watch::Sender<bool>>>,
+}
+
+impl Shares {
+    /// The partitioned groups of a topology whose partitioned consumers were replaced by
+    /// their partitions ([`Topology::partitioned`]). Nothing is held until membership says so.
+    pub(crate) fn of(topology: &Topology) -> Shares {
+        let mut groups: BTreeMap<(&str, &str), Group> = BTreeMap::new();
+        let mut held = Vec::new();
+        for (index, consumer) in topology.consumers().iter().enumerate() {
+            let Some(partition) = consumer.partition else {
+                held.push(None);
+                continue;
+            };
+            held.push(Some(watch::Sender::new(false)));
+            let stream = consumer.decl.stream.name();
+            let replicas = (topology.find_stream(stream))
+                .and_then(|s| s.replicas)
+                .map_or(1, |r| r as usize);
+            let group = groups
+                .entry((stream, partition.group))
+                .or_insert_with(|| Group {
+                    stream,
+                    group: partition.group,
+                    consumers: vec![usize::MAX; usize::from(partition.of)],
+                    replicas,
+                });
+            group.consumers[usize::from(partition.index)] = index;
+        }
+        Shares {
+            groups: groups.into_values().collect(),
+            held,
+        }
+    }
+
+    /// Whether the consumer at `index` is a partition's.
+    pub(crate) fn is_partition(&self, index: usize) -> bool {
+        matches!(self.held.get(index), Some(Some(_)))
+    }
+
+    /// Follows whether this replica holds the partition read by the consumer at `index`.
+    pub(crate) fn follow(&self, index: usize) -> Option<watch::Receiver<bool>> {
+        self.held.get(index)?.as_ref().map(watch::Sender::subscribe)
+    }
+
+    /// Sets which of `group`'s partitions this replica holds (`held[p]` for partition `p`);
+    /// returns how many changed hands here (taken or released).
+    pub(crate) fn hold(&self, group: &Group, held: &[bool]) -> usize {
+        let mut changed = 0;
+        for (partition, &index) in group.consumers.iter().enumerate() {
+            let Some(Some(flag)) = self.held.get(index) else {
+                continue;
+            };
+            let now = held.get(partition).copied().unwrap_or(false);
+            if flag.send_if_modified(|was| std::mem::replace(was, now) != now) {
+                changed += 1;
+            }
+        }
+        changed
+    }
+
+    /// Which partitions of `group` this replica holds now.
+    pub(crate) fn held(&self, group: &Group) -> Vec<u16> {
+        let held = group.consumers.iter().enumerate().filter(|(_, index)| {
+            matches!(self.held.get(**index), Some(Some(flag)) if *flag.borrow())
+        });
+        held.map(|(p, _)| p as u16).collect()
+    }
+}
+
+/// Who holds each of `partitions` partitions among `members` (sorted, distinct): the index
+/// of a member per partition. Every replica computes the same from the same members. Even:
+/// no member holds more than `ceil(partitions / members)`; sticky: a member joining or
+/// leaving moves few partitions beyond those it takes or frees (each partition goes to the
+/// member ranking it highest that has room, ranks hashed from member and partition).
+pub(crate) fn assign(members: &[String], partitions: u16) -> Vec<usize> {
+    if members.is_empty() {
+        return Vec::new();
+    }
+    let room = usize::from(partitions).div_ceil(members.len());
+    let mut load = vec![0usize; members.len()];
+    (0..partitions)
+        .map(|partition| {
+            let rank = |m: &usize| {
+                let mut bytes = members[*m].as_bytes().to_vec();
+                bytes.extend_from_slice(&partition.to_be_bytes());
+                fnv1a(&bytes)
+            };
+            let mut order: Vec<usize> = (0..members.len()).collect();
+            order.sort_by_key(|m| std::cmp::Reverse(rank(m)));
+            let member = order
+                .into_iter()
+                .find(|m| load[*m] < room)
+                .unwrap_or_default();
+            load[member] += 1;
+            member
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn members(n: usize) -> Vec<String> {
+        let mut members: Vec<String> = (0..n).map(|i| format!("{:016x}", i * 7919 + 13)).collect();
+        members.sort();
+        members
+    }
+
+    #[test]
+    fn every_partition_has_one_holder_and_shares_are_even() {
+        for n in 1..=7 {
+            let members = members(n);
+            let holders = assign(&members, 16);
+            assert_eq!(holders.len(), 16);
+            let room = 16usize.div_ceil(n);
+            for m in 0..n {
+                let load = holders.iter().filter(|h| **h == m).count();
+                assert!(load <= room, "{n} members: member {m} holds {load} > {room}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_member_leaving_moves_little_besides_its_own() {
+        let four = members(4);
+        let before = assign(&four, 16);
+        let three: Vec<String> = four[..3].to_vec();
+        let after = assign(&three, 16);
+        let moved = (0..16)
+            .filter(|&p| before[p] != 3 && four[before[p]] != three[after[p]])
+            .count();
+        // Even shares may move a few more than the leaver's; never most of them.
+        assert!(moved <= 4, "{moved} partitions moved between members that stayed");
+    }
+}
