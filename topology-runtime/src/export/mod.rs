@@ -116,6 +116,8 @@ debug_as_display!(ExportError);
 /// The stream and consumer configurations the runtime provisions for `topology`, built by the
 /// same code (no server needed).
 pub fn nats_json(topology: &Topology) -> NatsJson {
+    // A partitioned consumer is provisioned as the consumers of its partitions.
+    let topology = &topology.partitioned();
     let streams = topology
         .streams()
         .iter()

@@ -22,7 +22,10 @@ use crate::state::StateKey;
 pub(crate) use buckets::is_reserved_subject;
 pub use buckets::stream_of;
 pub use handlers::{Consumer, Endpoint, Subscription};
-pub use partitions::{PARTITION_PIN_TTL, PartitionOf, Route, route as partition_route};
+pub use partitions::{
+    MEMBER_BEAT, MEMBER_TTL, MEMBERS_BUCKET, PARTITION_PIN_TTL, PartitionOf, Route,
+    route as partition_route,
+};
 #[cfg(feature = "tower")]
 pub(crate) use layers::declared as declared_layer;
 pub use layers::{
@@ -369,12 +372,21 @@ impl Topology {
             consumers: SortedList::default(),
             ..self.clone()
         };
+        let mut replicas = None;
         for consumer in self.consumers.get() {
             let stream = self.find_stream(consumer.decl.stream.name());
             match partitions::expand(consumer, stream) {
-                Some(partitions) => partitions.into_iter().for_each(|p| topology.consumers.push(p)),
+                Some(partitions) => {
+                    let stream_replicas = stream.and_then(|s| s.replicas).unwrap_or(1);
+                    replicas = replicas.max(Some(stream_replicas));
+                    partitions.into_iter().for_each(|p| topology.consumers.push(p));
+                }
                 None => topology.consumers.push(consumer.clone()),
             }
+        }
+        if let Some(replicas) = replicas {
+            topology.add_bucket(partitions::members_bucket(replicas));
+            topology.sort_in_place();
         }
         topology
     }

@@ -5,7 +5,8 @@
 
 use std::time::Duration;
 
-use topology_core::model::{ConsumerDecl, ConsumerKind, QueueDecl, StreamDecl};
+use topology_core::bucket::BucketDecl;
+use topology_core::model::{ConsumerDecl, ConsumerKind, QueueDecl, Storage, StreamDecl};
 use topology_core::partition::Partitioning;
 
 use super::Consumer;
@@ -13,6 +14,30 @@ use super::Consumer;
 /// How long a partition's pin outlives the last pull request of the replica holding it: the
 /// bound within which survivors take over a dead replica's partitions.
 pub const PARTITION_PIN_TTL: Duration = Duration::from_secs(3);
+
+/// The key-value bucket the replicas of every partitioned group keep their membership in:
+/// a key `<stream>.<group>.<instance>` each, renewed every [`MEMBER_BEAT`] and dropped by the
+/// bucket's `max_age` ([`MEMBER_TTL`]) once its replica stops renewing it. Declared (and so
+/// provisioned, planned and granted) with the first partitioned consumer.
+pub const MEMBERS_BUCKET: &str = "ntopo_members";
+
+/// How often a member renews its key and reads the others'.
+pub const MEMBER_BEAT: Duration = Duration::from_secs(1);
+
+/// How long a member's key lives without renewal (the bucket's `max_age`): a replica that
+/// died or was cut off is dropped from the members this long after its last renewal.
+pub const MEMBER_TTL: Duration = Duration::from_secs(3);
+
+/// The members' bucket, with as many replicas as `replicas` (the most of the partitioned
+/// streams'), in memory: it holds nothing a restart of the whole cluster should keep.
+pub(super) fn members_bucket(replicas: u8) -> BucketDecl {
+    BucketDecl::kv(MEMBERS_BUCKET)
+        .history(1)
+        .ttl(MEMBER_TTL)
+        .replicas(replicas)
+        .storage(Storage::Memory)
+        .description("nats-topology: the replicas of each partitioned consumer group")
+}
 
 /// One partition of a partitioned group, on the consumer that reads it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -16,8 +16,6 @@ pub(crate) struct Group {
     pub(crate) group: &'static str,
     /// The consumer index of each partition, by partition.
     pub(crate) consumers: Vec<usize>,
-    /// The replicas of the group's stream (the membership bucket gets as many).
-    pub(crate) replicas: usize,
 }
 
 /// Every partitioned group, and whether this replica holds each partition.
@@ -42,16 +40,12 @@ impl Shares {
             };
             held.push(Some(watch::Sender::new(false)));
             let stream = consumer.decl.stream.name();
-            let replicas = (topology.find_stream(stream))
-                .and_then(|s| s.replicas)
-                .map_or(1, |r| r as usize);
             let group = groups
                 .entry((stream, partition.group))
                 .or_insert_with(|| Group {
                     stream,
                     group: partition.group,
                     consumers: vec![usize::MAX; usize::from(partition.of)],
-                    replicas,
                 });
             group.consumers[usize::from(partition.index)] = index;
         }

@@ -19,7 +19,7 @@ use topology_core::model::{Retention, StreamRef};
 use topology_core::subject::is_subset;
 
 pub use crate::grant::{Declaration, Verb};
-use crate::registry::Topology;
+use crate::registry::{MEMBERS_BUCKET, Topology};
 
 #[cfg(test)]
 use render::quoted;
@@ -149,6 +149,9 @@ pub struct Permissions {
 /// assert!(permissions.permissions_map().contains("\"members.get q\","));
 /// ```
 pub fn permissions(topology: &Topology, role: &Role) -> Permissions {
+    // A partitioned consumer is granted as the consumers of its partitions, and the members'
+    // bucket they share.
+    let topology = &topology.partitioned();
     let mut walk = Walk {
         role,
         api: role.api_prefix.clone(),
@@ -172,6 +175,16 @@ pub fn permissions(topology: &Topology, role: &Role) -> Permissions {
             walk.stream(name, &[], true);
         }
         walk.consumer(decl, retention(topology, decl.stream));
+        if consumer.partition.is_some_and(|p| p.index == 0) && walk.consumes() {
+            let subject = format!("{}.STREAM.PURGE.KV_{MEMBERS_BUCKET}", walk.api);
+            let declaration = Declaration::Consumer {
+                stream: decl.stream.name().to_owned(),
+                handler: decl.handler.to_owned(),
+            };
+            let why = "a replica of a partitioned group removes its key from the members' bucket \
+                       when it drains, so that the others take its partitions at once";
+            walk.add(Verb::Publish, subject, declaration, why);
+        }
     }
     walk.served(topology);
     for subject in &role.publishes {

@@ -1,7 +1,7 @@
 //! Partitioned queue consumers at run time (docs/PARTITIONS.md):
 //!
 //! - [`share`]: the group's membership, one task per partitioned group. Each replica keeps a
-//!   key of its own in the membership bucket (`ntopo_members`, whose `max_age` drops the key
+//!   key of its own in the members' bucket (`MEMBERS_BUCKET`, whose `max_age` drops the key
 //!   of a replica that stops renewing it), reads the group's keys every beat, and holds the
 //!   partitions [`assign`](crate::run::shares::assign) gives it among them.
 //! - [`hold`]: one partition's supervisor, run while this replica holds the partition and
@@ -22,18 +22,9 @@ use tokio_util::sync::CancellationToken;
 use super::supervise::supervise;
 use crate::health::ConsumerState;
 use crate::provision::ProvisionError;
+use crate::registry::{MEMBER_BEAT, MEMBER_TTL, MEMBERS_BUCKET};
 use crate::run::Inner;
 use crate::run::shares::{Group, assign};
-
-/// The bucket every partitioned group's members keep their keys in.
-pub(crate) const MEMBERS_BUCKET: &str = "ntopo_members";
-
-/// How often a member renews its key and reads the others'.
-pub(crate) const MEMBER_BEAT: Duration = Duration::from_secs(1);
-
-/// How long a member's key lives without renewal (the bucket's `max_age`): a replica that
-/// died or was cut off is dropped from the members this long after its last renewal.
-pub(crate) const MEMBER_TTL: Duration = Duration::from_secs(3);
 
 /// How long a drained replica waits for its key's removal before leaving it to `MEMBER_TTL`.
 const LEAVE_WAIT: Duration = Duration::from_secs(1);
@@ -55,7 +46,7 @@ pub(in crate::run) async fn share(inner: Arc<Inner>, group: usize, cancel: Cance
         }
         let store = match &bucket {
             Some(store) => store,
-            None => match Box::pin(open_bucket(&js, group)).await {
+            None => match Box::pin(open_bucket(&js)).await {
                 Ok(store) => bucket.insert(store),
                 Err(error) => {
                     tracing::warn!(stream = group.stream, group = group.group, bucket = MEMBERS_BUCKET, error, "cannot open the partition members' bucket; holding what this replica holds, asking again");
@@ -90,27 +81,11 @@ pub(in crate::run) async fn share(inner: Arc<Inner>, group: usize, cancel: Cance
     }
 }
 
-/// The members' bucket, created when missing (with the group stream's replicas).
-async fn open_bucket(js: &jetstream::Context, group: &Group) -> Result<kv::Store, String> {
-    if let Ok(store) = js.get_key_value(MEMBERS_BUCKET).await {
-        return Ok(store);
-    }
-    let config = kv::Config {
-        bucket: MEMBERS_BUCKET.to_owned(),
-        description: "nats-topology: the replicas of each partitioned consumer group".to_owned(),
-        history: 1,
-        max_age: MEMBER_TTL,
-        num_replicas: group.replicas.max(1),
-        ..Default::default()
-    };
-    match js.create_key_value(config).await {
-        Ok(store) => Ok(store),
-        // Another replica created it meanwhile.
-        Err(create) => js
-            .get_key_value(MEMBERS_BUCKET)
-            .await
-            .map_err(|_| create.to_string()),
-    }
+/// The members' bucket (declared with the partitioned consumers, provisioned as every bucket).
+async fn open_bucket(js: &jetstream::Context) -> Result<kv::Store, String> {
+    js.get_key_value(MEMBERS_BUCKET)
+        .await
+        .map_err(|e| e.to_string())
 }
 
 /// The group's members (instance ids, sorted): the keys under `<stream>.<group>.` in the
