@@ -18,10 +18,21 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use fixture::{Broker, Fixture, Running};
+use fixture::{Fixture, Running};
 use nats_topology::model::{QueueDecl, SubjectTransform};
-use nats_topology::{HandlerError, Topology};
+use nats_topology::{HandlerError, Runtime, Topology};
 use serde::{Deserialize, Serialize};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::sync::mpsc;
+
+/// Set in a replica process: the servers to connect to, comma-separated, its own first.
+const REPLICA_URLS: &str = "NATS_TOPOLOGY_TEST_PARTITION_REPLICA_URLS";
+
+/// Set in a replica process: its number, in its reports.
+const REPLICA_INDEX: &str = "NATS_TOPOLOGY_TEST_PARTITION_REPLICA_INDEX";
+
+/// Starts each report line of a replica process.
+const MARK: &str = "nt-replica: ";
 
 /// Partitions of the group.
 const PARTITIONS: u16 = 8;
@@ -56,12 +67,28 @@ fn micros() -> u128 {
         .as_micros()
 }
 
-/// Where handlings are recorded (in-process replicas share one).
+/// Where handlings are recorded (in-process replicas share one); a replica process prints
+/// them too.
 #[derive(Clone, Default)]
-struct Journal(Arc<Mutex<Vec<Handling>>>);
+struct Journal(Arc<Mutex<Vec<Handling>>>, bool);
 
 impl Journal {
+    /// A journal that also reports each handling on stdout (in a replica process).
+    fn printing() -> Journal {
+        Journal(Arc::default(), true)
+    }
+
     fn push(&self, handling: Handling) {
+        if self.1 {
+            let Handling {
+                key,
+                seq,
+                start,
+                end,
+                ..
+            } = handling;
+            println!("{MARK}H {key} {seq} {start} {end}");
+        }
         self.0.lock().unwrap().push(handling);
     }
 
@@ -88,8 +115,10 @@ impl Journal {
 }
 
 /// The stream: each stored subject starts with the partition of its key.
-fn orders_stream(name: &str) -> nats_topology::model::StreamDecl {
-    fixture::stream(name, &["orders.*.paid"]).subject_transform(SubjectTransform::new(
+fn orders_stream(name: &str, replicas: u8) -> nats_topology::model::StreamDecl {
+    fixture::stream(name, &["orders.*.paid"])
+        .replicas(replicas)
+        .subject_transform(SubjectTransform::new(
         "orders.*.paid",
         fixture::leak(format!(
             "{{{{partition({PARTITIONS},1)}}}}.orders.{{{{wildcard(1)}}}}.paid"
@@ -100,12 +129,12 @@ fn orders_stream(name: &str) -> nats_topology::model::StreamDecl {
 /// A replica's topology: the partitioned group `billing`, recording into `journal` as
 /// `replica`; a handler fails the first delivery of each key's `fail_seq`-th message.
 fn replica_topology(
-    stream: &str,
+    (stream, replicas): (&str, u8),
     journal: Journal,
     replica: usize,
     fail_seq: Option<u64>,
 ) -> Topology {
-    let stream = orders_stream(stream);
+    let stream = orders_stream(stream, replicas);
     let consumer = fixture::queue(
         "tests::billing",
         &stream,
@@ -197,13 +226,250 @@ fn assert_in_order(journal: &[Handling], rounds: u64, repeats_allowed: bool) {
     }
 }
 
+/// The replica process's entry point. With [`REPLICA_URLS`] set, it runs [`replica_topology`]
+/// on those servers, reporting each handling on stdout, until SIGTERM, which drains. Without
+/// it, it checks in-process that a lone replica holds every partition.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replica_process() {
+    fixture::trace();
+    let Ok(urls) = std::env::var(REPLICA_URLS) else {
+        return lone_replica_holds_every_partition().await;
+    };
+    let urls: Vec<String> = urls.split(',').map(str::to_owned).collect();
+    let replica = std::env::var(REPLICA_INDEX)
+        .ok()
+        .and_then(|i| i.parse().ok())
+        .unwrap_or(0);
+    let client = fixture::connect_in_order(&urls).await;
+    let runtime = fixture::fast(Runtime::builder(client))
+        .topology(replica_topology(("ORDERS", 3), Journal::printing(), replica, None))
+        .build()
+        .expect("valid topology");
+    let health = runtime.health();
+    let run = tokio::spawn(runtime.run_until_signal());
+    fixture::wait_ready(&health, Duration::from_secs(30)).await;
+    println!("{MARK}READY");
+    run.await
+        .expect("the runtime does not panic")
+        .expect("the replica drains cleanly");
+    println!("{MARK}DRAINED");
+}
+
+/// One replica alone holds (runs) every partition once it has read the members.
+async fn lone_replica_holds_every_partition() {
+    let fx = Fixture::start().await;
+    let journal = Journal::default();
+    let topology = replica_topology(("ALONE", 1), journal.clone(), 0, None);
+    let running = fx.run(topology).await;
+    let states: Vec<String> = (running.health.consumers().iter())
+        .map(|c| format!("{} {}", c.consumer, c.state))
+        .collect();
+    assert_eq!(states.len(), usize::from(PARTITIONS), "one consumer per partition: {states:?}");
+    let js = fx.jetstream().await;
+    publish(&js, 1..4, Duration::ZERO).await;
+    journal
+        .wait_distinct(KEYS as usize * 3, Duration::from_secs(20), "every message handled")
+        .await;
+    // Held here, each partition was pinned to this replica by its first message.
+    nats_topology_testkit::eventually(Duration::from_secs(10), "every partition running here", || {
+        let all = (running.health.consumers().iter()).all(|c| c.state.to_string() == "running");
+        async move { all.then_some(()) }
+    })
+    .await;
+    assert_in_order(&journal.all(), 3, false);
+    running.stop().await.expect("clean drain");
+}
+
+/// A replica process, and the lines it reports.
+struct Replica {
+    child: tokio::process::Child,
+}
+
+#[derive(Debug)]
+enum Line {
+    Ready,
+    Handled(Handling),
+    Drained,
+    Closed,
+}
+
+fn spawn_replica(replica: usize, urls: &[String], lines: mpsc::UnboundedSender<(usize, Line)>) -> Replica {
+    let exe = std::env::current_exe().expect("the test binary's path");
+    let mut child = tokio::process::Command::new(exe)
+        .args(["--exact", "replica_process", "--nocapture", "--test-threads=1"])
+        .env(REPLICA_URLS, urls.join(","))
+        .env(REPLICA_INDEX, replica.to_string())
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::inherit())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("spawn a replica process");
+    let stdout = child.stdout.take().expect("piped stdout");
+    tokio::spawn(async move {
+        let mut stdout = BufReader::new(stdout).lines();
+        while let Ok(Some(line)) = stdout.next_line().await {
+            let Some(at) = line.find(MARK) else {
+                continue; // the test harness's own output
+            };
+            let words: Vec<&str> = line[at + MARK.len()..].split_whitespace().collect();
+            let number = |i: usize| words.get(i).and_then(|w| w.parse::<u128>().ok());
+            let parsed = match words.first() {
+                Some(&"READY") => Line::Ready,
+                Some(&"DRAINED") => Line::Drained,
+                Some(&"H") => match (number(1), number(2), number(3), number(4)) {
+                    (Some(key), Some(seq), Some(start), Some(end)) => Line::Handled(Handling {
+                        key: key as u32,
+                        seq: seq as u64,
+                        replica,
+                        start,
+                        end,
+                    }),
+                    _ => panic!("a malformed report from replica {replica}: {line}"),
+                },
+                _ => panic!("an unexpected report from replica {replica}: {line}"),
+            };
+            let _ = lines.send((replica, parsed));
+        }
+        let _ = lines.send((replica, Line::Closed));
+    });
+    Replica { child }
+}
+
+/// What the replica processes reported so far.
+#[derive(Default)]
+struct Reports {
+    ready: BTreeMap<usize, bool>,
+    drained: BTreeMap<usize, bool>,
+    closed: BTreeMap<usize, bool>,
+    journal: Journal,
+}
+
+impl Reports {
+    fn apply(&mut self, (replica, line): (usize, Line)) {
+        match line {
+            Line::Ready => {
+                self.ready.insert(replica, true);
+            }
+            Line::Handled(handling) => self.journal.push(handling),
+            Line::Drained => {
+                self.drained.insert(replica, true);
+            }
+            Line::Closed => {
+                self.closed.insert(replica, true);
+            }
+        }
+    }
+
+    /// Reads reports until `done` holds, for at most `timeout`.
+    async fn until(
+        &mut self,
+        lines: &mut mpsc::UnboundedReceiver<(usize, Line)>,
+        timeout: Duration,
+        what: &str,
+        done: impl Fn(&Reports) -> bool,
+    ) {
+        let deadline = tokio::time::Instant::now() + timeout;
+        while !done(self) {
+            match tokio::time::timeout_at(deadline, lines.recv()).await {
+                Ok(Some(line)) => self.apply(line),
+                Ok(None) => panic!("the replica readers stopped while waiting for {what}"),
+                Err(_) => panic!(
+                    "timed out after {timeout:?} waiting for {what}; {} distinct handled",
+                    self.journal.distinct()
+                ),
+            }
+        }
+    }
+}
+
+fn sigterm(pid: u32) {
+    let status = std::process::Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status()
+        .expect("run kill");
+    assert!(status.success(), "kill -TERM {pid}");
+}
+
+/// The cluster's URLs, starting at node `first`.
+fn urls_from(urls: &[String], first: usize) -> Vec<String> {
+    (0..urls.len()).map(|i| urls[(first + i) % urls.len()].clone()).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn order_per_key_holds_through_a_replica_killed_one_drained_by_sigterm_and_one_added() {
+    const ROUNDS: u64 = 60;
+    let fx = Fixture::cluster().await;
+    let urls = fx.server.urls();
+    let (tx, mut lines) = mpsc::unbounded_channel();
+    let mut replicas: Vec<Replica> = (0..3)
+        .map(|r| spawn_replica(r, &urls_from(&urls, r), tx.clone()))
+        .collect();
+    let mut reports = Reports::default();
+    reports
+        .until(&mut lines, Duration::from_secs(60), "three replicas ready", |r| r.ready.len() == 3)
+        .await;
+    let js = fx.jetstream().await;
+    let publisher = {
+        let js = js.clone();
+        tokio::spawn(async move { publish(&js, 1..ROUNDS + 1, Duration::from_millis(100)).await })
+    };
+    let progress = |rounds: usize| move |r: &Reports| r.journal.distinct() >= KEYS as usize * rounds;
+    reports
+        .until(&mut lines, Duration::from_secs(30), "the first rounds", progress(5))
+        .await;
+    // SIGKILL mid-load.
+    replicas[0].child.kill().await.expect("SIGKILL replica 0");
+    reports
+        .until(&mut lines, Duration::from_secs(10), "the killed replica's last reports", |r| {
+            r.closed.contains_key(&0)
+        })
+        .await;
+    let killed_at = reports.journal.all().len();
+    reports
+        .until(&mut lines, Duration::from_secs(30), "rounds after the kill", progress(15))
+        .await;
+    // One added mid-load.
+    replicas.push(spawn_replica(3, &urls_from(&urls, 0), tx.clone()));
+    reports
+        .until(&mut lines, Duration::from_secs(60), "the new replica ready and handling", |r| {
+            r.ready.contains_key(&3) && r.journal.all().iter().any(|h| h.replica == 3)
+        })
+        .await;
+    // One drained mid-load (SIGTERM): it hands its partitions back before it exits.
+    let pid = replicas[1].child.id().expect("replica 1 runs");
+    sigterm(pid);
+    reports
+        .until(&mut lines, Duration::from_secs(30), "replica 1 drained", |r| {
+            r.drained.contains_key(&1) && r.closed.contains_key(&1)
+        })
+        .await;
+    publisher.await.expect("the publisher ends");
+    reports
+        .until(&mut lines, Duration::from_secs(60), "every message handled", progress(ROUNDS as usize))
+        .await;
+    drop(tx);
+    let all = reports.journal.all();
+    assert!(killed_at > 0);
+    assert_in_order(&all, ROUNDS, true);
+    for r in [2, 3] {
+        assert!(all.iter().any(|h| h.replica == r), "replica {r} handled a share");
+    }
+    for mut replica in replicas.drain(2..) {
+        let pid = replica.child.id().expect("a replica still runs");
+        sigterm(pid);
+        let status = replica.child.wait().await.expect("the replica exits");
+        assert!(status.success(), "a replica drained by SIGTERM exits cleanly: {status}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replicas_share_the_partitions_and_order_per_key_holds_through_a_join_and_a_drain() {
     const ROUNDS: u64 = 30;
     let fx = Fixture::cluster().await;
     let journal = Journal::default();
     let run = |replica: usize| {
-        let topology = replica_topology("ORDERS", journal.clone(), replica, Some(7));
+        let topology = replica_topology(("ORDERS", 3), journal.clone(), replica, Some(7));
         let fx = &fx;
         async move { fx.run(topology).await }
     };
@@ -253,5 +519,4 @@ async fn replicas_share_the_partitions_and_order_per_key_holds_through_a_join_an
         .await
         .into_iter()
         .for_each(|r| r.expect("clean drain"));
-    let _ = fx.server.addrs();
 }

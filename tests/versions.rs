@@ -374,6 +374,50 @@ async fn priority_groups_on_a_server_without_them_are_refused_naming_its_version
     assert!(stream.consumer_info("active").await.is_err());
 }
 
+/// A partitioned consumer on a server without priority groups (2.10) is refused at start-up,
+/// naming its version, before any partition's consumer is created: every replica would read
+/// every partition, and the order per key would not hold.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partitioned_consumer_on_a_server_without_priority_groups_is_refused_naming_its_version() {
+    fixture::trace();
+    let server = OldServer::start().await;
+    let client = async_nats::connect(server.url()).await.unwrap();
+    let decl: StreamDecl = stream("OLD_PARTITIONED", &["oldpart.*.paid"]).subject_transform(
+        nats_topology::model::SubjectTransform::new(
+            "oldpart.*.paid",
+            "{{partition(4,1)}}.oldpart.{{wildcard(1)}}.paid",
+        ),
+    );
+    let consumer = fixture::queue(
+        "tests::on_job",
+        &decl,
+        "oldpart.*.paid",
+        QueueDecl::new("billing").partitioned(4, &[1]),
+    );
+    let runtime = fast(Runtime::builder(client.clone()))
+        .topology(job_topology(decl, consumer, Default::default(), Duration::ZERO))
+        .build()
+        .unwrap();
+    let outcome = runtime.run_until(std::future::pending::<()>()).await;
+    let Err(RunError::Provision(error)) = outcome else {
+        panic!("refused at start-up: {outcome:?}");
+    };
+    assert_eq!(error.kind(), ProvisionErrorKind::Unsupported);
+    let text = error.to_string();
+    assert!(
+        text.contains(OldServer::VERSION)
+            && text.contains("`partitions = 4`")
+            && text.contains("2.11")
+            && text.contains("billing-p"),
+        "{text}"
+    );
+    let js = jetstream::new(client);
+    let stream = js.get_stream(decl.name).await.unwrap();
+    for p in 0..4 {
+        assert!(stream.consumer_info(format!("billing-p{p}")).await.is_err());
+    }
+}
+
 fn queue_decl(decl: &StreamDecl, queue: QueueDecl) -> nats_topology::model::ConsumerDecl {
     fixture::queue("tests::on_job", decl, "oldprio.work", queue)
 }
