@@ -134,6 +134,18 @@ fn replica_topology(
     replica: usize,
     fail_seq: Option<u64>,
 ) -> Topology {
+    replica_topology_with(stream, replicas, journal, replica, fail_seq, |_| WORK)
+}
+
+/// [`replica_topology`] with the work each key's messages take.
+fn replica_topology_with(
+    stream: &str,
+    replicas: u8,
+    journal: Journal,
+    replica: usize,
+    fail_seq: Option<u64>,
+    work: fn(u32) -> Duration,
+) -> Topology {
     let stream = orders_stream(stream, replicas);
     let consumer = fixture::queue(
         "tests::billing",
@@ -154,7 +166,7 @@ fn replica_topology(
                     return Err(HandlerError::new("the first try of this one fails"));
                 }
                 let start = micros();
-                tokio::time::sleep(WORK).await;
+                tokio::time::sleep(work(order.key)).await;
                 journal.push(Handling {
                     key: order.key,
                     seq: order.seq,
@@ -173,14 +185,26 @@ async fn publish(js: &async_nats::jetstream::Context, rounds: std::ops::Range<u6
     for seq in rounds {
         for key in 0..KEYS {
             let order = Order { key, seq };
-            js.publish(
-                format!("orders.{key}.paid"),
-                serde_json::to_vec(&order).unwrap().into(),
-            )
-            .await
-            .expect("publish")
-            .await
-            .expect("the stream stores it");
+            let payload: bytes::Bytes = serde_json::to_vec(&order).unwrap().into();
+            // Through a node's loss the stream's leader moves: published again until stored,
+            // once (the message id deduplicates a retry of one that was stored).
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+            loop {
+                let publish = async_nats::jetstream::context::Publish::build()
+                    .payload(payload.clone())
+                    .message_id(format!("{key}-{seq}"));
+                let stored = match js.send_publish(format!("orders.{key}.paid"), publish).await {
+                    Ok(ack) => ack.await.map(|_| ()).map_err(|e| e.to_string()),
+                    Err(e) => Err(e.to_string()),
+                };
+                match stored {
+                    Ok(()) => break,
+                    Err(_) if tokio::time::Instant::now() < deadline => {
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                    }
+                    Err(e) => panic!("order {key}/{seq} not stored within 30 s: {e}"),
+                }
+            }
         }
         if !pause.is_zero() {
             tokio::time::sleep(pause).await;
@@ -519,4 +543,82 @@ async fn replicas_share_the_partitions_and_order_per_key_holds_through_a_join_an
         .await
         .into_iter()
         .for_each(|r| r.expect("clean drain"));
+}
+
+/// A replica of the test's own (in this process) on `client`.
+async fn run_on(client: async_nats::Client, topology: Topology) -> Running {
+    Running::start(fixture::fast(nats_topology::Runtime::builder(client)).topology(topology)).await
+}
+
+/// Key 0's messages take long enough that a cut-off replica is likely mid-way through one.
+fn slow_key_zero(key: u32) -> Duration {
+    if key == 0 { Duration::from_millis(400) } else { WORK }
+}
+
+/// What the fault tests share: three replicas in this process (replica 0 on `first`, the
+/// others on the whole cluster), load published while `fault` runs after the first rounds,
+/// `heal` after more, then every message handled, in order per key, never two at once.
+async fn through_a_fault<F, H>(fx: &mut Fixture<nats_topology_testkit::NatsCluster>, first: async_nats::Client, fault: F, heal: H)
+where
+    F: FnOnce(&mut nats_topology_testkit::NatsCluster),
+    H: FnOnce(&mut nats_topology_testkit::NatsCluster),
+{
+    const ROUNDS: u64 = 40;
+    let journal = Journal::default();
+    let topology = |replica: usize| {
+        replica_topology_with("ORDERS", 3, journal.clone(), replica, None, slow_key_zero)
+    };
+    let mut replicas = vec![run_on(first, topology(0)).await];
+    for replica in 1..3 {
+        let client = fixture::connect_in_order(&urls_from(&fx.server.urls(), replica)).await;
+        replicas.push(run_on(client, topology(replica)).await);
+    }
+    let js = fixture::connect_in_order(&urls_from(&fx.server.urls(), 2)).await;
+    let js = async_nats::jetstream::new(js);
+    let publisher = {
+        let js = js.clone();
+        tokio::spawn(async move { publish(&js, 1..ROUNDS + 1, Duration::from_millis(100)).await })
+    };
+    journal
+        .wait_distinct(KEYS as usize * 5, Duration::from_secs(30), "the first rounds")
+        .await;
+    fault(&mut fx.server);
+    let at_fault = journal.distinct();
+    journal
+        .wait_distinct(at_fault + KEYS as usize * 8, Duration::from_secs(40), "rounds after the fault")
+        .await;
+    heal(&mut fx.server);
+    publisher.await.expect("the publisher ends");
+    journal
+        .wait_distinct(KEYS as usize * ROUNDS as usize, Duration::from_secs(60), "every message handled")
+        .await;
+    assert_in_order(&journal.all(), ROUNDS, true);
+    for result in Running::stop_all(replicas).await {
+        result.expect("a clean drain");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn order_per_key_holds_through_a_node_killed() {
+    let mut fx = Fixture::cluster().await;
+    let first = fixture::connect_in_order(&urls_from(&fx.server.urls(), 1)).await;
+    through_a_fault(&mut fx, first, |cluster| cluster.kill(1), |_| {}).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn order_per_key_holds_through_a_stalled_link_to_one_replica() {
+    let mut fx = Fixture::linked_cluster().await;
+    let link = fx.server.client_link(0).await.expect("a link of replica 0's own");
+    let first = fixture::connect_in_order(&[link.url()]).await;
+    let stalled = link.clone();
+    through_a_fault(&mut fx, first, move |_| stalled.stall(), move |_| link.heal()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn order_per_key_holds_through_a_network_partition_of_one_replicas_node() {
+    let mut fx = Fixture::linked_cluster().await;
+    let link = fx.server.client_link(0).await.expect("a link of replica 0's own");
+    // Replica 0 knows node 0 only: isolated with it, it is cut off from the majority.
+    let first = fixture::connect_in_order(&[link.url()]).await;
+    through_a_fault(&mut fx, first, |cluster| cluster.isolate(0), |cluster| cluster.heal()).await;
 }
