@@ -115,15 +115,15 @@ impl Journal {
 }
 
 /// The stream: each stored subject starts with the partition of its key.
-fn orders_stream(name: &str, replicas: u8) -> nats_topology::model::StreamDecl {
+fn orders_stream(name: &str, replicas: u8, partitions: u16) -> nats_topology::model::StreamDecl {
     fixture::stream(name, &["orders.*.paid"])
         .replicas(replicas)
         .subject_transform(SubjectTransform::new(
-        "orders.*.paid",
-        fixture::leak(format!(
-            "{{{{partition({PARTITIONS},1)}}}}.orders.{{{{wildcard(1)}}}}.paid"
-        )),
-    ))
+            "orders.*.paid",
+            fixture::leak(format!(
+                "{{{{partition({partitions},1)}}}}.orders.{{{{wildcard(1)}}}}.paid"
+            )),
+        ))
 }
 
 /// A replica's topology: the partitioned group `billing`, recording into `journal` as
@@ -134,25 +134,30 @@ fn replica_topology(
     replica: usize,
     fail_seq: Option<u64>,
 ) -> Topology {
-    replica_topology_with(stream, replicas, journal, replica, fail_seq, |_| WORK)
+    replica_topology_with(
+        (stream, replicas, PARTITIONS),
+        journal,
+        replica,
+        fail_seq,
+        |_| WORK,
+    )
 }
 
 /// [`replica_topology`] with the work each key's messages take.
 fn replica_topology_with(
-    stream: &str,
-    replicas: u8,
+    (stream, replicas, partitions): (&str, u8, u16),
     journal: Journal,
     replica: usize,
     fail_seq: Option<u64>,
     work: fn(u32) -> Duration,
 ) -> Topology {
-    let stream = orders_stream(stream, replicas);
+    let stream = orders_stream(stream, replicas, partitions);
     let consumer = fixture::queue(
         "tests::billing",
         &stream,
         "orders.*.paid",
         QueueDecl::new("billing")
-            .partitioned(PARTITIONS, &[1])
+            .partitioned(partitions, &[1])
             .ack_wait(Duration::from_secs(5)),
     );
     Topology::new()
@@ -181,7 +186,11 @@ fn replica_topology_with(
 
 /// Publishes `per_key` messages for each key, round-robin over the keys, `pause` between
 /// rounds; returns how many.
-async fn publish(js: &async_nats::jetstream::Context, rounds: std::ops::Range<u64>, pause: Duration) {
+async fn publish(
+    js: &async_nats::jetstream::Context,
+    rounds: std::ops::Range<u64>,
+    pause: Duration,
+) {
     for seq in rounds {
         for key in 0..KEYS {
             let order = Order { key, seq };
@@ -190,7 +199,7 @@ async fn publish(js: &async_nats::jetstream::Context, rounds: std::ops::Range<u6
             // once (the message id deduplicates a retry of one that was stored).
             let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
             loop {
-                let publish = async_nats::jetstream::context::Publish::build()
+                let publish = async_nats::jetstream::message::PublishMessage::build()
                     .payload(payload.clone())
                     .message_id(format!("{key}-{seq}"));
                 let stored = match js.send_publish(format!("orders.{key}.paid"), publish).await {
@@ -240,9 +249,13 @@ fn assert_in_order(journal: &[Handling], rounds: u64, repeats_allowed: bool) {
                 continue; // the message before, again
             }
             assert_eq!(
-                h.seq, expected,
+                h.seq,
+                expected,
                 "key {key}: handled out of order or one is missing: {:?}",
-                handlings.iter().map(|h| (h.seq, h.replica)).collect::<Vec<_>>()
+                handlings
+                    .iter()
+                    .map(|h| (h.seq, h.replica, h.start))
+                    .collect::<Vec<_>>()
             );
             expected += 1;
         }
@@ -266,7 +279,12 @@ async fn replica_process() {
         .unwrap_or(0);
     let client = fixture::connect_in_order(&urls).await;
     let runtime = fixture::fast(Runtime::builder(client))
-        .topology(replica_topology(("ORDERS", 3), Journal::printing(), replica, None))
+        .topology(replica_topology(
+            ("ORDERS", 3),
+            Journal::printing(),
+            replica,
+            None,
+        ))
         .build()
         .expect("valid topology");
     let health = runtime.health();
@@ -288,17 +306,29 @@ async fn lone_replica_holds_every_partition() {
     let states: Vec<String> = (running.health.consumers().iter())
         .map(|c| format!("{} {}", c.consumer, c.state))
         .collect();
-    assert_eq!(states.len(), usize::from(PARTITIONS), "one consumer per partition: {states:?}");
+    assert_eq!(
+        states.len(),
+        usize::from(PARTITIONS),
+        "one consumer per partition: {states:?}"
+    );
     let js = fx.jetstream().await;
     publish(&js, 1..4, Duration::ZERO).await;
     journal
-        .wait_distinct(KEYS as usize * 3, Duration::from_secs(20), "every message handled")
+        .wait_distinct(
+            KEYS as usize * 3,
+            Duration::from_secs(20),
+            "every message handled",
+        )
         .await;
     // Held here, each partition was pinned to this replica by its first message.
-    nats_topology_testkit::eventually(Duration::from_secs(10), "every partition running here", || {
-        let all = (running.health.consumers().iter()).all(|c| c.state.to_string() == "running");
-        async move { all.then_some(()) }
-    })
+    nats_topology_testkit::eventually(
+        Duration::from_secs(10),
+        "every partition running here",
+        || {
+            let all = (running.health.consumers().iter()).all(|c| c.state.to_string() == "running");
+            async move { all.then_some(()) }
+        },
+    )
     .await;
     assert_in_order(&journal.all(), 3, false);
     running.stop().await.expect("clean drain");
@@ -317,10 +347,19 @@ enum Line {
     Closed,
 }
 
-fn spawn_replica(replica: usize, urls: &[String], lines: mpsc::UnboundedSender<(usize, Line)>) -> Replica {
+fn spawn_replica(
+    replica: usize,
+    urls: &[String],
+    lines: mpsc::UnboundedSender<(usize, Line)>,
+) -> Replica {
     let exe = std::env::current_exe().expect("the test binary's path");
     let mut child = tokio::process::Command::new(exe)
-        .args(["--exact", "replica_process", "--nocapture", "--test-threads=1"])
+        .args([
+            "--exact",
+            "replica_process",
+            "--nocapture",
+            "--test-threads=1",
+        ])
         .env(REPLICA_URLS, urls.join(","))
         .env(REPLICA_INDEX, replica.to_string())
         .stdin(std::process::Stdio::null())
@@ -417,7 +456,9 @@ fn sigterm(pid: u32) {
 
 /// The cluster's URLs, starting at node `first`.
 fn urls_from(urls: &[String], first: usize) -> Vec<String> {
-    (0..urls.len()).map(|i| urls[(first + i) % urls.len()].clone()).collect()
+    (0..urls.len())
+        .map(|i| urls[(first + i) % urls.len()].clone())
+        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -431,59 +472,95 @@ async fn order_per_key_holds_through_a_replica_killed_one_drained_by_sigterm_and
         .collect();
     let mut reports = Reports::default();
     reports
-        .until(&mut lines, Duration::from_secs(60), "three replicas ready", |r| r.ready.len() == 3)
+        .until(
+            &mut lines,
+            Duration::from_secs(60),
+            "three replicas ready",
+            |r| r.ready.len() == 3,
+        )
         .await;
     let js = fx.jetstream().await;
     let publisher = {
         let js = js.clone();
         tokio::spawn(async move { publish(&js, 1..ROUNDS + 1, Duration::from_millis(100)).await })
     };
-    let progress = |rounds: usize| move |r: &Reports| r.journal.distinct() >= KEYS as usize * rounds;
+    let progress =
+        |rounds: usize| move |r: &Reports| r.journal.distinct() >= KEYS as usize * rounds;
     reports
-        .until(&mut lines, Duration::from_secs(30), "the first rounds", progress(5))
+        .until(
+            &mut lines,
+            Duration::from_secs(30),
+            "the first rounds",
+            progress(5),
+        )
         .await;
     // SIGKILL mid-load.
     replicas[0].child.kill().await.expect("SIGKILL replica 0");
     reports
-        .until(&mut lines, Duration::from_secs(10), "the killed replica's last reports", |r| {
-            r.closed.contains_key(&0)
-        })
+        .until(
+            &mut lines,
+            Duration::from_secs(10),
+            "the killed replica's last reports",
+            |r| r.closed.contains_key(&0),
+        )
         .await;
     let killed_at = reports.journal.all().len();
     reports
-        .until(&mut lines, Duration::from_secs(30), "rounds after the kill", progress(15))
+        .until(
+            &mut lines,
+            Duration::from_secs(30),
+            "rounds after the kill",
+            progress(15),
+        )
         .await;
     // One added mid-load.
     replicas.push(spawn_replica(3, &urls_from(&urls, 0), tx.clone()));
     reports
-        .until(&mut lines, Duration::from_secs(60), "the new replica ready and handling", |r| {
-            r.ready.contains_key(&3) && r.journal.all().iter().any(|h| h.replica == 3)
-        })
+        .until(
+            &mut lines,
+            Duration::from_secs(60),
+            "the new replica ready and handling",
+            |r| r.ready.contains_key(&3) && r.journal.all().iter().any(|h| h.replica == 3),
+        )
         .await;
     // One drained mid-load (SIGTERM): it hands its partitions back before it exits.
     let pid = replicas[1].child.id().expect("replica 1 runs");
     sigterm(pid);
     reports
-        .until(&mut lines, Duration::from_secs(30), "replica 1 drained", |r| {
-            r.drained.contains_key(&1) && r.closed.contains_key(&1)
-        })
+        .until(
+            &mut lines,
+            Duration::from_secs(30),
+            "replica 1 drained",
+            |r| r.drained.contains_key(&1) && r.closed.contains_key(&1),
+        )
         .await;
     publisher.await.expect("the publisher ends");
     reports
-        .until(&mut lines, Duration::from_secs(60), "every message handled", progress(ROUNDS as usize))
+        .until(
+            &mut lines,
+            Duration::from_secs(60),
+            "every message handled",
+            progress(ROUNDS as usize),
+        )
         .await;
     drop(tx);
     let all = reports.journal.all();
     assert!(killed_at > 0);
     assert_in_order(&all, ROUNDS, true);
     for r in [2, 3] {
-        assert!(all.iter().any(|h| h.replica == r), "replica {r} handled a share");
+        assert!(
+            all.iter().any(|h| h.replica == r),
+            "replica {r} handled a share"
+        );
     }
     for mut replica in replicas.drain(2..) {
         let pid = replica.child.id().expect("a replica still runs");
         sigterm(pid);
         let status = replica.child.wait().await.expect("the replica exits");
-        assert!(status.success(), "a replica drained by SIGTERM exits cleanly: {status}");
+        assert!(
+            status.success(),
+            "a replica drained by SIGTERM exits cleanly: {status}"
+        );
     }
 }
 
@@ -515,12 +592,20 @@ async fn replicas_share_the_partitions_and_order_per_key_holds_through_a_join_an
         tokio::spawn(async move { publish(&js, 1..ROUNDS + 1, Duration::from_millis(50)).await })
     };
     journal
-        .wait_distinct(KEYS as usize * 5, Duration::from_secs(30), "the first rounds handled")
+        .wait_distinct(
+            KEYS as usize * 5,
+            Duration::from_secs(30),
+            "the first rounds handled",
+        )
         .await;
     // A third replica joins mid-load, then the first drains mid-load.
     let third = run(2).await;
     journal
-        .wait_distinct(KEYS as usize * 12, Duration::from_secs(30), "rounds after the join")
+        .wait_distinct(
+            KEYS as usize * 12,
+            Duration::from_secs(30),
+            "rounds after the join",
+        )
         .await;
     first.stop().await.expect("the first replica drains");
     publisher.await.expect("the publisher ends");
@@ -552,21 +637,35 @@ async fn run_on(client: async_nats::Client, topology: Topology) -> Running {
 
 /// Key 0's messages take long enough that a cut-off replica is likely mid-way through one.
 fn slow_key_zero(key: u32) -> Duration {
-    if key == 0 { Duration::from_millis(400) } else { WORK }
+    if key == 0 {
+        Duration::from_millis(400)
+    } else {
+        WORK
+    }
 }
 
 /// What the fault tests share: three replicas in this process (replica 0 on `first`, the
 /// others on the whole cluster), load published while `fault` runs after the first rounds,
 /// `heal` after more, then every message handled, in order per key, never two at once.
-async fn through_a_fault<F, H>(fx: &mut Fixture<nats_topology_testkit::NatsCluster>, first: async_nats::Client, fault: F, heal: H)
-where
+async fn through_a_fault<F, H>(
+    fx: &mut Fixture<nats_topology_testkit::NatsCluster>,
+    first: async_nats::Client,
+    fault: F,
+    heal: H,
+) where
     F: FnOnce(&mut nats_topology_testkit::NatsCluster),
     H: FnOnce(&mut nats_topology_testkit::NatsCluster),
 {
     const ROUNDS: u64 = 40;
     let journal = Journal::default();
     let topology = |replica: usize| {
-        replica_topology_with("ORDERS", 3, journal.clone(), replica, None, slow_key_zero)
+        replica_topology_with(
+            ("ORDERS", 3, PARTITIONS),
+            journal.clone(),
+            replica,
+            None,
+            slow_key_zero,
+        )
     };
     let mut replicas = vec![run_on(first, topology(0)).await];
     for replica in 1..3 {
@@ -580,17 +679,29 @@ where
         tokio::spawn(async move { publish(&js, 1..ROUNDS + 1, Duration::from_millis(100)).await })
     };
     journal
-        .wait_distinct(KEYS as usize * 5, Duration::from_secs(30), "the first rounds")
+        .wait_distinct(
+            KEYS as usize * 5,
+            Duration::from_secs(30),
+            "the first rounds",
+        )
         .await;
     fault(&mut fx.server);
     let at_fault = journal.distinct();
     journal
-        .wait_distinct(at_fault + KEYS as usize * 8, Duration::from_secs(40), "rounds after the fault")
+        .wait_distinct(
+            at_fault + KEYS as usize * 8,
+            Duration::from_secs(40),
+            "rounds after the fault",
+        )
         .await;
     heal(&mut fx.server);
     publisher.await.expect("the publisher ends");
     journal
-        .wait_distinct(KEYS as usize * ROUNDS as usize, Duration::from_secs(60), "every message handled")
+        .wait_distinct(
+            KEYS as usize * ROUNDS as usize,
+            Duration::from_secs(60),
+            "every message handled",
+        )
         .await;
     assert_in_order(&journal.all(), ROUNDS, true);
     for result in Running::stop_all(replicas).await {
@@ -608,17 +719,155 @@ async fn order_per_key_holds_through_a_node_killed() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn order_per_key_holds_through_a_stalled_link_to_one_replica() {
     let mut fx = Fixture::linked_cluster().await;
-    let link = fx.server.client_link(0).await.expect("a link of replica 0's own");
+    let link = fx
+        .server
+        .client_link(0)
+        .await
+        .expect("a link of replica 0's own");
     let first = fixture::connect_in_order(&[link.url()]).await;
     let stalled = link.clone();
-    through_a_fault(&mut fx, first, move |_| stalled.stall(), move |_| link.heal()).await;
+    through_a_fault(
+        &mut fx,
+        first,
+        move |_| stalled.stall(),
+        move |_| link.heal(),
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn order_per_key_holds_through_a_network_partition_of_one_replicas_node() {
     let mut fx = Fixture::linked_cluster().await;
-    let link = fx.server.client_link(0).await.expect("a link of replica 0's own");
+    let link = fx
+        .server
+        .client_link(0)
+        .await
+        .expect("a link of replica 0's own");
     // Replica 0 knows node 0 only: isolated with it, it is cut off from the majority.
     let first = fixture::connect_in_order(&[link.url()]).await;
-    through_a_fault(&mut fx, first, |cluster| cluster.isolate(0), |cluster| cluster.heal()).await;
+    through_a_fault(
+        &mut fx,
+        first,
+        |cluster| cluster.isolate(0),
+        |cluster| cluster.heal(),
+    )
+    .await;
+}
+
+/// The fence, staged: a delivery held in a stalled link while the partition moved to another
+/// replica reaches its old holder once the link heals; handled then, it would run after the
+/// later messages of its key. It is not handled.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delivery_held_in_a_stalled_link_is_not_handled_once_the_partition_moved_on() {
+    let fx = Fixture::linked_cluster().await;
+    let journal = Journal::default();
+    let topology = |replica: usize| {
+        replica_topology_with(("HELD", 3, 1), journal.clone(), replica, None, |_| WORK)
+    };
+    let link = fx
+        .server
+        .client_link(0)
+        .await
+        .expect("a link of replica 0's own");
+    let held = run_on(fixture::connect_in_order(&[link.url()]).await, topology(0)).await;
+    let js = async_nats::jetstream::new(
+        fixture::connect_in_order(&urls_from(&fx.server.urls(), 1)).await,
+    );
+    let one = |seq: u64| {
+        let js = js.clone();
+        async move {
+            let order = serde_json::to_vec(&Order { key: 0, seq }).unwrap();
+            js.publish("orders.0.paid", order.into())
+                .await
+                .unwrap()
+                .await
+                .unwrap();
+        }
+    };
+    one(1).await;
+    journal
+        .wait_distinct(
+            1,
+            Duration::from_secs(20),
+            "the first message handled by replica 0",
+        )
+        .await;
+    // Replica 0 holds the partition and has a pull request open: the next message goes into
+    // its link, which stalls first.
+    link.stall();
+    one(2).await;
+    let stream = js.get_stream("HELD").await.unwrap();
+    nats_topology_testkit::eventually(
+        Duration::from_secs(5),
+        "message 2 delivered to replica 0",
+        || {
+            let stream = stream.clone();
+            async move {
+                let info = stream
+                    .get_consumer::<async_nats::jetstream::consumer::pull::Config>("billing-p0")
+                    .await
+                    .ok()?
+                    .cached_info()
+                    .clone();
+                (info.delivered.stream_sequence == 2).then_some(())
+            }
+        },
+    )
+    .await;
+    for seq in 3..=5 {
+        one(seq).await;
+    }
+    // Replica 1 takes the partition once replica 0's membership and pin lapse, and message 2
+    // once its ack_wait ran out.
+    let other = run_on(
+        fixture::connect_in_order(&urls_from(&fx.server.urls(), 1)).await,
+        topology(1),
+    )
+    .await;
+    journal
+        .wait_distinct(
+            5,
+            Duration::from_secs(30),
+            "messages 2 to 5 handled by replica 1",
+        )
+        .await;
+    // The link heals: the held delivery of message 2 reaches replica 0, which asks, and
+    // leaves it.
+    link.heal();
+    nats_topology_testkit::eventually(
+        Duration::from_secs(20),
+        "replica 0 hears the server again",
+        || {
+            let state = held.health.consumers()[0].state.to_string();
+            async move { (state == "standby").then_some(()) }
+        },
+    )
+    .await;
+    one(6).await;
+    journal
+        .wait_distinct(6, Duration::from_secs(20), "message 6 handled")
+        .await;
+    let all = journal.all();
+    assert_in_order_one_key(&all, 6);
+    let by_zero: Vec<u64> = all
+        .iter()
+        .filter(|h| h.replica == 0)
+        .map(|h| h.seq)
+        .collect();
+    assert_eq!(
+        by_zero,
+        vec![1],
+        "replica 0 handled only what it held before the stall"
+    );
+    for result in Running::stop_all(vec![held, other]).await {
+        result.expect("a clean drain");
+    }
+}
+
+/// Key 0 handled `1..=n` in order, once each.
+fn assert_in_order_one_key(journal: &[Handling], n: u64) {
+    let mut handlings = journal.to_vec();
+    handlings.sort_by_key(|h| h.start);
+    let seqs: Vec<u64> = handlings.iter().map(|h| h.seq).collect();
+    assert_eq!(seqs, (1..=n).collect::<Vec<_>>(), "{handlings:?}");
 }

@@ -378,7 +378,8 @@ async fn priority_groups_on_a_server_without_them_are_refused_naming_its_version
 /// naming its version, before any partition's consumer is created: every replica would read
 /// every partition, and the order per key would not hold.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_partitioned_consumer_on_a_server_without_priority_groups_is_refused_naming_its_version() {
+async fn a_partitioned_consumer_on_a_server_without_priority_groups_is_refused_naming_its_version()
+{
     fixture::trace();
     let server = OldServer::start().await;
     let client = async_nats::connect(server.url()).await.unwrap();
@@ -395,7 +396,12 @@ async fn a_partitioned_consumer_on_a_server_without_priority_groups_is_refused_n
         QueueDecl::new("billing").partitioned(4, &[1]),
     );
     let runtime = fast(Runtime::builder(client.clone()))
-        .topology(job_topology(decl, consumer, Default::default(), Duration::ZERO))
+        .topology(job_topology(
+            decl,
+            consumer,
+            Default::default(),
+            Duration::ZERO,
+        ))
         .build()
         .unwrap();
     let outcome = runtime.run_until(std::future::pending::<()>()).await;

@@ -10,6 +10,7 @@ pub use crate::codec::CodecId;
 
 pub use crate::bucket::{BucketDecl, BucketKind, BucketShape, KvBucketDef, ObjectStoreDef};
 pub use crate::limits::DEFAULT_MAX_WAITING;
+pub use crate::partition::Partitioning;
 pub use crate::placement::{Placement, Storage};
 pub use crate::service::{EndpointDecl, Fanout, ServiceDecl, ServiceDef, SubscriptionDecl};
 pub use crate::watch::{WatchDecl, WatchFrom};

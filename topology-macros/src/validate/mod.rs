@@ -241,7 +241,7 @@ pub(crate) fn queue(attrs: &QueueAttrs, cx: &mut Ctxt) {
 /// The rules of `key` and `partitions`: both or neither, a key of `*` tokens the one subject
 /// has, and none of what each partition sets itself.
 fn partitioned(attrs: &QueueAttrs, cx: &mut Ctxt) {
-    use topology_core::partition::{Partitioning, PartitionError, check_partitioning};
+    use topology_core::partition::{PartitionError, Partitioning, check_partitioning};
     let attr = attrs.common.attr;
     let msg = |key: &str, what: String| key_msg(attr, key, what);
     let (key, partitions) = match (&attrs.key, attrs.partitions) {
@@ -277,13 +277,28 @@ fn partitioned(attrs: &QueueAttrs, cx: &mut Ctxt) {
     let partitioning = Partitioning::new(partitions.value as u16, key_static);
     match check_partitioning(&subject.value(), &partitioning) {
         Ok(()) => {}
-        Err(error @ PartitionError::KeyPastWildcards { position, wildcards }) => {
+        Err(
+            error @ PartitionError::KeyPastWildcards {
+                position,
+                wildcards,
+            },
+        ) => {
             let has = match wildcards {
                 0 => "no `*` token, so nothing to key by: partition a subject with the key as a `*` token, e.g. `orders.*.paid`".to_owned(),
                 1 => "one `*` token: `{1}`".to_owned(),
                 n => format!("{n} `*` tokens: `{{1}}` to `{{{n}}}`"),
             };
-            cx.error_spanned_by(key, msg("key", format!("`{{{position}}}` is not a `*` token of {:?}, which has {has} ({})", subject.value(), error.message())));
+            cx.error_spanned_by(
+                key,
+                msg(
+                    "key",
+                    format!(
+                        "`{{{position}}}` is not a `*` token of {:?}, which has {has} ({})",
+                        subject.value(),
+                        error.message()
+                    ),
+                ),
+            );
         }
         Err(error) => cx.error_spanned_by(key, msg("key", error.message().into())),
     }

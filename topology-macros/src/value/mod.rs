@@ -387,10 +387,14 @@ pub(crate) fn partition_key(key: &str) -> Result<Vec<u8>, String> {
     let mut rest = key.trim();
     while !rest.is_empty() {
         let Some(inner) = rest.strip_prefix('{') else {
-            return Err(format!("{key:?} is not a key: write the subject's `*` tokens it is made of by position from 1, in braces: `key = \"{{1}}\"`, `key = \"{{1}}.{{2}}\"`"));
+            return Err(format!(
+                "{key:?} is not a key: write the subject's `*` tokens it is made of by position from 1, in braces: `key = \"{{1}}\"`, `key = \"{{1}}.{{2}}\"`"
+            ));
         };
         let Some((number, after)) = inner.split_once('}') else {
-            return Err(format!("{key:?} has an unclosed `{{`: write `key = \"{{1}}\"`"));
+            return Err(format!(
+                "{key:?} has an unclosed `{{`: write `key = \"{{1}}\"`"
+            ));
         };
         match number.trim().parse::<u8>() {
             Ok(n) => positions.push(n),

@@ -22,14 +22,14 @@ use crate::state::StateKey;
 pub(crate) use buckets::is_reserved_subject;
 pub use buckets::stream_of;
 pub use handlers::{Consumer, Endpoint, Subscription};
-pub use partitions::{
-    MEMBER_BEAT, MEMBER_TTL, MEMBERS_BUCKET, PARTITION_PIN_TTL, PartitionOf, Route,
-    route as partition_route,
-};
 #[cfg(feature = "tower")]
 pub(crate) use layers::declared as declared_layer;
 pub use layers::{
     AnyLayer, IntoBatchLayer, IntoEndpointLayer, IntoHandlerLayer, LayerRegistration,
+};
+pub use partitions::{
+    MEMBER_BEAT, MEMBER_TTL, MEMBERS_BUCKET, PARTITION_PIN_TTL, PartitionOf, Route,
+    route as partition_route,
 };
 pub use registrations::{
     BatchConsumerRegistration, BucketRegistration, ConsumerRegistration, EndpointRegistration,
@@ -365,7 +365,11 @@ impl Topology {
     /// runs them, and as `plan` and the exports show them. A partitioned consumer whose stream
     /// does not route it stays as it is: validation reports it.
     pub fn partitioned(&self) -> Topology {
-        if !self.consumers.iter_added().any(|c| c.decl.as_queue().is_some_and(|q| q.partitioned.is_some())) {
+        if !self
+            .consumers
+            .iter_added()
+            .any(|c| c.decl.as_queue().is_some_and(|q| q.partitioned.is_some()))
+        {
             return self.clone();
         }
         let mut topology = Topology {
@@ -379,7 +383,9 @@ impl Topology {
                 Some(partitions) => {
                     let stream_replicas = stream.and_then(|s| s.replicas).unwrap_or(1);
                     replicas = replicas.max(Some(stream_replicas));
-                    partitions.into_iter().for_each(|p| topology.consumers.push(p));
+                    partitions
+                        .into_iter()
+                        .for_each(|p| topology.consumers.push(p));
                 }
                 None => topology.consumers.push(consumer.clone()),
             }

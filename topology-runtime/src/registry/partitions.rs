@@ -105,7 +105,11 @@ pub fn route(
             stream.name, transform.src
         ));
     }
-    let argument = format!("{{{{partition({},{})}}}}", partitioning.partitions, key_list(partitioning));
+    let argument = format!(
+        "{{{{partition({},{})}}}}",
+        partitioning.partitions,
+        key_list(partitioning)
+    );
     let mut tokens = Vec::new();
     let mut partitions = 0;
     for token in transform.dest.split('.') {
@@ -249,14 +253,23 @@ mod tests {
     fn a_stream_that_cannot_carry_the_partition_says_what_to_declare() {
         let wanted = "subject_transform = { src = \"orders.*.paid\", dest = \"{{partition(16,1)}}.orders.{{wildcard(1)}}.paid\" }";
         let none = route(&stream(None), "orders.*.paid", &PARTITIONS).unwrap_err();
-        assert!(none.contains("stores `orders.*.paid` as published") && none.contains(wanted), "{none}");
+        assert!(
+            none.contains("stores `orders.*.paid` as published") && none.contains(wanted),
+            "{none}"
+        );
         let other_count = stream(Some(SubjectTransform::new(
             "orders.*.paid",
             "{{partition(8,1)}}.orders.$1.paid",
         )));
         let error = route(&other_count, "orders.*.paid", &PARTITIONS).unwrap_err();
-        assert!(error.contains("`{{partition(16,1)}}`") && error.contains(wanted), "{error}");
-        let other_subject = stream(Some(SubjectTransform::new("orders.>", "{{partition(16,1)}}.>")));
+        assert!(
+            error.contains("`{{partition(16,1)}}`") && error.contains(wanted),
+            "{error}"
+        );
+        let other_subject = stream(Some(SubjectTransform::new(
+            "orders.>",
+            "{{partition(16,1)}}.>",
+        )));
         let error = route(&other_subject, "orders.*.paid", &PARTITIONS).unwrap_err();
         assert!(error.contains("rewrites `orders.>`"), "{error}");
         let split = stream(Some(SubjectTransform::new(

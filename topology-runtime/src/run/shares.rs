@@ -83,9 +83,9 @@ impl Shares {
 
     /// Which partitions of `group` this replica holds now.
     pub(crate) fn held(&self, group: &Group) -> Vec<u16> {
-        let held = group.consumers.iter().enumerate().filter(|(_, index)| {
-            matches!(self.held.get(**index), Some(Some(flag)) if *flag.borrow())
-        });
+        let held = group.consumers.iter().enumerate().filter(
+            |(_, index)| matches!(self.held.get(**index), Some(Some(flag)) if *flag.borrow()),
+        );
         held.map(|(p, _)| p as u16).collect()
     }
 }
@@ -139,7 +139,10 @@ mod tests {
             let room = 16usize.div_ceil(n);
             for m in 0..n {
                 let load = holders.iter().filter(|h| **h == m).count();
-                assert!(load <= room, "{n} members: member {m} holds {load} > {room}");
+                assert!(
+                    load <= room,
+                    "{n} members: member {m} holds {load} > {room}"
+                );
             }
         }
     }
@@ -154,6 +157,9 @@ mod tests {
             .filter(|&p| before[p] != 3 && four[before[p]] != three[after[p]])
             .count();
         // Even shares may move a few more than the leaver's; never most of them.
-        assert!(moved <= 4, "{moved} partitions moved between members that stayed");
+        assert!(
+            moved <= 4,
+            "{moved} partitions moved between members that stayed"
+        );
     }
 }

@@ -49,7 +49,13 @@ pub(in crate::run) async fn share(inner: Arc<Inner>, group: usize, cancel: Cance
             None => match Box::pin(open_bucket(&js)).await {
                 Ok(store) => bucket.insert(store),
                 Err(error) => {
-                    tracing::warn!(stream = group.stream, group = group.group, bucket = MEMBERS_BUCKET, error, "cannot open the partition members' bucket; holding what this replica holds, asking again");
+                    tracing::warn!(
+                        stream = group.stream,
+                        group = group.group,
+                        bucket = MEMBERS_BUCKET,
+                        error,
+                        "cannot open the partition members' bucket; holding what this replica holds, asking again"
+                    );
                     continue;
                 }
             },
@@ -60,7 +66,12 @@ pub(in crate::run) async fn share(inner: Arc<Inner>, group: usize, cancel: Cance
         match Box::pin(members(&js, group)).await {
             Ok(members) => apply(&inner, group, &members),
             Err(error) => {
-                tracing::debug!(stream = group.stream, group = group.group, error, "could not read the partition members; keeping the current share");
+                tracing::debug!(
+                    stream = group.stream,
+                    group = group.group,
+                    error,
+                    "could not read the partition members; keeping the current share"
+                );
             }
         }
     }
@@ -74,9 +85,19 @@ pub(in crate::run) async fn share(inner: Arc<Inner>, group: usize, cancel: Cance
             Ok::<_, async_nats::Error>(())
         };
         match tokio::time::timeout(LEAVE_WAIT, purge).await {
-            Ok(Ok(())) => tracing::info!(stream = group.stream, group = group.group, "left the partitioned group: the others take this replica's partitions"),
-            Ok(Err(e)) => tracing::warn!(stream = group.stream, group = group.group, error = %e, "could not leave the partitioned group; the others take its partitions after {MEMBER_TTL:?}"),
-            Err(_) => tracing::warn!(stream = group.stream, group = group.group, "no answer leaving the partitioned group; the others take its partitions after {MEMBER_TTL:?}"),
+            Ok(Ok(())) => tracing::info!(
+                stream = group.stream,
+                group = group.group,
+                "left the partitioned group: the others take this replica's partitions"
+            ),
+            Ok(Err(e)) => {
+                tracing::warn!(stream = group.stream, group = group.group, error = %e, "could not leave the partitioned group; the others take its partitions after {MEMBER_TTL:?}")
+            }
+            Err(_) => tracing::warn!(
+                stream = group.stream,
+                group = group.group,
+                "no answer leaving the partitioned group; the others take its partitions after {MEMBER_TTL:?}"
+            ),
         }
     }
 }
@@ -160,7 +181,12 @@ pub(in crate::run) async fn hold(
             }
         }
         let session = cancel.child_token();
-        let mut supervised = Box::pin(supervise(inner.clone(), index, session.clone(), fatal.clone()));
+        let mut supervised = Box::pin(supervise(
+            inner.clone(),
+            index,
+            session.clone(),
+            fatal.clone(),
+        ));
         tokio::select! {
             () = &mut supervised => return,
             gone = async { held.wait_for(|held| !*held).await.is_err() } => {

@@ -492,7 +492,7 @@ async fn open(
             (&api.prefix(), &info),
             (first, expires),
             settings,
-            (watch, priority),
+            (watch, priority, consumer.partition.is_some()),
         ))
         .await
         {

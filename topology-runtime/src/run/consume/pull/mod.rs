@@ -7,9 +7,11 @@
 //! - `requests`: the open requests, and those forgotten while they may still deliver;
 //! - `inbox`: what the server sends to the requests' inbox;
 //! - `priority`: the session's place in a priority group (its requests' fields, the pin);
+//! - `fence`: a partition's session handles no delivery the server has moved past;
 //! - `liveness`: noticing silence (`stalled`), asking the consumer whether it answers,
 //!   following its leader.
 
+mod fence;
 mod grant;
 mod inbox;
 mod liveness;
@@ -87,6 +89,9 @@ pub(super) struct Puller {
     /// While the server refuses the consumer's acks or pulls: when to ask again whether the
     /// grant works (see `grant`).
     grant_check_at: Instant,
+    /// A partition's session (see `fence`): what arrives after a silence, a reconnect, a new
+    /// leader or a pin change is handled only once the server says it is its latest delivery.
+    fence: Option<fence::Fence>,
 }
 
 fn connection_of(client: &async_nats::Client) -> (String, u64) {
@@ -111,7 +116,7 @@ impl Puller {
         (api_prefix, info): (&str, &consumer::Info),
         (first, expires): (usize, Duration),
         settings: &Settings,
-        (watch, priority): (Watch, PullPriority),
+        (watch, priority, fenced): (Watch, PullPriority, bool),
     ) -> Result<Puller, Loss> {
         let inbox = async_nats::Subject::from(client.new_inbox());
         let subscriber = client
@@ -167,6 +172,12 @@ impl Puller {
             received,
             names: (info.stream_name.clone(), info.name.clone()),
             grant_check_at: Instant::now(),
+            fence: fenced.then(|| {
+                fence::Fence::new(format!(
+                    "{api_prefix}.CONSUMER.INFO.{}.{}",
+                    info.stream_name, info.name
+                ))
+            }),
         };
         puller.reach(REACH_WINDOW).await?;
         Ok(puller)
@@ -202,6 +213,9 @@ impl Puller {
     /// The next message if one has arrived and no request needs sending first, without
     /// waiting: `None` when [`Puller::next`] has to (it asks, or waits for the inbox).
     pub(super) fn ready(&mut self, flow: &Flow, held: usize) -> Option<Result<Fetched, Loss>> {
+        if self.fence.as_ref().is_some_and(fence::Fence::is_suspect) {
+            return None; // the next delivery is checked with the server first (`next`)
+        }
         if let Some(fetched) = self.arrived.pop_front() {
             return Some(Ok(fetched));
         }
@@ -252,8 +266,10 @@ impl Puller {
     /// The next message, or why the consumer is lost. `held`: how many messages this
     /// instance is running or holding; `flow` says how many more to ask for. Cancel-safe.
     pub(super) async fn next(&mut self, flow: &Flow, held: usize) -> Result<Fetched, Loss> {
-        if let Some(fetched) = self.arrived.pop_front() {
-            return Ok(fetched);
+        while let Some(fetched) = self.arrived.pop_front() {
+            if let Some(fetched) = self.admit(fetched).await {
+                return Ok(fetched);
+            }
         }
         loop {
             self.top_up(flow, held).await?;
@@ -261,7 +277,10 @@ impl Puller {
             if let Some(arrived) = self.subscriber.next().now_or_never() {
                 match arrived {
                     Some(message) => match self.take(message)? {
-                        Some(fetched) => return Ok(fetched),
+                        Some(fetched) => match self.admit(fetched).await {
+                            Some(fetched) => return Ok(fetched),
+                            None => continue,
+                        },
                         None => continue,
                     },
                     None => return Err(Loss::SubscriptionEnded("pull")),
@@ -283,7 +302,9 @@ impl Puller {
                 biased;
                 message = self.subscriber.next() => match message {
                     Some(message) => {
-                        if let Some(fetched) = self.take(message)? {
+                        if let Some(fetched) = self.take(message)?
+                            && let Some(fetched) = self.admit(fetched).await
+                        {
                             return Ok(fetched);
                         }
                     }
@@ -293,6 +314,7 @@ impl Puller {
                     Event::LeaderElected => {
                         tracing::debug!(subject = %self.subject, "the consumer has a new leader; pulling again");
                         self.requests.forget(|_| true);
+                        self.suspect();
                     }
                     Event::Answered { full: Some(full) } if self.liveness.is_stalled() => {
                         // The server drops requests beyond the wait list without a word.
@@ -338,6 +360,7 @@ impl Puller {
                         tracing::debug!(subject = %self.subject, "reconnected; pulling again");
                         self.connection = connection;
                         self.requests.forget(|_| true);
+                        self.suspect();
                         self.heard = Instant::now();
                         // The consumer's only reader asks first with a short heartbeat: the
                         // heartbeat names the consumer's last delivery, so one lost with the
@@ -356,6 +379,11 @@ impl Puller {
     fn take(&mut self, message: async_nats::Message) -> Result<Option<Fetched>, Loss> {
         let now = Instant::now();
         self.heard = now;
+        if self.liveness.is_stalled() {
+            // Whatever comes after a silence may have waited in a stalled link while the
+            // server gave it to another instance.
+            self.suspect();
+        }
         let inbox = Inbox::of(message);
         if !matches!(inbox, Inbox::NoResponders) {
             self.refused = None;
@@ -369,6 +397,7 @@ impl Puller {
                     // Pinned: the server holds the requests that do not name the pin; ask
                     // again with it (what the others still deliver is taken as stray).
                     self.requests.forget(|_| true);
+                    self.suspect();
                 }
                 let fetched = Fetched::new(
                     jetstream::Message {
@@ -401,6 +430,7 @@ impl Puller {
                 // Every open request named the lost pin: all are refused; ask again without.
                 if self.priority.pin_lost(&self.slot) {
                     self.requests.forget(|_| true);
+                    self.suspect();
                 }
                 Ok(None)
             }
@@ -417,6 +447,26 @@ impl Puller {
                 Ok(None)
             }
             Inbox::Lost(why) => Err(why),
+        }
+    }
+
+    /// The next delivery of a partition's session is checked with the server first.
+    fn suspect(&mut self) {
+        if let Some(fence) = &mut self.fence {
+            fence.suspect();
+        }
+    }
+
+    /// `fetched`, unless a partition's session finds that the server moved past it (see
+    /// `fence`): then it is left unsettled, for the server to deliver again where the
+    /// partition is now.
+    async fn admit(&mut self, fetched: Fetched) -> Option<Fetched> {
+        match &mut self.fence {
+            Some(fence) if fence.is_suspect() => {
+                let timeout = (self.heartbeat * 2).max(Duration::from_secs(1));
+                Box::pin(fence.admit(&self.client, fetched, timeout)).await
+            }
+            _ => Some(fetched),
         }
     }
 

@@ -1,0 +1,47 @@
+//! A partitioned queue consumer: its key (the subject's `*` tokens) and partition count, on a
+//! stream that routes by them; a key of two tokens.
+
+use nats_topology::model::Partitioning;
+use nats_topology::{HandlerError, Topology, queue_consumer, stream};
+
+#[stream(
+    name = "ORDERS",
+    subjects = ["orders.*.paid"],
+    subject_transform = { src = "orders.*.paid", dest = "{{partition(16,1)}}.orders.{{wildcard(1)}}.paid" }
+)]
+pub struct Orders;
+
+#[queue_consumer(stream = Orders, group = "billing", subject = "orders.*.paid", key = "{1}", partitions = 16)]
+async fn on_paid(event: String) -> Result<(), HandlerError> {
+    let _ = event;
+    Ok(())
+}
+
+#[queue_consumer(stream = "MOVES", group = "moves", subject = "moves.*.*", key = "{2}.{1}", partitions = 4)]
+async fn on_move(event: String) -> Result<(), HandlerError> {
+    let _ = event;
+    Ok(())
+}
+
+fn main() {
+    let topology = Topology::from_registry();
+    let partitioned = |group: &str| {
+        topology
+            .consumers()
+            .iter()
+            .find_map(|c| c.decl.as_queue().filter(|q| q.group == group))
+            .and_then(|q| q.partitioned)
+    };
+    assert_eq!(partitioned("billing"), Some(Partitioning::new(16, &[1])));
+    assert_eq!(partitioned("moves"), Some(Partitioning::new(4, &[2, 1])));
+    // Run as one consumer per partition.
+    let running = topology.partitioned();
+    let groups: Vec<&str> = running
+        .consumers()
+        .iter()
+        .filter_map(|c| c.decl.as_queue().map(|q| q.group))
+        .filter(|g| g.starts_with("billing"))
+        .collect();
+    assert_eq!(groups.len(), 16);
+    assert!(groups.contains(&"billing-p0") && groups.contains(&"billing-p15"));
+}
