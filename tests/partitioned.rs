@@ -871,3 +871,78 @@ fn assert_in_order_one_key(journal: &[Handling], n: u64) {
     let seqs: Vec<u64> = handlings.iter().map(|h| h.seq).collect();
     assert_eq!(seqs, (1..=n).collect::<Vec<_>>(), "{handlings:?}");
 }
+
+/// Two replicas of a partitioned group, each on a user holding exactly the group's generated
+/// permissions (role `owner`): they provision the partitions and the members' bucket, share
+/// the partitions, keep the order, and one drains (removing its key) without a denial.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partitioned_group_runs_under_exactly_its_generated_permissions() {
+    use nats_topology::export::{self, Role, Verb};
+    const ROUNDS: u64 = 5;
+    const SERVICE: &str = "billing";
+    let journal = Journal::default();
+    let topology =
+        |replica: usize| replica_topology(("GRANTED", 1), journal.clone(), replica, None);
+    let role = Role::owner(SERVICE);
+    let permissions = export::permissions(&topology(0), &role);
+    let api = |request: &str| format!("$JS.API.{request}");
+    for (verb, subject) in [
+        (Verb::Publish, api("CONSUMER.MSG.NEXT.GRANTED.billing-p3")),
+        (Verb::Publish, api("CONSUMER.UNPIN.GRANTED.billing-p3")),
+        (
+            Verb::Publish,
+            api("CONSUMER.CREATE.GRANTED.billing-p7.7.orders.*.paid"),
+        ),
+        (
+            Verb::Publish,
+            "$JS.ACK.GRANTED.billing-p7.1.2.3.4.5".to_owned(),
+        ),
+        (
+            Verb::Publish,
+            "$KV.ntopo_members.GRANTED.billing.0123".to_owned(),
+        ),
+        (Verb::Publish, api("STREAM.INFO.KV_ntopo_members")),
+        (Verb::Publish, api("STREAM.PURGE.KV_ntopo_members")),
+    ] {
+        assert!(
+            permissions.allows(verb, &subject),
+            "{verb:?} {subject} is granted:\n{}",
+            permissions.permissions_map()
+        );
+    }
+    let server = nats_topology_testkit::NatsServer::builder()
+        .config(fixture::users_config(&[(SERVICE, "pw", &permissions)]))
+        .probe_user("admin", "admin")
+        .start()
+        .await
+        .expect("nats-server starts");
+    let url = server.url();
+    let client = || fixture::client_of(&url, SERVICE, "pw", role.inbox_prefix());
+    let first =
+        Running::start(fixture::fast(Runtime::builder(client().await)).topology(topology(0))).await;
+    let second =
+        Running::start(fixture::fast(Runtime::builder(client().await)).topology(topology(1))).await;
+    let admin = async_nats::jetstream::new(fixture::admin_of(&server.url()).await);
+    publish(&admin, 1..ROUNDS + 1, Duration::ZERO).await;
+    journal
+        .wait_distinct(
+            KEYS as usize * ROUNDS as usize,
+            Duration::from_secs(30),
+            "every message handled",
+        )
+        .await;
+    assert_in_order(&journal.all(), ROUNDS, false);
+    let denials = [first.health.denials(), second.health.denials()].concat();
+    assert!(denials.is_empty(), "no permission denied: {denials:?}");
+    for result in Running::stop_all(vec![first, second]).await {
+        result.expect("a clean drain");
+    }
+    // Both left the group: their keys were purged (a denied purge would leave them).
+    let members = admin.get_stream("KV_ntopo_members").await.unwrap();
+    let mut subjects = members
+        .info_with_subjects("$KV.ntopo_members.>")
+        .await
+        .unwrap();
+    use futures::StreamExt;
+    assert!(subjects.next().await.is_none(), "no member keys left");
+}

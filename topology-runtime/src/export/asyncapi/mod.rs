@@ -124,6 +124,8 @@ pub(super) const NATS_BINDING_VERSION: &str = "0.1.0";
 /// ```
 pub fn asyncapi(topology: &Topology, info: &ApiInfo) -> AsyncApi {
     let mut doc = Document::default();
+    // What runs: a partitioned consumer as the consumers of its partitions.
+    let running = topology.partitioned();
     for stream in topology.streams() {
         for subject in stream.subjects {
             doc.channel(Some(subject), Some(stream.name), topology);
@@ -162,6 +164,31 @@ pub fn asyncapi(topology: &Topology, info: &ApiInfo) -> AsyncApi {
                 extension.insert("delivery".into(), json!(delivery));
                 let config = stamped_consumer_config(stream, decl, None, None);
                 extension.insert("config".into(), to_value(&config));
+                if let Some(partitioning) = queue.partitioned {
+                    // Run as one consumer per partition: their names, filters and (the first's)
+                    // configuration, as provisioned.
+                    let partitions: Vec<_> = (running.consumers().iter())
+                        .filter(|c| c.decl.stream.name() == stream)
+                        .filter(|c| c.partition.is_some_and(|p| p.group == queue.group))
+                        .collect();
+                    let consumers: Vec<Value> = (partitions.iter())
+                        .filter_map(|c| Some((c.decl.as_queue()?.group, c.decl.subjects.first()?)))
+                        .map(|(name, filter)| json!({ "name": name, "filter": filter }))
+                        .collect();
+                    if let Some(first) = partitions.first() {
+                        let config = stamped_consumer_config(stream, &first.decl, None, None);
+                        extension.insert("config".into(), to_value(&config));
+                    }
+                    extension.insert(
+                        "partitions".into(),
+                        json!({
+                            "count": partitioning.partitions,
+                            "key": partitioning.key,
+                            "consumers": consumers,
+                            "note": "order per key: each partition is a durable consumer delivering one message at a time to the one replica holding it (docs/PARTITIONS.md)",
+                        }),
+                    );
+                }
                 if let Some(dead_letter) = queue.dead_letter {
                     extension.insert("dead_letter".into(), json!(dead_letter));
                     let id = doc.channel(Some(dead_letter), None, topology);

@@ -26,6 +26,10 @@ use crate::registry::{MEMBER_BEAT, MEMBER_TTL, MEMBERS_BUCKET};
 use crate::run::Inner;
 use crate::run::shares::{Group, assign};
 
+/// Beats in a row whose membership read fails before it is said (WARN, and in the health of
+/// partitions not assigned yet): the members' bucket is created beside the streams at start-up.
+const FAILED_BEATS: u32 = 5;
+
 /// How long a drained replica waits for its key's removal before leaving it to `MEMBER_TTL`.
 const LEAVE_WAIT: Duration = Duration::from_secs(1);
 
@@ -39,39 +43,75 @@ pub(in crate::run) async fn share(inner: Arc<Inner>, group: usize, cancel: Cance
     let mut beat = tokio::time::interval(MEMBER_BEAT);
     beat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut bucket: Option<kv::Store> = None;
+    // Beats in a row that could not renew this replica's key or read the others'.
+    let mut failed = 0u32;
     loop {
         tokio::select! {
             _ = beat.tick() => {}
             _ = cancel.cancelled() => break,
         }
         let store = match &bucket {
-            Some(store) => store,
+            Some(store) => Ok(store),
+            // The bucket is ensured beside the streams at start-up: not there yet at first.
             None => match Box::pin(open_bucket(&js)).await {
-                Ok(store) => bucket.insert(store),
-                Err(error) => {
+                Ok(store) => Ok(&*bucket.insert(store)),
+                Err(error) => Err(format!(
+                    "cannot open the members' bucket `{MEMBERS_BUCKET}`: {error}"
+                )),
+            },
+        };
+        let read = match store {
+            Ok(store) => match store.put(key.as_str(), inner.instance.clone().into()).await {
+                Ok(_) => Box::pin(members(&js, group)).await,
+                Err(e) => Err(format!(
+                    "cannot renew this replica's key `{key}` in `{MEMBERS_BUCKET}`: {e}"
+                )),
+            },
+            Err(error) => Err(error),
+        };
+        match read {
+            Ok(members) => {
+                failed = 0;
+                apply(&inner, group, &members);
+            }
+            Err(error) => {
+                failed += 1;
+                if failed == FAILED_BEATS {
                     tracing::warn!(
                         stream = group.stream,
                         group = group.group,
-                        bucket = MEMBERS_BUCKET,
                         error,
-                        "cannot open the partition members' bucket; holding what this replica holds, asking again"
+                        "the partitioned group's membership fails; this replica keeps the partitions it holds (the server pins each to one replica) and asks again every beat"
                     );
-                    continue;
+                } else {
+                    tracing::debug!(
+                        stream = group.stream,
+                        group = group.group,
+                        error,
+                        "could not read the partition members; keeping the current share"
+                    );
                 }
-            },
-        };
-        if let Err(e) = store.put(key.as_str(), inner.instance.clone().into()).await {
-            tracing::debug!(stream = group.stream, group = group.group, error = %e, "could not renew this replica's membership");
-        }
-        match Box::pin(members(&js, group)).await {
-            Ok(members) => apply(&inner, group, &members),
-            Err(error) => {
-                tracing::debug!(
-                    stream = group.stream,
-                    group = group.group,
-                    error,
-                    "could not read the partition members; keeping the current share"
-                );
+                if failed >= FAILED_BEATS {
+                    // A partition never assigned here says why, rather than `starting`.
+                    let unheld = group.consumers.iter().filter(|&&index| {
+                        inner
+                            .shares
+                            .follow(index)
+                            .is_some_and(|held| !*held.borrow())
+                    });
+                    for &index in unheld {
+                        let slot = &inner.health.slots[index];
+                        if matches!(
+                            slot.state(),
+                            ConsumerState::Starting | ConsumerState::Retrying { .. }
+                        ) {
+                            slot.transition(ConsumerState::Retrying {
+                                attempt: failed,
+                                error: error.clone(),
+                            });
+                        }
+                    }
+                }
             }
         }
     }
@@ -146,7 +186,12 @@ fn apply(inner: &Inner, group: &Group, members: &[String]) {
     // first read of the members on.
     for (&index, held) in group.consumers.iter().zip(&held) {
         let slot = &inner.health.slots[index];
-        if !held && matches!(slot.state(), ConsumerState::Starting) {
+        if !held
+            && matches!(
+                slot.state(),
+                ConsumerState::Starting | ConsumerState::Retrying { .. }
+            )
+        {
             slot.standby(true);
             slot.transition(ConsumerState::Standby);
         }

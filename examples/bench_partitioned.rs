@@ -1,0 +1,504 @@
+//! Partitioned consumers against the two ways to do without them, side by side in one run, on
+//! one server, over the same messages: an unordered queue consumer (no order per key) at the
+//! same concurrency, and a queue consumer with `max_ack_pending = 1` (order per key by
+//! serialising the whole group). Then how long a new replica takes to get its share, and the
+//! survivors a dead replica's.
+//!
+//! ```text
+//! cargo run --release --example bench_partitioned -- [--keys 1000] [--messages 40000]
+//!     [--naive-messages 2000] [--work-us 1000] [--partitions 16] [--replicas 1,2,4] [--reps 3]
+//! ```
+//!
+//! Each round publishes `--messages` messages over `--keys` keys (round-robin) into a stream
+//! whose `subject_transform` routes by key into `--partitions` partitions, then for each
+//! replica count R starts R runtimes at once (each on its own connection) and times them from
+//! the start until every message is handled, each handler awaiting a `--work-us` sleep:
+//!
+//! - **partitioned**: `key = "{1}"`, `partitions = P` (order per key), at the defaults;
+//! - **unordered**: a plain queue consumer at concurrency P / R per replica: the same number
+//!   of messages in flight across the group, without the order;
+//! - **max_ack_pending 1**: a plain queue consumer whose server delivers one message at a
+//!   time to the whole group (the naive ordered baseline), over `--naive-messages`.
+//!
+//! Rates are medians over the rounds; `ratio_unordered_rR` is partitioned over unordered and
+//! `ratio_naive_rR` partitioned over max_ack_pending 1 at R replicas. **Join** is from a second
+//! replica's start (beside one replica under load) until it handles its first message;
+//! **takeover** from one of two replicas stopping without a drain (its task aborted, its
+//! connection closed) until the survivor has handled a message of every partition the dead one
+//! held. The last line is one JSON object.
+
+use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use async_nats::jetstream;
+use nats_topology::model::{ConsumerDecl, QueueDecl, StreamDecl, StreamRef, SubjectTransform};
+use nats_topology::{HandlerError, Runtime, Topology};
+use nats_topology_testkit::NatsServer;
+
+struct Args {
+    keys: u64,
+    messages: u64,
+    naive_messages: u64,
+    work: Duration,
+    partitions: u16,
+    replicas: Vec<usize>,
+    reps: usize,
+}
+
+fn args() -> Args {
+    let mut args = Args {
+        keys: 1000,
+        messages: 40_000,
+        naive_messages: 2_000,
+        work: Duration::from_micros(1000),
+        partitions: 16,
+        replicas: vec![1, 2, 4],
+        reps: 3,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        let value = it.next().unwrap_or_else(|| panic!("{flag} needs a value"));
+        let number = || {
+            value
+                .parse::<u64>()
+                .unwrap_or_else(|_| panic!("{flag}: not a number"))
+        };
+        match flag.as_str() {
+            "--keys" => args.keys = number(),
+            "--messages" => args.messages = number(),
+            "--naive-messages" => args.naive_messages = number(),
+            "--work-us" => args.work = Duration::from_micros(number()),
+            "--partitions" => args.partitions = number() as u16,
+            "--reps" => args.reps = number() as usize,
+            "--replicas" => {
+                args.replicas = value
+                    .split(',')
+                    .map(|r| r.parse().expect("a replica count"))
+                    .collect()
+            }
+            other => panic!("unknown flag {other}"),
+        }
+    }
+    args
+}
+
+fn leak(s: String) -> &'static str {
+    Box::leak(s.into_boxed_str())
+}
+
+/// The stream of round `round`: routed by key into `partitions` partitions.
+fn stream(round: usize, partitions: u16) -> StreamDecl {
+    StreamDecl::new(leak(format!("BENCH_PART_{round}")), &["bench.*.paid"]).subject_transform(
+        SubjectTransform::new(
+            "bench.*.paid",
+            leak(format!(
+                "{{{{partition({partitions},1)}}}}.bench.{{{{wildcard(1)}}}}.paid"
+            )),
+        ),
+    )
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Variant {
+    Partitioned,
+    Unordered,
+    Naive,
+}
+
+/// What every replica's handler counts: messages handled, and (for the takeover) which
+/// partitions each replica handled a message of, with when.
+#[derive(Default)]
+struct Tally {
+    handled: AtomicU64,
+    partitions: Mutex<Vec<(usize, u16, Instant)>>,
+}
+
+fn topology(
+    variant: Variant,
+    stream: StreamDecl,
+    (partitions, replicas): (u16, usize),
+    (tally, replica, work): (Arc<Tally>, usize, Duration),
+) -> Topology {
+    let (group, subject, queue, concurrency) = match variant {
+        Variant::Partitioned => (
+            "part",
+            "bench.*.paid",
+            QueueDecl::new("part").partitioned(partitions, &[1]),
+            None,
+        ),
+        Variant::Unordered => (
+            "plain",
+            "*.bench.*.paid",
+            QueueDecl::new("plain"),
+            Some((u32::from(partitions) / replicas as u32).max(1)),
+        ),
+        Variant::Naive => (
+            "naive",
+            "*.bench.*.paid",
+            QueueDecl::new("naive").max_ack_pending(1),
+            None,
+        ),
+    };
+    let _ = group;
+    let mut decl = ConsumerDecl::queue(
+        "bench::on_paid",
+        StreamRef::Declared(leak_stream(stream)),
+        queue,
+    )
+    .subjects(Box::leak(Box::new([subject])));
+    decl.concurrency = concurrency;
+    Topology::new()
+        .stream(stream)
+        .consumer(decl, move |incoming| {
+            let tally = tally.clone();
+            Box::pin(async move {
+                tokio::time::sleep(work).await;
+                let partition = incoming
+                    .context()
+                    .subject()
+                    .split('.')
+                    .next()
+                    .and_then(|p| p.parse().ok())
+                    .unwrap_or(0);
+                tally
+                    .partitions
+                    .lock()
+                    .unwrap()
+                    .push((replica, partition, Instant::now()));
+                tally.handled.fetch_add(1, Ordering::Relaxed);
+                Ok::<(), HandlerError>(())
+            })
+        })
+}
+
+fn leak_stream(stream: StreamDecl) -> &'static StreamDecl {
+    Box::leak(Box::new(stream))
+}
+
+/// A runtime running in a task of its own; dropped with `abort` (no drain) or stopped.
+struct Replica {
+    stop: tokio::sync::oneshot::Sender<()>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+async fn start(url: &str, topology: Topology) -> Replica {
+    let client = async_nats::connect(url).await.expect("connect");
+    let runtime = Runtime::builder(client)
+        .topology(topology)
+        .build()
+        .expect("a valid topology");
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(async move {
+        runtime
+            .run_until(async move {
+                let _ = stopped.await;
+            })
+            .await
+            .expect("the runtime drains");
+    });
+    Replica { stop, task }
+}
+
+async fn stop_all(replicas: Vec<Replica>) {
+    for replica in replicas {
+        let _ = replica.stop.send(());
+        let _ = replica.task.await;
+    }
+}
+
+async fn publish(js: &jetstream::Context, keys: u64, messages: u64) {
+    let mut acks = Vec::with_capacity(1024);
+    for i in 0..messages {
+        let key = i % keys;
+        acks.push(
+            js.publish(format!("bench.k{key}.paid"), i.to_string().into())
+                .await
+                .expect("publish"),
+        );
+        if acks.len() == 1024 {
+            for ack in acks.drain(..) {
+                ack.await.expect("stored");
+            }
+        }
+    }
+    for ack in acks {
+        ack.await.expect("stored");
+    }
+}
+
+async fn wait_for(tally: &Tally, n: u64, timeout: Duration, what: &str) {
+    let deadline = Instant::now() + timeout;
+    while tally.handled.load(Ordering::Relaxed) < n {
+        assert!(
+            Instant::now() < deadline,
+            "{what}: {} of {n} handled within {timeout:?}",
+            tally.handled.load(Ordering::Relaxed)
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// Messages per second of `variant` at `replicas` replicas over `messages` of the stream.
+async fn throughput(
+    url: &str,
+    variant: Variant,
+    stream: StreamDecl,
+    (partitions, replicas, work): (u16, usize, Duration),
+    messages: u64,
+) -> f64 {
+    let tally = Arc::new(Tally::default());
+    let began = Instant::now();
+    let mut running = Vec::new();
+    for replica in 0..replicas {
+        let topology = topology(
+            variant,
+            stream,
+            (partitions, replicas),
+            (tally.clone(), replica, work),
+        );
+        running.push(start(url, topology).await);
+    }
+    wait_for(
+        &tally,
+        messages,
+        Duration::from_secs(600),
+        &format!("{variant:?} at {replicas}"),
+    )
+    .await;
+    let rate = messages as f64 / began.elapsed().as_secs_f64();
+    stop_all(running).await;
+    rate
+}
+
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values[values.len() / 2]
+}
+
+#[tokio::main(flavor = "multi_thread")]
+async fn main() {
+    let args = args();
+    let server = NatsServer::start().await.expect("nats-server starts");
+    let url = server.url();
+    let js = jetstream::new(async_nats::connect(&url).await.expect("connect"));
+    let variants = [Variant::Partitioned, Variant::Unordered, Variant::Naive];
+    let mut rates: Vec<Vec<Vec<f64>>> = vec![vec![Vec::new(); variants.len()]; args.replicas.len()];
+    for round in 0..args.reps {
+        let stream = stream(round, args.partitions);
+        js.create_stream(jetstream::stream::Config {
+            name: stream.name.to_owned(),
+            subjects: vec!["bench.*.paid".to_owned()],
+            subject_transform: Some(jetstream::stream::SubjectTransform {
+                source: "bench.*.paid".to_owned(),
+                destination: stream.subject_transform.unwrap().dest.to_owned(),
+            }),
+            ..Default::default()
+        })
+        .await
+        .expect("the stream");
+        publish(&js, args.keys, args.messages).await;
+        for (r, &replicas) in args.replicas.iter().enumerate() {
+            for (v, &variant) in variants.iter().enumerate() {
+                let messages = if variant == Variant::Naive {
+                    args.naive_messages
+                } else {
+                    args.messages
+                };
+                let rate = throughput(
+                    &url,
+                    variant,
+                    stream,
+                    (args.partitions, replicas, args.work),
+                    messages,
+                )
+                .await;
+                eprintln!("round {round}: {variant:?} at {replicas} replicas: {rate:.0} msgs/s");
+                rates[r][v].push(rate);
+                // The next variant at this count reads the stream afresh: its own durable.
+                let name = match variant {
+                    Variant::Partitioned => None,
+                    Variant::Unordered => Some("plain".to_owned()),
+                    Variant::Naive => Some("naive".to_owned()),
+                };
+                let s = js.get_stream(stream.name).await.expect("the stream");
+                match name {
+                    Some(name) => {
+                        let _ = s.delete_consumer(&name).await;
+                    }
+                    None => {
+                        for p in 0..args.partitions {
+                            let _ = s.delete_consumer(&format!("part-p{p}")).await;
+                        }
+                    }
+                }
+            }
+        }
+    }
+    let (join, takeover) = handovers(&url, &js, &args).await;
+
+    println!(
+        "\npartitioned consumers: {} keys, {} partitions, {:?} handler, medians of {} rounds (msgs/s)\n",
+        args.keys, args.partitions, args.work, args.reps
+    );
+    println!(
+        "| replicas | partitioned | unordered (same concurrency) | max_ack_pending 1 | partitioned / unordered | partitioned / max_ack_pending 1 |"
+    );
+    println!("|---|---|---|---|---|---|");
+    let mut json = serde_json::Map::new();
+    for (r, &replicas) in args.replicas.iter().enumerate() {
+        let [part, plain, naive] = [0, 1, 2].map(|v| median(rates[r][v].clone()));
+        println!(
+            "| {replicas} | {part:.0} | {plain:.0} | {naive:.0} | {:.3} | {:.1} |",
+            part / plain,
+            part / naive
+        );
+        json.insert(format!("partitioned_r{replicas}"), part.round().into());
+        json.insert(format!("unordered_r{replicas}"), plain.round().into());
+        json.insert(format!("naive_r{replicas}"), naive.round().into());
+        json.insert(
+            format!("ratio_unordered_r{replicas}"),
+            ((part / plain * 1000.0).round() / 1000.0).into(),
+        );
+        json.insert(
+            format!("ratio_naive_r{replicas}"),
+            ((part / naive * 10.0).round() / 10.0).into(),
+        );
+    }
+    println!(
+        "\njoin (a second replica's first message): {:.2} s; takeover (a dead replica's partitions all handled again): {:.2} s",
+        join.as_secs_f64(),
+        takeover.as_secs_f64()
+    );
+    json.insert(
+        "join_s".into(),
+        ((join.as_secs_f64() * 100.0).round() / 100.0).into(),
+    );
+    json.insert(
+        "takeover_s".into(),
+        ((takeover.as_secs_f64() * 100.0).round() / 100.0).into(),
+    );
+    println!("{}", serde_json::Value::Object(json));
+}
+
+/// The join and takeover times, under a steady load.
+async fn handovers(url: &str, js: &jetstream::Context, args: &Args) -> (Duration, Duration) {
+    let stream = stream(args.reps + 1, args.partitions);
+    js.create_stream(jetstream::stream::Config {
+        name: stream.name.to_owned(),
+        subjects: vec!["bench.*.paid".to_owned()],
+        subject_transform: Some(jetstream::stream::SubjectTransform {
+            source: "bench.*.paid".to_owned(),
+            destination: stream.subject_transform.unwrap().dest.to_owned(),
+        }),
+        ..Default::default()
+    })
+    .await
+    .expect("the stream");
+    let load = {
+        let js = js.clone();
+        let keys = args.keys;
+        tokio::spawn(async move {
+            let mut i = 0u64;
+            loop {
+                for _ in 0..100 {
+                    let key = i % keys;
+                    if js
+                        .publish(format!("bench.k{key}.paid"), i.to_string().into())
+                        .await
+                        .is_err()
+                    {
+                        return;
+                    }
+                    i += 1;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        })
+    };
+    let tally = Arc::new(Tally::default());
+    let setup = (args.partitions, 2);
+    let first = start(
+        url,
+        topology(
+            Variant::Partitioned,
+            stream,
+            setup,
+            (tally.clone(), 0, args.work),
+        ),
+    )
+    .await;
+    wait_for(
+        &tally,
+        200,
+        Duration::from_secs(60),
+        "the first replica under load",
+    )
+    .await;
+    let joined_at = Instant::now();
+    let second = start(
+        url,
+        topology(
+            Variant::Partitioned,
+            stream,
+            setup,
+            (tally.clone(), 1, args.work),
+        ),
+    )
+    .await;
+    let join = loop {
+        let first_of_second = (tally.partitions.lock().unwrap().iter())
+            .find(|(replica, _, _)| *replica == 1)
+            .map(|(_, _, at)| *at);
+        if let Some(at) = first_of_second {
+            break at - joined_at;
+        }
+        assert!(
+            joined_at.elapsed() < Duration::from_secs(60),
+            "the second replica never handled a message"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    };
+    // Once the second handles its share, it dies (its task aborted: no drain, its connection
+    // closed).
+    let share = usize::from(args.partitions / 2);
+    let since = loop {
+        let now = Instant::now();
+        let recent: BTreeSet<u16> = (tally.partitions.lock().unwrap().iter())
+            .filter(|(replica, _, at)| *replica == 1 && *at + Duration::from_secs(1) > now)
+            .map(|(_, p, _)| *p)
+            .collect();
+        if recent.len() >= share {
+            break now;
+        }
+        assert!(
+            joined_at.elapsed() < Duration::from_secs(60),
+            "the second replica never held its share"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let held: BTreeSet<u16> = (tally.partitions.lock().unwrap().iter())
+        .filter(|(replica, _, at)| *replica == 1 && *at + Duration::from_secs(1) > since)
+        .map(|(_, p, _)| *p)
+        .collect();
+    second.task.abort();
+    let died_at = Instant::now();
+    let takeover = loop {
+        let taken: BTreeSet<u16> = (tally.partitions.lock().unwrap().iter())
+            .filter(|(replica, p, at)| *replica == 0 && *at > died_at && held.contains(p))
+            .map(|(_, p, _)| *p)
+            .collect();
+        if taken == held {
+            break died_at.elapsed();
+        }
+        assert!(
+            died_at.elapsed() < Duration::from_secs(60),
+            "the survivor never took {held:?}; took {taken:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    };
+    load.abort();
+    stop_all(vec![first]).await;
+    (join, takeover)
+}
