@@ -12,7 +12,7 @@
 //! Each round publishes `--messages` messages over `--keys` keys (round-robin) into a stream
 //! whose `subject_transform` routes by key into `--partitions` partitions, then for each
 //! replica count R starts R runtimes at once (each on its own connection) and times them from
-//! the start until every message is handled, each handler awaiting a `--work-us` sleep:
+//! the first message handled until the last, each handler awaiting a `--work-us` sleep:
 //!
 //! - **partitioned**: `key = "{1}"`, `partitions = P` (order per key), at the defaults;
 //! - **unordered**: a plain queue consumer at concurrency P / R per replica: the same number
@@ -22,10 +22,10 @@
 //!
 //! Rates are medians over the rounds; `ratio_unordered_rR` is partitioned over unordered and
 //! `ratio_naive_rR` partitioned over max_ack_pending 1 at R replicas. **Join** is from a second
-//! replica's start (beside one replica under load) until it handles its first message;
-//! **takeover** from one of two replicas stopping without a drain (its task aborted, its
-//! connection closed) until the survivor has handled a message of every partition the dead one
-//! held. The last line is one JSON object.
+//! replica's start (a process of its own, beside one replica under load) until it handles its
+//! first message; **takeover** from that process's SIGKILL (no drain: its key lapses, its pins
+//! and its in-flight messages time out) until the survivor has handled a message of every
+//! partition it held. The last line is one JSON object.
 
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -36,6 +36,13 @@ use async_nats::jetstream;
 use nats_topology::model::{ConsumerDecl, QueueDecl, StreamDecl, StreamRef, SubjectTransform};
 use nats_topology::{HandlerError, Runtime, Topology};
 use nats_topology_testkit::NatsServer;
+
+/// The replica number of a replica process (the join and the takeover), and its report lines.
+const CHILD: usize = usize::MAX;
+const CHILD_MARK: &str = "bench-partitioned handled ";
+
+/// Set in a replica process: `<url> <stream> <partitions> <work µs>`.
+const CHILD_ENV: &str = "BENCH_PARTITIONED_CHILD";
 
 struct Args {
     keys: u64,
@@ -113,6 +120,8 @@ enum Variant {
 struct Tally {
     handled: AtomicU64,
     partitions: Mutex<Vec<(usize, u16, Instant)>>,
+    /// When the first message was handled.
+    first: std::sync::OnceLock<Instant>,
 }
 
 fn topology(
@@ -162,11 +171,17 @@ fn topology(
                     .next()
                     .and_then(|p| p.parse().ok())
                     .unwrap_or(0);
+                let now = Instant::now();
+                let _ = tally.first.set(now);
+                if replica == CHILD {
+                    // A replica process reports to its parent.
+                    println!("{CHILD_MARK}{partition}");
+                }
                 tally
                     .partitions
                     .lock()
                     .unwrap()
-                    .push((replica, partition, Instant::now()));
+                    .push((replica, partition, now));
                 tally.handled.fetch_add(1, Ordering::Relaxed);
                 Ok::<(), HandlerError>(())
             })
@@ -240,16 +255,24 @@ async fn wait_for(tally: &Tally, n: u64, timeout: Duration, what: &str) {
     }
 }
 
-/// Messages per second of `variant` at `replicas` replicas over `messages` of the stream.
+/// What one variant measured: messages per second from the first handled to the last; for
+/// the partitioned one, also while every partition still had messages waiting (until the first
+/// partition ran dry), and the busiest partition's messages over the mean (key skew).
+struct Measured {
+    rate: f64,
+    saturated: Option<f64>,
+    skew: Option<f64>,
+}
+
+/// What `variant` at `replicas` replicas measures over `messages` of the stream.
 async fn throughput(
     url: &str,
     variant: Variant,
     stream: StreamDecl,
     (partitions, replicas, work): (u16, usize, Duration),
     messages: u64,
-) -> f64 {
+) -> Measured {
     let tally = Arc::new(Tally::default());
-    let began = Instant::now();
     let mut running = Vec::new();
     for replica in 0..replicas {
         let topology = topology(
@@ -267,9 +290,32 @@ async fn throughput(
         &format!("{variant:?} at {replicas}"),
     )
     .await;
-    let rate = messages as f64 / began.elapsed().as_secs_f64();
+    // From the first message handled to the last: what the group sustains, once started (the
+    // start-up of each variant is the same provisioning, not what is compared).
+    let began = *tally.first.get().expect("a message was handled");
+    let rate = (messages - 1) as f64 / began.elapsed().as_secs_f64();
     stop_all(running).await;
-    rate
+    let (mut saturated, mut skew) = (None, None);
+    if variant == Variant::Partitioned {
+        let handled = tally.partitions.lock().unwrap().clone();
+        let mut last = vec![began; usize::from(partitions)];
+        let mut count = vec![0u64; usize::from(partitions)];
+        for (_, p, at) in &handled {
+            let p = usize::from(*p).min(last.len() - 1);
+            last[p] = last[p].max(*at);
+            count[p] += 1;
+        }
+        let dry = *last.iter().min().expect("partitions");
+        let before = handled.iter().filter(|(_, _, at)| *at <= dry).count();
+        saturated = Some(before as f64 / (dry - began).as_secs_f64().max(1e-3));
+        let mean = messages as f64 / f64::from(partitions);
+        skew = count.iter().max().map(|max| *max as f64 / mean);
+    }
+    Measured {
+        rate,
+        saturated,
+        skew,
+    }
 }
 
 fn median(mut values: Vec<f64>) -> f64 {
@@ -279,12 +325,18 @@ fn median(mut values: Vec<f64>) -> f64 {
 
 #[tokio::main(flavor = "multi_thread")]
 async fn main() {
+    if let Ok(child) = std::env::var(CHILD_ENV) {
+        return replica_process(&child).await;
+    }
     let args = args();
     let server = NatsServer::start().await.expect("nats-server starts");
     let url = server.url();
     let js = jetstream::new(async_nats::connect(&url).await.expect("connect"));
     let variants = [Variant::Partitioned, Variant::Unordered, Variant::Naive];
     let mut rates: Vec<Vec<Vec<f64>>> = vec![vec![Vec::new(); variants.len()]; args.replicas.len()];
+    // The partitioned variant's rate while every partition was busy, and the key skew.
+    let mut saturated: Vec<Vec<f64>> = vec![Vec::new(); args.replicas.len()];
+    let mut skews = Vec::new();
     for round in 0..args.reps {
         let stream = stream(round, args.partitions);
         js.create_stream(jetstream::stream::Config {
@@ -306,7 +358,7 @@ async fn main() {
                 } else {
                     args.messages
                 };
-                let rate = throughput(
+                let measured = throughput(
                     &url,
                     variant,
                     stream,
@@ -314,8 +366,11 @@ async fn main() {
                     messages,
                 )
                 .await;
+                let rate = measured.rate;
                 eprintln!("round {round}: {variant:?} at {replicas} replicas: {rate:.0} msgs/s");
                 rates[r][v].push(rate);
+                saturated[r].extend(measured.saturated);
+                skews.extend(measured.skew);
                 // The next variant at this count reads the stream afresh: its own durable.
                 let name = match variant {
                     Variant::Partitioned => None,
@@ -335,6 +390,9 @@ async fn main() {
                 }
             }
         }
+        js.delete_stream(stream.name)
+            .await
+            .expect("the round's stream deleted");
     }
     let (join, takeover) = handovers(&url, &js, &args).await;
 
@@ -343,29 +401,43 @@ async fn main() {
         args.keys, args.partitions, args.work, args.reps
     );
     println!(
-        "| replicas | partitioned | unordered (same concurrency) | max_ack_pending 1 | partitioned / unordered | partitioned / max_ack_pending 1 |"
+        "| replicas | partitioned | unordered (same concurrency) | max_ack_pending 1 | partitioned / unordered | partitioned / max_ack_pending 1 | partitioned while every partition had work | that / unordered |"
     );
-    println!("|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|");
     let mut json = serde_json::Map::new();
+    let round3 = |x: f64| (x * 1000.0).round() / 1000.0;
     for (r, &replicas) in args.replicas.iter().enumerate() {
         let [part, plain, naive] = [0, 1, 2].map(|v| median(rates[r][v].clone()));
+        let busy = median(saturated[r].clone());
         println!(
-            "| {replicas} | {part:.0} | {plain:.0} | {naive:.0} | {:.3} | {:.1} |",
+            "| {replicas} | {part:.0} | {plain:.0} | {naive:.0} | {:.3} | {:.1} | {busy:.0} | {:.3} |",
             part / plain,
-            part / naive
+            part / naive,
+            busy / plain
         );
         json.insert(format!("partitioned_r{replicas}"), part.round().into());
         json.insert(format!("unordered_r{replicas}"), plain.round().into());
         json.insert(format!("naive_r{replicas}"), naive.round().into());
+        json.insert(format!("partitioned_busy_r{replicas}"), busy.round().into());
         json.insert(
             format!("ratio_unordered_r{replicas}"),
-            ((part / plain * 1000.0).round() / 1000.0).into(),
+            round3(part / plain).into(),
+        );
+        json.insert(
+            format!("ratio_busy_unordered_r{replicas}"),
+            round3(busy / plain).into(),
         );
         json.insert(
             format!("ratio_naive_r{replicas}"),
             ((part / naive * 10.0).round() / 10.0).into(),
         );
     }
+    let skew = median(skews);
+    println!(
+        "\nkey skew: the busiest partition held {skew:.2}x the mean partition's messages ({} keys over {} partitions)",
+        args.keys, args.partitions
+    );
+    json.insert("partition_skew".into(), round3(skew).into());
     println!(
         "\njoin (a second replica's first message): {:.2} s; takeover (a dead replica's partitions all handled again): {:.2} s",
         join.as_secs_f64(),
@@ -436,20 +508,41 @@ async fn handovers(url: &str, js: &jetstream::Context, args: &Args) -> (Duration
         "the first replica under load",
     )
     .await;
+    // A second replica, a process of its own, joins under load.
     let joined_at = Instant::now();
-    let second = start(
-        url,
-        topology(
-            Variant::Partitioned,
-            stream,
-            setup,
-            (tally.clone(), 1, args.work),
-        ),
-    )
-    .await;
+    let mut second = tokio::process::Command::new(std::env::current_exe().expect("this program"))
+        .env(
+            CHILD_ENV,
+            format!(
+                "{url} {} {} {}",
+                stream.name,
+                args.partitions,
+                args.work.as_micros()
+            ),
+        )
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("a replica process");
+    {
+        use tokio::io::AsyncBufReadExt;
+        let mut lines = tokio::io::BufReader::new(second.stdout.take().expect("piped")).lines();
+        let tally = tally.clone();
+        tokio::spawn(async move {
+            while let Ok(Some(line)) = lines.next_line().await {
+                if let Some(p) = line.strip_prefix(CHILD_MARK).and_then(|p| p.parse().ok()) {
+                    tally
+                        .partitions
+                        .lock()
+                        .unwrap()
+                        .push((CHILD, p, Instant::now()));
+                }
+            }
+        });
+    }
     let join = loop {
         let first_of_second = (tally.partitions.lock().unwrap().iter())
-            .find(|(replica, _, _)| *replica == 1)
+            .find(|(replica, _, _)| *replica == CHILD)
             .map(|(_, _, at)| *at);
         if let Some(at) = first_of_second {
             break at - joined_at;
@@ -460,17 +553,17 @@ async fn handovers(url: &str, js: &jetstream::Context, args: &Args) -> (Duration
         );
         tokio::time::sleep(Duration::from_millis(5)).await;
     };
-    // Once the second handles its share, it dies (its task aborted: no drain, its connection
-    // closed).
+    // Once it handles its share, it is SIGKILLed (by its pid: no drain, no unpin, its key
+    // left to lapse, its in-flight messages to their ack_wait).
     let share = usize::from(args.partitions / 2);
-    let since = loop {
+    let held = loop {
         let now = Instant::now();
         let recent: BTreeSet<u16> = (tally.partitions.lock().unwrap().iter())
-            .filter(|(replica, _, at)| *replica == 1 && *at + Duration::from_secs(1) > now)
+            .filter(|(replica, _, at)| *replica == CHILD && *at + Duration::from_secs(1) > now)
             .map(|(_, p, _)| *p)
             .collect();
         if recent.len() >= share {
-            break now;
+            break recent;
         }
         assert!(
             joined_at.elapsed() < Duration::from_secs(60),
@@ -478,11 +571,7 @@ async fn handovers(url: &str, js: &jetstream::Context, args: &Args) -> (Duration
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     };
-    let held: BTreeSet<u16> = (tally.partitions.lock().unwrap().iter())
-        .filter(|(replica, _, at)| *replica == 1 && *at + Duration::from_secs(1) > since)
-        .map(|(_, p, _)| *p)
-        .collect();
-    second.task.abort();
+    second.kill().await.expect("SIGKILL the replica process");
     let died_at = Instant::now();
     let takeover = loop {
         let taken: BTreeSet<u16> = (tally.partitions.lock().unwrap().iter())
@@ -501,4 +590,25 @@ async fn handovers(url: &str, js: &jetstream::Context, args: &Args) -> (Duration
     load.abort();
     stop_all(vec![first]).await;
     (join, takeover)
+}
+
+/// A replica process: the partitioned consumer on the stream its parent names, reporting each
+/// message's partition on stdout, until it is killed.
+async fn replica_process(spec: &str) {
+    let words: Vec<&str> = spec.split_whitespace().collect();
+    let [url, name, partitions, work] = words[..] else {
+        panic!("{CHILD_ENV}: `<url> <stream> <partitions> <work µs>`, got {spec:?}");
+    };
+    let partitions: u16 = partitions.parse().expect("a partition count");
+    let work = Duration::from_micros(work.parse().expect("microseconds"));
+    let mut stream = stream(0, partitions);
+    stream.name = leak(name.to_owned());
+    let topology = topology(
+        Variant::Partitioned,
+        stream,
+        (partitions, 2),
+        (Arc::new(Tally::default()), CHILD, work),
+    );
+    let replica = start(url, topology).await;
+    let _ = replica.task.await;
 }

@@ -440,6 +440,9 @@ impl SubjectTransform {
 }
 
 /// What kind of consumer a declaration makes.
+// A queue's settings outweigh a relay's, but declarations are `static`s built in const
+// context (nothing to box there) and read in place, never moved on a hot path.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ConsumerKind {
     /// Shared work: one durable for all instances; each message handled by one instance.

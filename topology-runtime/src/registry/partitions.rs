@@ -39,6 +39,12 @@ pub(super) fn members_bucket(replicas: u8) -> BucketDecl {
         .description("nats-topology: the replicas of each partitioned consumer group")
 }
 
+/// A partition's `ack_wait` unless the consumer declares one: a message held by a replica
+/// that dies blocks its partition (one message at a time) until it is delivered again, so the
+/// survivors take over within this. A running handler keeps its message meanwhile (progress
+/// acks every half of it).
+pub const PARTITION_ACK_WAIT: Duration = Duration::from_secs(5);
+
 /// One partition of a partitioned group, on the consumer that reads it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PartitionOf {
@@ -197,11 +203,14 @@ pub(super) fn expand(consumer: &Consumer, stream: Option<&StreamDecl>) -> Option
         partition.group = leak(format!("{}-p{index}", queue.group));
         partition = partition
             .pinned_client(PARTITION_PIN_TTL)
-            .max_ack_pending(1);
+            .max_ack_pending(1)
+            .ack_wait(queue.ack_wait.unwrap_or(PARTITION_ACK_WAIT));
         let mut decl: ConsumerDecl = consumer.decl;
         decl.subjects = filter;
-        // One message at a time: what the server delivers anyway (`max_ack_pending = 1`).
-        decl.concurrency = Some(1);
+        // The server delivers one message at a time (`max_ack_pending = 1`); a second slot
+        // keeps a pull request open while one runs, so that the next message comes with the
+        // ack rather than a round trip after it.
+        decl.concurrency = Some(2);
         decl.kind = ConsumerKind::Queue(partition);
         Consumer {
             decl,
