@@ -107,6 +107,22 @@ fn stream(round: usize, partitions: u16) -> StreamDecl {
     )
 }
 
+/// Creates `stream` on the server (before the runtimes: the messages are published first).
+async fn create(js: &jetstream::Context, stream: &StreamDecl) {
+    let transform = stream.subject_transform.expect("a routed stream");
+    js.create_stream(jetstream::stream::Config {
+        name: stream.name.to_owned(),
+        subjects: vec![transform.src.to_owned()],
+        subject_transform: Some(jetstream::stream::SubjectTransform {
+            source: transform.src.to_owned(),
+            destination: transform.dest.to_owned(),
+        }),
+        ..Default::default()
+    })
+    .await
+    .expect("the stream");
+}
+
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Variant {
     Partitioned,
@@ -339,17 +355,7 @@ async fn main() {
     let mut skews = Vec::new();
     for round in 0..args.reps {
         let stream = stream(round, args.partitions);
-        js.create_stream(jetstream::stream::Config {
-            name: stream.name.to_owned(),
-            subjects: vec!["bench.*.paid".to_owned()],
-            subject_transform: Some(jetstream::stream::SubjectTransform {
-                source: "bench.*.paid".to_owned(),
-                destination: stream.subject_transform.unwrap().dest.to_owned(),
-            }),
-            ..Default::default()
-        })
-        .await
-        .expect("the stream");
+        create(&js, &stream).await;
         publish(&js, args.keys, args.messages).await;
         for (r, &replicas) in args.replicas.iter().enumerate() {
             for (v, &variant) in variants.iter().enumerate() {
@@ -457,17 +463,7 @@ async fn main() {
 /// The join and takeover times, under a steady load.
 async fn handovers(url: &str, js: &jetstream::Context, args: &Args) -> (Duration, Duration) {
     let stream = stream(args.reps + 1, args.partitions);
-    js.create_stream(jetstream::stream::Config {
-        name: stream.name.to_owned(),
-        subjects: vec!["bench.*.paid".to_owned()],
-        subject_transform: Some(jetstream::stream::SubjectTransform {
-            source: "bench.*.paid".to_owned(),
-            destination: stream.subject_transform.unwrap().dest.to_owned(),
-        }),
-        ..Default::default()
-    })
-    .await
-    .expect("the stream");
+    create(js, &stream).await;
     let load = {
         let js = js.clone();
         let keys = args.keys;

@@ -221,6 +221,16 @@ async fn publish(
     }
 }
 
+/// [`publish`] of rounds `1..=rounds` in a task of its own.
+fn in_background(
+    js: &async_nats::jetstream::Context,
+    rounds: u64,
+    pause: Duration,
+) -> tokio::task::JoinHandle<()> {
+    let js = js.clone();
+    tokio::spawn(async move { publish(&js, 1..rounds + 1, pause).await })
+}
+
 /// The checks on every key: each handled `1..=rounds` in order (`repeats`: handlings that
 /// may repeat the message before them, a killed replica's in-flight message), and no two
 /// handlings of a key overlapping in time.
@@ -480,10 +490,7 @@ async fn order_per_key_holds_through_a_replica_killed_one_drained_by_sigterm_and
         )
         .await;
     let js = fx.jetstream().await;
-    let publisher = {
-        let js = js.clone();
-        tokio::spawn(async move { publish(&js, 1..ROUNDS + 1, Duration::from_millis(100)).await })
-    };
+    let publisher = in_background(&js, ROUNDS, Duration::from_millis(100));
     let progress =
         |rounds: usize| move |r: &Reports| r.journal.distinct() >= KEYS as usize * rounds;
     reports
@@ -587,10 +594,7 @@ async fn replicas_share_the_partitions_and_order_per_key_holds_through_a_join_an
             .count()
     };
     assert_eq!(shares(&first), usize::from(PARTITIONS));
-    let publisher = {
-        let js = js.clone();
-        tokio::spawn(async move { publish(&js, 1..ROUNDS + 1, Duration::from_millis(50)).await })
-    };
+    let publisher = in_background(&js, ROUNDS, Duration::from_millis(50));
     journal
         .wait_distinct(
             KEYS as usize * 5,
@@ -674,10 +678,7 @@ async fn through_a_fault<F, H>(
     }
     let js = fixture::connect_in_order(&urls_from(&fx.server.urls(), 2)).await;
     let js = async_nats::jetstream::new(js);
-    let publisher = {
-        let js = js.clone();
-        tokio::spawn(async move { publish(&js, 1..ROUNDS + 1, Duration::from_millis(100)).await })
-    };
+    let publisher = in_background(&js, ROUNDS, Duration::from_millis(100));
     journal
         .wait_distinct(
             KEYS as usize * 5,
