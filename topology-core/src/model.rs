@@ -10,7 +10,6 @@ pub use crate::codec::CodecId;
 
 pub use crate::bucket::{BucketDecl, BucketKind, BucketShape, KvBucketDef, ObjectStoreDef};
 pub use crate::limits::DEFAULT_MAX_WAITING;
-pub use crate::partition::Partitioning;
 pub use crate::placement::{Placement, Storage};
 pub use crate::service::{EndpointDecl, Fanout, ServiceDecl, ServiceDef, SubscriptionDecl};
 pub use crate::watch::{WatchDecl, WatchFrom};
@@ -439,6 +438,23 @@ impl SubjectTransform {
     }
 }
 
+/// How a queue consumer's messages are split into partitions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Partitioning {
+    /// How many partitions: fixed for the group (see [`PARTITIONS`](crate::partition::PARTITIONS)).
+    pub partitions: u16,
+    /// The key: the positions (from 1) of the subject's `*` tokens it is made of, in the
+    /// order the stream's `{{partition(..)}}` names them.
+    pub key: &'static [u8],
+}
+
+impl Partitioning {
+    /// `partitions` partitions, keyed by the subject's `*` tokens at `key` (from 1).
+    pub const fn new(partitions: u16, key: &'static [u8]) -> Self {
+        Partitioning { partitions, key }
+    }
+}
+
 /// What kind of consumer a declaration makes.
 // A queue's settings outweigh a relay's, but declarations are `static`s built in const
 // context (nothing to box there) and read in place, never moved on a hot path.
@@ -486,7 +502,7 @@ pub struct QueueDecl {
     pub batch: Option<BatchDecl>,
     /// Partitioned by key: the messages of one key handled one at a time, in stream order
     /// (see [`partition`](crate::partition)).
-    pub partitioned: Option<crate::partition::Partitioning>,
+    pub partitioned: Option<Partitioning>,
 }
 
 impl QueueDecl {
@@ -569,7 +585,7 @@ impl QueueDecl {
     /// Partitioned by key: `partitions` partitions, keyed by the subject's `*` tokens at
     /// positions `key` (from 1); see [`partition`](crate::partition).
     pub const fn partitioned(mut self, partitions: u16, key: &'static [u8]) -> Self {
-        self.partitioned = Some(crate::partition::Partitioning::new(partitions, key));
+        self.partitioned = Some(Partitioning::new(partitions, key));
         self
     }
     /// Spill-over instances take work only past the thresholds (see [`Priority::Overflow`]).

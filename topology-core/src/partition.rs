@@ -20,26 +20,10 @@
 //! ```
 
 pub use crate::error::PartitionError;
+pub use crate::model::Partitioning;
 
 use crate::model::{ConsumerDecl, ConsumerKind, Delivery};
 use crate::prim::IntRange;
-
-/// How a queue consumer's messages are split into partitions.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct Partitioning {
-    /// How many partitions: fixed for the group (see [`PARTITIONS`]).
-    pub partitions: u16,
-    /// The key: the positions (from 1) of the subject's `*` tokens it is made of, in the
-    /// order the stream's `{{partition(..)}}` names them.
-    pub key: &'static [u8],
-}
-
-impl Partitioning {
-    /// `partitions` partitions, keyed by the subject's `*` tokens at `key` (from 1).
-    pub const fn new(partitions: u16, key: &'static [u8]) -> Self {
-        Partitioning { partitions, key }
-    }
-}
 
 /// How many partitions a group may have: each is a consumer on the server, and a replica
 /// holds its share of them.

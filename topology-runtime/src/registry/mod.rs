@@ -360,43 +360,6 @@ impl Topology {
     }
 
     /// Sorts what was added out of order now, keeping one copy (a read sorts a copy).
-    /// The topology with each partitioned queue consumer replaced by the consumers of its
-    /// partitions (`<group>-p0` .. `<group>-p<n-1>`, in order), as the runtime provisions and
-    /// runs them, and as `plan` and the exports show them. A partitioned consumer whose stream
-    /// does not route it stays as it is: validation reports it.
-    pub fn partitioned(&self) -> Topology {
-        if !self
-            .consumers
-            .iter_added()
-            .any(|c| c.decl.as_queue().is_some_and(|q| q.partitioned.is_some()))
-        {
-            return self.clone();
-        }
-        let mut topology = Topology {
-            consumers: SortedList::default(),
-            ..self.clone()
-        };
-        let mut replicas = None;
-        for consumer in self.consumers.get() {
-            let stream = self.find_stream(consumer.decl.stream.name());
-            match partitions::expand(consumer, stream) {
-                Some(partitions) => {
-                    let stream_replicas = stream.and_then(|s| s.replicas).unwrap_or(1);
-                    replicas = replicas.max(Some(stream_replicas));
-                    partitions
-                        .into_iter()
-                        .for_each(|p| topology.consumers.push(p));
-                }
-                None => topology.consumers.push(consumer.clone()),
-            }
-        }
-        if let Some(replicas) = replicas {
-            topology.add_bucket(partitions::members_bucket(replicas));
-            topology.sort_in_place();
-        }
-        topology
-    }
-
     pub(crate) fn sort_in_place(&mut self) {
         self.streams.sort_in_place();
         self.buckets.sort_in_place();

@@ -9,7 +9,8 @@ use topology_core::bucket::BucketDecl;
 use topology_core::model::{ConsumerDecl, ConsumerKind, QueueDecl, Storage, StreamDecl};
 use topology_core::partition::Partitioning;
 
-use super::Consumer;
+use super::sorted::SortedList;
+use super::{Consumer, Topology};
 
 /// How long a partition's pin outlives the last pull request of the replica holding it: the
 /// bound within which survivors take over a dead replica's partitions.
@@ -30,7 +31,7 @@ pub const MEMBER_TTL: Duration = Duration::from_secs(3);
 
 /// The members' bucket, with as many replicas as `replicas` (the most of the partitioned
 /// streams'), in memory: it holds nothing a restart of the whole cluster should keep.
-pub(super) fn members_bucket(replicas: u8) -> BucketDecl {
+fn members_bucket(replicas: u8) -> BucketDecl {
     BucketDecl::kv(MEMBERS_BUCKET)
         .history(1)
         .ttl(MEMBER_TTL)
@@ -188,10 +189,49 @@ fn is_wildcard_reference(token: &str) -> bool {
         .is_some_and(digits)
 }
 
+impl Topology {
+    /// The topology with each partitioned queue consumer replaced by the consumers of its
+    /// partitions (`<group>-p0` .. `<group>-p<n-1>`, in order), as the runtime provisions and
+    /// runs them, and as `plan` and the exports show them. A partitioned consumer whose stream
+    /// does not route it stays as it is: validation reports it.
+    pub fn partitioned(&self) -> Topology {
+        if !self
+            .consumers
+            .iter_added()
+            .any(|c| c.decl.as_queue().is_some_and(|q| q.partitioned.is_some()))
+        {
+            return self.clone();
+        }
+        let mut topology = Topology {
+            consumers: SortedList::default(),
+            ..self.clone()
+        };
+        let mut replicas = None;
+        for consumer in self.consumers.get() {
+            let stream = self.find_stream(consumer.decl.stream.name());
+            match expand(consumer, stream) {
+                Some(partitions) => {
+                    let stream_replicas = stream.and_then(|s| s.replicas).unwrap_or(1);
+                    replicas = replicas.max(Some(stream_replicas));
+                    partitions
+                        .into_iter()
+                        .for_each(|p| topology.consumers.push(p));
+                }
+                None => topology.consumers.push(consumer.clone()),
+            }
+        }
+        if let Some(replicas) = replicas {
+            topology.add_bucket(members_bucket(replicas));
+            topology.sort_in_place();
+        }
+        topology
+    }
+}
+
 /// The consumers of `consumer`'s partitions, when it is partitioned and its stream routes it
 /// (`None` otherwise: validation reports why). Their names and filters are leaked: built once
 /// per runtime, they live as long as it.
-pub(super) fn expand(consumer: &Consumer, stream: Option<&StreamDecl>) -> Option<Vec<Consumer>> {
+fn expand(consumer: &Consumer, stream: Option<&StreamDecl>) -> Option<Vec<Consumer>> {
     let queue = consumer.decl.as_queue()?;
     let partitioning = queue.partitioned?;
     let subject = *consumer.decl.subjects.first()?;

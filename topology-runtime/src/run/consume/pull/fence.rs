@@ -13,6 +13,7 @@
 use std::time::Duration;
 
 use super::super::ack::Fetched;
+use super::Puller;
 
 /// Whether the next delivery is checked, and where.
 pub(super) struct Fence {
@@ -79,6 +80,28 @@ impl Fence {
                 );
                 None
             }
+        }
+    }
+}
+
+impl Puller {
+    /// The next delivery of a partition's session is checked with the server first.
+    pub(super) fn suspect(&mut self) {
+        if let Some(fence) = &mut self.fence {
+            fence.suspect();
+        }
+    }
+
+    /// `fetched`, unless a partition's session finds that the server moved past it (see
+    /// `fence`): then it is left unsettled, for the server to deliver again where the
+    /// partition is now.
+    pub(super) async fn admit(&mut self, fetched: Fetched) -> Option<Fetched> {
+        match &mut self.fence {
+            Some(fence) if fence.is_suspect() => {
+                let timeout = (self.heartbeat * 2).max(Duration::from_secs(1));
+                Box::pin(fence.admit(&self.client, fetched, timeout)).await
+            }
+            _ => Some(fetched),
         }
     }
 }

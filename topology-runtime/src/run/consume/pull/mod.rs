@@ -450,26 +450,6 @@ impl Puller {
         }
     }
 
-    /// The next delivery of a partition's session is checked with the server first.
-    fn suspect(&mut self) {
-        if let Some(fence) = &mut self.fence {
-            fence.suspect();
-        }
-    }
-
-    /// `fetched`, unless a partition's session finds that the server moved past it (see
-    /// `fence`): then it is left unsettled, for the server to deliver again where the
-    /// partition is now.
-    async fn admit(&mut self, fetched: Fetched) -> Option<Fetched> {
-        match &mut self.fence {
-            Some(fence) if fence.is_suspect() => {
-                let timeout = (self.heartbeat * 2).max(Duration::from_secs(1));
-                Box::pin(fence.admit(&self.client, fetched, timeout)).await
-            }
-            _ => Some(fetched),
-        }
-    }
-
     /// Unsubscribes, so the server stops delivering to the open requests (it drops requests
     /// nobody listens to), and returns what arrived but was not handed out, including what
     /// arrives before the unsubscription takes effect.
