@@ -35,6 +35,10 @@ pub enum ProvisionErrorKind {
     /// supervisor, so a permission granted later is picked up; `plan` and `provision` fail
     /// at once.
     PermissionDenied,
+    /// A request went unanswered for longer than it may take: a relay's create placed on a
+    /// node that was just lost answers nobody until that node returns. Retried by a
+    /// supervisor, which deletes the relay's consumer and creates it again first.
+    Unanswered,
 }
 
 /// One field whose value on the server differs from the declaration.
@@ -159,6 +163,7 @@ impl ProvisionError {
                 | ProvisionErrorKind::UnexpectedAnswer
                 | ProvisionErrorKind::Superseded
                 | ProvisionErrorKind::PermissionDenied
+                | ProvisionErrorKind::Unanswered
         )
     }
 }

@@ -9,6 +9,7 @@
 //! - `flow`: how many messages to ask for.
 //! - `pump`: how many messages are held and started at once.
 //! - `loss`: why a consumer's session ended before shutdown; its supervisor ensures it again.
+//! - `relay`: a relay's own consumer, deleted and created again where its node was lost.
 //! - `dispatch`: one message from fetched to settled (`meta`: what its ack subject says).
 //! - (`crate::outage`): a queue consumer whose handlers keep failing stops taking messages
 //!   and probes with one until a handler succeeds (what they depend on is down).
@@ -32,6 +33,7 @@ mod outcome;
 mod partitions;
 mod pull;
 mod pump;
+mod relay;
 mod replay;
 mod resume;
 mod supervise;

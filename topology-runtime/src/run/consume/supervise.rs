@@ -20,6 +20,7 @@ use super::loss::Loss;
 use super::outcome::Observer;
 use super::pull::{PullPriority, Puller, Watch};
 use super::pump::{Exit, finish_in_flight, pump};
+use super::relay::{ensure_relay, unanswered_create};
 use super::replay::Replay;
 use super::resume::{Record, Resume};
 use crate::handler::Scope;
@@ -72,8 +73,8 @@ pub(in crate::run) async fn supervise(
         .as_queue()
         .map(|_| Arc::new(Breaker::new(inner.settings.outage)));
     // A relay's consumer is deleted and created again from the relay's resume point (rather
-    // than bound again) after a loss that calls for it, and an ordered replay's after every
-    // loss (see `Loss::recreates`).
+    // than bound again) after a loss that calls for it, an ordered replay's after every loss
+    // (see `Loss::recreates`), and after a create that went unanswered (see `relay`).
     let mut recreate = false;
     // The last ensure was refused by the server's permissions: its error.
     let mut denied: Option<(String, Option<String>)> = None;
@@ -101,38 +102,13 @@ pub(in crate::run) async fn supervise(
         // Boxed, as every future below that is awaited only now and then: inline, each would
         // hold its bytes in this task for as long as the consumer lives.
         let ensure = Box::pin(async {
-            if let (true, Some(name)) = (recreate, relay.as_deref()) {
-                // A consumer whose single replica is on a lost node answers nobody: the delete
-                // is done by the meta leader, and may go unanswered. The create that follows
-                // says whether it went through (one that binds the old consumer again loses
-                // the session the same way, and deletes again).
-                let deleted = tokio::time::timeout(
-                    RELAY_DELETE_WAIT,
-                    Box::pin(inner.ensurer.provisioner().delete_consumer(stream, name)),
-                )
-                .await;
-                match deleted {
-                    Ok(Ok(())) => {}
-                    Ok(Err(e)) if !e.is_transient() => return Err(e),
-                    Ok(Err(e)) => {
-                        tracing::debug!(stream, consumer = name, error = %e, "could not delete the relay's consumer before creating it again");
-                    }
-                    Err(_) => {
-                        tracing::debug!(
-                            stream,
-                            consumer = name,
-                            "no answer to the relay consumer's delete; creating it again"
-                        );
-                    }
-                }
-            }
             // Boxed: the consumer's info (about 1 KB) then stays in the memory the session
             // opens in, not in this task's for its lifetime.
-            inner
-                .ensurer
-                .ensure(consumer, relay.as_deref(), &mode)
-                .await
-                .map(Box::new)
+            match relay.as_deref() {
+                Some(name) => ensure_relay(&inner, consumer, name, recreate, &mode).await,
+                None => inner.ensurer.ensure(consumer, None, &mode).await,
+            }
+            .map(Box::new)
         });
         let ensured = tokio::select! {
             r = ensure => r,
@@ -234,7 +210,10 @@ pub(in crate::run) async fn supervise(
                 denied = Some((e.to_string(), refused));
                 e.to_string()
             }
-            Err(e) if e.is_transient() => e.to_string(),
+            Err(e) if e.is_transient() => {
+                recreate |= relay.is_some() && unanswered_create(&e);
+                e.to_string()
+            }
             Err(e) => {
                 stopped_by = Some(e);
                 break;
@@ -321,11 +300,6 @@ pub(in crate::run) async fn supervise(
         None => slot.transition(ConsumerState::Stopped { error: None }),
     }
 }
-
-/// How long a relay's consumer is given to answer its delete before it is created again: its
-/// leader answers within milliseconds while its node is up; on a lost node it never does (the
-/// meta leader removes it all the same, which the create that follows tells).
-const RELAY_DELETE_WAIT: Duration = Duration::from_secs(1);
 
 /// Progress acks are sent every half `ack_wait`, and no more often than this.
 const PROGRESS_FLOOR: Duration = Duration::from_millis(100);
