@@ -157,3 +157,113 @@ async fn an_instance_whose_node_restarts_skips_no_revision() {
         running.stop().await.expect("clean drain");
     }
 }
+
+/// How node 0 is lost.
+#[derive(Debug, Clone, Copy)]
+enum Lost {
+    /// SIGKILL: its peers keep counting it online for a while.
+    Killed,
+    /// SIGTERM, as a rolling restart of the cluster does: its peers count it offline at once.
+    Stopped,
+}
+
+/// A relay's consumer has one replica: the watch's consumer sits on node 0 (made there before
+/// the instance starts, under the instance's own relay name), node 0 is lost and stays down,
+/// and the instance (connected to node 1) starts: its create binds the consumer on the lost
+/// node, which answers nobody, or is refused as offline; the watch deletes it and creates it
+/// again on a live node, and handles a change put after the loss, without waiting for node 0.
+async fn a_watch_whose_consumer_is_on_a_lost_node_runs_on_a_live_one(lost: Lost) {
+    let mut fx = Fixture::cluster().await;
+    let urls = fx.server.urls();
+    let client = fixture::connect_in_order(&[urls[1].clone(), urls[2].clone()]).await;
+    let revisions = Revisions::default();
+    let runtime = fixture::fast(Runtime::builder(client.clone()))
+        .state(revisions.clone())
+        .build()
+        .expect("valid");
+    runtime
+        .provision()
+        .await
+        .expect("the bucket is provisioned");
+    let name = runtime
+        .relay("on_cluster_status")
+        .expect("the watch")
+        .consumer();
+    let js = async_nats::jetstream::new(client);
+    let stream = js
+        .get_stream("KV_CLUSTER_STATUS")
+        .await
+        .expect("the bucket's stream");
+    // The server places a one-replica consumer on a random node of its stream: made again
+    // until it is on node 0.
+    eventually(
+        HANDLED_WITHIN,
+        "the relay's consumer placed on node 0",
+        || {
+            let (stream, name) = (stream.clone(), name.clone());
+            async move {
+                let _ = stream.delete_consumer(&name).await;
+                let mut consumer = stream
+                    .create_consumer(async_nats::jetstream::consumer::pull::Config {
+                        durable_name: Some(name.clone()),
+                        filter_subject: "$KV.CLUSTER_STATUS.member.>".into(),
+                        num_replicas: 1,
+                        ..Default::default()
+                    })
+                    .await
+                    .ok()?;
+                let info = consumer.info().await.ok()?;
+                let leader = info.cluster.as_ref()?.leader.clone()?;
+                (leader == "node0").then_some(())
+            }
+        },
+    )
+    .await;
+    match lost {
+        Lost::Killed => fx.server.kill(0),
+        Lost::Stopped => fx.server.stop(0).await,
+    }
+
+    let running = Running::spawn(runtime);
+    let store = eventually(HANDLED_WITHIN, "the bucket without node 0", || {
+        let js = js.clone();
+        async move { js.get_key_value("CLUSTER_STATUS").await.ok() }
+    })
+    .await;
+    let put = eventually(HANDLED_WITHIN, "a put stored without node 0", || {
+        let store = store.clone();
+        async move { store.put("member.after", b"1".to_vec().into()).await.ok() }
+    })
+    .await;
+    eventually(
+        Duration::from_secs(30),
+        &format!("the watch ({lost:?} node 0) handles revision {put} while node 0 is down"),
+        || {
+            let last = revisions.last();
+            async move { (last >= put).then_some(()) }
+        },
+    )
+    .await;
+    let status = running
+        .health
+        .consumers()
+        .into_iter()
+        .find(|c| c.handler.ends_with("::on_cluster_status"))
+        .expect("the watch's health");
+    assert_eq!(
+        status.state,
+        nats_topology::ConsumerState::Running,
+        "{status}"
+    );
+    running.stop().await.expect("clean drain");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watch_whose_consumer_is_on_a_killed_node_runs_on_a_live_one() {
+    a_watch_whose_consumer_is_on_a_lost_node_runs_on_a_live_one(Lost::Killed).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watch_whose_consumer_is_on_a_stopped_node_runs_on_a_live_one() {
+    a_watch_whose_consumer_is_on_a_lost_node_runs_on_a_live_one(Lost::Stopped).await;
+}

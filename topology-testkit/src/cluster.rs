@@ -367,6 +367,14 @@ impl NatsCluster {
         self.nodes[i].kill();
     }
 
+    /// Stops node `i` gracefully, as a rolling restart of the cluster does: SIGTERM by pid
+    /// (the node tells its peers it is shutting down, and they count it offline at once),
+    /// then waits up to 10 s for it to exit before SIGKILL, and reaps it. Panics if
+    /// `i >= self.len()`.
+    pub async fn stop(&mut self, i: usize) {
+        self.nodes[i].stop().await;
+    }
+
     /// Stops node `i` if it runs, starts it again on the same client and cluster ports and the
     /// same store directory, and waits (up to 30 s) until it answers a JetStream API request
     /// again. Panics if `i >= self.len()`.

@@ -237,16 +237,22 @@ impl ApiError {
             if e.kind() == jetstream::context::RequestErrorKind::NoResponders)
     }
 
-    /// Timeouts, no responders, and the server's "try again" codes.
+    /// Timeouts, no responders, the server's "try again" codes, and a stream or consumer
+    /// offline.
     pub(crate) fn is_transient(&self) -> bool {
         match self {
             ApiError::Request(_) | ApiError::Retry(_) | ApiError::Unexpected { .. } => true,
             ApiError::Denied { .. } => false,
             ApiError::Server(e) => {
                 let code = e.error_code();
+                // Offline: every node holding the stream or consumer is down (stopped
+                // gracefully, its peers know at once); it answers again when one returns, and
+                // a relay's consumer is created again elsewhere meanwhile.
                 code == ErrorCode::CLUSTER_NOT_AVAILABLE
                     || code == ErrorCode::CLUSTER_NOT_LEADER
                     || code == ErrorCode::CLUSTER_NO_PEERS
+                    || code == ErrorCode::STREAM_OFFLINE
+                    || code == ErrorCode::CONSUMER_OFFLINE
                     || e.code() == 503
             }
         }

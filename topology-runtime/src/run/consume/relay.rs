@@ -77,9 +77,9 @@ fn unanswered(stream: &str, name: &str) -> ProvisionError {
         ProvisionErrorKind::Unanswered,
         stream,
         format!(
-            "no answer to the relay's create within {RELAY_CREATE_WAIT:?}: it may be placed on \
-             a node that was just lost; the relay deletes it and creates it again, for the \
-             server to place it on a node that answers"
+            "the relay's consumer was not created within {RELAY_CREATE_WAIT:?} (no answer, or \
+             `consumer is offline`): it may be on a node that was just lost; the relay deletes \
+             it and creates it again, for the server to place it on a node that answers"
         ),
     )
     .consumer(name)
