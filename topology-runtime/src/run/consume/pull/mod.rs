@@ -409,7 +409,18 @@ impl Puller {
                 if let Some(received) = &mut self.received
                     && fetched.meta.stream_sequence.is_some()
                 {
-                    *received = fetched.meta.consumer_sequence;
+                    // The only reader receives every delivery, in order: one that does not
+                    // follow the last means one lost on the way, or the consumer's state lost
+                    // with its node (restarted, it starts over as declared, past what was
+                    // published while it was down).
+                    let delivered = fetched.meta.consumer_sequence;
+                    if delivered != *received + 1 {
+                        return Err(Loss::Undelivered {
+                            sent: delivered,
+                            received: *received,
+                        });
+                    }
+                    *received = delivered;
                 }
                 Ok(Some(fetched))
             }
