@@ -1,4 +1,5 @@
-//! What the server sends to a pull session's inbox, classified once.
+//! What the server sends to a pull session's inbox, classified once ([`Inbox`]), and taken
+//! by the session ([`Puller::take`]).
 //!
 //! Statuses: 100 idle heartbeat (liveness, and the consumer sequence of its last delivery), 408 a request expired, 409 a request ended (the
 //! consumer was deleted, its leader changed, a limit was exceeded), 503 no responders (no
@@ -7,8 +8,13 @@
 //! longer current (a pinned-client priority group). The 408/409 of a request that delivered
 //! part of its batch carry how many it did not (`Nats-Pending-Messages`).
 
-use super::super::loss::Loss;
 use async_nats::StatusCode;
+use async_nats::jetstream;
+use tokio::time::Instant;
+
+use super::super::ack::Fetched;
+use super::super::loss::Loss;
+use super::Puller;
 
 /// One thing the server sent to the inbox.
 pub(super) enum Inbox {
@@ -78,6 +84,95 @@ impl Inbox {
             Inbox::NewestRefused(format!("{status} {description}"))
         } else {
             Inbox::Lost(Loss::UnexpectedAnswer(format!("{status} {description}")))
+        }
+    }
+}
+
+impl Puller {
+    /// Accounts for one thing the server sent to the inbox: a message is returned; a status
+    /// updates the open requests, or reports the consumer lost.
+    pub(super) fn take(&mut self, message: async_nats::Message) -> Result<Option<Fetched>, Loss> {
+        let now = Instant::now();
+        self.heard = now;
+        if self.liveness.is_stalled() {
+            // Whatever comes after a silence may have waited in a stalled link while the
+            // server gave it to another instance.
+            self.suspect();
+        }
+        let inbox = Inbox::of(message);
+        if !matches!(inbox, Inbox::NoResponders) {
+            self.refused = None;
+            self.liveness.heard();
+        }
+        match inbox {
+            Inbox::Message(message) => {
+                self.admitted();
+                let delivered_after = self.requests.delivered(now);
+                if self.priority.delivered(&message, &self.slot) {
+                    // Pinned: the server holds the requests that do not name the pin; ask
+                    // again with it (what the others still deliver is taken as stray).
+                    self.requests.forget(|_| true);
+                    self.suspect();
+                }
+                let fetched = Fetched::new(
+                    jetstream::Message {
+                        message,
+                        context: self.context.clone(),
+                    },
+                    delivered_after,
+                );
+                if let Some(received) = &mut self.received
+                    && fetched.meta.stream_sequence.is_some()
+                {
+                    // The only reader receives every delivery, in order: one that does not
+                    // follow the last means one lost on the way, or the consumer's state lost
+                    // with its node (restarted, it starts over as declared, past what was
+                    // published while it was down).
+                    let delivered = fetched.meta.consumer_sequence;
+                    if delivered != *received + 1 {
+                        return Err(Loss::Undelivered {
+                            sent: delivered,
+                            received: *received,
+                        });
+                    }
+                    *received = delivered;
+                }
+                Ok(Some(fetched))
+            }
+            Inbox::Heartbeat { last_delivered } => match (self.received, last_delivered) {
+                // A request of this session waits at the consumer.
+                _ if self.crowded.is_some() => {
+                    self.admitted();
+                    Ok(None)
+                }
+                // The heartbeat follows every earlier delivery to this inbox on the same
+                // connection: one it names that did not come went elsewhere, and is lost.
+                (Some(received), Some(sent)) if sent != received => {
+                    Err(Loss::Undelivered { sent, received })
+                }
+                _ => Ok(None),
+            },
+            Inbox::PinRefused => {
+                // Every open request named the lost pin: all are refused; ask again without.
+                if self.priority.pin_lost(&self.slot) {
+                    self.requests.forget(|_| true);
+                    self.suspect();
+                }
+                Ok(None)
+            }
+            Inbox::OldestEnded | Inbox::LeaderChanged => {
+                self.requests.oldest_ended();
+                Ok(None)
+            }
+            Inbox::NewestRefused(said) => {
+                self.wait_list_refused(&said);
+                Ok(None)
+            }
+            Inbox::NoResponders => {
+                self.no_responder()?;
+                Ok(None)
+            }
+            Inbox::Lost(why) => Err(why),
         }
     }
 }

@@ -5,7 +5,9 @@
 //! - `refusals`: a session's first request, confirmed before the consumer is reported
 //!   running, and requests refused (no responder, a full wait list: `crowded out`);
 //! - `requests`: the open requests, and those forgotten while they may still deliver;
-//! - `inbox`: what the server sends to the requests' inbox;
+//! - `inbox`: what the server sends to the requests' inbox, and what the session makes of
+//!   each (`Puller::take`: a message, or a status that updates the requests or ends the
+//!   session);
 //! - `priority`: the session's place in a priority group (its requests' fields, the pin);
 //! - `fence`: a partition's session handles no delivery the server has moved past;
 //! - `liveness`: noticing silence (`stalled`), asking the consumer whether it answers,
@@ -30,7 +32,6 @@ use super::ack::Fetched;
 use super::flow::Flow;
 use super::loss::Loss;
 use crate::run::Settings;
-use inbox::Inbox;
 pub(in crate::run) use liveness::Watch;
 use liveness::{Event, Liveness};
 pub(in crate::run) use priority::PullPriority;
@@ -371,93 +372,6 @@ impl Puller {
                     }
                 }
             }
-        }
-    }
-
-    /// Accounts for one thing the server sent to the inbox: a message is returned; a status
-    /// updates the open requests, or reports the consumer lost.
-    fn take(&mut self, message: async_nats::Message) -> Result<Option<Fetched>, Loss> {
-        let now = Instant::now();
-        self.heard = now;
-        if self.liveness.is_stalled() {
-            // Whatever comes after a silence may have waited in a stalled link while the
-            // server gave it to another instance.
-            self.suspect();
-        }
-        let inbox = Inbox::of(message);
-        if !matches!(inbox, Inbox::NoResponders) {
-            self.refused = None;
-            self.liveness.heard();
-        }
-        match inbox {
-            Inbox::Message(message) => {
-                self.admitted();
-                let delivered_after = self.requests.delivered(now);
-                if self.priority.delivered(&message, &self.slot) {
-                    // Pinned: the server holds the requests that do not name the pin; ask
-                    // again with it (what the others still deliver is taken as stray).
-                    self.requests.forget(|_| true);
-                    self.suspect();
-                }
-                let fetched = Fetched::new(
-                    jetstream::Message {
-                        message,
-                        context: self.context.clone(),
-                    },
-                    delivered_after,
-                );
-                if let Some(received) = &mut self.received
-                    && fetched.meta.stream_sequence.is_some()
-                {
-                    // The only reader receives every delivery, in order: one that does not
-                    // follow the last means one lost on the way, or the consumer's state lost
-                    // with its node (restarted, it starts over as declared, past what was
-                    // published while it was down).
-                    let delivered = fetched.meta.consumer_sequence;
-                    if delivered != *received + 1 {
-                        return Err(Loss::Undelivered {
-                            sent: delivered,
-                            received: *received,
-                        });
-                    }
-                    *received = delivered;
-                }
-                Ok(Some(fetched))
-            }
-            Inbox::Heartbeat { last_delivered } => match (self.received, last_delivered) {
-                // A request of this session waits at the consumer.
-                _ if self.crowded.is_some() => {
-                    self.admitted();
-                    Ok(None)
-                }
-                // The heartbeat follows every earlier delivery to this inbox on the same
-                // connection: one it names that did not come went elsewhere, and is lost.
-                (Some(received), Some(sent)) if sent != received => {
-                    Err(Loss::Undelivered { sent, received })
-                }
-                _ => Ok(None),
-            },
-            Inbox::PinRefused => {
-                // Every open request named the lost pin: all are refused; ask again without.
-                if self.priority.pin_lost(&self.slot) {
-                    self.requests.forget(|_| true);
-                    self.suspect();
-                }
-                Ok(None)
-            }
-            Inbox::OldestEnded | Inbox::LeaderChanged => {
-                self.requests.oldest_ended();
-                Ok(None)
-            }
-            Inbox::NewestRefused(said) => {
-                self.wait_list_refused(&said);
-                Ok(None)
-            }
-            Inbox::NoResponders => {
-                self.no_responder()?;
-                Ok(None)
-            }
-            Inbox::Lost(why) => Err(why),
         }
     }
 
