@@ -657,8 +657,8 @@ async fn through_a_fault<F, H>(
     fault: F,
     heal: H,
 ) where
-    F: FnOnce(&mut nats_topology_testkit::NatsCluster),
-    H: FnOnce(&mut nats_topology_testkit::NatsCluster),
+    F: AsyncFnOnce(&mut nats_topology_testkit::NatsCluster),
+    H: AsyncFnOnce(&mut nats_topology_testkit::NatsCluster),
 {
     const ROUNDS: u64 = 40;
     let journal = Journal::default();
@@ -686,7 +686,7 @@ async fn through_a_fault<F, H>(
             "the first rounds",
         )
         .await;
-    fault(&mut fx.server);
+    fault(&mut fx.server).await;
     let at_fault = journal.distinct();
     journal
         .wait_distinct(
@@ -695,7 +695,7 @@ async fn through_a_fault<F, H>(
             "rounds after the fault",
         )
         .await;
-    heal(&mut fx.server);
+    heal(&mut fx.server).await;
     publisher.await.expect("the publisher ends");
     journal
         .wait_distinct(
@@ -714,7 +714,35 @@ async fn through_a_fault<F, H>(
 async fn order_per_key_holds_through_a_node_killed() {
     let mut fx = Fixture::cluster().await;
     let first = fixture::connect_in_order(&urls_from(&fx.server.urls(), 1)).await;
-    through_a_fault(&mut fx, first, |cluster| cluster.kill(1), |_| {}).await;
+    through_a_fault(
+        &mut fx,
+        first,
+        async |cluster| cluster.kill(1),
+        async |_| {},
+    )
+    .await;
+}
+
+/// Every node restarted gracefully in turn (SIGTERM, then started again on its store), as an
+/// upgrade of the cluster does; replica 0 is connected to node 1 first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn order_per_key_holds_through_a_rolling_restart_of_the_cluster() {
+    let mut fx = Fixture::cluster().await;
+    let first = fixture::connect_in_order(&urls_from(&fx.server.urls(), 1)).await;
+    through_a_fault(
+        &mut fx,
+        first,
+        async |cluster| {
+            for node in 0..cluster.len() {
+                cluster
+                    .restart(node)
+                    .await
+                    .unwrap_or_else(|e| panic!("node {node} restarts: {e}"));
+            }
+        },
+        async |_| {},
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -730,8 +758,8 @@ async fn order_per_key_holds_through_a_stalled_link_to_one_replica() {
     through_a_fault(
         &mut fx,
         first,
-        move |_| stalled.stall(),
-        move |_| link.heal(),
+        async move |_| stalled.stall(),
+        async move |_| link.heal(),
     )
     .await;
 }
@@ -749,8 +777,8 @@ async fn order_per_key_holds_through_a_network_partition_of_one_replicas_node() 
     through_a_fault(
         &mut fx,
         first,
-        |cluster| cluster.isolate(0),
-        |cluster| cluster.heal(),
+        async |cluster| cluster.isolate(0),
+        async |cluster| cluster.heal(),
     )
     .await;
 }
