@@ -10,6 +10,8 @@
 //! says it is the latest one (its delivery sequence is the consumer's last); one the server
 //! has moved past is dropped unsettled. One request per such event, none per message.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::time::Duration;
 
 use super::super::ack::Fetched;
@@ -92,19 +94,24 @@ impl Puller {
         }
     }
 
-    /// `fetched`, unless a partition's session finds that the server moved past it (see
-    /// `fence`): then it is left unsettled, for the server to deliver again where the
-    /// partition is now.
-    pub(super) async fn admit(&mut self, fetched: Fetched) -> Option<Fetched> {
+    /// `Ok(fetched)` at once, unless a partition's session checks it with the server first
+    /// (see `fence`): then the check, which gives it back if it may be handled, or leaves it
+    /// unsettled, for the server to deliver again where the partition is now. Boxed, and
+    /// holding the delivery itself: the session's future (alive as long as the consumer)
+    /// then reserves no room for a delivery waiting on a check that most sessions never make.
+    pub(super) fn admit(&mut self, fetched: Fetched) -> Result<Fetched, Check<'_>> {
         match &mut self.fence {
             Some(fence) if fence.is_suspect() => {
                 let timeout = (self.heartbeat * 2).max(Duration::from_secs(1));
-                Box::pin(fence.admit(&self.client, fetched, timeout)).await
+                Err(Box::pin(fence.admit(&self.client, fetched, timeout)))
             }
-            _ => Some(fetched),
+            _ => Ok(fetched),
         }
     }
 }
+
+/// A delivery's check with the server (see [`Puller::admit`]).
+pub(super) type Check<'a> = Pin<Box<dyn Future<Output = Option<Fetched>> + Send + 'a>>;
 
 /// The consumer's last delivery sequence, from its info.
 fn latest_delivery(payload: &[u8]) -> Option<u64> {

@@ -266,26 +266,31 @@ impl Puller {
 
     /// The next message, or why the consumer is lost. `held`: how many messages this
     /// instance is running or holding; `flow` says how many more to ask for. Cancel-safe.
+    ///
+    /// No delivery is held across an await but inside a fence's boxed check: this future
+    /// lives in the session's for as long as the consumer, and a delivery is 480 bytes.
     pub(super) async fn next(&mut self, flow: &Flow, held: usize) -> Result<Fetched, Loss> {
-        while let Some(fetched) = self.arrived.pop_front() {
-            if let Some(fetched) = self.admit(fetched).await {
-                return Ok(fetched);
-            }
-        }
         loop {
+            // What waits here first; a partition's fence may check it with the server.
+            while let Some(fetched) = self.arrived.pop_front() {
+                let check = match self.admit(fetched) {
+                    Ok(fetched) => return Ok(fetched),
+                    Err(check) => check,
+                };
+                if let Some(fetched) = check.await {
+                    return Ok(fetched);
+                }
+            }
             self.top_up(flow, held).await?;
             // What has arrived already needs no timer.
             if let Some(arrived) = self.subscriber.next().now_or_never() {
-                match arrived {
-                    Some(message) => match self.take(message)? {
-                        Some(fetched) => match self.admit(fetched).await {
-                            Some(fetched) => return Ok(fetched),
-                            None => continue,
-                        },
-                        None => continue,
-                    },
-                    None => return Err(Loss::SubscriptionEnded("pull")),
+                let Some(message) = arrived else {
+                    return Err(Loss::SubscriptionEnded("pull"));
+                };
+                if let Some(fetched) = self.take(message)?.and_then(|f| self.hand_out(f)) {
+                    return Ok(fetched);
                 }
+                continue;
             }
             // A request the server should have ended by now (with a 408) was lost with a
             // server restart or a connection loss: forget it, and ask again.
@@ -299,17 +304,21 @@ impl Puller {
                 .max();
             let open = !self.requests.is_empty();
             let denied = self.slot.denied();
+            let grant_check = denied.as_ref().map(|_| self.grant_check_at);
+            // One timer for the three: each is a hundred bytes in this future.
+            let wake = [overdue, refused_until, grant_check]
+                .into_iter()
+                .flatten()
+                .min();
             tokio::select! {
                 biased;
-                message = self.subscriber.next() => match message {
-                    Some(message) => {
-                        if let Some(fetched) = self.take(message)?
-                            && let Some(fetched) = self.admit(fetched).await
-                        {
-                            return Ok(fetched);
-                        }
+                message = self.subscriber.next() => {
+                    let Some(message) = message else {
+                        return Err(Loss::SubscriptionEnded("pull"));
+                    };
+                    if let Some(fetched) = self.take(message)?.and_then(|f| self.hand_out(f)) {
+                        return Ok(fetched);
                     }
-                    None => return Err(Loss::SubscriptionEnded("pull")),
                 },
                 event = self.liveness.next_event(self.heard, open) => match event {
                     Event::LeaderElected => {
@@ -332,26 +341,27 @@ impl Puller {
                     }
                     Event::Gone(why) => return Err(why),
                 },
-                _ = tokio::time::sleep_until(overdue.unwrap_or_else(Instant::now)), if overdue.is_some() => {
+                _ = tokio::time::sleep_until(wake.unwrap_or_else(Instant::now)), if wake.is_some() => {
                     let now = Instant::now();
-                    self.requests.forget(|r| r.expires_at + margin <= now);
-                }
-                _ = tokio::time::sleep_until(refused_until.unwrap_or_else(Instant::now)), if refused_until.is_some() => {}
-                _ = tokio::time::sleep_until(self.grant_check_at), if denied.is_some() => {
-                    let permission = denied.unwrap_or_default();
-                    let (stream, consumer) = &self.names;
-                    let ask = grant::Ask::of(
-                        &permission,
-                        (stream, consumer),
-                        (&self.subject, &self.inbox),
-                    );
-                    // Boxed, as the reconnect's request below: rare, and inline they would
-                    // stay in the session's future for its lifetime.
-                    if Box::pin(grant::works(&self.client, ask, self.heartbeat)).await {
-                        tracing::info!(subject = %self.subject, permission, "the refused permission works again; pulling");
-                        self.slot.granted();
+                    if overdue.is_some_and(|at| at <= now) {
+                        self.requests.forget(|r| r.expires_at + margin <= now);
                     }
-                    self.grant_check_at = Instant::now() + self.heartbeat;
+                    // A refused request's pause is over: asked again at the top of the loop.
+                    if let Some(permission) = denied.filter(|_| self.grant_check_at <= now) {
+                        let (stream, consumer) = &self.names;
+                        let ask = grant::Ask::of(
+                            &permission,
+                            (stream, consumer),
+                            (&self.subject, &self.inbox),
+                        );
+                        // Boxed, as the reconnect's request below: rare, and inline they would
+                        // stay in the session's future for its lifetime.
+                        if Box::pin(grant::works(&self.client, ask, self.heartbeat)).await {
+                            tracing::info!(subject = %self.subject, permission, "the refused permission works again; pulling");
+                            self.slot.granted();
+                        }
+                        self.grant_check_at = Instant::now() + self.heartbeat;
+                    }
                 }
                 _ = self.reconnect_check.tick() => {
                     let connection = connection_of(&self.client);
@@ -373,6 +383,16 @@ impl Puller {
                 }
             }
         }
+    }
+
+    /// `fetched`, unless a partition's fence is to check it with the server first: then it
+    /// waits in `arrived` for [`Puller::next`]'s check, which holds it in memory of its own.
+    fn hand_out(&mut self, fetched: Fetched) -> Option<Fetched> {
+        if self.fence.as_ref().is_some_and(fence::Fence::is_suspect) {
+            self.arrived.push_back(fetched);
+            return None;
+        }
+        Some(fetched)
     }
 
     /// Unsubscribes, so the server stops delivering to the open requests (it drops requests
