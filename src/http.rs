@@ -274,7 +274,8 @@ fn serving_state(state: &ServingState, value: &mut Value) {
 /// pinned-client queue consumer another replica is pinned for: ready), `replaying` (an
 /// ordered replay catching up, with `behind`: the messages it has left; not ready), `stalled`,
 /// `backing_off`, `crowded` (its pull requests refused: the consumer's wait list, `max_waiting`,
-/// is full), `denied`, `retrying`, `draining`, `stopped`; an endpoint's or subscription's one of `starting`,
+/// is full), `denied`, `retrying`, `draining`, `stopped`, `retired` (the consumer a partitioned
+/// group migrated from, read to its end and deleted: ready); an endpoint's or subscription's one of `starting`,
 /// `subscribing`, `running`, `stalled`, `disconnected`, `retrying`, `draining`, `stopped`; `error` (and `attempt` when retrying, `silent_for_ms` when stalled: how long
 /// nothing has come from the server) say why a consumer is not running; `denied` (on a
 /// consumer) and `denials` name a permission the server refused that a declaration needs.
@@ -288,6 +289,7 @@ pub fn readiness(health: &Health) -> Value {
                 ConsumerState::Provisioning => ("provisioning", None, None),
                 ConsumerState::Running => ("running", None, None),
                 ConsumerState::Standby => ("standby", None, None),
+                ConsumerState::Retired => ("retired", None, None),
                 ConsumerState::Replaying { .. } => ("replaying", None, None),
                 ConsumerState::Stalled { cause, .. } => ("stalled", Some(cause.clone()), None),
                 ConsumerState::BackingOff { cause } => ("backing_off", Some(cause.clone()), None),

@@ -160,28 +160,44 @@ fn replica_topology_with(
             .partitioned(partitions, &[1])
             .ack_wait(Duration::from_secs(5)),
     );
-    Topology::new()
-        .stream(stream)
-        .consumer(consumer, move |incoming| {
-            let journal = journal.clone();
-            Box::pin(async move {
-                let order: Order = serde_json::from_slice(incoming.payload())
-                    .map_err(|e| HandlerError::permanent(format!("not an order: {e}")))?;
-                if fail_seq == Some(order.seq) && incoming.context().delivered() == 1 {
-                    return Err(HandlerError::new("the first try of this one fails"));
-                }
-                let start = micros();
-                tokio::time::sleep(work(order.key)).await;
-                journal.push(Handling {
-                    key: order.key,
-                    seq: order.seq,
-                    replica,
-                    start,
-                    end: micros(),
-                });
-                Ok::<(), HandlerError>(())
-            })
+    recording(
+        Topology::new().stream(stream),
+        consumer,
+        (journal, replica),
+        fail_seq,
+        work,
+    )
+}
+
+/// `topology` with `consumer`, whose handler records into `journal` as `replica` (see
+/// [`replica_topology_with`]).
+fn recording(
+    topology: Topology,
+    consumer: nats_topology::model::ConsumerDecl,
+    (journal, replica): (Journal, usize),
+    fail_seq: Option<u64>,
+    work: fn(u32) -> Duration,
+) -> Topology {
+    topology.consumer(consumer, move |incoming| {
+        let journal = journal.clone();
+        Box::pin(async move {
+            let order: Order = serde_json::from_slice(incoming.payload())
+                .map_err(|e| HandlerError::permanent(format!("not an order: {e}")))?;
+            if fail_seq == Some(order.seq) && incoming.context().delivered() == 1 {
+                return Err(HandlerError::new("the first try of this one fails"));
+            }
+            let start = micros();
+            tokio::time::sleep(work(order.key)).await;
+            journal.push(Handling {
+                key: order.key,
+                seq: order.seq,
+                replica,
+                start,
+                end: micros(),
+            });
+            Ok::<(), HandlerError>(())
         })
+    })
 }
 
 /// Publishes `per_key` messages for each key, round-robin over the keys, `pause` between
@@ -629,6 +645,202 @@ async fn replicas_share_the_partitions_and_order_per_key_holds_through_a_join_an
         (0..3).map(by_replica).collect::<Vec<_>>()
     );
     Running::stop_all(vec![second, third])
+        .await
+        .into_iter()
+        .for_each(|r| r.expect("clean drain"));
+}
+
+/// The old fleet's work per message in [`a_plain_queue_consumer_becomes_partitioned_beside_its_old_fleet`]:
+/// slow, so that the new fleet finds a backlog to read through the old consumer.
+fn slow(_key: u32) -> Duration {
+    Duration::from_millis(100)
+}
+
+/// `migrate_from` onto partitions (docs/PARTITIONS.md, "Migrating onto partitions"): an old
+/// fleet runs a plain queue consumer `billing` on a stream stored as published, with a backlog;
+/// two replicas of the new version (the stream routed by partition, the partitioned group
+/// `billing-v2` migrating from `billing`) start beside it while publishing goes on; the old
+/// replica drains away mid-way. Every message is handled; what was stored before the routing
+/// (rounds up to `BEFORE`) through `billing`, by both fleets; each key's later messages only
+/// after all of its earlier ones, in order, one at a time; `billing` is deleted, its slot
+/// `retired` (ready), and the old replica's drain is clean.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plain_queue_consumer_becomes_partitioned_beside_its_old_fleet() {
+    const BEFORE: u64 = 10;
+    const ROUNDS: u64 = 30;
+    let fx = Fixture::cluster().await;
+    let journal = Journal::default();
+    let plain = fixture::stream("ORDERS", &["orders.*.paid"]).replicas(3);
+    let old = fixture::queue(
+        "tests::billing_v1",
+        &plain,
+        "orders.*.paid",
+        QueueDecl::new("billing").ack_wait(Duration::from_secs(5)),
+    )
+    .concurrency(4);
+    let old = fx
+        .run(recording(
+            Topology::new().stream(plain),
+            old,
+            (journal.clone(), 0),
+            None,
+            slow,
+        ))
+        .await;
+    let js = fx.jetstream().await;
+    publish(&js, 1..BEFORE + 1, Duration::ZERO).await;
+    journal
+        .wait_distinct(8, Duration::from_secs(30), "the old fleet handles")
+        .await;
+    let new = |replica: usize| {
+        let stream = orders_stream("ORDERS", 3, PARTITIONS);
+        let consumer = fixture::queue(
+            "tests::billing",
+            &stream,
+            "orders.*.paid",
+            QueueDecl::new("billing-v2")
+                .partitioned(PARTITIONS, &[1])
+                .migrate_from("billing")
+                .ack_wait(Duration::from_secs(5)),
+        );
+        let topology = Topology::new().stream(stream);
+        recording(topology, consumer, (journal.clone(), replica), None, |_| {
+            WORK
+        })
+    };
+    // The plan shows the old consumer read to its end, then deleted.
+    let planned = fixture::fast(fx.builder().await)
+        .topology(new(9))
+        .build()
+        .expect("a valid declaration")
+        .plan()
+        .await
+        .expect("a plan");
+    let old_item = planned
+        .items
+        .iter()
+        .find(|i| i.consumer.as_deref() == Some("billing"))
+        .unwrap_or_else(|| panic!("the old consumer is planned: {planned}"));
+    assert!(
+        matches!(&old_item.action, nats_topology::report::Action::Retire { into, pending, .. }
+            if into == "billing-v2" && *pending > 0),
+        "{planned}"
+    );
+    let first = fx.run(new(1)).await;
+    let second = fx.run(new(2)).await;
+    // The stream routes by partition now: what follows reaches the partitions only.
+    let publisher = {
+        let js = js.clone();
+        tokio::spawn(async move {
+            publish(&js, BEFORE + 1..ROUNDS + 1, Duration::from_millis(50)).await
+        })
+    };
+    old.stop().await.expect("the old replica drains");
+    publisher.await.expect("the publisher ends");
+    journal
+        .wait_distinct(
+            KEYS as usize * ROUNDS as usize,
+            Duration::from_secs(60),
+            "every message handled",
+        )
+        .await;
+    let all = journal.all();
+    let before = |h: &&Handling| h.seq <= BEFORE;
+    assert!(
+        all.iter().filter(before).any(|h| h.replica != 0),
+        "the new fleet read what the old consumer still held"
+    );
+    let mut by_key: BTreeMap<u32, Vec<Handling>> = BTreeMap::new();
+    for h in &all {
+        by_key.entry(h.key).or_default().push(*h);
+    }
+    assert_eq!(by_key.len(), KEYS as usize, "every key handled");
+    for (key, handlings) in by_key {
+        let (earlier, mut later): (Vec<Handling>, Vec<Handling>) =
+            handlings.into_iter().partition(|h| h.seq <= BEFORE);
+        let last_earlier = earlier.iter().map(|h| h.end).max().unwrap_or(0);
+        later.sort_by_key(|h| h.start);
+        assert!(
+            later.first().is_some_and(|h| h.start >= last_earlier),
+            "key {key}: a message stored after the routing ran before the earlier ones ended"
+        );
+        let seqs: Vec<u64> = later.iter().map(|h| h.seq).collect();
+        assert_eq!(
+            seqs,
+            (BEFORE + 1..ROUNDS + 1).collect::<Vec<_>>(),
+            "key {key}: the later messages, once each, in order"
+        );
+        assert!(
+            later.windows(2).all(|w| w[1].start >= w[0].end),
+            "key {key}: two later messages at once"
+        );
+    }
+    let mut stream = js.get_stream("ORDERS").await.expect("the stream");
+    let gone = stream.consumer_info("billing").await;
+    assert!(gone.is_err(), "the old consumer is deleted: {gone:?}");
+    for running in [&first, &second] {
+        nats_topology_testkit::eventually(
+            Duration::from_secs(10),
+            "the consumer migrated from shows retired",
+            || {
+                let retired = running
+                    .health
+                    .consumers()
+                    .iter()
+                    .any(|c| c.consumer == "billing" && c.state.to_string() == "retired");
+                async move { retired.then_some(()) }
+            },
+        )
+        .await;
+        assert!(
+            running.health.ready(),
+            "ready, with the old consumer retired"
+        );
+    }
+    // A new partition count through `migrate_from` is refused before the stream changes.
+    let recount = {
+        let stream = orders_stream("ORDERS", 3, 16);
+        let consumer = fixture::queue(
+            "tests::billing_v3",
+            &stream,
+            "orders.*.paid",
+            QueueDecl::new("billing-v3")
+                .partitioned(16, &[1])
+                .migrate_from("billing-v2"),
+        );
+        recording(
+            Topology::new().stream(stream),
+            consumer,
+            (Journal::default(), 3),
+            None,
+            |_| WORK,
+        )
+    };
+    let outcome = fixture::fast(fx.builder().await)
+        .topology(recount)
+        .build()
+        .expect("a valid declaration")
+        .run_until(std::future::pending::<()>())
+        .await;
+    let Err(nats_topology::RunError::Provision(error)) = outcome else {
+        panic!("refused at start-up: {outcome:?}");
+    };
+    assert_eq!(error.kind(), nats_topology::ProvisionErrorKind::Unsupported);
+    assert!(error.to_string().contains("partition count"), "{error}");
+    let routed = stream
+        .info()
+        .await
+        .expect("the stream's info")
+        .config
+        .clone();
+    assert_eq!(
+        routed.subject_transform.map(|t| t.destination),
+        Some(format!(
+            "{{{{partition({PARTITIONS},1)}}}}.orders.{{{{wildcard(1)}}}}.paid"
+        )),
+        "the stream still routes by the old count"
+    );
+    Running::stop_all(vec![first, second])
         .await
         .into_iter()
         .for_each(|r| r.expect("clean drain"));

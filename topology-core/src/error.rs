@@ -370,8 +370,6 @@ pub enum PartitionError {
     MaxAckPending,
     /// A batch handler.
     Batch,
-    /// `migrate_from`.
-    MigrateFrom,
     /// A `concurrency` of its own.
     Concurrency,
 }
@@ -407,9 +405,6 @@ impl PartitionError {
             }
             PartitionError::Concurrency => {
                 "a replica handles one message at a time per partition it holds, so its share of the partitions is its concurrency; remove `concurrency` (more partitions give more parallelism)"
-            }
-            PartitionError::MigrateFrom => {
-                "a partitioned consumer cannot migrate from another consumer yet: declare it under a new group beside the old one, and remove the old one once it has no pending messages"
             }
         }
     }

@@ -96,9 +96,6 @@ pub const fn check_partitioned_consumer(decl: &ConsumerDecl) -> Result<(), Parti
     if queue.batch.is_some() {
         return Err(PartitionError::Batch);
     }
-    if queue.migrate_from.is_some() {
-        return Err(PartitionError::MigrateFrom);
-    }
     if decl.concurrency.is_some() {
         return Err(PartitionError::Concurrency);
     }

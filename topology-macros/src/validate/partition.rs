@@ -84,9 +84,6 @@ pub(super) fn partitioned(attrs: &QueueAttrs, cx: &mut Ctxt) {
     if attrs.batch_given {
         refuse(cx, PartitionError::Batch);
     }
-    if attrs.migrate_from.is_some() {
-        refuse(cx, PartitionError::MigrateFrom);
-    }
     if attrs.common.concurrency.is_some() {
         refuse(cx, PartitionError::Concurrency);
     }

@@ -83,6 +83,10 @@ pub enum ConsumerState {
     },
     /// Shutting down: no new messages, in-flight ones finishing.
     Draining,
+    /// The consumer a partitioned group migrated from (`migrate_from` on a partitioned
+    /// consumer), read to its end and deleted: nothing is left to consume from it, and the
+    /// group's partitions took over. Counts as ready.
+    Retired,
     /// Stopped (after a drain, or a failure that retrying cannot fix).
     Stopped {
         /// Why it stopped, if not by a drain.
@@ -95,7 +99,10 @@ impl ConsumerState {
     pub fn is_up(&self) -> bool {
         matches!(
             self,
-            ConsumerState::Running | ConsumerState::Standby | ConsumerState::BackingOff { .. }
+            ConsumerState::Running
+                | ConsumerState::Standby
+                | ConsumerState::BackingOff { .. }
+                | ConsumerState::Retired
         )
     }
 }
@@ -150,6 +157,7 @@ impl fmt::Display for ConsumerState {
             ConsumerState::Provisioning => f.write_str("provisioning"),
             ConsumerState::Running => f.write_str("running"),
             ConsumerState::Standby => f.write_str("standby"),
+            ConsumerState::Retired => f.write_str("retired"),
             ConsumerState::Replaying { behind } => write!(f, "replaying ({behind} behind)"),
             ConsumerState::Stalled { silent_for, cause } => {
                 write!(

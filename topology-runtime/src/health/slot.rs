@@ -304,7 +304,8 @@ impl Slot {
             ConsumerState::Running
             | ConsumerState::Standby
             | ConsumerState::Replaying { .. }
-            | ConsumerState::BackingOff { .. } => *down = (None, None),
+            | ConsumerState::BackingOff { .. }
+            | ConsumerState::Retired => *down = (None, None),
             ConsumerState::Draining | ConsumerState::Stopped { error: None } => {}
             _ => {
                 let since = *down.0.get_or_insert_with(Instant::now);

@@ -30,6 +30,9 @@ pub enum ProvisionErrorKind {
     /// instance (of the old fleet) does not create it again. Retried, so the instance stays
     /// unready until it is stopped.
     Superseded,
+    /// The consumer a partitioned group migrates from is gone: drained and deleted (or never
+    /// there). Nothing is left to consume from it; its supervisor stops, ready.
+    Retired,
     /// The server denied this connection's user a JetStream API request the declaration
     /// needs (a `Permissions Violation`); the message names the subject. Retried by a
     /// supervisor, so a permission granted later is picked up; `plan` and `provision` fail

@@ -45,6 +45,17 @@ pub enum Action {
     },
     /// A broadcast relay: each instance creates its own at start-up.
     PerInstance,
+    /// The plain queue consumer a partitioned group migrates from: never changed, read to
+    /// its end (by the old fleet and the new), then deleted; the group's partitions start
+    /// after.
+    Retire {
+        /// The partitioned group.
+        into: String,
+        /// What it has left to deliver.
+        pending: u64,
+        /// What it delivered that is not acknowledged yet.
+        ack_pending: usize,
+    },
     /// Bind-only ([`RuntimeBuilder::bind_only`](crate::RuntimeBuilder::bind_only)): verified,
     /// never created or changed here. `Ok`: it exists, with the differences from the
     /// declaration (if any) left for an operator to apply; `Err`: not ready, and why.
@@ -105,6 +116,15 @@ impl fmt::Display for Action {
                 )?;
                 fields(f, diffs)
             }
+            Action::Retire {
+                into,
+                pending,
+                ack_pending,
+            } => write!(
+                f,
+                "read to its end ({pending} left, {ack_pending} unacknowledged), then deleted; \
+                 `{into}`'s partitions start after"
+            ),
             Action::PerInstance => {
                 f.write_str("created by each instance at start-up (ephemeral relay)")
             }
@@ -167,7 +187,11 @@ impl Provisioner {
         if self.bind_only {
             return Approach::Verify;
         }
-        match queue.migrate_from.filter(|old| *old != name) {
+        // A partitioned group's partitions are created as declared: the consumer it migrates
+        // from is read to its end beside them and deleted (see `Topology::partitioned`), not
+        // paused and moved from.
+        let moved_from = queue.migrate_from.filter(|_| queue.partitioned.is_none());
+        match moved_from.filter(|old| *old != name) {
             Some(old) => match self.check_migration_supported(stream, name, old) {
                 Err(refused) => Approach::Refuse(refused),
                 Ok(()) => Approach::Migrate(old),
@@ -239,7 +263,8 @@ pub(crate) fn consumer(
     mode: &UpdateMode,
 ) -> Action {
     let Some(server) = on_server else {
-        return match decl.as_queue().and_then(|q| q.migrate_from) {
+        let moved_from = decl.as_queue().filter(|q| q.partitioned.is_none());
+        return match moved_from.and_then(|q| q.migrate_from) {
             Some(from) if migrate_from_exists => Action::Migrate {
                 from: from.to_owned(),
             },

@@ -59,6 +59,11 @@ pub struct Consumer {
     /// The partition it reads, when it is one partition of a partitioned group (see
     /// [`Topology::partitioned`](super::Topology::partitioned)).
     pub partition: Option<super::partitions::PartitionOf>,
+    /// When it is the consumer a partitioned group migrates from (`migrate_from` on a
+    /// partitioned consumer), the group: the runtime never creates or updates it, handles
+    /// what it still holds, and deletes it once drained; the group's partitions start then
+    /// (see [`Topology::partitioned`](super::Topology::partitioned)).
+    pub superseded_by: Option<&'static str>,
 }
 
 impl fmt::Debug for Consumer {
@@ -67,6 +72,7 @@ impl fmt::Debug for Consumer {
             .field("decl", &self.decl)
             .field("states", &self.states)
             .field("partition", &self.partition)
+            .field("superseded_by", &self.superseded_by)
             .finish_non_exhaustive()
     }
 }

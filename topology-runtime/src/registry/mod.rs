@@ -450,6 +450,7 @@ impl Topology {
             batch,
             states,
             partition: None,
+            superseded_by: None,
         });
     }
 }

@@ -262,9 +262,31 @@ fn expand(consumer: &Consumer, stream: Option<&StreamDecl>) -> Option<Vec<Consum
                 index,
                 of: partitioning.partitions,
             }),
+            superseded_by: None,
         }
     });
-    Some(partitions.collect())
+    let mut consumers: Vec<Consumer> = partitions.collect();
+    // Migrating from a plain queue consumer: what it stored before the stream routed by
+    // partition is read through it (its subjects carry no partition), with the same
+    // handler, before any partition starts.
+    if let Some(old) = queue.migrate_from {
+        let mut decl: ConsumerDecl = consumer.decl;
+        decl.kind = ConsumerKind::Queue(QueueDecl {
+            group: old,
+            migrate_from: None,
+            partitioned: None,
+            ..*queue
+        });
+        consumers.push(Consumer {
+            decl,
+            handler: consumer.handler.clone(),
+            batch: None,
+            states: consumer.states,
+            partition: None,
+            superseded_by: Some(queue.group),
+        });
+    }
+    Some(consumers)
 }
 
 #[cfg(test)]

@@ -203,6 +203,26 @@ pub(crate) async fn plan_with(
                     continue;
                 }
             };
+            if let Some(into) = c.superseded_by {
+                // Gone: the migration is done (or there was nothing to migrate).
+                let old = match &server {
+                    Some(_) => provisioner.read_consumer(decl.name, queue.group).await?,
+                    None => None,
+                };
+                if let Some(old) = old {
+                    items.push(PlanItem {
+                        stream: decl.name.to_owned(),
+                        consumer: Some(queue.group.to_owned()),
+                        bucket: None,
+                        action: Action::Retire {
+                            into: into.to_owned(),
+                            pending: old.num_pending,
+                            ack_pending: old.num_ack_pending,
+                        },
+                    });
+                }
+                continue;
+            }
             let approach = provisioner.consumer_approach(decl.name, &c.decl, queue.group);
             let existing = match (&approach, &server) {
                 (Approach::Refuse(_), _) | (_, None) => None,

@@ -94,9 +94,11 @@ impl Ensurer {
             .map(|c| {
                 self.until_deadline(deadline, || async {
                     let _admitted = self.admit().await;
-                    Box::pin(self.ensure(c, None, &UpdateMode::Update))
-                        .await
-                        .map(|_| ())
+                    match Box::pin(self.ensure(c, None, &UpdateMode::Update)).await {
+                        // Migrated from and gone: nothing to provision.
+                        Err(e) if e.kind() == ProvisionErrorKind::Retired => Ok(()),
+                        ensured => ensured.map(|_| ()),
+                    }
                 })
             });
         futures::future::try_join_all(queues).await?;
@@ -148,6 +150,12 @@ impl Ensurer {
         if let Some(info) = &*ensured {
             return Ok(info.clone());
         }
+        // Before the stream changes: its new routing would starve what cannot be migrated.
+        for consumer in self.topology.consumers_of(stream.name) {
+            if let Some(group) = consumer.superseded_by {
+                self.refuse_superseded(stream.name, consumer, group).await?;
+            }
+        }
         let consumed = self.topology.consumed_subjects(stream.name);
         let info = self.provisioner.reconcile_stream(stream, &consumed).await?;
         *ensured = Some(info.clone());
@@ -191,6 +199,12 @@ impl Ensurer {
             UpdateMode::Update => self.ensure_stream(&stream).await?,
             UpdateMode::CreateOnly { .. } => self.refresh_stream(&stream).await?,
         };
+        if let Some(group) = consumer.superseded_by {
+            return Ok(Ensured {
+                consumer: self.superseded(&info, consumer, group).await?,
+                stream: StreamInstance::of(&info),
+            });
+        }
         let result = self
             .provisioner
             .reconcile_consumer(&info, &consumer.decl, relay, mode)
@@ -204,6 +218,68 @@ impl Ensurer {
             consumer: result?,
             stream: StreamInstance::of(&info),
         })
+    }
+
+    /// The consumer the partitioned `group` migrates from, as the old fleet left it: never
+    /// created or updated here, only read to its end ([`ProvisionErrorKind::Retired`] once it
+    /// is gone).
+    async fn superseded(
+        &self,
+        stream: &stream::Info,
+        consumer: &Consumer,
+        group: &str,
+    ) -> Result<consumer::Info, ProvisionError> {
+        let stream = stream.config.name.as_str();
+        let old = consumer.decl.as_queue().map_or("", |q| q.group);
+        match self.provisioner.read_consumer(stream, old).await? {
+            Some(info) => Ok(info),
+            None => Err(ProvisionError::new(
+                ProvisionErrorKind::Retired,
+                stream,
+                format!(
+                    "the consumer `{group}` migrates from is drained and deleted (or was never \
+                     there): nothing is left to read from it"
+                ),
+            )
+            .consumer(old)),
+        }
+    }
+
+    /// Refuses what a partitioned `group` cannot migrate from, before its stream routes by
+    /// partition: a push consumer (its messages go to a subject, not to pulls), and a
+    /// partitioned group (a partition count cannot change: the stored subjects carry the old
+    /// count's partitions, which the new count's filters would read as theirs).
+    async fn refuse_superseded(
+        &self,
+        stream: &str,
+        consumer: &Consumer,
+        group: &str,
+    ) -> Result<(), ProvisionError> {
+        let old = consumer.decl.as_queue().map_or("", |q| q.group);
+        let refuse = |message: String| {
+            Err(ProvisionError::new(ProvisionErrorKind::Unsupported, stream, message).consumer(old))
+        };
+        match self.provisioner.read_consumer(stream, old).await? {
+            Some(info) if info.config.deliver_subject.is_some() => refuse(format!(
+                "`{group}` migrates from a push consumer, which a partitioned group cannot read \
+                 to its end: migrate it to a pull queue consumer first (`migrate_from` without \
+                 `partitions`), then to the partitions"
+            )),
+            Some(_) => Ok(()),
+            None if self
+                .provisioner
+                .read_consumer(stream, &format!("{old}-p0"))
+                .await?
+                .is_some() =>
+            {
+                refuse(format!(
+                    "`{group}` migrates from the partitioned group `{old}`: a partition count \
+                     cannot change in place (the stored subjects carry `{old}`'s partitions); \
+                     keep its count, or route the new count into a stream of its own"
+                ))
+            }
+            None => Ok(()),
+        }
     }
 
     /// Forgets that a stream was ensured (it disappeared): the next ensure creates it again.

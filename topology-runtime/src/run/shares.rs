@@ -16,6 +16,10 @@ pub(crate) struct Group {
     pub(crate) group: &'static str,
     /// The consumer index of each partition, by partition.
     pub(crate) consumers: Vec<usize>,
+    /// The plain queue consumer it migrates from (`migrate_from`), and the transform its
+    /// stream routes by (`src`, `dest`): the partitions start once that consumer, read to its
+    /// end under that routing, is deleted.
+    pub(crate) migrates_from: Option<(&'static str, (&'static str, &'static str))>,
 }
 
 /// Every partitioned group, and whether this replica holds each partition.
@@ -40,12 +44,17 @@ impl Shares {
             };
             held.push(Some(watch::Sender::new(false)));
             let stream = consumer.decl.stream.name();
+            let transform = topology
+                .find_stream(stream)
+                .and_then(|s| s.subject_transform);
+            let migrates_from = consumer.decl.as_queue().and_then(|q| q.migrate_from);
             let group = groups
                 .entry((stream, partition.group))
                 .or_insert_with(|| Group {
                     stream,
                     group: partition.group,
                     consumers: vec![usize::MAX; usize::from(partition.of)],
+                    migrates_from: migrates_from.zip(transform.map(|t| (t.src, t.dest))),
                 });
             group.consumers[usize::from(partition.index)] = index;
         }

@@ -174,7 +174,8 @@ pub fn permissions(topology: &Topology, role: &Role) -> Permissions {
         {
             walk.stream(name, &[], true);
         }
-        walk.consumer(decl, retention(topology, decl.stream));
+        let superseded = consumer.superseded_by.is_some();
+        walk.consumer(decl, retention(topology, decl.stream), superseded);
         if consumer.partition.is_some_and(|p| p.index == 0) && walk.consumes() {
             let subject = format!("{}.STREAM.PURGE.KV_{MEMBERS_BUCKET}", walk.api);
             let declaration = Declaration::Consumer {

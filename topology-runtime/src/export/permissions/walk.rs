@@ -240,8 +240,14 @@ impl Walk<'_> {
     }
 
     /// A queue consumer or relay; `retention` is its stream's, when the stream is declared
-    /// here with it (`None`: owned elsewhere and not said, so any).
-    pub(super) fn consumer(&mut self, decl: &ConsumerDecl, retention: Option<Retention>) {
+    /// here with it (`None`: owned elsewhere and not said, so any). `superseded`: the consumer
+    /// a partitioned group migrates from, read to its end and never created here.
+    pub(super) fn consumer(
+        &mut self,
+        decl: &ConsumerDecl,
+        retention: Option<Retention>,
+        superseded: bool,
+    ) {
         let stream = decl.stream.name();
         let declaration = Declaration::Consumer {
             stream: stream.to_owned(),
@@ -268,7 +274,7 @@ impl Walk<'_> {
         // Read, created or verified through the retries the leader watch wakes, whatever
         // the role; a running one pulls again at its leader's election (below).
         self.leader_watch(stream, Some(name), declaration.clone());
-        if self.owns() {
+        if self.owns() && !superseded {
             self.api(
                 create_subject(stream, name, decl.subjects),
                 declaration.clone(),
@@ -282,6 +288,19 @@ impl Walk<'_> {
             );
         }
         if let Some(old) = queue.migrate_from
+            && queue.partitioned.is_some()
+        {
+            // Read to its end beside the partitions (granted as the consumer it is), and
+            // deleted then by a running instance.
+            if self.role.access == Access::Owner {
+                self.api(
+                    format!("CONSUMER.DELETE.{stream}.{old}"),
+                    declaration.clone(),
+                    "`migrate_from` onto partitions: a running instance deletes the old consumer \
+                     once it is read to its end",
+                );
+            }
+        } else if let Some(old) = queue.migrate_from
             && self.owns()
         {
             self.api(

@@ -42,6 +42,18 @@ pub(in crate::run) async fn share(inner: Arc<Inner>, group: usize, cancel: Cance
     let js = inner.ensurer.provisioner().jetstream().clone();
     let mut beat = tokio::time::interval(MEMBER_BEAT);
     beat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    if let Some((old, routed_by)) = group.migrates_from
+        && !Box::pin(migrated(
+            &inner,
+            group,
+            (old, routed_by),
+            &mut beat,
+            &cancel,
+        ))
+        .await
+    {
+        return;
+    }
     let mut bucket: Option<kv::Store> = None;
     // Beats in a row that could not renew this replica's key or read the others'.
     let mut failed = 0u32;
@@ -138,6 +150,88 @@ pub(in crate::run) async fn share(inner: Arc<Inner>, group: usize, cancel: Cance
                 group = group.group,
                 "no answer leaving the partitioned group; the others take its partitions after {MEMBER_TTL:?}"
             ),
+        }
+    }
+}
+
+/// Waits, every beat, until the plain queue consumer `old` that `group` migrates from is gone;
+/// deletes it once its stream routes by partition (`routed_by`, the transform: nothing new
+/// reaches `old` then) and it has nothing left to deliver or to be acknowledged. What it held
+/// was stored before the partition token, so no partition can read it: handled through `old`
+/// (by the old fleet, and here by its consumer `superseded_by` the group), all of it before any
+/// partition starts, so that a key's later messages follow its earlier ones. The partitions
+/// stand by (ready) meanwhile. False when cancelled first.
+async fn migrated(
+    inner: &Inner,
+    group: &Group,
+    (old, (src, dest)): (&str, (&str, &str)),
+    beat: &mut tokio::time::Interval,
+    cancel: &CancellationToken,
+) -> bool {
+    let provisioner = inner.ensurer.provisioner();
+    for &index in &group.consumers {
+        let slot = &inner.health.slots[index];
+        slot.standby(true);
+        slot.transition(ConsumerState::Standby);
+    }
+    let mut said = false;
+    loop {
+        tokio::select! {
+            _ = beat.tick() => {}
+            _ = cancel.cancelled() => return false,
+        }
+        // The routing first: a consumer found drained after it stays drained.
+        let routed = match provisioner.read_stream(group.stream).await {
+            Ok(Some(info)) => info
+                .config
+                .subject_transform
+                .is_some_and(|t| t.source == src && t.destination == dest),
+            _ => false,
+        };
+        let info = match provisioner.read_consumer(group.stream, old).await {
+            Ok(Some(info)) => info,
+            Ok(None) => {
+                tracing::info!(
+                    stream = group.stream,
+                    group = group.group,
+                    from = old,
+                    "the consumer migrated from is gone; the partitions start"
+                );
+                return true;
+            }
+            Err(e) => {
+                tracing::debug!(stream = group.stream, consumer = old, error = %e, "could not read the consumer migrated from; reading it again next beat");
+                continue;
+            }
+        };
+        if !said {
+            said = true;
+            tracing::info!(
+                stream = group.stream,
+                group = group.group,
+                from = old,
+                pending = info.num_pending,
+                ack_pending = info.num_ack_pending,
+                "migrating onto partitions: the consumer migrated from is read to its end first (here and by the old fleet); the partitions stand by until then"
+            );
+        }
+        // Bind-only: deleting it is an operator's (as every provisioning step).
+        if routed
+            && info.num_pending == 0
+            && info.num_ack_pending == 0
+            && !provisioner.is_bind_only()
+        {
+            match provisioner.delete_consumer(group.stream, old).await {
+                Ok(()) => tracing::info!(
+                    stream = group.stream,
+                    group = group.group,
+                    consumer = old,
+                    "deleted the consumer migrated from: read to its end, and the stream routes by partition"
+                ),
+                Err(e) => {
+                    tracing::warn!(stream = group.stream, consumer = old, error = %e, "could not delete the consumer migrated from; trying again next beat")
+                }
+            }
         }
     }
 }

@@ -56,11 +56,12 @@ pub(in crate::run) async fn supervise(
     // a consumer created again after the last message handled (see `replay`).
     let ordered = matches!(consumer.decl.kind, ConsumerKind::Broadcast(r) if r.ordered);
     // Retiring the old consumer of a migration is provisioning: an operator's, when bind-only.
+    // A partitioned group's is deleted once drained, by the group's membership instead.
     let migrated_from = consumer
         .decl
         .as_queue()
         .and_then(|q| q.migrate_from)
-        .filter(|_| !inner.ensurer.provisioner().is_bind_only());
+        .filter(|_| consumer.partition.is_none() && !inner.ensurer.provisioner().is_bind_only());
     let policy = *inner.ensurer.policy();
     let mut backoff = policy.backoff_until(None);
     // Where a consumer re-created after a loss resumes, and in which stream instance.
@@ -84,6 +85,8 @@ pub(in crate::run) async fn supervise(
     let stopped = Stopped::default();
     // A failure no retry can fix ends the loop too, through the same drain.
     let mut stopped_by: Option<ProvisionError> = None;
+    // The consumer a partitioned group migrates from is gone: nothing is left to read.
+    let mut retired = false;
     loop {
         slot.transition(ConsumerState::Provisioning);
         // Updates happen at start-up only; a re-ensure after a loss creates but never
@@ -186,9 +189,10 @@ pub(in crate::run) async fn supervise(
                         // A relay that ran is re-created at once: every broadcast published
                         // meanwhile waits for it in the stream, but a short gap is a short
                         // delay. Only the first attempt: a relay lost again at once backs off.
-                        if relay.is_some()
+                        // So is the consumer a partitioned group migrates from, quietly:
+                        // deleted once read to its end, it is found gone and retires.
+                        if (relay.is_some() && reason.at_once() || consumer.superseded_by.is_some())
                             && session.elapsed() >= HEALTHY_SESSION
-                            && reason.at_once()
                         {
                             backoff.reset();
                             at_once = true;
@@ -209,6 +213,10 @@ pub(in crate::run) async fn supervise(
                     });
                 denied = Some((e.to_string(), refused));
                 e.to_string()
+            }
+            Err(e) if e.kind() == ProvisionErrorKind::Retired => {
+                retired = true;
+                break;
             }
             Err(e) if e.is_transient() => {
                 recreate |= relay.is_some() && unanswered_create(&e);
@@ -248,6 +256,7 @@ pub(in crate::run) async fn supervise(
                     cause: format!("{error}; asked again in {delay:?}"),
                 });
             }
+            None if at_once && consumer.superseded_by.is_some() => {}
             None => slot.transition(ConsumerState::Retrying {
                 attempt: backoff.failures(),
                 error: failure,
@@ -297,6 +306,7 @@ pub(in crate::run) async fn supervise(
         Some(e) => {
             let _ = fatal.send(e);
         }
+        None if retired && !cancel.is_cancelled() => slot.transition(ConsumerState::Retired),
         None => slot.transition(ConsumerState::Stopped { error: None }),
     }
 }

@@ -1,5 +1,6 @@
 //! What the permissions say beyond the entries of each declaration: other domains and inbox
-//! prefixes, the server block and the JSON beside it, a pinned client's own unpin.
+//! prefixes, the server block and the JSON beside it, a pinned client's own unpin, the old
+//! consumer a partitioned group migrates from.
 
 use super::*;
 
@@ -89,4 +90,47 @@ fn a_pinned_client_may_unpin_its_own_consumer_only() {
     // Without a pinned client, no unpin.
     let p = permissions(&every_kind(), &Role::owner("svc"));
     assert!(!p.allows(Verb::Publish, "$JS.API.CONSUMER.UNPIN.ORDERS.pull"));
+}
+
+#[test]
+fn a_partitioned_group_migrating_reads_the_old_consumer_and_deletes_it_without_creating_it() {
+    use topology_core::model::SubjectTransform;
+    static ROUTED: StreamDecl =
+        StreamDecl::new("ROUTED", &["routed.*.paid"]).subject_transform(SubjectTransform::new(
+            "routed.*.paid",
+            "{{partition(2,1)}}.routed.{{wildcard(1)}}.paid",
+        ));
+    let topology = Topology::new().stream(ROUTED).consumer(
+        ConsumerDecl::queue(
+            "svc::billing",
+            StreamRef::Declared(&ROUTED),
+            QueueDecl::new("billing-v2")
+                .partitioned(2, &[1])
+                .migrate_from("billing"),
+        )
+        .subjects(&["routed.*.paid"]),
+        handler(),
+    );
+    let api = |s: &str| format!("$JS.API.{s}");
+    let owner = permissions(&topology, &Role::owner("svc"));
+    for subject in [
+        "CONSUMER.MSG.NEXT.ROUTED.billing",
+        "CONSUMER.INFO.ROUTED.billing",
+        "CONSUMER.DELETE.ROUTED.billing",
+        "CONSUMER.MSG.NEXT.ROUTED.billing-v2-p1",
+    ] {
+        assert!(owner.allows(Verb::Publish, &api(subject)), "{subject}");
+    }
+    // Never created, updated or paused here: read to its end as the old fleet left it.
+    for subject in [
+        "CONSUMER.CREATE.ROUTED.billing",
+        "CONSUMER.CREATE.ROUTED.billing.routed.*.paid",
+        "CONSUMER.DURABLE.CREATE.ROUTED.billing",
+        "CONSUMER.PAUSE.ROUTED.billing",
+    ] {
+        assert!(!owner.allows(Verb::Publish, &api(subject)), "{subject}");
+    }
+    // The operator's `provision` neither reads it to its end nor deletes it.
+    let operator = permissions(&topology, &Role::operator("ops"));
+    assert!(!operator.allows(Verb::Publish, &api("CONSUMER.DELETE.ROUTED.billing")));
 }
