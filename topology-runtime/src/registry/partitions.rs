@@ -192,8 +192,9 @@ fn is_wildcard_reference(token: &str) -> bool {
 impl Topology {
     /// The topology with each partitioned queue consumer replaced by the consumers of its
     /// partitions (`<group>-p0` .. `<group>-p<n-1>`, in order), as the runtime provisions and
-    /// runs them, and as `plan` and the exports show them. A partitioned consumer whose stream
-    /// does not route it stays as it is: validation reports it.
+    /// runs them, and as `plan` and the exports show them; with `migrate_from`, followed by
+    /// the consumer it migrates from (see [`Consumer::superseded_by`]). A partitioned
+    /// consumer whose stream does not route it stays as it is: validation reports it.
     pub fn partitioned(&self) -> Topology {
         if !self
             .consumers
@@ -228,8 +229,8 @@ impl Topology {
     }
 }
 
-/// The consumers of `consumer`'s partitions, when it is partitioned and its stream routes it
-/// (`None` otherwise: validation reports why). Their names and filters are leaked: built once
+/// The consumers of `consumer`'s partitions, and of the plain queue consumer it migrates from,
+/// when it is partitioned and its stream routes it (`None` otherwise: validation reports why). Their names and filters are leaked: built once
 /// per runtime, they live as long as it.
 fn expand(consumer: &Consumer, stream: Option<&StreamDecl>) -> Option<Vec<Consumer>> {
     let queue = consumer.decl.as_queue()?;

@@ -1,5 +1,5 @@
 //! A partitioned queue consumer: its key (the subject's `*` tokens) and partition count, on a
-//! stream that routes by them; a key of two tokens.
+//! stream that routes by them; a key of two tokens; `migrate_from` a plain queue consumer.
 
 use nats_topology::model::Partitioning;
 use nats_topology::{HandlerError, Topology, queue_consumer, stream};
@@ -11,7 +11,7 @@ use nats_topology::{HandlerError, Topology, queue_consumer, stream};
 )]
 pub struct Orders;
 
-#[queue_consumer(stream = Orders, group = "billing", subject = "orders.*.paid", key = "{1}", partitions = 16)]
+#[queue_consumer(stream = Orders, group = "billing", subject = "orders.*.paid", key = "{1}", partitions = 16, migrate_from = "billing_v1")]
 async fn on_paid(event: String) -> Result<(), HandlerError> {
     let _ = event;
     Ok(())
@@ -40,8 +40,16 @@ fn main() {
         .consumers()
         .iter()
         .filter_map(|c| c.decl.as_queue().map(|q| q.group))
-        .filter(|g| g.starts_with("billing"))
+        .filter(|g| g.starts_with("billing-p"))
         .collect();
     assert_eq!(groups.len(), 16);
     assert!(groups.contains(&"billing-p0") && groups.contains(&"billing-p15"));
+    // The plain consumer `billing` migrates from is read beside its partitions, then retired.
+    let old = running
+        .consumers()
+        .iter()
+        .find(|c| c.decl.as_queue().is_some_and(|q| q.group == "billing_v1"))
+        .expect("the consumer migrated from runs");
+    assert_eq!(old.superseded_by, Some("billing"));
+    assert_eq!(old.decl.subjects, ["orders.*.paid"]);
 }
