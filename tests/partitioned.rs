@@ -650,6 +650,69 @@ async fn replicas_share_the_partitions_and_order_per_key_holds_through_a_join_an
         .for_each(|r| r.expect("clean drain"));
 }
 
+/// The new version's topology in a migration onto partitions: `stream` routed by partition,
+/// and the partitioned group `billing-v2` migrating from the plain queue consumer `old`.
+fn migrating_topology(
+    (stream, replicas): (&str, u8),
+    old: &'static str,
+    journal: &Journal,
+    replica: usize,
+) -> Topology {
+    let stream = orders_stream(stream, replicas, PARTITIONS);
+    let consumer = fixture::queue(
+        "tests::billing",
+        &stream,
+        "orders.*.paid",
+        QueueDecl::new("billing-v2")
+            .partitioned(PARTITIONS, &[1])
+            .migrate_from(old)
+            .ack_wait(Duration::from_secs(5)),
+    );
+    let topology = Topology::new().stream(stream);
+    recording(topology, consumer, (journal.clone(), replica), None, |_| {
+        WORK
+    })
+}
+
+/// The checks after a migration onto partitions, on every key: rounds `1..=before` were stored
+/// before the stream routed by partition, the rest after; each later one is handled once, in
+/// order, never two at once, and after every earlier one ended.
+fn assert_later_follow_earlier(journal: &[Handling], before: u64, rounds: u64) {
+    let mut by_key: BTreeMap<u32, Vec<Handling>> = BTreeMap::new();
+    for h in journal {
+        by_key.entry(h.key).or_default().push(*h);
+    }
+    assert_eq!(by_key.len(), KEYS as usize, "every key handled");
+    for (key, handlings) in by_key {
+        let (earlier, mut later): (Vec<Handling>, Vec<Handling>) =
+            handlings.into_iter().partition(|h| h.seq <= before);
+        let mut seen: Vec<u64> = earlier.iter().map(|h| h.seq).collect();
+        seen.sort_unstable();
+        seen.dedup();
+        assert_eq!(
+            seen.len() as u64,
+            before,
+            "key {key}: every earlier message handled"
+        );
+        let last_earlier = earlier.iter().map(|h| h.end).max().unwrap_or(0);
+        later.sort_by_key(|h| h.start);
+        assert!(
+            later.first().is_some_and(|h| h.start >= last_earlier),
+            "key {key}: a message stored after the routing ran before the earlier ones ended"
+        );
+        let seqs: Vec<u64> = later.iter().map(|h| h.seq).collect();
+        assert_eq!(
+            seqs,
+            (before + 1..rounds + 1).collect::<Vec<_>>(),
+            "key {key}: the later messages, once each, in order"
+        );
+        assert!(
+            later.windows(2).all(|w| w[1].start >= w[0].end),
+            "key {key}: two later messages at once"
+        );
+    }
+}
+
 /// The old fleet's work per message in [`a_plain_queue_consumer_becomes_partitioned_beside_its_old_fleet`]:
 /// slow, so that the new fleet finds a backlog to read through the old consumer.
 fn slow(_key: u32) -> Duration {
@@ -692,22 +755,7 @@ async fn a_plain_queue_consumer_becomes_partitioned_beside_its_old_fleet() {
     journal
         .wait_distinct(8, Duration::from_secs(30), "the old fleet handles")
         .await;
-    let new = |replica: usize| {
-        let stream = orders_stream("ORDERS", 3, PARTITIONS);
-        let consumer = fixture::queue(
-            "tests::billing",
-            &stream,
-            "orders.*.paid",
-            QueueDecl::new("billing-v2")
-                .partitioned(PARTITIONS, &[1])
-                .migrate_from("billing")
-                .ack_wait(Duration::from_secs(5)),
-        );
-        let topology = Topology::new().stream(stream);
-        recording(topology, consumer, (journal.clone(), replica), None, |_| {
-            WORK
-        })
-    };
+    let new = |replica: usize| migrating_topology(("ORDERS", 3), "billing", &journal, replica);
     // The plan shows the old consumer read to its end, then deleted.
     let planned = fixture::fast(fx.builder().await)
         .topology(new(9))
@@ -750,31 +798,7 @@ async fn a_plain_queue_consumer_becomes_partitioned_beside_its_old_fleet() {
         all.iter().filter(before).any(|h| h.replica != 0),
         "the new fleet read what the old consumer still held"
     );
-    let mut by_key: BTreeMap<u32, Vec<Handling>> = BTreeMap::new();
-    for h in &all {
-        by_key.entry(h.key).or_default().push(*h);
-    }
-    assert_eq!(by_key.len(), KEYS as usize, "every key handled");
-    for (key, handlings) in by_key {
-        let (earlier, mut later): (Vec<Handling>, Vec<Handling>) =
-            handlings.into_iter().partition(|h| h.seq <= BEFORE);
-        let last_earlier = earlier.iter().map(|h| h.end).max().unwrap_or(0);
-        later.sort_by_key(|h| h.start);
-        assert!(
-            later.first().is_some_and(|h| h.start >= last_earlier),
-            "key {key}: a message stored after the routing ran before the earlier ones ended"
-        );
-        let seqs: Vec<u64> = later.iter().map(|h| h.seq).collect();
-        assert_eq!(
-            seqs,
-            (BEFORE + 1..ROUNDS + 1).collect::<Vec<_>>(),
-            "key {key}: the later messages, once each, in order"
-        );
-        assert!(
-            later.windows(2).all(|w| w[1].start >= w[0].end),
-            "key {key}: two later messages at once"
-        );
-    }
+    assert_later_follow_earlier(&all, BEFORE, ROUNDS);
     let mut stream = js.get_stream("ORDERS").await.expect("the stream");
     let gone = stream.consumer_info("billing").await;
     assert!(gone.is_err(), "the old consumer is deleted: {gone:?}");
@@ -1186,4 +1210,140 @@ async fn a_partitioned_group_runs_under_exactly_its_generated_permissions() {
         .unwrap();
     use futures::StreamExt;
     assert!(subjects.next().await.is_none(), "no member keys left");
+}
+
+/// A migration onto partitions under the permissions generated for it, and no more: the old
+/// plain consumer (created by someone else, with a backlog) is read to its end and deleted,
+/// the partitions start, and nothing is denied. Without the grant to delete it, health names
+/// the denial and the declaration that needs it, and the old consumer stays, with the
+/// partitions standing by.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_migration_onto_partitions_runs_under_exactly_its_generated_permissions() {
+    use nats_topology::export::{self, Role};
+    const BEFORE: u64 = 5;
+    const ROUNDS: u64 = 10;
+    let journal = Journal::default();
+    let role = Role::owner("billing");
+    let permissions = export::permissions(&migration_under_topology(&journal, 0), &role);
+    let (_server, admin, replicas) = migration_under(&permissions, &role, &journal, BEFORE).await;
+    publish(&admin, BEFORE + 1..ROUNDS + 1, Duration::ZERO).await;
+    journal
+        .wait_distinct(
+            KEYS as usize * ROUNDS as usize,
+            Duration::from_secs(30),
+            "every message handled",
+        )
+        .await;
+    assert_later_follow_earlier(&journal.all(), BEFORE, ROUNDS);
+    let stream = admin.get_stream("GRANTED").await.unwrap();
+    assert!(
+        stream.consumer_info("billing-old").await.is_err(),
+        "the old consumer is deleted"
+    );
+    let denials: Vec<_> = replicas.iter().flat_map(|r| r.health.denials()).collect();
+    assert!(denials.is_empty(), "no permission denied: {denials:?}");
+    for result in Running::stop_all(replicas).await {
+        result.expect("a clean drain");
+    }
+
+    // The other way: without the grant to delete the old consumer.
+    let delete = "$JS.API.CONSUMER.DELETE.GRANTED.billing-old";
+    let entry = permissions
+        .entries
+        .iter()
+        .position(|e| e.subject == delete)
+        .unwrap_or_else(|| panic!("{delete} is granted: {}", permissions.permissions_map()));
+    let without = permissions.without(entry);
+    let journal = Journal::default();
+    let (_server, admin, replicas) = migration_under(&without, &role, &journal, BEFORE).await;
+    journal
+        .wait_distinct(
+            KEYS as usize * BEFORE as usize,
+            Duration::from_secs(30),
+            "the old consumer read to its end",
+        )
+        .await;
+    for running in &replicas {
+        nats_topology_testkit::eventually(
+            Duration::from_secs(15),
+            "health names the denied deletion",
+            || {
+                let named = running
+                    .health
+                    .denials()
+                    .iter()
+                    .any(|d| d.subject == delete && d.to_string().contains("tests::billing"));
+                async move { named.then_some(()) }
+            },
+        )
+        .await;
+    }
+    let stream = admin.get_stream("GRANTED").await.unwrap();
+    assert!(
+        stream.consumer_info("billing-old").await.is_ok(),
+        "the old consumer stays"
+    );
+    let standing_by = replicas[0]
+        .health
+        .consumers()
+        .iter()
+        .filter(|c| c.consumer.starts_with("billing-v2-p"))
+        .all(|c| c.state.to_string() == "standby");
+    assert!(standing_by, "the partitions stand by until it is gone");
+    for result in Running::stop_all(replicas).await {
+        result.expect("a clean drain");
+    }
+}
+
+/// [`migrating_topology`] on the single-replica stream `GRANTED`, from `billing-old`.
+fn migration_under_topology(journal: &Journal, replica: usize) -> Topology {
+    migrating_topology(("GRANTED", 1), "billing-old", journal, replica)
+}
+
+/// A server whose only user is the service, granted `permissions`; the old version's stream
+/// (stored as published) and plain queue consumer `billing-old`, created by an admin, with
+/// rounds `1..=before` published; two replicas of the new version started on it.
+async fn migration_under(
+    permissions: &nats_topology::export::Permissions,
+    role: &nats_topology::export::Role,
+    journal: &Journal,
+    before: u64,
+) -> (
+    nats_topology_testkit::NatsServer,
+    async_nats::jetstream::Context,
+    Vec<Running>,
+) {
+    let server = nats_topology_testkit::NatsServer::builder()
+        .config(fixture::users_config(&[("billing", "pw", permissions)]))
+        .probe_user("admin", "admin")
+        .start()
+        .await
+        .expect("nats-server starts");
+    let url = server.url();
+    let admin = async_nats::jetstream::new(fixture::admin_of(&url).await);
+    let stream = admin
+        .create_stream(async_nats::jetstream::stream::Config {
+            name: "GRANTED".to_owned(),
+            subjects: vec!["orders.*.paid".to_owned()],
+            ..Default::default()
+        })
+        .await
+        .expect("the old stream");
+    stream
+        .create_consumer(async_nats::jetstream::consumer::pull::Config {
+            durable_name: Some("billing-old".to_owned()),
+            filter_subject: "orders.*.paid".to_owned(),
+            ..Default::default()
+        })
+        .await
+        .expect("the old consumer");
+    publish(&admin, 1..before + 1, Duration::ZERO).await;
+    let mut replicas = Vec::new();
+    for replica in 0..2 {
+        let client = fixture::client_of(&url, "billing", "pw", role.inbox_prefix()).await;
+        let builder = fixture::fast(Runtime::builder(client))
+            .topology(migration_under_topology(journal, replica));
+        replicas.push(Running::start(builder).await);
+    }
+    (server, admin, replicas)
 }
