@@ -160,7 +160,12 @@ pub(crate) async fn inspect_with(
             .read_consumer(stream, queue.group)
             .await?
             .map(server_consumer);
-        let migrating_from = match queue.migrate_from {
+        // The consumer a partitioned group migrates from: listed while it exists.
+        if c.superseded_by.is_some() && server.is_none() {
+            continue;
+        }
+        // A partition's is listed as a consumer of its own (above), not under each partition.
+        let migrating_from = match queue.migrate_from.filter(|_| c.partition.is_none()) {
             Some(old) => provisioner
                 .read_consumer(stream, old)
                 .await?
