@@ -31,6 +31,14 @@ const REPLICA_URLS: &str = "NATS_TOPOLOGY_TEST_PARTITION_REPLICA_URLS";
 /// Set in a replica process: its number, in its reports.
 const REPLICA_INDEX: &str = "NATS_TOPOLOGY_TEST_PARTITION_REPLICA_INDEX";
 
+/// Set in a replica process: it runs the new version of a migration onto partitions
+/// ([`migrating_topology`]) from the plain queue consumer named.
+const REPLICA_MIGRATES_FROM: &str = "NATS_TOPOLOGY_TEST_PARTITION_REPLICA_MIGRATES_FROM";
+
+/// Work per message of a migrating replica process: slow enough that it is killed while it
+/// reads the old consumer.
+const MIGRATING_WORK: Duration = Duration::from_millis(50);
+
 /// Starts each report line of a replica process.
 const MARK: &str = "nt-replica: ";
 
@@ -304,13 +312,17 @@ async fn replica_process() {
         .and_then(|i| i.parse().ok())
         .unwrap_or(0);
     let client = fixture::connect_in_order(&urls).await;
-    let runtime = fixture::fast(Runtime::builder(client))
-        .topology(replica_topology(
+    let topology = match std::env::var(REPLICA_MIGRATES_FROM) {
+        Ok(old) => migrating_topology(
             ("ORDERS", 3),
-            Journal::printing(),
-            replica,
-            None,
-        ))
+            fixture::leak(old),
+            (&Journal::printing(), replica),
+            |_| MIGRATING_WORK,
+        ),
+        Err(_) => replica_topology(("ORDERS", 3), Journal::printing(), replica, None),
+    };
+    let runtime = fixture::fast(Runtime::builder(client))
+        .topology(topology)
         .build()
         .expect("valid topology");
     let health = runtime.health();
@@ -378,8 +390,22 @@ fn spawn_replica(
     urls: &[String],
     lines: mpsc::UnboundedSender<(usize, Line)>,
 ) -> Replica {
+    spawn_replica_with(replica, urls, lines, None)
+}
+
+/// [`spawn_replica`], of the new version of a migration from `migrates_from` when set.
+fn spawn_replica_with(
+    replica: usize,
+    urls: &[String],
+    lines: mpsc::UnboundedSender<(usize, Line)>,
+    migrates_from: Option<&str>,
+) -> Replica {
     let exe = std::env::current_exe().expect("the test binary's path");
-    let mut child = tokio::process::Command::new(exe)
+    let mut command = tokio::process::Command::new(exe);
+    if let Some(old) = migrates_from {
+        command.env(REPLICA_MIGRATES_FROM, old);
+    }
+    let mut child = command
         .args([
             "--exact",
             "replica_process",
@@ -655,8 +681,8 @@ async fn replicas_share_the_partitions_and_order_per_key_holds_through_a_join_an
 fn migrating_topology(
     (stream, replicas): (&str, u8),
     old: &'static str,
-    journal: &Journal,
-    replica: usize,
+    (journal, replica): (&Journal, usize),
+    work: fn(u32) -> Duration,
 ) -> Topology {
     let stream = orders_stream(stream, replicas, PARTITIONS);
     let consumer = fixture::queue(
@@ -669,9 +695,7 @@ fn migrating_topology(
             .ack_wait(Duration::from_secs(5)),
     );
     let topology = Topology::new().stream(stream);
-    recording(topology, consumer, (journal.clone(), replica), None, |_| {
-        WORK
-    })
+    recording(topology, consumer, (journal.clone(), replica), None, work)
 }
 
 /// The checks after a migration onto partitions, on every key: rounds `1..=before` were stored
@@ -755,7 +779,9 @@ async fn a_plain_queue_consumer_becomes_partitioned_beside_its_old_fleet() {
     journal
         .wait_distinct(8, Duration::from_secs(30), "the old fleet handles")
         .await;
-    let new = |replica: usize| migrating_topology(("ORDERS", 3), "billing", &journal, replica);
+    let new = |replica: usize| {
+        migrating_topology(("ORDERS", 3), "billing", (&journal, replica), |_| WORK)
+    };
     // The plan shows the old consumer read to its end, then deleted.
     let planned = fixture::fast(fx.builder().await)
         .topology(new(9))
@@ -1212,6 +1238,91 @@ async fn a_partitioned_group_runs_under_exactly_its_generated_permissions() {
     assert!(subjects.next().await.is_none(), "no member keys left");
 }
 
+/// Beside the migration: the old fleet is gone (its consumer holds a backlog), and a replica
+/// of the new version is SIGKILLed while it reads the old consumer. What it held unacknowledged
+/// comes back after the old consumer's `ack_wait`, to the survivor, before the partitions start:
+/// every message handled, each key's later messages after all of its earlier ones, in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_migration_onto_partitions_holds_through_a_new_replica_killed_mid_way() {
+    const BEFORE: u64 = 20;
+    const ROUNDS: u64 = 30;
+    let fx = Fixture::cluster().await;
+    let urls = fx.server.urls();
+    let js = fx.jetstream().await;
+    // The old version's stream (stored as published) and consumer, its fleet gone.
+    let stream = js
+        .create_stream(async_nats::jetstream::stream::Config {
+            name: "ORDERS".to_owned(),
+            subjects: vec!["orders.*.paid".to_owned()],
+            num_replicas: 3,
+            ..Default::default()
+        })
+        .await
+        .expect("the old stream");
+    stream
+        .create_consumer(async_nats::jetstream::consumer::pull::Config {
+            durable_name: Some("billing".to_owned()),
+            filter_subject: "orders.*.paid".to_owned(),
+            ack_wait: Duration::from_secs(5),
+            ..Default::default()
+        })
+        .await
+        .expect("the old consumer");
+    publish(&js, 1..BEFORE + 1, Duration::ZERO).await;
+    let (tx, mut lines) = mpsc::unbounded_channel();
+    let mut replicas: Vec<Replica> = (0..2)
+        .map(|r| spawn_replica_with(r, &urls_from(&urls, r), tx.clone(), Some("billing")))
+        .collect();
+    let mut reports = Reports::default();
+    reports
+        .until(
+            &mut lines,
+            Duration::from_secs(60),
+            "replica 0 reading the old consumer",
+            |r| r.journal.all().iter().any(|h| h.replica == 0),
+        )
+        .await;
+    replicas[0].child.kill().await.expect("SIGKILL replica 0");
+    reports
+        .until(
+            &mut lines,
+            Duration::from_secs(10),
+            "the killed replica's last reports",
+            |r| r.closed.contains_key(&0),
+        )
+        .await;
+    assert!(
+        reports.journal.distinct() < (KEYS as u64 * BEFORE) as usize,
+        "killed before the old consumer was read to its end"
+    );
+    // The stream routes by partition since the new version started: these reach the partitions.
+    publish(&js, BEFORE + 1..ROUNDS + 1, Duration::from_millis(20)).await;
+    reports
+        .until(
+            &mut lines,
+            Duration::from_secs(90),
+            "every message handled",
+            |r| r.journal.distinct() >= KEYS as usize * ROUNDS as usize,
+        )
+        .await;
+    assert_later_follow_earlier(&reports.journal.all(), BEFORE, ROUNDS);
+    let stream = js.get_stream("ORDERS").await.expect("the stream");
+    assert!(
+        stream.consumer_info("billing").await.is_err(),
+        "the old consumer is deleted"
+    );
+    let pid = replicas[1].child.id().expect("replica 1 runs");
+    sigterm(pid);
+    reports
+        .until(
+            &mut lines,
+            Duration::from_secs(30),
+            "replica 1 drained",
+            |r| r.drained.contains_key(&1) && r.closed.contains_key(&1),
+        )
+        .await;
+}
+
 /// A migration onto partitions under the permissions generated for it, and no more: the old
 /// plain consumer (created by someone else, with a backlog) is read to its end and deleted,
 /// the partitions start, and nothing is denied. Without the grant to delete it, health names
@@ -1297,7 +1408,7 @@ async fn a_migration_onto_partitions_runs_under_exactly_its_generated_permission
 
 /// [`migrating_topology`] on the single-replica stream `GRANTED`, from `billing-old`.
 fn migration_under_topology(journal: &Journal, replica: usize) -> Topology {
-    migrating_topology(("GRANTED", 1), "billing-old", journal, replica)
+    migrating_topology(("GRANTED", 1), "billing-old", (journal, replica), |_| WORK)
 }
 
 /// A server whose only user is the service, granted `permissions`; the old version's stream

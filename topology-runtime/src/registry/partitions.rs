@@ -272,6 +272,8 @@ fn expand(consumer: &Consumer, stream: Option<&StreamDecl>) -> Option<Vec<Consum
     // handler, before any partition starts.
     if let Some(old) = queue.migrate_from {
         let mut decl: ConsumerDecl = consumer.decl;
+        // No order to keep within it: as many at once as the group runs partitions.
+        decl.concurrency = Some(u32::from(partitioning.partitions));
         decl.kind = ConsumerKind::Queue(QueueDecl {
             group: old,
             migrate_from: None,
