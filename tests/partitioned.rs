@@ -113,6 +113,13 @@ impl Journal {
         seen.len()
     }
 
+    /// Waits (up to a minute) until every key's messages of rounds `1..=rounds` are handled.
+    async fn wait_rounds(&self, rounds: u64) {
+        let n = KEYS as usize * rounds as usize;
+        self.wait_distinct(n, Duration::from_secs(60), "every message handled")
+            .await;
+    }
+
     async fn wait_distinct(&self, n: usize, timeout: Duration, what: &str) {
         nats_topology_testkit::eventually(timeout, what, || {
             let done = self.distinct() >= n;
@@ -159,15 +166,26 @@ fn replica_topology_with(
     fail_seq: Option<u64>,
     work: fn(u32) -> Duration,
 ) -> Topology {
-    let stream = orders_stream(stream, replicas, partitions);
-    let consumer = fixture::queue(
-        "tests::billing",
-        &stream,
-        "orders.*.paid",
-        QueueDecl::new("billing")
-            .partitioned(partitions, &[1])
-            .ack_wait(Duration::from_secs(5)),
-    );
+    group_topology(
+        orders_stream(stream, replicas, partitions),
+        QueueDecl::new("billing").partitioned(partitions, &[1]),
+        (journal, replica),
+        fail_seq,
+        work,
+    )
+}
+
+/// `stream` and the queue consumer `queue` of `orders.*.paid` on it (`ack_wait` 5 s), recording
+/// into `journal` as `replica` (see [`replica_topology_with`]).
+fn group_topology(
+    stream: nats_topology::model::StreamDecl,
+    queue: QueueDecl,
+    (journal, replica): (Journal, usize),
+    fail_seq: Option<u64>,
+    work: fn(u32) -> Duration,
+) -> Topology {
+    let queue = queue.ack_wait(Duration::from_secs(5));
+    let consumer = fixture::queue("tests::billing", &stream, "orders.*.paid", queue);
     recording(
         Topology::new().stream(stream),
         consumer,
@@ -476,6 +494,36 @@ impl Reports {
         }
     }
 
+    /// SIGKILLs `replica` (number `index`) and reads its last reports.
+    async fn kill(
+        &mut self,
+        lines: &mut mpsc::UnboundedReceiver<(usize, Line)>,
+        replica: &mut Replica,
+        index: usize,
+    ) {
+        replica.child.kill().await.expect("SIGKILL a replica");
+        let what = format!("replica {index}'s last reports after SIGKILL");
+        self.until(lines, Duration::from_secs(10), &what, |r| {
+            r.closed.contains_key(&index)
+        })
+        .await;
+    }
+
+    /// SIGTERMs `replica` (number `index`) and reads until it drained and its reports ended.
+    async fn drain(
+        &mut self,
+        lines: &mut mpsc::UnboundedReceiver<(usize, Line)>,
+        replica: &Replica,
+        index: usize,
+    ) {
+        sigterm(replica.child.id().expect("the replica runs"));
+        let what = format!("replica {index} drained");
+        self.until(lines, Duration::from_secs(30), &what, |r| {
+            r.drained.contains_key(&index) && r.closed.contains_key(&index)
+        })
+        .await;
+    }
+
     /// Reads reports until `done` holds, for at most `timeout`.
     async fn until(
         &mut self,
@@ -544,15 +592,7 @@ async fn order_per_key_holds_through_a_replica_killed_one_drained_by_sigterm_and
         )
         .await;
     // SIGKILL mid-load.
-    replicas[0].child.kill().await.expect("SIGKILL replica 0");
-    reports
-        .until(
-            &mut lines,
-            Duration::from_secs(10),
-            "the killed replica's last reports",
-            |r| r.closed.contains_key(&0),
-        )
-        .await;
+    reports.kill(&mut lines, &mut replicas[0], 0).await;
     let killed_at = reports.journal.all().len();
     reports
         .until(
@@ -573,16 +613,7 @@ async fn order_per_key_holds_through_a_replica_killed_one_drained_by_sigterm_and
         )
         .await;
     // One drained mid-load (SIGTERM): it hands its partitions back before it exits.
-    let pid = replicas[1].child.id().expect("replica 1 runs");
-    sigterm(pid);
-    reports
-        .until(
-            &mut lines,
-            Duration::from_secs(30),
-            "replica 1 drained",
-            |r| r.drained.contains_key(&1) && r.closed.contains_key(&1),
-        )
-        .await;
+    reports.drain(&mut lines, &replicas[1], 1).await;
     publisher.await.expect("the publisher ends");
     reports
         .until(
@@ -655,13 +686,7 @@ async fn replicas_share_the_partitions_and_order_per_key_holds_through_a_join_an
         .await;
     first.stop().await.expect("the first replica drains");
     publisher.await.expect("the publisher ends");
-    journal
-        .wait_distinct(
-            KEYS as usize * ROUNDS as usize,
-            Duration::from_secs(60),
-            "every message handled",
-        )
-        .await;
+    journal.wait_rounds(ROUNDS).await;
     let all = journal.all();
     assert_in_order(&all, ROUNDS, false);
     let by_replica = |r: usize| all.iter().filter(|h| h.replica == r).count();
@@ -684,18 +709,15 @@ fn migrating_topology(
     (journal, replica): (&Journal, usize),
     work: fn(u32) -> Duration,
 ) -> Topology {
-    let stream = orders_stream(stream, replicas, PARTITIONS);
-    let consumer = fixture::queue(
-        "tests::billing",
-        &stream,
-        "orders.*.paid",
+    group_topology(
+        orders_stream(stream, replicas, PARTITIONS),
         QueueDecl::new("billing-v2")
             .partitioned(PARTITIONS, &[1])
-            .migrate_from(old)
-            .ack_wait(Duration::from_secs(5)),
-    );
-    let topology = Topology::new().stream(stream);
-    recording(topology, consumer, (journal.clone(), replica), None, work)
+            .migrate_from(old),
+        (journal.clone(), replica),
+        None,
+        work,
+    )
 }
 
 /// The checks after a migration onto partitions, on every key: rounds `1..=before` were stored
@@ -811,13 +833,7 @@ async fn a_plain_queue_consumer_becomes_partitioned_beside_its_old_fleet() {
     };
     old.stop().await.expect("the old replica drains");
     publisher.await.expect("the publisher ends");
-    journal
-        .wait_distinct(
-            KEYS as usize * ROUNDS as usize,
-            Duration::from_secs(60),
-            "every message handled",
-        )
-        .await;
+    journal.wait_rounds(ROUNDS).await;
     let all = journal.all();
     let before = |h: &&Handling| h.seq <= BEFORE;
     assert!(
@@ -959,13 +975,7 @@ async fn through_a_fault<F, H>(
         .await;
     heal(&mut fx.server).await;
     publisher.await.expect("the publisher ends");
-    journal
-        .wait_distinct(
-            KEYS as usize * ROUNDS as usize,
-            Duration::from_secs(60),
-            "every message handled",
-        )
-        .await;
+    journal.wait_rounds(ROUNDS).await;
     assert_in_order(&journal.all(), ROUNDS, true);
     for result in Running::stop_all(replicas).await {
         result.expect("a clean drain");
@@ -1215,13 +1225,7 @@ async fn a_partitioned_group_runs_under_exactly_its_generated_permissions() {
         Running::start(fixture::fast(Runtime::builder(client().await)).topology(topology(1))).await;
     let admin = async_nats::jetstream::new(fixture::admin_of(&server.url()).await);
     publish(&admin, 1..ROUNDS + 1, Duration::ZERO).await;
-    journal
-        .wait_distinct(
-            KEYS as usize * ROUNDS as usize,
-            Duration::from_secs(30),
-            "every message handled",
-        )
-        .await;
+    journal.wait_rounds(ROUNDS).await;
     assert_in_order(&journal.all(), ROUNDS, false);
     let denials = [first.health.denials(), second.health.denials()].concat();
     assert!(denials.is_empty(), "no permission denied: {denials:?}");
@@ -1250,24 +1254,7 @@ async fn a_migration_onto_partitions_holds_through_a_new_replica_killed_mid_way(
     let urls = fx.server.urls();
     let js = fx.jetstream().await;
     // The old version's stream (stored as published) and consumer, its fleet gone.
-    let stream = js
-        .create_stream(async_nats::jetstream::stream::Config {
-            name: "ORDERS".to_owned(),
-            subjects: vec!["orders.*.paid".to_owned()],
-            num_replicas: 3,
-            ..Default::default()
-        })
-        .await
-        .expect("the old stream");
-    stream
-        .create_consumer(async_nats::jetstream::consumer::pull::Config {
-            durable_name: Some("billing".to_owned()),
-            filter_subject: "orders.*.paid".to_owned(),
-            ack_wait: Duration::from_secs(5),
-            ..Default::default()
-        })
-        .await
-        .expect("the old consumer");
+    old_version(&js, ("ORDERS", 3), "billing").await;
     publish(&js, 1..BEFORE + 1, Duration::ZERO).await;
     let (tx, mut lines) = mpsc::unbounded_channel();
     let mut replicas: Vec<Replica> = (0..2)
@@ -1282,15 +1269,7 @@ async fn a_migration_onto_partitions_holds_through_a_new_replica_killed_mid_way(
             |r| r.journal.all().iter().any(|h| h.replica == 0),
         )
         .await;
-    replicas[0].child.kill().await.expect("SIGKILL replica 0");
-    reports
-        .until(
-            &mut lines,
-            Duration::from_secs(10),
-            "the killed replica's last reports",
-            |r| r.closed.contains_key(&0),
-        )
-        .await;
+    reports.kill(&mut lines, &mut replicas[0], 0).await;
     assert!(
         reports.journal.distinct() < (KEYS as u64 * BEFORE) as usize,
         "killed before the old consumer was read to its end"
@@ -1311,16 +1290,34 @@ async fn a_migration_onto_partitions_holds_through_a_new_replica_killed_mid_way(
         stream.consumer_info("billing").await.is_err(),
         "the old consumer is deleted"
     );
-    let pid = replicas[1].child.id().expect("replica 1 runs");
-    sigterm(pid);
-    reports
-        .until(
-            &mut lines,
-            Duration::from_secs(30),
-            "replica 1 drained",
-            |r| r.drained.contains_key(&1) && r.closed.contains_key(&1),
-        )
-        .await;
+    reports.drain(&mut lines, &replicas[1], 1).await;
+}
+
+/// What an old version left, as someone else's: the stream `name` of `orders.*.paid`, stored
+/// as published, and its plain pull consumer `consumer` (`ack_wait` 5 s).
+async fn old_version(
+    js: &async_nats::jetstream::Context,
+    (name, replicas): (&str, usize),
+    consumer: &str,
+) {
+    let stream = js
+        .create_stream(async_nats::jetstream::stream::Config {
+            name: name.to_owned(),
+            subjects: vec!["orders.*.paid".to_owned()],
+            num_replicas: replicas,
+            ..Default::default()
+        })
+        .await
+        .expect("the old stream");
+    stream
+        .create_consumer(async_nats::jetstream::consumer::pull::Config {
+            durable_name: Some(consumer.to_owned()),
+            filter_subject: "orders.*.paid".to_owned(),
+            ack_wait: Duration::from_secs(5),
+            ..Default::default()
+        })
+        .await
+        .expect("the old consumer");
 }
 
 /// A migration onto partitions under the permissions generated for it, and no more: the old
@@ -1338,13 +1335,7 @@ async fn a_migration_onto_partitions_runs_under_exactly_its_generated_permission
     let permissions = export::permissions(&migration_under_topology(&journal, 0), &role);
     let (_server, admin, replicas) = migration_under(&permissions, &role, &journal, BEFORE).await;
     publish(&admin, BEFORE + 1..ROUNDS + 1, Duration::ZERO).await;
-    journal
-        .wait_distinct(
-            KEYS as usize * ROUNDS as usize,
-            Duration::from_secs(30),
-            "every message handled",
-        )
-        .await;
+    journal.wait_rounds(ROUNDS).await;
     assert_later_follow_earlier(&journal.all(), BEFORE, ROUNDS);
     let stream = admin.get_stream("GRANTED").await.unwrap();
     assert!(
@@ -1432,22 +1423,7 @@ async fn migration_under(
         .expect("nats-server starts");
     let url = server.url();
     let admin = async_nats::jetstream::new(fixture::admin_of(&url).await);
-    let stream = admin
-        .create_stream(async_nats::jetstream::stream::Config {
-            name: "GRANTED".to_owned(),
-            subjects: vec!["orders.*.paid".to_owned()],
-            ..Default::default()
-        })
-        .await
-        .expect("the old stream");
-    stream
-        .create_consumer(async_nats::jetstream::consumer::pull::Config {
-            durable_name: Some("billing-old".to_owned()),
-            filter_subject: "orders.*.paid".to_owned(),
-            ..Default::default()
-        })
-        .await
-        .expect("the old consumer");
+    old_version(&admin, ("GRANTED", 1), "billing-old").await;
     publish(&admin, 1..before + 1, Duration::ZERO).await;
     let mut replicas = Vec::new();
     for replica in 0..2 {
