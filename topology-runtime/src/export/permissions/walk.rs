@@ -6,6 +6,8 @@ use topology_core::model::{AckMode, ConsumerDecl, ConsumerKind, Delivery, Priori
 use super::{Access, Declaration, Need, Permission, Role, Verb};
 use crate::provision::{consumer_elected, fleet_channel, meta_elected, stream_elected};
 
+mod migration;
+
 pub(super) struct Walk<'a> {
     pub(super) role: &'a Role,
     pub(super) api: String,
@@ -287,41 +289,8 @@ impl Walk<'_> {
                  again",
             );
         }
-        if let Some(old) = queue.migrate_from
-            && queue.partitioned.is_some()
-        {
-            // Read to its end beside the partitions (granted as the consumer it is), and
-            // deleted then by a running instance.
-            if self.role.access == Access::Owner {
-                self.api(
-                    format!("CONSUMER.DELETE.{stream}.{old}"),
-                    declaration.clone(),
-                    "`migrate_from` onto partitions: a running instance deletes the old consumer \
-                     once it is read to its end",
-                );
-            }
-        } else if let Some(old) = queue.migrate_from
-            && self.owns()
-        {
-            self.api(
-                format!("CONSUMER.INFO.{stream}.{old}"),
-                declaration.clone(),
-                "`migrate_from`: reads the old consumer until it is paused and drained",
-            );
-            self.api(
-                format!("CONSUMER.PAUSE.{stream}.{old}"),
-                declaration.clone(),
-                "`migrate_from`: pauses the old consumer",
-            );
-            // Read, paused and deleted through the retries the leader watch wakes.
-            self.leader_watch(stream, Some(old), declaration.clone());
-            if let Some(why) = migration_delete(self.role.access, retention) {
-                self.api(
-                    format!("CONSUMER.DELETE.{stream}.{old}"),
-                    declaration.clone(),
-                    why,
-                );
-            }
+        if let Some(old) = queue.migrate_from {
+            self.migration(stream, (old, queue), &declaration, retention);
         }
         if !self.consumes() {
             return;
@@ -436,37 +405,6 @@ impl Walk<'_> {
 /// Why a relay's entries name any consumer of its stream.
 const ANY_RELAY_NAME: &str = "(any consumer name on the stream: each instance names its relay \
                               consumer at random, and permissions match whole tokens only)";
-
-/// Why `access` deletes the consumer a queue consumer migrates from, on a stream of
-/// `retention` (`None`: not known here), or `None` when it never does. Work-queue streams: the
-/// migration deletes the drained old consumer before creating the new one (the two would
-/// overlap), whoever provisions. Limits and interest streams: the old consumer stays paused
-/// until a running instance retires it (deletes it once no instance has pulled from it for a
-/// pull expiry); the operator's `provision` never retires, and a bind-only instance never
-/// migrates.
-fn migration_delete(access: Access, retention: Option<Retention>) -> Option<&'static str> {
-    match (access, retention) {
-        (Access::BindOnly, _) => None,
-        (_, Some(Retention::WorkQueue)) => Some(
-            "`migrate_from` on a work-queue stream: deletes the paused, drained old consumer \
-             before creating the new one (the two would overlap)",
-        ),
-        (Access::Owner, Some(Retention::Limits | Retention::Interest)) => Some(
-            "`migrate_from`: a running instance deletes the paused old consumer once no \
-             instance has pulled from it for a pull expiry (retirement)",
-        ),
-        (Access::Operator, Some(Retention::Limits | Retention::Interest)) => None,
-        (Access::Owner, None) => Some(
-            "`migrate_from` on a stream whose retention is not declared here: on a work-queue \
-             stream the drained old consumer is deleted before the new one is created; on \
-             others a running instance deletes it once nobody pulls from it",
-        ),
-        (Access::Operator, None) => Some(
-            "`migrate_from` on a stream whose retention is not declared here: on a work-queue \
-             stream `provision` deletes the drained old consumer before creating the new one",
-        ),
-    }
-}
 
 /// The request that creates consumer `name`: the filter is part of the subject when there is
 /// exactly one (as the runtime sends it).
