@@ -175,6 +175,10 @@ async fn migrated(
         slot.transition(ConsumerState::Standby);
     }
     let mut said = false;
+    // Beats in a row that found it routed around and read to its end: two, so that a message
+    // stored just before the routing, which a replica of the consumer's may count a moment
+    // later than the stream's leader stores it, is counted before the deletion.
+    let mut drained = 0u32;
     loop {
         tokio::select! {
             _ = beat.tick() => {}
@@ -215,12 +219,10 @@ async fn migrated(
                 "migrating onto partitions: the consumer migrated from is read to its end first (here and by the old fleet); the partitions stand by until then"
             );
         }
+        let read_through = routed && info.num_pending == 0 && info.num_ack_pending == 0;
+        drained = if read_through { drained + 1 } else { 0 };
         // Bind-only: deleting it is an operator's (as every provisioning step).
-        if routed
-            && info.num_pending == 0
-            && info.num_ack_pending == 0
-            && !provisioner.is_bind_only()
-        {
+        if drained >= 2 && !provisioner.is_bind_only() {
             match provisioner.delete_consumer(group.stream, old).await {
                 Ok(()) => tracing::info!(
                     stream = group.stream,
