@@ -556,6 +556,15 @@ impl QueueDecl {
         self.max_waiting = Some(max_waiting);
         self
     }
+    /// The consumer a migration pauses and moves from (`migrate_from`), unless this consumer
+    /// is partitioned: a partitioned group reads the old consumer to its end beside its
+    /// partitions and deletes it instead, so nothing pauses it.
+    pub const fn moves_from(&self) -> Option<&'static str> {
+        match self.partitioned {
+            Some(_) => None,
+            None => self.migrate_from,
+        }
+    }
     /// Sets the subject dead letters are published to.
     pub const fn dead_letter(mut self, subject: &'static str) -> Self {
         self.dead_letter = Some(subject);

@@ -187,11 +187,8 @@ impl Provisioner {
         if self.bind_only {
             return Approach::Verify;
         }
-        // A partitioned group's partitions are created as declared: the consumer it migrates
-        // from is read to its end beside them and deleted (see `Topology::partitioned`), not
-        // paused and moved from.
-        let moved_from = queue.migrate_from.filter(|_| queue.partitioned.is_none());
-        match moved_from.filter(|old| *old != name) {
+        // A partitioned group's partitions are created as declared (see `moves_from`).
+        match queue.moves_from().filter(|old| *old != name) {
             Some(old) => match self.check_migration_supported(stream, name, old) {
                 Err(refused) => Approach::Refuse(refused),
                 Ok(()) => Approach::Migrate(old),
@@ -263,8 +260,7 @@ pub(crate) fn consumer(
     mode: &UpdateMode,
 ) -> Action {
     let Some(server) = on_server else {
-        let moved_from = decl.as_queue().filter(|q| q.partitioned.is_none());
-        return match moved_from.and_then(|q| q.migrate_from) {
+        return match decl.as_queue().and_then(|q| q.moves_from()) {
             Some(from) if migrate_from_exists => Action::Migrate {
                 from: from.to_owned(),
             },

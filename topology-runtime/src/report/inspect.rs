@@ -164,8 +164,8 @@ pub(crate) async fn inspect_with(
         if c.superseded_by.is_some() && server.is_none() {
             continue;
         }
-        // A partition's is listed as a consumer of its own (above), not under each partition.
-        let migrating_from = match queue.migrate_from.filter(|_| c.partition.is_none()) {
+        // A partitioned group's is listed as a consumer of its own (above).
+        let migrating_from = match queue.moves_from() {
             Some(old) => provisioner
                 .read_consumer(stream, old)
                 .await?

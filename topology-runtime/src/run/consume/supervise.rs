@@ -56,12 +56,11 @@ pub(in crate::run) async fn supervise(
     // a consumer created again after the last message handled (see `replay`).
     let ordered = matches!(consumer.decl.kind, ConsumerKind::Broadcast(r) if r.ordered);
     // Retiring the old consumer of a migration is provisioning: an operator's, when bind-only.
-    // A partitioned group's is deleted once drained, by the group's membership instead.
     let migrated_from = consumer
         .decl
         .as_queue()
-        .and_then(|q| q.migrate_from)
-        .filter(|_| consumer.partition.is_none() && !inner.ensurer.provisioner().is_bind_only());
+        .and_then(|q| q.moves_from())
+        .filter(|_| !inner.ensurer.provisioner().is_bind_only());
     let policy = *inner.ensurer.policy();
     let mut backoff = policy.backoff_until(None);
     // Where a consumer re-created after a loss resumes, and in which stream instance.

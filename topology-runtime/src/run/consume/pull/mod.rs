@@ -268,7 +268,8 @@ impl Puller {
     /// instance is running or holding; `flow` says how many more to ask for. Cancel-safe.
     ///
     /// No delivery is held across an await but inside a fence's boxed check: this future
-    /// lives in the session's for as long as the consumer, and a delivery is 480 bytes.
+    /// lives in the session's for as long as the consumer, and would reserve room for one
+    /// (docs/PERFORMANCE.md, "memory and idle traffic per consumer").
     pub(super) async fn next(&mut self, flow: &Flow, held: usize) -> Result<Fetched, Loss> {
         loop {
             // What waits here first; a partition's fence may check it with the server.
@@ -305,7 +306,7 @@ impl Puller {
             let open = !self.requests.is_empty();
             let denied = self.slot.denied();
             let grant_check = denied.as_ref().map(|_| self.grant_check_at);
-            // One timer for the three: each is a hundred bytes in this future.
+            // One timer for the three: each timer has room of its own in this future.
             let wake = [overdue, refused_until, grant_check]
                 .into_iter()
                 .flatten()
