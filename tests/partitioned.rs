@@ -858,10 +858,9 @@ async fn a_plain_queue_consumer_becomes_partitioned_beside_its_old_fleet() {
             },
         )
         .await;
-        assert!(
-            running.health.ready(),
-            "ready, with the old consumer retired"
-        );
+        // The partitions start once the old consumer is gone: each is `provisioning` until
+        // its first pull reaches it, then `running`.
+        fixture::wait_ready(&running.health, Duration::from_secs(30)).await;
     }
     // A new partition count through `migrate_from` is refused before the stream changes.
     let recount = {
