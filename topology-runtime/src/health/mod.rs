@@ -41,7 +41,7 @@ pub use writes::{StreamWrites, Writes};
 /// What every [`Slot`] and [`Health`] handle of one runtime share.
 pub(crate) struct Shared {
     /// Counts changes (of any consumer's state, or a stream's); waiters subscribe to it.
-    changes: watch::Sender<u64>,
+    pub(super) changes: watch::Sender<u64>,
     /// Whether `run_until` was called: until then nothing will ever run.
     started: AtomicBool,
     /// The streams no consumer reads, and whether each is ensured now.

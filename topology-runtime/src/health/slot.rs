@@ -14,8 +14,6 @@ use super::{ConsumerState, ConsumerStatus, Shared};
 pub(crate) struct Slot {
     /// Wakes the supervisor out of its backoff (a relay's `ensure()`).
     pub(crate) wake: tokio::sync::Notify,
-    /// Whether the consumer is running, for waiters.
-    pub(crate) running: tokio::sync::watch::Sender<bool>,
     pub(crate) stream: String,
     /// The consumer's name on the server (the group, or the relay's per-instance name).
     pub(crate) consumer: String,
@@ -67,7 +65,6 @@ impl Slot {
     ) -> Self {
         Slot {
             wake: tokio::sync::Notify::new(),
-            running: tokio::sync::watch::Sender::new(false),
             stream: stream.to_owned(),
             consumer: consumer.to_owned(),
             handler: handler.to_owned(),
@@ -332,11 +329,25 @@ impl Slot {
     /// Sets the state; returns the previous one.
     fn set(&self, state: ConsumerState) -> ConsumerState {
         let mut guard = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        self.running.send_replace(state.is_up());
         let previous = std::mem::replace(&mut *guard, (state, Instant::now())).0;
         drop(guard);
         self.shared.changed();
         previous
+    }
+
+    /// Waits until the consumer is up (true), or `stop` says its state will not come up, on
+    /// the health's change count (a watch channel per slot was 344 bytes a consumer).
+    pub(crate) async fn until_up(&self, stop: impl Fn(&ConsumerState) -> bool) -> bool {
+        let mut changes = self.shared.changes.subscribe();
+        loop {
+            changes.borrow_and_update();
+            match self.state() {
+                state if state.is_up() => return true,
+                state if stop(&state) => return false,
+                _ if changes.changed().await.is_err() => return false,
+                _ => {}
+            }
+        }
     }
 
     /// The state now; a replay's `behind` as of its last message handled.

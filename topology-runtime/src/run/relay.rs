@@ -103,32 +103,28 @@ impl Relay {
         if !self.slot.runtime_started() {
             return Err(self.not_running());
         }
-        let mut running = self.slot.running.subscribe();
-        if *running.borrow_and_update() {
+        if self.slot.state().is_up() {
             return Ok(());
         }
         // One wake-up per call: waking on every state change would cut every backoff short
         // and spin against a stream that is not there yet.
         self.slot.wake.notify_one();
-        loop {
-            if *running.borrow_and_update() {
-                return Ok(());
-            }
-            if matches!(
-                self.slot.state(),
+        let ended = |state: &ConsumerState| {
+            matches!(
+                state,
                 ConsumerState::Draining | ConsumerState::Stopped { .. }
-            ) {
-                return Err(self.not_running());
-            }
-            if running.changed().await.is_err() {
-                return Err(self.not_running());
-            }
+            )
+        };
+        if self.slot.until_up(ended).await {
+            Ok(())
+        } else {
+            Err(self.not_running())
         }
     }
 
     /// Whether the relay is running now.
     pub fn is_running(&self) -> bool {
-        *self.slot.running.borrow()
+        self.slot.state().is_up()
     }
 
     /// The relay's consumer name on the server (unique per instance).

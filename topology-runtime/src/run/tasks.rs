@@ -341,10 +341,10 @@ mod hooks {
         if !armed {
             return supervised.await;
         }
-        let mut running = inner.health.slots[index].running.subscribe();
+        let slot = &inner.health.slots[index];
         tokio::select! {
             _ = supervised => {}
-            _ = running.wait_for(|running| *running) => panic!("test hook: the supervisor of `{handler}` panics"),
+            true = slot.until_up(|_| false) => panic!("test hook: the supervisor of `{handler}` panics"),
         }
     }
 }

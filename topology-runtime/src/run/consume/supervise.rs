@@ -388,9 +388,11 @@ async fn open(
         acks: Acks {
             // Relays have no setting: their consumer dies with the instance (see `AckMode`).
             confirm: (queue.map(|q| q.ack.unwrap_or(settings.ack)) == Some(AckMode::Confirmed))
-                .then(|| Confirm {
-                    client: inner.client.clone(),
-                    attempt: inner.ensurer.policy().request_timeout,
+                .then(|| {
+                    Box::new(Confirm {
+                        client: inner.client.clone(),
+                        attempt: inner.ensurer.policy().request_timeout,
+                    })
                 }),
             ack_wait: info.config.ack_wait,
             progress_every: (info.config.ack_wait / 2).max(PROGRESS_FLOOR),

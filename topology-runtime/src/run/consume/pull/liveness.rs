@@ -49,7 +49,6 @@ pub(super) struct Liveness {
     /// The round trip to the consumer as last measured (the session's first request, a
     /// probe): silence is counted from when the server could have answered.
     rtt: Duration,
-    client: async_nats::Client,
     /// `<api prefix>.CONSUMER.INFO.<stream>.<consumer>`.
     info_subject: async_nats::Subject,
     /// The consumer's leader advisories (none behind an arbitrary API prefix, where nothing
@@ -101,7 +100,6 @@ impl Liveness {
             stalls: watch.stalls,
             heartbeat,
             rtt: Duration::ZERO,
-            client: client.clone(),
             info_subject: format!("{api_prefix}.CONSUMER.INFO.{stream}.{consumer}").into(),
             advisories,
             stalled: false,
@@ -156,7 +154,12 @@ impl Liveness {
 
     /// The next event the session must act on, given when it last heard the server and
     /// whether a request is open. Cancel-safe: a probe in flight is kept across calls.
-    pub(super) async fn next_event(&mut self, heard: Instant, open: bool) -> Event {
+    pub(super) async fn next_event(
+        &mut self,
+        client: &async_nats::Client,
+        heard: Instant,
+        open: bool,
+    ) -> Event {
         loop {
             let silent_at = heard + self.silence();
             let probing = self.stalled || !open;
@@ -211,7 +214,7 @@ impl Liveness {
                 }
                 _ = tokio::time::sleep_until(probe_at), if probing && self.probe.is_none() => {
                     self.probe = Some(Box::pin(probe(
-                        self.client.clone(),
+                        client.clone(),
                         self.info_subject.clone(),
                         self.heartbeat + self.rtt,
                     )));
@@ -234,9 +237,12 @@ impl Liveness {
 
 impl Liveness {
     /// Whether the consumer's wait list is full (how, if so), as its info says now.
-    pub(super) fn wait_list_full(&self) -> impl Future<Output = Option<String>> + Send + 'static {
+    pub(super) fn wait_list_full(
+        &self,
+        client: &async_nats::Client,
+    ) -> impl Future<Output = Option<String>> + Send + 'static {
         let asked = probe(
-            self.client.clone(),
+            client.clone(),
             self.info_subject.clone(),
             self.heartbeat + self.rtt,
         );

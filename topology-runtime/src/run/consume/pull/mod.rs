@@ -67,10 +67,11 @@ pub(super) struct Puller {
     /// when, and when to ask again.
     crowded: Option<Refused>,
     /// The connection the open requests were sent on (server id, client id), checked at
-    /// every tick of `reconnect_check`: a restarted server lost the open requests, so the
-    /// feed asks again at once instead of waiting for missed heartbeats.
+    /// every `reconnect_check` (when, and how often): a restarted server lost the open
+    /// requests, so the feed asks again at once instead of waiting for missed heartbeats.
+    /// The check shares `next`'s one timer: an interval of its own is a boxed timer a consumer.
     connection: (String, u64),
-    reconnect_check: tokio::time::Interval,
+    reconnect_check: (Instant, Duration),
     /// How long [`Puller::close`] waits for messages already on their way.
     close_wait: Duration,
     /// Messages that arrived while [`Puller::start`] confirmed its first request, not yet
@@ -156,11 +157,10 @@ impl Puller {
             refused: None,
             crowded: None,
             connection: connection_of(client),
-            reconnect_check: {
-                let mut every = tokio::time::interval(settings.reconnect_check);
-                every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-                every
-            },
+            reconnect_check: (
+                Instant::now() + settings.reconnect_check,
+                settings.reconnect_check,
+            ),
             close_wait: settings.pull_close_wait,
             arrived: VecDeque::new(),
             liveness,
@@ -306,11 +306,11 @@ impl Puller {
             let open = !self.requests.is_empty();
             let denied = self.slot.denied();
             let grant_check = denied.as_ref().map(|_| self.grant_check_at);
-            // One timer for the three: each timer has room of its own in this future.
+            // One timer for the four: each timer has room of its own in this future.
             let wake = [overdue, refused_until, grant_check]
                 .into_iter()
                 .flatten()
-                .min();
+                .fold(self.reconnect_check.0, Instant::min);
             tokio::select! {
                 biased;
                 message = self.subscriber.next() => {
@@ -321,7 +321,7 @@ impl Puller {
                         return Ok(fetched);
                     }
                 },
-                event = self.liveness.next_event(self.heard, open) => match event {
+                event = self.liveness.next_event(&self.client, self.heard, open) => match event {
                     Event::LeaderElected => {
                         tracing::debug!(subject = %self.subject, "the consumer has a new leader; pulling again");
                         self.requests.forget(|_| true);
@@ -342,7 +342,7 @@ impl Puller {
                     }
                     Event::Gone(why) => return Err(why),
                 },
-                _ = tokio::time::sleep_until(wake.unwrap_or_else(Instant::now)), if wake.is_some() => {
+                () = tokio::time::sleep_until(wake) => {
                     let now = Instant::now();
                     if overdue.is_some_and(|at| at <= now) {
                         self.requests.forget(|r| r.expires_at + margin <= now);
@@ -363,27 +363,37 @@ impl Puller {
                         }
                         self.grant_check_at = Instant::now() + self.heartbeat;
                     }
-                }
-                _ = self.reconnect_check.tick() => {
-                    let connection = connection_of(&self.client);
-                    if connection != self.connection {
-                        // Reconnected: a restarted server lost the open requests (a server
-                        // that kept them delivers a little ahead; those messages wait here).
-                        tracing::debug!(subject = %self.subject, "reconnected; pulling again");
-                        self.connection = connection;
-                        self.requests.forget(|_| true);
-                        self.suspect();
-                        self.heard = Instant::now();
-                        // The consumer's only reader asks first with a short heartbeat: the
-                        // heartbeat names the consumer's last delivery, so one lost with the
-                        // old connection is noticed now (see `take`), not a heartbeat later.
-                        if self.received.is_some() {
-                            Box::pin(self.send(self.first, FIRST_EXPIRES, FIRST_HEARTBEAT)).await?;
-                        }
+                    if self.reconnect_check.0 <= now {
+                        self.reconnect_check.0 = now + self.reconnect_check.1;
+                        Box::pin(self.reconnected()).await?;
                     }
                 }
             }
         }
+    }
+
+    /// Checks the connection (see `connection`). Reconnected: a restarted server lost the
+    /// open requests (a server that kept them delivers a little ahead; those messages wait
+    /// here), so they are forgotten and asked again. Boxed by its caller: rare, and inline it
+    /// would stay in the session's future for its lifetime.
+    async fn reconnected(&mut self) -> Result<(), Loss> {
+        let connection = connection_of(&self.client);
+        if connection == self.connection {
+            return Ok(());
+        }
+        tracing::debug!(subject = %self.subject, "reconnected; pulling again");
+        self.connection = connection;
+        self.requests.forget(|_| true);
+        self.suspect();
+        self.heard = Instant::now();
+        // The consumer's only reader asks first with a short heartbeat: the heartbeat names
+        // the consumer's last delivery, so one lost with the old connection is noticed now
+        // (see `take`), not a heartbeat later.
+        if self.received.is_some() {
+            self.send(self.first, FIRST_EXPIRES, FIRST_HEARTBEAT)
+                .await?;
+        }
+        Ok(())
     }
 
     /// `fetched`, unless a partition's fence is to check it with the server first: then it

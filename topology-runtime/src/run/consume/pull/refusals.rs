@@ -86,7 +86,7 @@ impl Puller {
                 // the consumer's wait list is full, and the server dropped it without a word.
                 Err(_) => {
                     self.requests.forget(|_| true);
-                    if let Some(full) = self.liveness.wait_list_full().await {
+                    if let Some(full) = self.liveness.wait_list_full(&self.client).await {
                         self.crowd(&full);
                     }
                     return Ok(());
