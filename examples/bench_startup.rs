@@ -20,9 +20,11 @@
 //! CPU: user + system time of this process and of the server during the cold and the warm
 //! run (`/proc/<pid>/stat`, 10 ms ticks; Linux). Memory: this process's resident set once the
 //! cold run is ready, minus before its runtime was built, per consumer (first repetition
-//! only: later ones reuse what the first freed), and beside it the heap in use (bytes
-//! allocated and not freed, counted by this program's global allocator): the difference is
-//! what the allocator keeps of what start-up freed. The last line is one JSON object with every
+//! only: later ones reuse what the first freed); of it, the anonymous memory (`RssAnon`: the
+//! resident set without the pages of files, this program's code among them, which the first
+//! run reads in once whatever the number of consumers); and the heap in use (bytes allocated
+//! and not freed, counted by this program's global allocator): the anonymous memory beyond
+//! the heap is what the allocator keeps of what start-up freed. The last line is one JSON object with every
 //! figure (medians).
 //!
 //! Idle traffic (`--idle-secs S`, first repetition): once the cold run is ready and nothing
@@ -120,6 +122,18 @@ fn ms(d: Duration) -> f64 {
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     v[v.len() / 2]
+}
+
+/// The anonymous part of this process's resident set (`RssAnon` in `/proc/self/status`), in
+/// bytes.
+fn rss_anon() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("RssAnon:"))
+        .and_then(|kb| kb.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .unwrap_or(0)
+        * 1024
 }
 
 /// The resident set of this process, in bytes.
@@ -255,9 +269,9 @@ async fn main() -> Result<(), BoxError> {
             other => panic!("unknown flag {other}; usage: [--n 1000] [--reps 3] [--idle-secs 0]"),
         }
     }
-    let mut figures: Vec<[f64; 12]> = Vec::new();
+    let mut figures: Vec<[f64; 13]> = Vec::new();
     println!(
-        "| rep | cold: first / half / ready ms | cold CPU ms: ours / server | warm ready ms | warm CPU ms: ours / server | provision ms | raw async-nats ms | KB per consumer: resident / heap |"
+        "| rep | cold: first / half / ready ms | cold CPU ms: ours / server | warm ready ms | warm CPU ms: ours / server | provision ms | raw async-nats ms | KB per consumer: resident / anonymous / heap |"
     );
     println!("|---:|---:|---:|---:|---:|---:|---:|---:|");
     // Every server's store is removed at the end, not between measurements: removing
@@ -272,7 +286,7 @@ async fn main() -> Result<(), BoxError> {
         let server = NatsServer::start().await?;
         let client = async_nats::connect(server.url()).await?;
         let (ours, theirs) = (std::process::id(), server.pid().unwrap_or(0));
-        let before = (rss(), LIVE.load(Ordering::Relaxed));
+        let before = (rss(), LIVE.load(Ordering::Relaxed), rss_anon());
         let cpu = (cpu_ms(ours), cpu_ms(theirs));
         let cold = run(&client, topology(n)).await?;
         let cold_cpu = (cpu_ms(ours) - cpu.0, cpu_ms(theirs) - cpu.1);
@@ -280,6 +294,7 @@ async fn main() -> Result<(), BoxError> {
         let per_consumer = (
             rss().saturating_sub(before.0) as f64 / n as f64 / 1024.0,
             (LIVE.load(Ordering::Relaxed) - before.1) as f64 / n as f64 / 1024.0,
+            rss_anon().saturating_sub(before.2) as f64 / n as f64 / 1024.0,
         );
         if rep == 0 && idle_secs > 0 {
             let sent = || client.statistics().out_messages.load(Ordering::Relaxed);
@@ -327,6 +342,7 @@ async fn main() -> Result<(), BoxError> {
             raw,
             (per_consumer.0 * 10.0).round() / 10.0,
             (per_consumer.1 * 10.0).round() / 10.0,
+            (per_consumer.2 * 10.0).round() / 10.0,
         ];
         println!(
             "| {rep} | {} / {} / {} | {} / {} | {} | {} / {} | {} | {} | {} |",
@@ -341,7 +357,7 @@ async fn main() -> Result<(), BoxError> {
             row[8],
             row[9],
             if rep == 0 {
-                format!("{} / {}", row[10], row[11])
+                format!("{} / {} / {}", row[10], row[12], row[11])
             } else {
                 "-".to_owned()
             }
@@ -363,7 +379,11 @@ async fn main() -> Result<(), BoxError> {
             "provision_ms": median_of(8),
             "raw_create_ms": median_of(9),
             "idle_messages_per_consumer_minute": idle_per_consumer_minute,
-            "kb_per_consumer": {"resident": figures[0][10], "heap": figures[0][11]},
+            "kb_per_consumer": {
+                "resident": figures[0][10],
+                "anonymous": figures[0][12],
+                "heap": figures[0][11],
+            },
         })
     );
     Ok(())
