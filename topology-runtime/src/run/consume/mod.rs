@@ -2,6 +2,7 @@
 //! the settled message. Each step decides one thing:
 //!
 //! - `supervise`: the task: ensure, consume, re-ensure after a loss, drain.
+//! - `open`: a session of an ensured consumer: what its handlers share, its flow, its feed.
 //! - `resume`: where a re-created consumer resumes (tied to the stream instance).
 //! - `floor`: the ack floor read while a queue consumer runs (resume point, lag, cut off).
 //! - `feed`: where a consumer's messages come from (`pull`: our own pull requests; push).
@@ -29,6 +30,7 @@ mod floor;
 mod flow;
 mod loss;
 mod meta;
+mod open;
 mod outcome;
 mod partitions;
 mod pull;

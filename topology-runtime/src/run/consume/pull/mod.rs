@@ -119,7 +119,7 @@ impl Puller {
         (first, expires): (usize, Duration),
         settings: &Settings,
         (watch, priority, fenced): (Watch, PullPriority, bool),
-    ) -> Result<Puller, Loss> {
+    ) -> Result<Box<Puller>, Loss> {
         let inbox = async_nats::Subject::from(client.new_inbox());
         let subscriber = client
             .subscribe(inbox.clone())
@@ -140,7 +140,9 @@ impl Puller {
         // Standing by until the server pins this session (reported once it is up).
         slot.standby(priority.stands_by());
         let liveness = Liveness::new(client, names, heartbeat, watch).await;
-        let mut puller = Puller {
+        // Boxed before its first request: the session keeps this box, and the start's
+        // future, alive over a round trip for every consumer starting at once, holds only it.
+        let mut puller = Box::new(Puller {
             client: client.clone(),
             context,
             subject: async_nats::Subject::from(format!(
@@ -179,7 +181,7 @@ impl Puller {
                     info.stream_name, info.name
                 ))
             }),
-        };
+        });
         puller.reach(REACH_WINDOW).await?;
         Ok(puller)
     }

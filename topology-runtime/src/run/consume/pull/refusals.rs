@@ -86,7 +86,9 @@ impl Puller {
                 // the consumer's wait list is full, and the server dropped it without a word.
                 Err(_) => {
                     self.requests.forget(|_| true);
-                    if let Some(full) = self.liveness.wait_list_full(&self.client).await {
+                    // Boxed: rare, and inline its request would widen every session's start.
+                    if let Some(full) = Box::pin(self.liveness.wait_list_full(&self.client)).await
+                    {
                         self.crowd(&full);
                     }
                     return Ok(());
