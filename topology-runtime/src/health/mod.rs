@@ -8,6 +8,8 @@
 //!   records them);
 //! - `serving`: each endpoint's and core subscription's state ([`ServingState`]) and
 //!   counters;
+//! - `serve_slot`: one endpoint's or core subscription's live state and tally, as its
+//!   supervisor and dispatch change them;
 //! - `writes`: whether each declared stream takes writes ([`Writes`]), as the stream watch
 //!   last read it.
 
@@ -15,6 +17,7 @@ mod consumer;
 mod denials;
 mod jetstream;
 mod older;
+mod serve_slot;
 mod serving;
 mod slot;
 mod writes;
@@ -32,8 +35,8 @@ pub use denials::PermissionDenial;
 pub use jetstream::JetStreamStatus;
 pub use older::OlderDeclaration;
 pub(crate) use older::OlderDeclarations;
+pub(crate) use serve_slot::{ServeSlot, Served};
 pub use serving::{EndpointStatus, ServingState, SubscriptionStatus};
-pub(crate) use serving::{ServeSlot, Served};
 pub(crate) use slot::Slot;
 pub(crate) use writes::WritesRecord;
 pub use writes::{StreamWrites, Writes};
