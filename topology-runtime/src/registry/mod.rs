@@ -5,6 +5,7 @@
 mod batches;
 mod buckets;
 mod handlers;
+mod keys;
 mod layers;
 mod partitions;
 mod registrations;
@@ -36,7 +37,7 @@ pub use registrations::{
     ServiceRegistration, SharedEndpointHandler, SharedHandler, SharedSubscriptionHandler,
     StreamRegistration, SubscriptionRegistration, WatchRegistration,
 };
-use sorted::{Keyed, SortedList};
+use sorted::SortedList;
 use topology_core::bucket::BucketDecl;
 use topology_core::model::{ConsumerDecl, StreamDecl};
 use topology_core::service::{EndpointDecl, ServiceDecl, SubscriptionDecl};
@@ -81,48 +82,6 @@ pub struct Topology {
     endpoints: SortedList<Endpoint>,
     /// By subject, then handler.
     subscriptions: SortedList<Subscription>,
-}
-
-impl Keyed for StreamDecl {
-    type Key = &'static str;
-    fn key(&self) -> &'static str {
-        self.name
-    }
-}
-
-impl Keyed for BucketDecl {
-    type Key = (&'static str, &'static str);
-    fn key(&self) -> Self::Key {
-        (self.name, self.kind.stream_prefix())
-    }
-}
-
-impl Keyed for Consumer {
-    type Key = (&'static str, &'static str);
-    fn key(&self) -> Self::Key {
-        (self.decl.stream.name(), self.decl.handler)
-    }
-}
-
-impl Keyed for ServiceDecl {
-    type Key = (&'static str, &'static str);
-    fn key(&self) -> Self::Key {
-        (self.name, self.version)
-    }
-}
-
-impl Keyed for Endpoint {
-    type Key = (&'static str, &'static str, &'static str);
-    fn key(&self) -> Self::Key {
-        (self.decl.service.name, self.decl.subject, self.decl.handler)
-    }
-}
-
-impl Keyed for Subscription {
-    type Key = (&'static str, &'static str);
-    fn key(&self) -> Self::Key {
-        (self.decl.subject, self.decl.handler)
-    }
 }
 
 impl fmt::Debug for Topology {

@@ -4,7 +4,8 @@
 //! advisories of the meta leader and of the streams and consumers the waiting retries are for
 //! (`advisories`, `election`) and probes the meta leader with `$JS.API.INFO` (`probe`),
 //! sharing what its probes find with the other replicas of the service (`fleet`);
-//! `wake` is what a retry is given, `timings` how long it all waits ([`LeaderTimings`]).
+//! `wake` is what a retry is given, `waiter` counts the retries waiting, `timings` how long it
+//! all waits ([`LeaderTimings`]).
 //! Why it works this way, with the measurements: docs/PERFORMANCE.md, "The leader watch".
 
 mod advisories;
@@ -12,6 +13,7 @@ mod election;
 mod fleet;
 mod probe;
 mod timings;
+mod waiter;
 mod wake;
 mod waking;
 
@@ -31,6 +33,7 @@ pub(crate) use election::Election;
 pub(crate) use fleet::{Fleet, channel as fleet_channel};
 pub(crate) use probe::ProbeSchedule;
 pub use timings::LeaderTimings;
+use waiter::Waiter;
 pub(crate) use wake::StreamWake;
 pub(crate) use waking::run_waking;
 
@@ -307,70 +310,6 @@ impl LeaderWatch {
         consumer: Option<&'a str>,
     ) -> StreamWake<'a> {
         StreamWake::new(self, stream, consumer)
-    }
-}
-
-/// Counts one waiting retry; the first starts the watch (which stops by itself once none
-/// has waited for [`LeaderTimings::linger`]). Each adds the advisories of its stream and
-/// consumer to what the watch listens to while it waits.
-struct Waiter {
-    inner: Arc<Inner>,
-    subjects: Vec<String>,
-}
-
-impl Waiter {
-    fn enter(inner: Arc<Inner>, stream: &str, consumer: Option<&str>) -> Waiter {
-        let subjects = inner.advisories.of_retry(stream, consumer);
-        {
-            let mut state = inner.state.lock().unwrap();
-            state.waiters += 1;
-            state.idle_since = None;
-            let mut added = false;
-            for subject in &subjects {
-                let waiting = state.watched.entry(subject.clone()).or_default();
-                *waiting += 1;
-                added |= *waiting == 1;
-            }
-            if !state.running {
-                state.running = true;
-                state.starts += 1;
-                tokio::spawn(probe::watch(
-                    inner.js.clone(),
-                    inner.timings.probe_timeout,
-                    inner.advisories.clone(),
-                    inner.fleet.clone(),
-                    inner.elections.clone(),
-                    inner.asks.clone(),
-                    Arc::downgrade(&inner),
-                ));
-            } else if added {
-                inner.asks.rescope.notify_one();
-            }
-        }
-        Waiter { inner, subjects }
-    }
-}
-
-impl Drop for Waiter {
-    fn drop(&mut self) {
-        let mut state = self.inner.state.lock().unwrap();
-        state.waiters -= 1;
-        if state.waiters == 0 {
-            state.idle_since = Some(Instant::now());
-        }
-        let mut removed = false;
-        for subject in &self.subjects {
-            if let Some(waiting) = state.watched.get_mut(subject) {
-                *waiting -= 1;
-                if *waiting == 0 {
-                    state.watched.remove(subject);
-                    removed = true;
-                }
-            }
-        }
-        if removed && state.running {
-            self.inner.asks.rescope.notify_one();
-        }
     }
 }
 

@@ -1,13 +1,15 @@
 //! [`RuntimeBuilder`]: the topology, application state, which JetStream, the retry policy
 //! and the ack mode; `timings`: every timing the runtime uses, each a value with a documented
-//! default.
+//! default; `checks`: what `build` refuses beyond the declarations' own validation.
 
+mod checks;
 mod layers;
 mod timings;
 
 use std::borrow::Cow;
 use std::sync::Arc;
 
+use self::checks::{missing_state, unknown_spill_over};
 use self::layers::Layers;
 use super::relay::relay_name;
 use super::{Inner, Runtime};
@@ -19,8 +21,7 @@ use crate::retry::RetryPolicy;
 use crate::run::Ensurer;
 use crate::state::StateMap;
 use crate::validate::{self, Problem, ValidationError};
-use topology_core::model::{AckMode, ConsumerKind, Priority};
-use topology_core::service::{EndpointDecl, SubscriptionDecl};
+use topology_core::model::{AckMode, ConsumerKind};
 
 pub use crate::outage::OutagePolicy;
 pub(crate) use timings::Settings;
@@ -383,82 +384,4 @@ impl RuntimeBuilder {
 fn instance_id() -> String {
     use rand::RngExt;
     format!("{:016x}", rand::rng().random::<u64>())
-}
-
-/// A problem for each `spill_over` group that names no queue consumer declared with
-/// `priority = "overflow"`.
-fn unknown_spill_over(topology: &Topology, groups: &[String]) -> Vec<Problem> {
-    let overflow: Vec<&str> = topology
-        .consumers()
-        .iter()
-        .filter_map(|c| c.decl.as_queue())
-        .filter(|q| matches!(q.priority, Some(Priority::Overflow(_))))
-        .map(|q| q.group)
-        .collect();
-    groups
-        .iter()
-        .filter(|g| !overflow.contains(&g.as_str()))
-        .map(|g| Problem {
-            location: "runtime builder `spill_over`".to_owned(),
-            message: format!(
-                "{g:?} is not a queue consumer declared with `priority = \"overflow\"` (those \
-                 are: {overflow:?}); declare its group with `priority = \"overflow\", \
-                 min_pending = N`, or remove `spill_over({g:?})`"
-            ),
-        })
-        .collect()
-}
-
-/// A problem for each `State<T>` argument of a handler whose `T` the builder was not given.
-fn missing_state(topology: &Topology, state: &StateMap) -> Vec<Problem> {
-    let mut problems = Vec::new();
-    let mut need = |location: String, keys: &[crate::state::StateKey]| {
-        for key in keys {
-            if !state.contains(key.type_id()) {
-                problems.push(Problem {
-                    location: location.clone(),
-                    message: format!(
-                        "the handler takes `State<{ty}>`, but the runtime was given no `{ty}`: add `.state(value)` with a `{ty}` to `Runtime::builder(..)`",
-                        ty = key.type_name()
-                    ),
-                });
-            }
-        }
-    };
-    for endpoint in topology.endpoints() {
-        need(endpoint_at(&endpoint.decl), endpoint.states);
-    }
-    for subscription in topology.subscriptions() {
-        need(subscription_at(&subscription.decl), subscription.states);
-    }
-    for consumer in topology.consumers() {
-        for key in consumer.states {
-            if !state.contains(key.type_id()) {
-                problems.push(Problem {
-                    location: validate::consumer_at(&consumer.decl),
-                    message: format!(
-                        "the handler takes `State<{ty}>`, but the runtime was given no `{ty}`: add `.state(value)` with a `{ty}` to `Runtime::builder(..)`",
-                        ty = key.type_name()
-                    ),
-                });
-            }
-        }
-    }
-    problems
-}
-
-/// Where an endpoint is, for a problem's location.
-fn endpoint_at(decl: &EndpointDecl) -> String {
-    format!(
-        "endpoint `{}` of service `{}` on `{}` (handler `{}`)",
-        decl.name, decl.service.name, decl.subject, decl.handler
-    )
-}
-
-/// Where a core subscription is, for a problem's location.
-fn subscription_at(decl: &SubscriptionDecl) -> String {
-    format!(
-        "subscription to `{}` (handler `{}`)",
-        decl.subject, decl.handler
-    )
 }
