@@ -483,7 +483,7 @@ pub struct QueueDecl {
     /// Maximum unacknowledged messages across all instances.
     pub max_ack_pending: Option<i64>,
     /// How many pull requests may wait at the consumer at once, all instances' together
-    /// (`None`: [`DEFAULT_MAX_WAITING`](crate::rules::DEFAULT_MAX_WAITING) for a pull
+    /// (`None`: [`DEFAULT_MAX_WAITING`] for a pull
     /// consumer the runtime creates). The server cannot change it on an existing consumer.
     pub max_waiting: Option<i64>,
     /// Subject to publish dead letters to.

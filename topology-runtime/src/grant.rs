@@ -27,8 +27,8 @@ impl Verb {
 pub enum Declaration {
     /// Every replica, whatever it consumes (its inboxes, the leader watch), and what every
     /// replica serves: the micro protocol's `$SRV` subjects of its services, its endpoints
-    /// and its core subscriptions (each [`Need`]'s `why` names the service, endpoint or
-    /// subscription).
+    /// and its core subscriptions (each [`Need`](crate::export::Need)'s `why` names the
+    /// service, endpoint or subscription).
     Service,
     /// A stream.
     Stream(String),

@@ -27,7 +27,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 /// When a queue consumer stops taking messages because what its handlers depend on is down
-/// (see [`RuntimeBuilder::outage`]): its handlers failed transiently at least `failures` times
+/// (see [`RuntimeBuilder::outage`](crate::run::RuntimeBuilder::outage)): its handlers failed transiently at least `failures` times
 /// within `window`, and at least `ratio` of the handlers that ended within it; or a handler
 /// returned [`HandlerError::unavailable`](crate::HandlerError::unavailable).
 ///

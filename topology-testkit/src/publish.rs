@@ -6,7 +6,7 @@ use async_nats::jetstream;
 const IN_FLIGHT: usize = 1024;
 
 /// Publishes every payload to `subject` through JetStream, in order, awaiting the server's
-/// acknowledgements [`IN_FLIGHT`] at a time; returns once every one is acknowledged.
+/// acknowledgements 1,024 at a time; returns once every one is acknowledged.
 ///
 /// ```no_run
 /// # async fn f(js: async_nats::jetstream::Context) -> Result<(), async_nats::Error> {
