@@ -11,6 +11,7 @@ mod bucket;
 mod codec;
 mod origin;
 mod partition;
+mod priority;
 mod service;
 mod watch;
 
@@ -26,11 +27,10 @@ use topology_core::names::{self, NameError};
 use topology_core::rules::{self, EXTERNAL_REFUSED_KEYS};
 use topology_core::subject;
 
-use crate::attrs::{ConsumerAttrs, Filters, PolicyName, PriorityAttrs, QueueAttrs, StreamAttrs};
+use crate::attrs::{ConsumerAttrs, Filters, QueueAttrs, StreamAttrs};
 use crate::ctxt::Ctxt;
 use crate::value::{PathOrString, key_msg};
 use topology_core::model::Delivery;
-use topology_core::priority::{MIN_PINNED_TTL, PriorityError};
 
 /// The rules of `#[stream]`: the name, the subjects, no settings on an external stream, the
 /// duplicate window within `max_age`, the description's length.
@@ -234,105 +234,9 @@ pub(crate) fn queue(attrs: &QueueAttrs, cx: &mut Ctxt) {
         description(attr, lit, cx);
     }
     if let Some(priority) = &attrs.priority {
-        self::priority(attrs, priority, cx);
+        priority::priority(attrs, priority, cx);
     }
     partition::partitioned(attrs, cx);
-}
-
-/// The rules of `priority` and its keys: a pinned client needs `pinned_ttl`, overflow a
-/// threshold; each key only with its policy; never on a push consumer.
-fn priority(attrs: &QueueAttrs, priority: &PriorityAttrs, cx: &mut Ctxt) {
-    let attr = attrs.common.attr;
-    let msg = |key: &str, what: &str| key_msg(attr, key, what);
-    let Some(key) = &priority.policy_key else {
-        // Keys that go with a policy, without one.
-        let example = if priority.pinned_ttl.is_some() {
-            "priority = \"pinned_client\""
-        } else {
-            "priority = \"overflow\""
-        };
-        let what = format!(
-            "goes with a priority policy, and none is set; add `{example}`, or remove the key"
-        );
-        if let Some(ttl) = &priority.pinned_ttl {
-            cx.error_spanned_by(&ttl.lit, msg("pinned_ttl", &what));
-        }
-        for (key, n) in [
-            ("min_pending", priority.min_pending),
-            ("min_ack_pending", priority.min_ack_pending),
-        ] {
-            if let Some(n) = n {
-                cx.error_at(n.span, msg(key, &what));
-            }
-        }
-        return;
-    };
-    if attrs.delivery == Some(Delivery::Push) {
-        cx.error_spanned_by(key, msg("priority", PriorityError::Push.message()));
-    }
-    match priority.policy {
-        Some(PolicyName::PinnedClient) => {
-            if let Some(ttl) = &priority.pinned_ttl
-                && ttl.value < MIN_PINNED_TTL
-            {
-                cx.error_spanned_by(
-                    &ttl.lit,
-                    msg(
-                        "pinned_ttl",
-                        &format!(
-                            "{:?} is too short: {}",
-                            ttl.lit.value(),
-                            PriorityError::PinnedTtl.message()
-                        ),
-                    ),
-                );
-            }
-            if priority.pinned_ttl.is_none() {
-                cx.error_spanned_by(
-                    key,
-                    msg(
-                        "priority",
-                        "`\"pinned_client\"` needs `pinned_ttl = \"..\"`: how long the pinned instance may go without pulling (killed, stalled) before another takes over, as in `pinned_ttl = \"10s\"`",
-                    ),
-                );
-            }
-            for (key, n) in [
-                ("min_pending", priority.min_pending),
-                ("min_ack_pending", priority.min_ack_pending),
-            ] {
-                if let Some(n) = n {
-                    cx.error_at(
-                        n.span,
-                        msg(
-                            key,
-                            "is a threshold of `priority = \"overflow\"`; a pinned client has one consuming instance whatever the backlog; remove it",
-                        ),
-                    );
-                }
-            }
-        }
-        Some(PolicyName::Overflow) => {
-            if !priority.threshold_written {
-                cx.error_spanned_by(
-                    key,
-                    msg(
-                        "priority",
-                        "`\"overflow\"` needs a threshold: `min_pending = N` (undelivered messages) or `min_ack_pending = N` (unacknowledged ones), from which spill-over instances take work",
-                    ),
-                );
-            }
-            if let Some(ttl) = &priority.pinned_ttl {
-                cx.error_spanned_by(
-                    &ttl.lit,
-                    msg(
-                        "pinned_ttl",
-                        "is the pin's timeout of `priority = \"pinned_client\"`; overflow pins nobody; remove it",
-                    ),
-                );
-            }
-        }
-        None => {}
-    }
 }
 
 /// The rules both consumer macros share: the stream's name, and the filters.
