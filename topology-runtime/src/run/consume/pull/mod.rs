@@ -60,16 +60,13 @@ pub(super) struct Puller {
     /// When the server last sent anything to the inbox, or when a request was sent while none
     /// was open: the start of the silence that missed heartbeats measure.
     heard: Instant,
-    /// Requests refused for want of a responder (a consumer leader being elected): since
-    /// when, and when to ask again.
+    /// Requests refused for want of a responder (a consumer leader being elected), and
+    /// because the wait list is full (`max_waiting`): since when, and when to ask again.
     refused: Option<Refused>,
-    /// Requests refused because the consumer's wait list is full (`max_waiting`): since
-    /// when, and when to ask again.
     crowded: Option<Refused>,
     /// The connection the open requests were sent on (server id, client id), checked at
-    /// every `reconnect_check` (when, and how often): a restarted server lost the open
-    /// requests, so the feed asks again at once instead of waiting for missed heartbeats.
-    /// The check shares `next`'s one timer: an interval of its own is a boxed timer a consumer.
+    /// every `reconnect_check` (when, and how often; on `next`'s one timer): a restarted
+    /// server lost the open requests, so the feed asks again at once, not after heartbeats.
     connection: (String, u64),
     reconnect_check: (Instant, Duration),
     /// How long [`Puller::close`] waits for messages already on their way.
@@ -284,7 +281,10 @@ impl Puller {
                     return Ok(fetched);
                 }
             }
-            self.top_up(flow, held).await?;
+            // Boxed when there is something to ask for (inline, it would widen this future).
+            if self.want(flow, held) > 0 {
+                Box::pin(self.top_up(flow, held)).await?;
+            }
             // What has arrived already needs no timer.
             if let Some(arrived) = self.subscriber.next().now_or_never() {
                 let Some(message) = arrived else {
