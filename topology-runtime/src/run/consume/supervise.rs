@@ -47,7 +47,7 @@ pub(in crate::run) async fn supervise(
         .as_queue()
         .and_then(|q| q.moves_from())
         .filter(|_| !inner.ensurer.provisioner().is_bind_only());
-    let policy = *inner.ensurer.policy();
+    let policy = inner.ensurer.policy();
     let mut backoff = policy.backoff_until(None);
     // Where a consumer re-created after a loss resumes, and in which stream instance.
     let resume = Resume::new(relay.is_some());
@@ -69,20 +69,12 @@ pub(in crate::run) async fn supervise(
     let mut in_flight = JoinSet::new();
     let stopped = Stopped::default();
     // A failure no retry can fix ends the loop too, through the same drain.
-    let mut stopped_by: Option<ProvisionError> = None;
+    // Boxed, as the ensure's error below: this task keeps room for it as long as it lives.
+    let mut stopped_by: Option<Box<ProvisionError>> = None;
     // The consumer a partitioned group migrates from is gone: nothing is left to read.
     let mut retired = false;
     loop {
         slot.transition(ConsumerState::Provisioning);
-        // Updates happen at start-up only; a re-ensure after a loss creates but never
-        // updates, so an old instance cannot revert a newer one's configuration.
-        let mode = if ensured_once {
-            UpdateMode::CreateOnly {
-                resume: resume.point(),
-            }
-        } else {
-            UpdateMode::Update
-        };
         let admitted = tokio::select! {
             admitted = inner.ensurer.admit() => admitted,
             _ = cancel.cancelled() => break,
@@ -90,6 +82,15 @@ pub(in crate::run) async fn supervise(
         // Boxed, as every future below that is awaited only now and then: inline, each would
         // hold its bytes in this task for as long as the consumer lives.
         let ensure = Box::pin(async {
+            // Updates happen at start-up only; a re-ensure after a loss creates but never
+            // updates, so an old instance cannot revert a newer one's configuration.
+            let mode = if ensured_once {
+                UpdateMode::CreateOnly {
+                    resume: resume.point(),
+                }
+            } else {
+                UpdateMode::Update
+            };
             // Boxed: the consumer's info (about 1 KB) then stays in the memory the session
             // opens in, not in this task's for its lifetime.
             match relay.as_deref() {
@@ -97,6 +98,7 @@ pub(in crate::run) async fn supervise(
                 None => inner.ensurer.ensure(consumer, None, &mode).await,
             }
             .map(Box::new)
+            .map_err(Box::new)
         });
         let ensured = tokio::select! {
             r = ensure => r,
@@ -188,7 +190,7 @@ pub(in crate::run) async fn supervise(
             }
             Err(e) if e.kind() == ProvisionErrorKind::PermissionDenied => {
                 // The subject the server refused, until the denial watch names its entry.
-                let refused = std::error::Error::source(&e)
+                let refused = std::error::Error::source(&*e)
                     .and_then(|source| source.downcast_ref::<ApiError>())
                     .and_then(|api| match api {
                         ApiError::Denied { action, subject } => {
@@ -289,7 +291,7 @@ pub(in crate::run) async fn supervise(
     }
     match stopped_by {
         Some(e) => {
-            let _ = fatal.send(e);
+            let _ = fatal.send(*e);
         }
         None if retired && !cancel.is_cancelled() => slot.transition(ConsumerState::Retired),
         None => slot.transition(ConsumerState::Stopped { error: None }),
