@@ -87,9 +87,9 @@ pub(in crate::run) async fn pump(
     let mut running: FuturesUnordered<Running> = FuturesUnordered::new();
     // Every half progress interval, messages that waited at least that long are kept alive:
     // a progress ack at most every `progress_every`, as for a running handler.
+    // When next, on the loop's one timer (an interval is a timer of its own, boxed).
     let keep_every = (session.acks.progress_every / 2).max(KEEP_ALIVE_FLOOR);
-    let mut keep_alive_tick = tokio::time::interval_at(Instant::now() + keep_every, keep_every);
-    keep_alive_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut keep_alive_at = Instant::now() + keep_every;
     // The memory a handler's future runs in on its first poll, reused while handlers finish
     // there (most do): a message costs no allocation for it then.
     let mut spare = None;
@@ -144,6 +144,10 @@ pub(in crate::run) async fn pump(
         let held = started + waiting.len();
         let readable = feed.asks() || flow.may_start(started);
         let probe_at = breaker.and_then(|b| b.probe_at());
+        // One timer: the probe, when not due yet, and keeping waiting messages alive.
+        let probe_ahead = probe_at.filter(|at| *at > Instant::now());
+        let keep_alive_due = (!waiting.is_empty()).then_some(keep_alive_at);
+        let wake = probe_ahead.into_iter().chain(keep_alive_due).min();
         // Nothing running, waiting or due but the next message, and it is here: take it
         // without the select below, whose futures (the feed's, a timer's) cost more than
         // handling a message that finishes at once.
@@ -170,9 +174,15 @@ pub(in crate::run) async fn pump(
                 None => Step::Finished(None),
             },
             Some(_) = in_flight.join_next(), if !in_flight.is_empty() => Step::Finished(None),
-            _ = tokio::time::sleep_until(probe_at.unwrap_or_else(Instant::now)),
-                if probe_at.is_some_and(|at| at > Instant::now()) => Step::Probe,
-            _ = keep_alive_tick.tick(), if !waiting.is_empty() => Step::KeepAlive,
+            () = tokio::time::sleep_until(wake.unwrap_or_else(Instant::now)), if wake.is_some() => {
+                let now = Instant::now();
+                if probe_ahead.is_some_and(|at| at <= now) {
+                    Step::Probe
+                } else {
+                    keep_alive_at = now + keep_every;
+                    Step::KeepAlive
+                }
+            }
             next = feed.next(&flow, held), if readable => receive(next, &session, &mut waiting),
         };
         match step {
