@@ -336,7 +336,7 @@ impl Slot {
     }
 
     /// Waits until the consumer is up (true), or `stop` says its state will not come up, on
-    /// the health's change count (a watch channel per slot was 344 bytes a consumer).
+    /// the health's change count: no channel of each slot's own, which every consumer pays.
     pub(crate) async fn until_up(&self, stop: impl Fn(&ConsumerState) -> bool) -> bool {
         let mut changes = self.shared.changes.subscribe();
         loop {

@@ -15,7 +15,7 @@ use tokio::time::Instant;
 /// How one consumer's acks, terms and progress acks are sent.
 pub(in crate::run) struct Acks {
     /// Confirmed acks (`ack = "confirmed"`): how; `None` for fire-and-forget. Boxed: a
-    /// client is 152 bytes, which every consumer's session would carry inline.
+    /// client is large, and inline every consumer's session would carry one.
     pub(in crate::run) confirm: Option<Box<Confirm>>,
     /// The consumer's `ack_wait` on the server.
     pub(in crate::run) ack_wait: Duration,
