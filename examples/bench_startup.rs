@@ -19,7 +19,8 @@
 //!
 //! CPU: user + system time of this process and of the server during the cold and the warm
 //! run (`/proc/<pid>/stat`, 10 ms ticks; Linux). Memory: this process's resident set once the
-//! cold run is ready, minus before its runtime was built, per consumer (first repetition
+//! cold run is ready, minus before its topology was collected and its runtime built (the
+//! declarations are made before: a service's macros emit them as statics), per consumer (first repetition
 //! only: later ones reuse what the first freed); of it, the anonymous memory (`RssAnon`: the
 //! resident set without the pages of files, this program's code among them, which the first
 //! run reads in once whatever the number of consumers); and the heap in use (bytes allocated
@@ -85,8 +86,9 @@ fn leak(s: String) -> &'static str {
     Box::leak(s.into_boxed_str())
 }
 
-/// Streams `B{k}` on `b{k}.>`, consumers `g{i}` on `b{k}.c{i}`, ten per stream.
-fn topology(n: usize) -> Topology {
+/// Streams `B{k}` on `b{k}.>`, consumers `g{i}` on `b{k}.c{i}`, ten per stream: the
+/// declarations, which a service's macros emit as statics (here leaked, to the same effect).
+fn declarations(n: usize) -> Vec<ConsumerDecl> {
     let streams: Vec<&'static StreamDecl> = (0..n.div_ceil(10))
         .map(|k| {
             let subjects: &'static [&'static str] =
@@ -97,22 +99,26 @@ fn topology(n: usize) -> Topology {
             )))
         })
         .collect();
-    let mut topology = Topology::new();
-    for i in 0..n {
-        let k = i / 10;
-        let subjects: &'static [&'static str] =
-            Box::leak(vec![leak(format!("b{k}.c{i}"))].into_boxed_slice());
-        topology = topology.consumer(
+    (0..n)
+        .map(|i| {
+            let k = i / 10;
+            let subjects: &'static [&'static str] =
+                Box::leak(vec![leak(format!("b{k}.c{i}"))].into_boxed_slice());
             ConsumerDecl::queue(
                 leak(format!("bench::handler_{i:05}")),
                 StreamRef::Declared(streams[k]),
                 QueueDecl::new(leak(format!("g{i:05}"))),
             )
-            .subjects(subjects),
-            noop,
-        );
-    }
-    topology
+            .subjects(subjects)
+        })
+        .collect()
+}
+
+/// The topology of `declarations`, as a service collects it when it starts.
+fn topology(declarations: &[ConsumerDecl]) -> Topology {
+    declarations
+        .iter()
+        .fold(Topology::new(), |topology, decl| topology.consumer(*decl, noop))
 }
 
 fn ms(d: Duration) -> f64 {
@@ -286,9 +292,12 @@ async fn main() -> Result<(), BoxError> {
         let server = NatsServer::start().await?;
         let client = async_nats::connect(server.url()).await?;
         let (ours, theirs) = (std::process::id(), server.pid().unwrap_or(0));
+        // Built before the memory is read: a service's declarations are statics its macros
+        // emit, in the binary, not on the heap (this program makes them up at run time).
+        let declared = declarations(n);
         let before = (rss(), LIVE.load(Ordering::Relaxed), rss_anon());
         let cpu = (cpu_ms(ours), cpu_ms(theirs));
-        let cold = run(&client, topology(n)).await?;
+        let cold = run(&client, topology(&declared)).await?;
         let cold_cpu = (cpu_ms(ours) - cpu.0, cpu_ms(theirs) - cpu.1);
         // The first repetition only: later ones reuse what the first freed.
         let per_consumer = (
@@ -307,7 +316,7 @@ async fn main() -> Result<(), BoxError> {
         cold.stop.send(()).ok();
         cold.running.await??;
         let cpu = (cpu_ms(ours), cpu_ms(theirs));
-        let warm = run(&client, topology(n)).await?;
+        let warm = run(&client, topology(&declared)).await?;
         let warm_cpu = (cpu_ms(ours) - cpu.0, cpu_ms(theirs) - cpu.1);
         warm.stop.send(()).ok();
         warm.running.await??;
@@ -317,7 +326,7 @@ async fn main() -> Result<(), BoxError> {
         let server = NatsServer::start().await?;
         let client = async_nats::connect(server.url()).await?;
         let runtime = Runtime::builder(client.clone())
-            .topology(topology(n))
+            .topology(topology(&declared))
             .build()?;
         let provision = ms(runtime.provision().await?.elapsed);
         drop((runtime, client));
@@ -325,7 +334,7 @@ async fn main() -> Result<(), BoxError> {
 
         let server = NatsServer::start().await?;
         let client = async_nats::connect(server.url()).await?;
-        let raw = ms(raw(&client, &topology(n)).await?);
+        let raw = ms(raw(&client, &topology(&declared)).await?);
         drop(client);
         keep(server);
 

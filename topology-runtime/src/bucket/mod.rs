@@ -36,7 +36,7 @@ pub trait JetStreamSource {
 
 impl JetStreamSource for crate::handler::Context {
     fn jetstream_context(&self) -> jetstream::Context {
-        self.scope.jetstream.clone()
+        self.scope.common.jetstream.clone()
     }
 }
 

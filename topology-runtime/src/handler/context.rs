@@ -97,15 +97,24 @@ pub(crate) struct Received {
     pub(crate) publishes: AtomicU32,
 }
 
-/// What every message of one consumer shares: names, application state, a JetStream context.
+/// What every message of one consumer shares: its names, and what every consumer of the
+/// runtime shares.
 pub(crate) struct Scope {
     pub(crate) stream: String,
     pub(crate) consumer: String,
-    pub(crate) state: StateMap,
-    pub(crate) jetstream: jetstream::Context,
     /// A token of the stream instance's creation time (see [`stream_epoch`](super::stream_epoch)), part of every
     /// derived message id.
     pub(crate) stream_epoch: String,
+    pub(crate) common: Arc<Common>,
+}
+
+/// What the handlers and pull sessions of every consumer of one runtime share (built once:
+/// each consumer holds a reference): the connection, application state, a JetStream context,
+/// how publishes fail and are retried.
+pub(crate) struct Common {
+    pub(crate) client: async_nats::Client,
+    pub(crate) state: StateMap,
+    pub(crate) jetstream: jetstream::Context,
     /// Woken when a publish finds no stream: the runtime then checks the streams it owns.
     pub(crate) stream_missing: Arc<tokio::sync::Notify>,
     /// How a publish whose acknowledgement did not come is sent again.
@@ -166,12 +175,12 @@ impl Context {
 
     /// Application state of type `T`, if the builder was given one.
     pub fn state<T: Any + Send + Sync>(&self) -> Option<&T> {
-        self.scope.state.get::<T>()
+        self.scope.common.state.get::<T>()
     }
 
     /// Application state of type `T`, shared (what a [`State<T>`](crate::State) argument holds).
     pub(crate) fn state_arc<T: Any + Send + Sync>(&self) -> Option<Arc<T>> {
-        self.scope.state.get_arc::<T>()
+        self.scope.common.state.get_arc::<T>()
     }
 }
 

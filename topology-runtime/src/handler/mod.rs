@@ -21,7 +21,7 @@ pub use batch::{
     SharedBatchHandler,
 };
 pub use context::{Context, Incoming};
-pub(crate) use context::{Received, Scope, system_time};
+pub(crate) use context::{Common, Received, Scope, system_time};
 pub(crate) use error::panic_message;
 pub use error::{DecodeError, HandlerError};
 pub(crate) use msg_id::{msg_id, stream_epoch};

@@ -114,7 +114,7 @@ impl Context {
         payload: Bytes,
     ) -> Result<jetstream::publish::PublishAck, HandlerError> {
         use jetstream::context::PublishErrorKind;
-        let js = &self.scope.jetstream;
+        let js = &self.scope.common.jetstream;
         let deduplicated = headers.get(async_nats::header::NATS_MESSAGE_ID).is_some();
         let publish = || async {
             let ack = if headers.is_empty() {
@@ -127,20 +127,21 @@ impl Context {
         };
         let transient = |e: &jetstream::context::PublishError| match e.kind() {
             PublishErrorKind::StreamNotFound => {
-                self.scope.stream_missing.notify_waiters();
-                self.scope.publish_unanswered.notify_one();
+                self.scope.common.stream_missing.notify_waiters();
+                self.scope.common.publish_unanswered.notify_one();
                 true
             }
             PublishErrorKind::BrokenPipe => true,
             PublishErrorKind::TimedOut => {
                 // The stream may take no writes (no leader, no quorum): read whether it does.
-                self.scope.publish_unanswered.notify_one();
+                self.scope.common.publish_unanswered.notify_one();
                 deduplicated
             }
             _ => false,
         };
         match self
             .scope
+            .common
             .publish_retry
             .backoff()
             .run(publish, transient)
@@ -150,7 +151,7 @@ impl Context {
             Err(failed) => {
                 // A stream without a leader answers nothing: "no stream found" then means
                 // the stream the runtime read without one.
-                let why = match (self.scope.refusing)(&subject) {
+                let why = match (self.scope.common.refusing)(&subject) {
                     Some(refusing) => format!("; {refusing}"),
                     None if failed.error.kind() == PublishErrorKind::StreamNotFound => {
                         " (no stream answers for this subject: check that a stream captures it)"

@@ -27,7 +27,7 @@ pub(crate) struct Ensured {
 /// turn), but would hold every ensure's request state in memory at once: tens of KB each, kept
 /// by the allocator after start-up (see docs/PERFORMANCE.md, "Ready with 1,000 and 10,000
 /// consumers").
-pub(crate) const ENSURES_AT_ONCE: usize = 128;
+pub(crate) const ENSURES_AT_ONCE: usize = 32;
 
 /// Ensures a topology's streams and consumers for one runtime.
 pub(crate) struct Ensurer {

@@ -79,6 +79,8 @@ pub(crate) struct Inner {
     pub(crate) client: async_nats::Client,
     pub(crate) ensurer: Ensurer,
     pub(crate) state: StateMap,
+    /// What the handlers of every consumer share.
+    pub(crate) common: Arc<crate::handler::Common>,
     pub(crate) settings: Settings,
     pub(crate) health: Health,
     /// A random id of this runtime, in its relays' names.

@@ -105,15 +105,15 @@ impl Tasks {
                     Box::pin(hold(inner, index, cancel, fatal)).await
                 }
                 Kind::Consumer(index) => {
+                    // Only an armed hook wraps the supervisor: every other consumer's task is
+                    // the one a build without the hooks runs (the benchmarks measure it).
                     #[cfg(feature = "test-hooks")]
-                    let supervised = hooks::panic_once_running(
-                        &inner,
-                        index,
-                        Box::pin(supervise(inner.clone(), index, cancel, fatal)),
-                    );
-                    #[cfg(not(feature = "test-hooks"))]
-                    let supervised = supervise(inner, index, cancel, fatal);
-                    Box::pin(supervised).await
+                    if hooks::armed(&inner, index) {
+                        let supervised = Box::pin(supervise(inner.clone(), index, cancel, fatal));
+                        return Box::pin(hooks::panic_once_running(&inner, index, supervised))
+                            .await;
+                    }
+                    Box::pin(supervise(inner, index, cancel, fatal)).await
                 }
                 Kind::Members(index) => Box::pin(share(inner, index, cancel)).await,
                 Kind::Stream(index) => {
@@ -319,28 +319,24 @@ mod hooks {
 
     use super::Inner;
 
-    /// Runs `supervised`, but panics once as soon as it runs if the builder asked for it for
-    /// this consumer's handler.
+    /// Whether the builder asked for this consumer's supervisor to panic once it runs (the
+    /// hook is taken: it fires once).
+    pub(super) fn armed(inner: &Inner, index: usize) -> bool {
+        let handler = inner.ensurer.topology().consumers()[index].decl.handler;
+        let mut hook = inner
+            .panic_supervisor
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        hook.as_deref() == Some(handler) && hook.take().is_some()
+    }
+
+    /// Runs `supervised`, but panics as soon as it runs (for a consumer [`armed`]).
     pub(super) async fn panic_once_running(
         inner: &Inner,
         index: usize,
         supervised: impl Future<Output = ()>,
     ) {
         let handler = inner.ensurer.topology().consumers()[index].decl.handler;
-        let armed = {
-            let mut hook = inner
-                .panic_supervisor
-                .lock()
-                .unwrap_or_else(|e| e.into_inner());
-            if hook.as_deref() == Some(handler) {
-                hook.take().is_some()
-            } else {
-                false
-            }
-        };
-        if !armed {
-            return supervised.await;
-        }
         let slot = &inner.health.slots[index];
         tokio::select! {
             _ = supervised => {}

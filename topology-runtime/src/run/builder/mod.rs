@@ -13,6 +13,7 @@ use self::checks::{missing_state, unknown_spill_over};
 use self::layers::Layers;
 use super::relay::relay_name;
 use super::{Inner, Runtime};
+use crate::handler::Common;
 use crate::health::{Health, ServeSlot, Served, Shared, Slot, WritesRecord};
 use crate::jsapi::JetStreamApi;
 use crate::provision::Provisioner;
@@ -357,11 +358,24 @@ impl RuntimeBuilder {
             })
             .collect();
         let shares = crate::run::shares::Shares::of(ensurer.topology());
+        let common = Arc::new(Common {
+            client: self.client.clone(),
+            state: self.state.clone(),
+            jetstream: ensurer.provisioner().jetstream().clone(),
+            stream_missing: shared.stream_missing.clone(),
+            publish_retry: self.settings.publish_retry,
+            publish_unanswered: shared.writes.wake.clone(),
+            refusing: {
+                let shared = shared.clone();
+                Arc::new(move |subject| shared.writes.refusing(subject).map(|s| s.to_string()))
+            },
+        });
         Ok(Runtime {
             inner: Arc::new(Inner {
                 client: self.client,
                 ensurer,
                 state: self.state,
+                common,
                 settings: self.settings,
                 health: Health {
                     slots,

@@ -58,7 +58,7 @@ pub(in crate::run) async fn publish_dead_letter(
     // The progress acks sent between attempts move the deadline the later term is held to.
     let held = std::sync::Mutex::new(*deadline);
     let publish = || async {
-        let js = &scope.jetstream;
+        let js = &scope.common.jetstream;
         let published = async {
             js.publish_with_headers(subject, headers.clone(), received.payload.clone())
                 .await?

@@ -318,8 +318,8 @@ async fn terminate(
         let subject = target.subject;
         let (attempts, e) = (failed.attempts, failed.error);
         // The dead-letter stream may take no writes (no leader, no quorum): say so.
-        session.scope.publish_unanswered.notify_one();
-        let target_stream = (session.scope.refusing)(subject).unwrap_or_default();
+        session.scope.common.publish_unanswered.notify_one();
+        let target_stream = (session.scope.common.refusing)(subject).unwrap_or_default();
         if last {
             tracing::error!(
                 dead_letter = subject,

@@ -73,16 +73,8 @@ pub(super) async fn open(
         scope: Arc::new(Scope {
             stream: info.stream_name.clone(),
             consumer: info.name.clone(),
-            state: inner.state.clone(),
-            jetstream: js.clone(),
             stream_epoch: crate::handler::stream_epoch(&instance.created),
-            stream_missing: inner.health.shared.stream_missing.clone(),
-            publish_retry: settings.publish_retry,
-            publish_unanswered: inner.health.shared.writes.wake.clone(),
-            refusing: {
-                let shared = inner.health.shared.clone();
-                Arc::new(move |subject| shared.writes.refusing(subject).map(|s| s.to_string()))
-            },
+            common: inner.common.clone(),
         }),
         max_deliver,
         // The declared backoff (never sent to the server: there it would replace ack_wait).
@@ -186,8 +178,7 @@ pub(super) async fn open(
             },
         };
         match Box::pin(Puller::start(
-            &inner.client,
-            js,
+            inner.common.clone(),
             (&api.prefix(), &info),
             (first, expires),
             settings,

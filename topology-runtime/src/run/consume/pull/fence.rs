@@ -103,7 +103,7 @@ impl Puller {
         match &mut self.fence {
             Some(fence) if fence.is_suspect() => {
                 let timeout = (self.heartbeat * 2).max(Duration::from_secs(1));
-                Err(Box::pin(fence.admit(&self.client, fetched, timeout)))
+                Err(Box::pin(fence.admit(&self.common.client, fetched, timeout)))
             }
             _ => Ok(fetched),
         }

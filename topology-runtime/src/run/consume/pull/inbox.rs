@@ -117,7 +117,7 @@ impl Puller {
                 let fetched = Fetched::new(
                     jetstream::Message {
                         message,
-                        context: self.context.clone(),
+                        context: self.common.jetstream.clone(),
                     },
                     delivered_after,
                 );

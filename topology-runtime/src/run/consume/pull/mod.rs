@@ -22,15 +22,17 @@ mod refusals;
 mod requests;
 
 use std::collections::VecDeque;
+use std::sync::Arc;
 use std::time::Duration;
 
-use async_nats::jetstream::{self, consumer};
+use async_nats::jetstream::consumer;
 use futures::{FutureExt, StreamExt};
 use tokio::time::Instant;
 
 use super::ack::Fetched;
 use super::flow::Flow;
 use super::loss::Loss;
+use crate::handler::Common;
 use crate::run::Settings;
 pub(in crate::run) use liveness::Watch;
 use liveness::{Event, Liveness};
@@ -45,8 +47,9 @@ use requests::Requests;
 /// are stranded by a drain until `ack_wait`. Here what waits gets progress acks and a drain
 /// hands it back.
 pub(super) struct Puller {
-    client: async_nats::Client,
-    context: jetstream::Context,
+    /// The runtime's connection and JetStream context, shared by every session (376 bytes
+    /// each would hold otherwise).
+    common: Arc<Common>,
     /// The pull request's subject, and the inbox its messages come to: cheap to clone into
     /// each request (a `String` was copied twice a request).
     subject: async_nats::Subject,
@@ -110,13 +113,13 @@ impl Puller {
     /// messages (what the flow control wants of an empty session); requests expire after
     /// `expires`.
     pub(super) async fn start(
-        client: &async_nats::Client,
-        context: jetstream::Context,
+        common: Arc<Common>,
         (api_prefix, info): (&str, &consumer::Info),
         (first, expires): (usize, Duration),
         settings: &Settings,
         (watch, priority, fenced): (Watch, PullPriority, bool),
     ) -> Result<Box<Puller>, Loss> {
+        let client = &common.client;
         let inbox = async_nats::Subject::from(client.new_inbox());
         let subscriber = client
             .subscribe(inbox.clone())
@@ -137,11 +140,11 @@ impl Puller {
         // Standing by until the server pins this session (reported once it is up).
         slot.standby(priority.stands_by());
         let liveness = Liveness::new(client, names, heartbeat, watch).await;
+        let connection = connection_of(client);
         // Boxed before its first request: the session keeps this box, and the start's
         // future, alive over a round trip for every consumer starting at once, holds only it.
         let mut puller = Box::new(Puller {
-            client: client.clone(),
-            context,
+            common,
             subject: async_nats::Subject::from(format!(
                 "{api_prefix}.CONSUMER.MSG.NEXT.{}.{}",
                 info.stream_name, info.name
@@ -155,7 +158,7 @@ impl Puller {
             heard: Instant::now(),
             refused: None,
             crowded: None,
-            connection: connection_of(client),
+            connection,
             reconnect_check: (
                 Instant::now() + settings.reconnect_check,
                 settings.reconnect_check,
@@ -252,7 +255,7 @@ impl Puller {
         self.priority.fields(&mut request);
         request.push('}');
         let payload = bytes::Bytes::from(request);
-        self.client
+        self.common.client
             .publish_with_reply(self.subject.clone(), self.inbox.clone(), payload)
             .await
             .map_err(|e| Loss::Client(format!("could not send a pull request: {e}")))?;
@@ -323,7 +326,7 @@ impl Puller {
                         return Ok(fetched);
                     }
                 },
-                event = self.liveness.next_event(&self.client, self.heard, open) => match event {
+                event = self.liveness.next_event(&self.common.client, self.heard, open) => match event {
                     Event::LeaderElected => {
                         tracing::debug!(subject = %self.subject, "the consumer has a new leader; pulling again");
                         self.requests.forget(|_| true);
@@ -359,7 +362,7 @@ impl Puller {
                         );
                         // Boxed, as the reconnect's request below: rare, and inline they would
                         // stay in the session's future for its lifetime.
-                        if Box::pin(grant::works(&self.client, ask, self.heartbeat)).await {
+                        if Box::pin(grant::works(&self.common.client, ask, self.heartbeat)).await {
                             tracing::info!(subject = %self.subject, permission, "the refused permission works again; pulling");
                             self.slot.granted();
                         }
@@ -379,7 +382,7 @@ impl Puller {
     /// here), so they are forgotten and asked again. Boxed by its caller: rare, and inline it
     /// would stay in the session's future for its lifetime.
     async fn reconnected(&mut self) -> Result<(), Loss> {
-        let connection = connection_of(&self.client);
+        let connection = connection_of(&self.common.client);
         if connection == self.connection {
             return Ok(());
         }
@@ -417,7 +420,7 @@ impl Puller {
         let unstarted = self.close_inbox().await;
         // Once the inbox is closed, no request of this session can take the pin again.
         if let Some(pin) = self.priority.pin() {
-            priority::unpin(&self.client, &self.unpin, pin, self.close_wait).await;
+            priority::unpin(&self.common.client, &self.unpin, pin, self.close_wait).await;
         }
         unstarted
     }
