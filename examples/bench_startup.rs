@@ -3,10 +3,11 @@
 //! kit, and how much memory each consumer costs.
 //!
 //! ```text
-//! cargo run --release --example bench_startup -- [--n 1000] [--reps 3] [--idle-secs 0]
+//! cargo run --release --example bench_startup -- [--n 1000] [--reps 3] [--idle-secs 0] [--nodes 1|3]
 //! ```
 //!
-//! Per repetition, on a fresh server each time:
+//! Per repetition, on a fresh server (or, with `--nodes 3`, a fresh 3-node cluster, the client
+//! on its first node; the server's CPU then is the three nodes') each time:
 //!
 //! - **cold**: nothing exists; `run_until`, then `Health::wait_ready`. Also the time until the
 //!   first consumer and half of them run (read from health on each change);
@@ -44,7 +45,7 @@ use std::time::{Duration, Instant};
 use async_nats::jetstream::{self, consumer, stream};
 use nats_topology::model::{ConsumerDecl, QueueDecl, StreamDecl, StreamRef};
 use nats_topology::{ConsumerState, HandlerError, HandlerFuture, Incoming, Runtime, Topology};
-use nats_topology_testkit::NatsServer;
+use nats_topology_testkit::{NatsCluster, NatsServer};
 use serde_json::json;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -116,9 +117,9 @@ fn declarations(n: usize) -> Vec<ConsumerDecl> {
 
 /// The topology of `declarations`, as a service collects it when it starts.
 fn topology(declarations: &[ConsumerDecl]) -> Topology {
-    declarations
-        .iter()
-        .fold(Topology::new(), |topology, decl| topology.consumer(*decl, noop))
+    declarations.iter().fold(Topology::new(), |topology, decl| {
+        topology.consumer(*decl, noop)
+    })
 }
 
 fn ms(d: Duration) -> f64 {
@@ -259,11 +260,54 @@ async fn raw(client: &async_nats::Client, topology: &Topology) -> Result<Duratio
     Ok(started.elapsed())
 }
 
+/// A fresh server, or a fresh 3-node cluster (`--nodes 3`).
+enum Fresh {
+    Server(Box<NatsServer>),
+    Cluster(NatsCluster),
+}
+
+impl Fresh {
+    async fn start(nodes: usize) -> Result<Fresh, BoxError> {
+        Ok(match nodes {
+            1 => Fresh::Server(Box::new(NatsServer::start().await?)),
+            3 => Fresh::Cluster(NatsCluster::start().await?),
+            other => panic!("--nodes {other}: 1 or 3"),
+        })
+    }
+
+    fn url(&self) -> String {
+        match self {
+            Fresh::Server(server) => server.url(),
+            Fresh::Cluster(cluster) => cluster.url(0),
+        }
+    }
+
+    /// CPU time of every node so far, in ms.
+    fn cpu_ms(&self) -> f64 {
+        match self {
+            Fresh::Server(server) => server.pid().map_or(0.0, cpu_ms),
+            Fresh::Cluster(cluster) => (0..cluster.len())
+                .filter_map(|i| cluster.pid(i))
+                .map(cpu_ms)
+                .sum(),
+        }
+    }
+
+    /// Kills every node (by pid); the stores stay until the value is dropped.
+    fn kill(&mut self) {
+        match self {
+            Fresh::Server(server) => server.kill(),
+            Fresh::Cluster(cluster) => (0..cluster.len()).for_each(|i| cluster.kill(i)),
+        }
+    }
+}
+
 #[tokio::main]
 async fn main() -> Result<(), BoxError> {
     let mut n = 1_000;
     let mut reps = 3;
     let mut idle_secs = 0u64;
+    let mut nodes = 1;
     let mut idle_per_consumer_minute = None;
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
@@ -272,7 +316,10 @@ async fn main() -> Result<(), BoxError> {
             "--n" => n = value.parse().expect("--n 1000"),
             "--reps" => reps = value.parse().expect("--reps 3"),
             "--idle-secs" => idle_secs = value.parse().expect("--idle-secs 60"),
-            other => panic!("unknown flag {other}; usage: [--n 1000] [--reps 3] [--idle-secs 0]"),
+            "--nodes" => nodes = value.parse().expect("--nodes 1 or 3"),
+            other => panic!(
+                "unknown flag {other}; usage: [--n 1000] [--reps 3] [--idle-secs 0] [--nodes 1|3]"
+            ),
         }
     }
     let mut figures: Vec<[f64; 13]> = Vec::new();
@@ -284,21 +331,21 @@ async fn main() -> Result<(), BoxError> {
     // thousands of files loads the disk for seconds after (this machine's file system discards
     // the freed blocks as it goes), and the next measurement would pay for the last one's.
     let mut stopped = Vec::new();
-    let mut keep = |mut server: NatsServer| {
+    let mut keep = |mut server: Fresh| {
         server.kill();
         stopped.push(server);
     };
     for rep in 0..reps {
-        let server = NatsServer::start().await?;
+        let server = Fresh::start(nodes).await?;
         let client = async_nats::connect(server.url()).await?;
-        let (ours, theirs) = (std::process::id(), server.pid().unwrap_or(0));
+        let ours = std::process::id();
         // Built before the memory is read: a service's declarations are statics its macros
         // emit, in the binary, not on the heap (this program makes them up at run time).
         let declared = declarations(n);
         let before = (rss(), LIVE.load(Ordering::Relaxed), rss_anon());
-        let cpu = (cpu_ms(ours), cpu_ms(theirs));
+        let cpu = (cpu_ms(ours), server.cpu_ms());
         let cold = run(&client, topology(&declared)).await?;
-        let cold_cpu = (cpu_ms(ours) - cpu.0, cpu_ms(theirs) - cpu.1);
+        let cold_cpu = (cpu_ms(ours) - cpu.0, server.cpu_ms() - cpu.1);
         // The first repetition only: later ones reuse what the first freed.
         let per_consumer = (
             rss().saturating_sub(before.0) as f64 / n as f64 / 1024.0,
@@ -315,15 +362,15 @@ async fn main() -> Result<(), BoxError> {
         }
         cold.stop.send(()).ok();
         cold.running.await??;
-        let cpu = (cpu_ms(ours), cpu_ms(theirs));
+        let cpu = (cpu_ms(ours), server.cpu_ms());
         let warm = run(&client, topology(&declared)).await?;
-        let warm_cpu = (cpu_ms(ours) - cpu.0, cpu_ms(theirs) - cpu.1);
+        let warm_cpu = (cpu_ms(ours) - cpu.0, server.cpu_ms() - cpu.1);
         warm.stop.send(()).ok();
         warm.running.await??;
         drop(client);
         keep(server);
 
-        let server = NatsServer::start().await?;
+        let server = Fresh::start(nodes).await?;
         let client = async_nats::connect(server.url()).await?;
         let runtime = Runtime::builder(client.clone())
             .topology(topology(&declared))
@@ -332,7 +379,7 @@ async fn main() -> Result<(), BoxError> {
         drop((runtime, client));
         keep(server);
 
-        let server = NatsServer::start().await?;
+        let server = Fresh::start(nodes).await?;
         let client = async_nats::connect(server.url()).await?;
         let raw = ms(raw(&client, &topology(&declared)).await?);
         drop(client);

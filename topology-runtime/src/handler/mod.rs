@@ -20,8 +20,8 @@ pub use batch::{
     Batch, BatchError, BatchFn, BatchFuture, BatchInput, BatchOutcomes, Failures, Item,
     SharedBatchHandler,
 };
-pub use context::{Context, Incoming};
 pub(crate) use context::{Common, Received, Scope, system_time};
+pub use context::{Context, Incoming};
 pub(crate) use error::panic_message;
 pub use error::{DecodeError, HandlerError};
 pub(crate) use msg_id::{msg_id, stream_epoch};

@@ -255,7 +255,8 @@ impl Puller {
         self.priority.fields(&mut request);
         request.push('}');
         let payload = bytes::Bytes::from(request);
-        self.common.client
+        self.common
+            .client
             .publish_with_reply(self.subject.clone(), self.inbox.clone(), payload)
             .await
             .map_err(|e| Loss::Client(format!("could not send a pull request: {e}")))?;

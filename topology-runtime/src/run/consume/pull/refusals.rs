@@ -87,7 +87,9 @@ impl Puller {
                 Err(_) => {
                     self.requests.forget(|_| true);
                     // Boxed: rare, and inline its request would widen every session's start.
-                    if let Some(full) = Box::pin(self.liveness.wait_list_full(&self.common.client)).await {
+                    if let Some(full) =
+                        Box::pin(self.liveness.wait_list_full(&self.common.client)).await
+                    {
                         self.crowd(&full);
                     }
                     return Ok(());
