@@ -344,3 +344,9 @@ async fn probe(
         Err(e) => Probe::Unanswered(format!("an answer that is not a consumer's info: {e}")),
     }
 }
+
+/// The connection `client` is on now (server id, client id): another after a reconnect.
+pub(super) fn connection_of(client: &async_nats::Client) -> (String, u64) {
+    let info = client.server_info();
+    (info.server_id, info.client_id)
+}

@@ -35,7 +35,7 @@ use super::loss::Loss;
 use crate::handler::Common;
 use crate::run::Settings;
 pub(in crate::run) use liveness::Watch;
-use liveness::{Event, Liveness};
+use liveness::{Event, Liveness, connection_of};
 pub(in crate::run) use priority::PullPriority;
 use refusals::{FIRST_EXPIRES, FIRST_HEARTBEAT, REACH_WINDOW, Refused};
 use requests::Requests;
@@ -47,11 +47,9 @@ use requests::Requests;
 /// are stranded by a drain until `ack_wait`. Here what waits gets progress acks and a drain
 /// hands it back.
 pub(super) struct Puller {
-    /// The runtime's connection and JetStream context, shared by every session (376 bytes
-    /// each would hold otherwise).
+    /// The runtime's connection and JetStream context, shared by every session.
     common: Arc<Common>,
-    /// The pull request's subject, and the inbox its messages come to: cheap to clone into
-    /// each request (a `String` was copied twice a request).
+    /// The pull request's subject, and the inbox its messages come to (cheap to clone).
     subject: async_nats::Subject,
     inbox: async_nats::Subject,
     subscriber: async_nats::Subscriber,
@@ -82,7 +80,7 @@ pub(super) struct Puller {
     priority: PullPriority,
     /// `$JS.API.CONSUMER.UNPIN.<stream>.<consumer>`: sent on close by a pinned session.
     unpin: String,
-    slot: std::sync::Arc<crate::health::Slot>,
+    slot: Arc<crate::health::Slot>,
     /// For the consumer's only reader (see [`Watch`]): the consumer sequence of the last
     /// delivery received (at first, of the last one the consumer made before the session).
     received: Option<u64>,
@@ -94,11 +92,6 @@ pub(super) struct Puller {
     /// A partition's session (see `fence`): what arrives after a silence, a reconnect, a new
     /// leader or a pin change is handled only once the server says it is its latest delivery.
     fence: Option<fence::Fence>,
-}
-
-fn connection_of(client: &async_nats::Client) -> (String, u64) {
-    let info = client.server_info();
-    (info.server_id, info.client_id)
 }
 
 /// How long past its expiry an open request is taken as lost (no 408 came: a server restart
@@ -140,10 +133,10 @@ impl Puller {
         // Standing by until the server pins this session (reported once it is up).
         slot.standby(priority.stands_by());
         let liveness = Liveness::new(client, names, heartbeat, watch).await;
-        let connection = connection_of(client);
         // Boxed before its first request: the session keeps this box, and the start's
         // future, alive over a round trip for every consumer starting at once, holds only it.
         let mut puller = Box::new(Puller {
+            connection: connection_of(client),
             common,
             subject: async_nats::Subject::from(format!(
                 "{api_prefix}.CONSUMER.MSG.NEXT.{}.{}",
@@ -158,7 +151,6 @@ impl Puller {
             heard: Instant::now(),
             refused: None,
             crowded: None,
-            connection,
             reconnect_check: (
                 Instant::now() + settings.reconnect_check,
                 settings.reconnect_check,
