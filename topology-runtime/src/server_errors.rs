@@ -1,7 +1,7 @@
 //! What a connection's server says outside any request: a `-ERR 'Permissions Violation for
 //! Publish to "…"'` reaches only the connection's event callback (async-nats reports it as
 //! `Event::ServerError`), never the request or the subscription it concerns, which just get
-//! no answer. The connections [`connect`](crate::connect) makes carry a callback that keeps
+//! no answer. The connections [`connect`](fn@crate::connect) makes carry a callback that keeps
 //! them here, so that the runtime on such a connection can say in health which declaration a
 //! denied subject concerns (see `run/watchers/violations.rs`).
 //!
@@ -166,7 +166,7 @@ pub(crate) fn register(client: &Client, servers: Vec<ServerAddr>, errors: Arc<Se
     connections.push((Arc::downgrade(&client.statistics()), errors));
 }
 
-/// Where `client`'s server errors are kept, if it was made by [`crate::connect`] (or
+/// Where `client`'s server errors are kept, if it was made by [`crate::connect`](fn@crate::connect) (or
 /// registered otherwise).
 pub(crate) fn of(client: &Client) -> Option<Arc<ServerErrors>> {
     let stats = client.statistics();

@@ -5,13 +5,13 @@
 //!   per queue consumer, in the JetStream API's JSON shape (what `nats stream add --config`
 //!   and `nats consumer add --config` read). They are built by the very code that provisions,
 //!   so they are exactly what the runtime sends to the server.
-//! - [`asyncapi`]: an AsyncAPI 3.0 document (JSON or YAML): a channel per declared subject, a
+//! - [`asyncapi`](fn@asyncapi): an AsyncAPI 3.0 document (JSON or YAML): a channel per declared subject, a
 //!   `receive` operation per handler (with the NATS `queue` binding for queue consumers), the
 //!   stream's configuration as the `x-nats-stream` extension of its channels, and a payload
 //!   schema per handler (from `schemars::JsonSchema` with the `schemars` feature, else open);
 //!   endpoints as request/reply operations in their queue group, core subscriptions as
 //!   `receive` operations.
-//! - [`permissions`]: the service user's publish and subscribe allow lists.
+//! - [`permissions`](fn@permissions): the service user's publish and subscribe allow lists.
 //!
 //! ```
 //! use nats_topology::export;

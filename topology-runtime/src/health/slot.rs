@@ -9,7 +9,7 @@ use tokio::time::Instant;
 
 use super::{ConsumerState, ConsumerStatus, Shared};
 
-/// One consumer's live state, shared by its supervisor, its handlers and [`Health`]. Only the
+/// One consumer's live state, shared by its supervisor, its handlers and [`Health`](super::Health). Only the
 /// methods here change its state, so that every change is logged once, at a fitting level.
 pub(crate) struct Slot {
     /// Wakes the supervisor out of its backoff (a relay's `ensure()`).
@@ -21,7 +21,7 @@ pub(crate) struct Slot {
     queue: bool,
     /// How long the consumer may be down before that is logged as an error, and how often.
     down_alarm: Duration,
-    /// Wakes [`Health`] waiters on every change.
+    /// Wakes [`Health`](super::Health) waiters on every change.
     shared: Arc<Shared>,
     state: Mutex<(ConsumerState, Instant)>,
     /// Since when it has not been running, and when that was last reported as an error.

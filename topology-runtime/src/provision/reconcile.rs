@@ -3,7 +3,7 @@
 //! - before anything is compared ([`Provisioner::stream_approach`],
 //!   [`Provisioner::consumer_approach`]): refused on this server (a feature it lacks), only
 //!   verified (external, bind-only), migrated to from an older consumer, or ensured;
-//! - then, given what the server holds, one function per kind ([`stream`], [`consumer`]).
+//! - then, given what the server holds, one function per kind ([`stream`], [`consumer`](fn@consumer)).
 //!
 //! Provisioning executes what they return and `plan` prints it, so the two cannot disagree:
 //! a refusal is an action too ([`Action::Refused`], with the message provisioning fails

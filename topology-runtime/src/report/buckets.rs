@@ -1,4 +1,4 @@
-//! What [`inspect`](super::inspect) shows of each declared key-value bucket and object store:
+//! What [`inspect`](fn@super::inspect) shows of each declared key-value bucket and object store:
 //! whether its stream exists, and what it holds.
 
 use std::fmt;

@@ -133,7 +133,7 @@ impl fmt::Display for Inspection {
 /// Reads the state of every declared queue consumer (reads retried under
 /// [`RetryPolicy::default`]; [`Runtime::inspect`](crate::Runtime::inspect) uses the runtime's
 /// policy), then asks every declared service for its live instances and their stats
-/// ([`inspect_services`] with [`SERVICE_PING_WINDOW`](super::SERVICE_PING_WINDOW)).
+/// ([`inspect_services`] with [`super::SERVICE_PING_WINDOW`]).
 pub async fn inspect(
     client: &async_nats::Client,
     topology: &Topology,

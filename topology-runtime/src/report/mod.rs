@@ -1,5 +1,5 @@
-//! Reports for operators: [`plan`] (what provisioning would do, without doing it, and what is
-//! served with nothing to provision) and [`inspect`] (the state of every declared consumer on
+//! Reports for operators: [`plan`](fn@plan) (what provisioning would do, without doing it, and what is
+//! served with nothing to provision) and [`inspect`](fn@inspect) (the state of every declared consumer on
 //! the server: does it exist, is anyone bound or pulling, what is pending; and the live
 //! instances of every declared service; what each declared bucket holds; where each declared
 //! stream lives: its cluster, leader and replicas). `inspect` is how "the consumer exists, bound by

@@ -11,7 +11,7 @@ use serde::Deserialize;
 
 use crate::registry::Topology;
 
-/// How long [`inspect`](super::inspect) gathers the answers to `$SRV.PING.<name>` (and waits
+/// How long [`inspect`](fn@super::inspect) gathers the answers to `$SRV.PING.<name>` (and waits
 /// for each instance's stats).
 pub const SERVICE_PING_WINDOW: Duration = Duration::from_millis(500);
 

@@ -1,4 +1,4 @@
-//! What [`inspect`](super::inspect) shows of each declared stream: whether it exists, what it
+//! What [`inspect`](fn@super::inspect) shows of each declared stream: whether it exists, what it
 //! holds, where it lives (its cluster, the leader, each replica and whether it is current),
 //! and whether it takes writes.
 

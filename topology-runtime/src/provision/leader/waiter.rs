@@ -8,7 +8,7 @@ use tokio::time::Instant;
 use super::{Inner, probe};
 
 /// Counts one waiting retry; the first starts the watch (which stops by itself once none
-/// has waited for [`LeaderTimings::linger`]). Each adds the advisories of its stream and
+/// has waited for [`LeaderTimings::linger`](super::LeaderTimings::linger)). Each adds the advisories of its stream and
 /// consumer to what the watch listens to while it waits.
 pub(super) struct Waiter {
     inner: Arc<Inner>,

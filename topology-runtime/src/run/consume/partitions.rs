@@ -3,7 +3,7 @@
 //! - [`share`]: the group's membership, one task per partitioned group. Each replica keeps a
 //!   key of its own in the members' bucket (`MEMBERS_BUCKET`, whose `max_age` drops the key
 //!   of a replica that stops renewing it), reads the group's keys every beat, and holds the
-//!   partitions [`assign`](crate::run::shares::assign) gives it among them.
+//!   partitions [`crate::run::shares::assign`] gives it among them.
 //! - [`hold`]: one partition's supervisor, run while this replica holds the partition and
 //!   drained (in-flight messages settled, the pin released) when it no longer does.
 //!
