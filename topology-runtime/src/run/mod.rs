@@ -35,7 +35,6 @@ use crate::health::Health;
 use crate::provision::ProvisionError;
 use crate::registry::Topology;
 use crate::report::{self, Inspection, Plan, ProvisionReport};
-use crate::state::StateMap;
 
 pub(crate) use builder::Settings;
 pub use builder::{OutagePolicy, RuntimeBuilder};
@@ -76,11 +75,10 @@ pub struct Runtime {
 
 /// What every task of a running runtime shares.
 pub(crate) struct Inner {
-    pub(crate) client: async_nats::Client,
-    pub(crate) ensurer: Ensurer,
-    pub(crate) state: StateMap,
-    /// What the handlers of every consumer share.
+    /// The connection, the application state, and what else the handlers of every consumer
+    /// share.
     pub(crate) common: Arc<crate::handler::Common>,
+    pub(crate) ensurer: Ensurer,
     pub(crate) settings: Settings,
     pub(crate) health: Health,
     /// A random id of this runtime, in its relays' names.
@@ -228,7 +226,7 @@ impl Runtime {
         };
         // A runtime that never reached a server received nothing: there is nothing to finish,
         // settle or delete, and every clean-up would wait for a server that may never come.
-        if never_connected(&self.inner.client) {
+        if never_connected(&self.inner.common.client) {
             tracing::info!("stopping: the connection never came up, so nothing is in flight");
             tasks.abort(None);
             watchers::sweep_denials(&self.inner);
@@ -241,7 +239,7 @@ impl Runtime {
         }
         // Bounded: with the broker gone, a flush would wait for a reconnection that may never
         // come, and the process would not exit.
-        match tokio::time::timeout(CLEANUP_WAIT, self.inner.client.flush()).await {
+        match tokio::time::timeout(CLEANUP_WAIT, self.inner.common.client.flush()).await {
             Ok(Ok(())) => {}
             Ok(Err(e)) => {
                 tracing::warn!(error = %e, "could not flush acknowledgements on shutdown")

@@ -359,8 +359,8 @@ impl RuntimeBuilder {
             .collect();
         let shares = crate::run::shares::Shares::of(ensurer.topology());
         let common = Arc::new(Common {
-            client: self.client.clone(),
-            state: self.state.clone(),
+            client: self.client,
+            state: self.state,
             jetstream: ensurer.provisioner().jetstream().clone(),
             stream_missing: shared.stream_missing.clone(),
             publish_retry: self.settings.publish_retry,
@@ -372,10 +372,8 @@ impl RuntimeBuilder {
         });
         Ok(Runtime {
             inner: Arc::new(Inner {
-                client: self.client,
-                ensurer,
-                state: self.state,
                 common,
+                ensurer,
                 settings: self.settings,
                 health: Health {
                     slots,

@@ -75,7 +75,7 @@ pub(super) async fn follow_ack_floor(
             // A leader here that hears nothing from its peers: this server is cut off, and
             // this consumer with it (its idle heartbeats still come: the pull session alone
             // would call it running). Marked before the reach watch is woken to move.
-            let server = inner.client.server_info().server_name;
+            let server = inner.common.client.server_info().server_name;
             let cut_off = crate::run::watchers::cut_off(info.cluster.as_ref(), &server);
             slot.cut_off(cut_off.as_ref());
             inner

@@ -96,7 +96,7 @@ pub(super) async fn open(
             confirm: (queue.map(|q| q.ack.unwrap_or(settings.ack)) == Some(AckMode::Confirmed))
                 .then(|| {
                     Box::new(Confirm {
-                        client: inner.client.clone(),
+                        client: inner.common.client.clone(),
                         attempt: inner.ensurer.policy().request_timeout,
                     })
                 }),

@@ -273,7 +273,7 @@ pub(in crate::run) async fn supervise(
     .await;
     // Handlers stopped by the grace period settled nothing: return their messages now rather
     // than after their ack_wait.
-    Box::pin(stopped.return_all(&inner.client)).await;
+    Box::pin(stopped.return_all(&inner.common.client)).await;
     if let Some(relay) = &relay {
         let deleted = tokio::time::timeout(
             crate::run::CLEANUP_WAIT,

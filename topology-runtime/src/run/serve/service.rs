@@ -115,6 +115,7 @@ async fn start(
         )));
         // Dropped on an error below: unsubscribed.
         let subscriber = inner
+            .common
             .client
             .queue_subscribe(endpoint.subject, endpoint.queue_group().to_owned())
             .await
@@ -136,7 +137,7 @@ async fn start(
         description: decl.description,
         metadata: decl.metadata,
     };
-    let instance = Instance::start(&inner.client, &described, stats)
+    let instance = Instance::start(&inner.common.client, &described, stats)
         .await
         .map_err(|e| {
             format!(
@@ -181,8 +182,8 @@ async fn run(
                 scope: Arc::new(RequestScope::new(
                     decl.name,
                     declared.decl.name,
-                    inner.state.clone(),
-                    inner.client.clone(),
+                    inner.common.state.clone(),
+                    inner.common.client.clone(),
                     jetstream.clone(),
                 )),
                 timeout: declared.decl.timeout,
@@ -207,7 +208,7 @@ async fn run(
         names.insert(handle.id(), declared.decl.name);
     }
     let mut prober = Prober::answered_by_others(
-        &inner.client,
+        &inner.common.client,
         format!("$SRV.PING.{}.{}", decl.name, service.id()),
         &inner.settings,
     );
@@ -233,7 +234,7 @@ async fn run(
             }
         }) => match never {},
         never = refused::subscribe_again_when_granted(
-            &inner.client,
+            &inner.common.client,
             &refusable,
             probe,
             inner.settings.heartbeat,

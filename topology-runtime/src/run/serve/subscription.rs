@@ -60,7 +60,7 @@ pub(in crate::run) async fn serve_subscription(
                     drained = dispatch => drained,
                     never = prober.keep_proving(|state| slot.transition_live(state)) => match never {},
                     never = refused::subscribe_again_when_granted(
-                        &inner.client,
+                        &inner.common.client,
                         &refusable,
                         probe,
                         inner.settings.heartbeat,
@@ -98,11 +98,12 @@ async fn subscribe(inner: &Inner, declared: &Subscription) -> Result<(Subscriber
     let subscribed = match decl.fanout {
         Fanout::Group(group) => {
             inner
+                .common
                 .client
                 .queue_subscribe(decl.subject, group.to_owned())
                 .await
         }
-        Fanout::EachInstance => inner.client.subscribe(decl.subject).await,
+        Fanout::EachInstance => inner.common.client.subscribe(decl.subject).await,
     };
     let subscriber = subscribed.map_err(|e| {
         format!(
@@ -110,7 +111,7 @@ async fn subscribe(inner: &Inner, declared: &Subscription) -> Result<(Subscriber
             decl.handler, decl.subject
         )
     })?;
-    let prober = Prober::with_echo(&inner.client, &inner.settings)
+    let prober = Prober::with_echo(&inner.common.client, &inner.settings)
         .await
         .map_err(|e| format!("could not subscribe the probe of `{}`: {e}", decl.subject))?;
     Ok((subscriber, prober))
@@ -130,8 +131,8 @@ async fn dispatch(
     let scope = Arc::new(RequestScope::new(
         "",
         decl.handler,
-        inner.state.clone(),
-        inner.client.clone(),
+        inner.common.state.clone(),
+        inner.common.client.clone(),
         inner.ensurer.provisioner().jetstream().clone(),
     ));
     let metrics = SubscriptionMetrics::new(decl.subject);

@@ -22,7 +22,7 @@ use crate::run::Inner;
 
 /// Watches until `cancel` (see the module documentation).
 pub(in crate::run) async fn watch_reach(inner: Arc<Inner>, cancel: CancellationToken) {
-    let client = &inner.client;
+    let client = &inner.common.client;
     let shared = &inner.health.shared;
     let every = inner.settings.heartbeat;
     let subject = format!(

@@ -17,7 +17,7 @@ use crate::telemetry::permission_violation;
 
 /// Watches until `cancel`; does nothing on a connection whose events it cannot read.
 pub(in crate::run) async fn watch_denials(inner: Arc<Inner>, cancel: CancellationToken) {
-    let Some(errors) = crate::server_errors::of(&inner.client) else {
+    let Some(errors) = crate::server_errors::of(&inner.common.client) else {
         return cancel.cancelled().await;
     };
     let needs = needed(&inner);
@@ -58,7 +58,7 @@ pub(in crate::run) async fn watch_denials(inner: Arc<Inner>, cancel: Cancellatio
 /// After the drain, when the watch has stopped: what the server refused during it (a relay's
 /// deletion, the last acks) is still shown in health.
 pub(in crate::run) fn sweep_denials(inner: &Inner) {
-    let Some(errors) = crate::server_errors::of(&inner.client) else {
+    let Some(errors) = crate::server_errors::of(&inner.common.client) else {
         return;
     };
     let (recent, _) = errors.subscribe();
@@ -91,7 +91,7 @@ pub(in crate::run) fn sweep_denials(inner: &Inner) {
 /// connection's inbox prefix.
 fn needed(inner: &Inner) -> Permissions {
     use crate::jsapi::JetStreamApi;
-    let prefix = crate::server_errors::inbox_prefix(&inner.client);
+    let prefix = crate::server_errors::inbox_prefix(&inner.common.client);
     let role = Role::owner("runtime").with_inbox_prefix(prefix);
     let role = match inner.ensurer.provisioner().jetstream_api() {
         JetStreamApi::Local => role,
