@@ -23,23 +23,24 @@ fn dev_server(args: &[&str]) -> Command {
     command
 }
 
-/// Starts it and returns the value of the `NATS_URL=` line it prints.
-async fn started(child: &mut Child) -> String {
+/// Starts it and returns the value of the `NATS_URL=` line it prints; `None` if it exits
+/// without printing one.
+async fn started(child: &mut Child) -> Option<String> {
     let stdout = child.stdout.take().expect("stdout is piped");
     let mut lines = BufReader::new(stdout).lines();
     let url = tokio::time::timeout(Duration::from_secs(120), async {
         while let Some(line) = lines.next_line().await.expect("reads stdout") {
             if let Some(url) = line.strip_prefix("NATS_URL=") {
-                return url.to_owned();
+                return Some(url.to_owned());
             }
         }
-        panic!("the dev server exited without printing NATS_URL=");
+        None
     })
     .await
-    .expect("the dev server prints NATS_URL= within 2 minutes");
+    .expect("the dev server prints NATS_URL= within 2 minutes")?;
     // Keep reading, so that its later lines never block it.
     tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-    url
+    Some(url)
 }
 
 /// SIGTERM by pid (our own child), then its exit status within 30 s.
@@ -64,11 +65,20 @@ fn free_port() -> u16 {
 
 #[tokio::test]
 async fn dev_server_serves_jetstream_on_its_port_until_sigterm() {
-    let port = free_port();
-    let mut child = dev_server(&["--port", &port.to_string()])
-        .spawn()
-        .expect("the dev server runs");
-    let url = started(&mut child).await;
+    // A port found free can be taken before the server binds it (the other tests here start
+    // servers too): the dev server then exits without a URL, and another port is tried.
+    let mut tries = 0;
+    let (port, child, url) = loop {
+        let port = free_port();
+        let mut child = dev_server(&["--port", &port.to_string()])
+            .spawn()
+            .expect("the dev server runs");
+        match started(&mut child).await {
+            Some(url) => break (port, child, url),
+            None if tries < 4 => tries += 1,
+            None => panic!("the dev server exited without printing NATS_URL=, on 5 free ports"),
+        }
+    };
     assert_eq!(url, format!("nats://127.0.0.1:{port}"));
 
     let client = async_nats::connect(&url).await.expect("connects");
@@ -94,7 +104,9 @@ async fn dev_server_cluster_prints_three_urls_and_takes_r3_streams() {
     let mut child = dev_server(&["--cluster"])
         .spawn()
         .expect("the dev server runs");
-    let url = started(&mut child).await;
+    let url = started(&mut child)
+        .await
+        .expect("the dev server prints NATS_URL=");
     let urls: Vec<&str> = url.split(',').collect();
     assert_eq!(urls.len(), 3, "{url}");
 
