@@ -862,17 +862,19 @@ async fn a_plain_queue_consumer_becomes_partitioned_beside_its_old_fleet() {
         // its first pull reaches it, then `running`.
         fixture::wait_ready(&running.health, Duration::from_secs(30)).await;
     }
-    // A new partition count through `migrate_from` is refused before the stream changes.
-    let recount = {
+    // A new partition count through `migrate_from` is refused before the stream changes:
+    // without `migrate_from_partitions`, and with it but stored in the old layout (the old
+    // partitions' filters would read the new count's messages).
+    let recount = |from: Option<u16>| {
         let stream = orders_stream("ORDERS", 3, 16);
-        let consumer = fixture::queue(
-            "tests::billing_v3",
-            &stream,
-            "orders.*.paid",
-            QueueDecl::new("billing-v3")
-                .partitioned(16, &[1])
-                .migrate_from("billing-v2"),
-        );
+        let queue = QueueDecl::new("billing-v3")
+            .partitioned(16, &[1])
+            .migrate_from("billing-v2");
+        let queue = match from {
+            Some(n) => queue.migrate_from_partitions(n),
+            None => queue,
+        };
+        let consumer = fixture::queue("tests::billing_v3", &stream, "orders.*.paid", queue);
         recording(
             Topology::new().stream(stream),
             consumer,
@@ -881,17 +883,22 @@ async fn a_plain_queue_consumer_becomes_partitioned_beside_its_old_fleet() {
             |_| WORK,
         )
     };
-    let outcome = fixture::fast(fx.builder().await)
-        .topology(recount)
-        .build()
-        .expect("a valid declaration")
-        .run_until(std::future::pending::<()>())
-        .await;
-    let Err(nats_topology::RunError::Provision(error)) = outcome else {
-        panic!("refused at start-up: {outcome:?}");
-    };
-    assert_eq!(error.kind(), nats_topology::ProvisionErrorKind::Unsupported);
-    assert!(error.to_string().contains("partition count"), "{error}");
+    for (from, says) in [
+        (None, "migrate_from_partitions = N"),
+        (Some(PARTITIONS), "a layout of its own"),
+    ] {
+        let outcome = fixture::fast(fx.builder().await)
+            .topology(recount(from))
+            .build()
+            .expect("a valid declaration")
+            .run_until(std::future::pending::<()>())
+            .await;
+        let Err(nats_topology::RunError::Provision(error)) = outcome else {
+            panic!("refused at start-up: {outcome:?}");
+        };
+        assert_eq!(error.kind(), nats_topology::ProvisionErrorKind::Unsupported);
+        assert!(error.to_string().contains(says), "{error}");
+    }
     let routed = stream
         .info()
         .await
@@ -905,6 +912,140 @@ async fn a_plain_queue_consumer_becomes_partitioned_beside_its_old_fleet() {
         )),
         "the stream still routes by the old count"
     );
+    Running::stop_all(vec![first, second])
+        .await
+        .into_iter()
+        .for_each(|r| r.expect("clean drain"));
+}
+
+/// A partitioned group's count changes through `migrate_from` (docs/PARTITIONS.md, "Changing
+/// the count"): an old fleet runs `billing` in 4 partitions, with a backlog; two replicas of
+/// the new version (the stream routed into 8 partitions through a layout of its own, the group
+/// `billing-v2` migrating from `billing`'s 4 partitions) start beside it while publishing goes
+/// on; the old replica drains away mid-way. Every key's messages are handled once each, in
+/// order, never two at once, across the change: what was stored before the routing through
+/// the old partitions (by both fleets), the rest through the new ones, after; the old
+/// partitions are deleted, their slots `retired`, and each new partition names the old one
+/// it follows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partitioned_group_changes_its_count_beside_its_old_fleet() {
+    const BEFORE: u64 = 10;
+    const ROUNDS: u64 = 30;
+    const OLD: u16 = 4;
+    let fx = Fixture::cluster().await;
+    let journal = Journal::default();
+    let old = fx
+        .run(replica_topology_with(
+            ("ORDERS", 3, OLD),
+            journal.clone(),
+            0,
+            None,
+            slow,
+        ))
+        .await;
+    let js = fx.jetstream().await;
+    publish(&js, 1..BEFORE + 1, Duration::ZERO).await;
+    journal
+        .wait_distinct(8, Duration::from_secs(30), "the old fleet handles")
+        .await;
+    let new = |replica: usize| {
+        let stream = fixture::stream("ORDERS", &["orders.*.paid"])
+            .replicas(3)
+            .subject_transform(SubjectTransform::new(
+                "orders.*.paid",
+                fixture::leak(format!(
+                    "{{{{partition({PARTITIONS},1)}}}}.v2.orders.{{{{wildcard(1)}}}}.paid"
+                )),
+            ));
+        group_topology(
+            stream,
+            QueueDecl::new("billing-v2")
+                .partitioned(PARTITIONS, &[1])
+                .migrate_from("billing")
+                .migrate_from_partitions(OLD),
+            (journal.clone(), replica),
+            None,
+            |_| WORK,
+        )
+    };
+    // The plan shows each old partition read to its end, then deleted.
+    let planned = fixture::fast(fx.builder().await)
+        .topology(new(9))
+        .build()
+        .expect("a valid declaration")
+        .plan()
+        .await
+        .expect("a plan");
+    for index in 0..OLD {
+        let name = format!("billing-p{index}");
+        let item = planned
+            .items
+            .iter()
+            .find(|i| i.consumer.as_deref() == Some(name.as_str()))
+            .unwrap_or_else(|| panic!("the old partition {name} is planned: {planned}"));
+        assert!(
+            matches!(&item.action, nats_topology::report::Action::Retire { into, deleted: true, .. }
+                if into == "billing-v2"),
+            "{planned}"
+        );
+    }
+    let first = fx.run(new(1)).await;
+    let second = fx.run(new(2)).await;
+    // The stream routes into the new count now: what follows reaches the new partitions only.
+    let publisher = {
+        let js = js.clone();
+        tokio::spawn(async move {
+            publish(&js, BEFORE + 1..ROUNDS + 1, Duration::from_millis(50)).await
+        })
+    };
+    old.stop().await.expect("the old replica drains");
+    publisher.await.expect("the publisher ends");
+    journal.wait_rounds(ROUNDS).await;
+    let all = journal.all();
+    assert!(
+        all.iter().any(|h| h.seq <= BEFORE && h.replica != 0),
+        "the new fleet read what the old partitions still held"
+    );
+    assert!(
+        all.iter().all(|h| h.seq <= BEFORE || h.replica != 0),
+        "nothing stored after the routing reached the old partitions"
+    );
+    assert_in_order(&all, ROUNDS, false);
+    let stream = js.get_stream("ORDERS").await.expect("the stream");
+    for index in 0..OLD {
+        let name = format!("billing-p{index}");
+        nats_topology_testkit::eventually(
+            Duration::from_secs(10),
+            "the old partition is deleted",
+            || {
+                let gone = first
+                    .health
+                    .consumers()
+                    .iter()
+                    .any(|c| c.consumer == name && c.state.to_string() == "retired");
+                async move { gone.then_some(()) }
+            },
+        )
+        .await;
+        let gone = stream.consumer_info(&name).await;
+        assert!(gone.is_err(), "{name} is deleted: {gone:?}");
+        let successor = stream
+            .consumer_info(&format!("billing-v2-p{index}"))
+            .await
+            .expect("the new partition");
+        assert_eq!(
+            successor
+                .config
+                .metadata
+                .get("nats-topology.migrated-from")
+                .map(String::as_str),
+            Some(name.as_str()),
+            "the new partition names the old one it follows"
+        );
+    }
+    for running in [&first, &second] {
+        fixture::wait_ready(&running.health, Duration::from_secs(30)).await;
+    }
     Running::stop_all(vec![first, second])
         .await
         .into_iter()

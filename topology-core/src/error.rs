@@ -372,6 +372,11 @@ pub enum PartitionError {
     Batch,
     /// A `concurrency` of its own.
     Concurrency,
+    /// `migrate_from_partitions` without `migrate_from`, or on a consumer that is not
+    /// partitioned.
+    MigrateFromPartitionsAlone,
+    /// `migrate_from_partitions` outside [`PARTITIONS`](crate::partition::PARTITIONS).
+    MigrateFromPartitionsCount,
 }
 
 impl PartitionError {
@@ -405,6 +410,12 @@ impl PartitionError {
             }
             PartitionError::Concurrency => {
                 "a replica handles one message at a time per partition it holds, so its share of the partitions is its concurrency; remove `concurrency` (more partitions give more parallelism)"
+            }
+            PartitionError::MigrateFromPartitionsAlone => {
+                "`migrate_from_partitions` says how many partitions the group named by `migrate_from` has, when a partitioned group moves to a new partition count: write it beside `migrate_from`, `key` and `partitions`, or remove it"
+            }
+            PartitionError::MigrateFromPartitionsCount => {
+                "`migrate_from_partitions` must be 1 to 1024: the partition count of the group named by `migrate_from`"
             }
         }
     }

@@ -490,6 +490,10 @@ pub struct QueueDecl {
     pub dead_letter: Option<&'static str>,
     /// A previous consumer to migrate from, losslessly.
     pub migrate_from: Option<&'static str>,
+    /// With `migrate_from` on a partitioned consumer: the old group is partitioned too, into
+    /// this many partitions (`<migrate_from>-p0` ..), read to their end before this group's
+    /// partitions start (a partition count changes so).
+    pub migrate_from_partitions: Option<u16>,
     /// A description stored on the server.
     pub description: Option<&'static str>,
     /// When a handled message counts as handled (`None`: the runtime's default, see
@@ -518,6 +522,7 @@ impl QueueDecl {
             max_waiting: None,
             dead_letter: None,
             migrate_from: None,
+            migrate_from_partitions: None,
             description: None,
             ack: None,
             priority: None,
@@ -573,6 +578,12 @@ impl QueueDecl {
     /// Sets the previous consumer to migrate from.
     pub const fn migrate_from(mut self, consumer: &'static str) -> Self {
         self.migrate_from = Some(consumer);
+        self
+    }
+    /// The group migrated from (`migrate_from`) is partitioned, into `partitions`: its
+    /// partitions are read to their end, each in order, before this group's start.
+    pub const fn migrate_from_partitions(mut self, partitions: u16) -> Self {
+        self.migrate_from_partitions = Some(partitions);
         self
     }
     /// Sets the description.

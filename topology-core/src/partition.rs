@@ -68,16 +68,28 @@ pub const fn check_partitioning(
 }
 
 /// Checks what a partitioned consumer leaves to the partitions: one filter subject, a pull
-/// queue consumer, no priority policy, `max_ack_pending`, batch nor `concurrency` of its own,
-/// no migration yet. `Ok` for a consumer that is not partitioned.
+/// queue consumer, no priority policy, `max_ack_pending`, batch nor `concurrency` of its own;
+/// `migrate_from_partitions` only beside `migrate_from` on a partitioned consumer. `Ok` for a
+/// consumer that is neither partitioned nor says what it migrates from is.
 pub const fn check_partitioned_consumer(decl: &ConsumerDecl) -> Result<(), PartitionError> {
     let queue = match &decl.kind {
         ConsumerKind::Queue(queue) => queue,
         ConsumerKind::Broadcast(_) => return Ok(()),
     };
     let Some(partitioning) = &queue.partitioned else {
+        if queue.migrate_from_partitions.is_some() {
+            return Err(PartitionError::MigrateFromPartitionsAlone);
+        }
         return Ok(());
     };
+    if let Some(old) = queue.migrate_from_partitions {
+        if queue.migrate_from.is_none() {
+            return Err(PartitionError::MigrateFromPartitionsAlone);
+        }
+        if !PARTITIONS.contains(old as i128) {
+            return Err(PartitionError::MigrateFromPartitionsCount);
+        }
+    }
     if decl.subjects.len() != 1 {
         return Err(PartitionError::OneSubject);
     }
@@ -163,5 +175,32 @@ mod tests {
         );
         assert_eq!(wildcards("*.a.*"), 2);
         assert_eq!(wildcards("a*.b"), 0);
+    }
+
+    #[test]
+    fn the_old_count_goes_with_an_old_group_and_a_partitioned_consumer() {
+        use crate::model::{ConsumerDecl, QueueDecl, StreamRef};
+        let check = |queue: QueueDecl| {
+            let decl = ConsumerDecl::queue("svc::h", StreamRef::Named("O"), queue)
+                .subjects(&["orders.*.paid"]);
+            check_partitioned_consumer(&decl)
+        };
+        let new = QueueDecl::new("v2").partitioned(8, &[1]);
+        assert_eq!(
+            check(new.migrate_from("v1").migrate_from_partitions(4)),
+            Ok(())
+        );
+        assert_eq!(
+            check(new.migrate_from_partitions(4)),
+            Err(PartitionError::MigrateFromPartitionsAlone)
+        );
+        assert_eq!(
+            check(QueueDecl::new("v2").migrate_from("v1").migrate_from_partitions(4)),
+            Err(PartitionError::MigrateFromPartitionsAlone)
+        );
+        assert_eq!(
+            check(new.migrate_from("v1").migrate_from_partitions(0)),
+            Err(PartitionError::MigrateFromPartitionsCount)
+        );
     }
 }

@@ -46,6 +46,7 @@ pub(crate) static QUEUE_SPEC: Spec = Spec {
         "concurrency",
         "dead_letter",
         "migrate_from",
+        "migrate_from_partitions",
         "description",
         "ack",
         "priority",
@@ -147,6 +148,8 @@ pub(crate) struct QueueAttrs {
     pub max_waiting: Option<Int>,
     pub dead_letter: Option<LitStr>,
     pub migrate_from: Option<LitStr>,
+    /// `migrate_from_partitions = 16`: the group migrated from is partitioned, into this many.
+    pub migrate_from_partitions: Option<Int>,
     pub description: Option<LitStr>,
     pub ack: Option<AckMode>,
     pub priority: Option<PriorityAttrs>,
@@ -277,6 +280,13 @@ impl QueueAttrs {
             ),
             dead_letter: (args.key("dead_letter", "dead_letter = \"billing.dead\"")).string(cx),
             migrate_from: (args.key("migrate_from", "migrate_from = \"billing_v1\"")).string(cx),
+            migrate_from_partitions: args
+                .key("migrate_from_partitions", "migrate_from_partitions = 16")
+                .int(
+                    topology_core::partition::PARTITIONS,
+                    "the partition count of the group `migrate_from` names",
+                    cx,
+                ),
             description: (args.key("description", "description = \"bills each order\"")).string(cx),
             ack: args.key("ack", "ack = \"confirmed\"").choice(
                 &[

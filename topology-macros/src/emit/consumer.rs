@@ -35,6 +35,10 @@ pub(crate) fn queue(
         call("max_waiting", number(attrs.max_waiting)),
         call("dead_letter", attrs.dead_letter.as_ref()),
         call("migrate_from", attrs.migrate_from.as_ref()),
+        call(
+            "migrate_from_partitions",
+            (attrs.migrate_from_partitions).map(|n| n.value as u16),
+        ),
         call("description", attrs.description.as_ref()),
         call("ack", attrs.ack.map(|v| variant("AckMode", v))),
         attrs.priority.as_ref().and_then(priority),

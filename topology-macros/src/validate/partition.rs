@@ -14,6 +14,12 @@ use crate::value::key_msg;
 pub(super) fn partitioned(attrs: &QueueAttrs, cx: &mut Ctxt) {
     let attr = attrs.common.attr;
     let msg = |key: &str, what: String| key_msg(attr, key, what);
+    if let Some(old) = attrs.migrate_from_partitions
+        && (attrs.migrate_from.is_none() || attrs.partitions.is_none())
+    {
+        let why = PartitionError::MigrateFromPartitionsAlone.message();
+        cx.error_at(old.span, msg("migrate_from_partitions", why.into()));
+    }
     let (key, partitions) = match (&attrs.key, attrs.partitions) {
         (None, None) => return,
         (Some(key), None) => {

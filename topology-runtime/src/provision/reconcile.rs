@@ -45,12 +45,15 @@ pub enum Action {
     },
     /// A broadcast relay: each instance creates its own at start-up.
     PerInstance,
-    /// The plain queue consumer a partitioned group migrates from: never changed, read to
-    /// its end (by the old fleet and the new), then deleted; the group's partitions start
-    /// after.
+    /// The consumer a partitioned group migrates from (a plain queue consumer, or a partition
+    /// of a group of another count): never changed, read to its end (by the old fleet and the
+    /// new), then deleted (unless no new partition names it: then left to an operator); the
+    /// group's partitions start after.
     Retire {
         /// The partitioned group.
         into: String,
+        /// Whether it is deleted once read to its end.
+        deleted: bool,
         /// What it has left to deliver.
         pending: u64,
         /// What it delivered that is not acknowledged yet.
@@ -118,12 +121,19 @@ impl fmt::Display for Action {
             }
             Action::Retire {
                 into,
+                deleted,
                 pending,
                 ack_pending,
             } => write!(
                 f,
-                "read to its end ({pending} left, {ack_pending} unacknowledged), then deleted; \
-                 `{into}`'s partitions start after"
+                "read to its end ({pending} left, {ack_pending} unacknowledged), then {}; \
+                 `{into}`'s partitions start after",
+                if *deleted {
+                    "deleted"
+                } else {
+                    "left for an operator to delete once the old fleet is gone (no new partition \
+                     names it)"
+                }
             ),
             Action::PerInstance => {
                 f.write_str("created by each instance at start-up (ephemeral relay)")

@@ -240,21 +240,20 @@ fn expand(consumer: &Consumer, stream: Option<&StreamDecl>) -> Option<Vec<Consum
     let leak = |s: String| -> &'static str { Box::leak(s.into_boxed_str()) };
     let partitions = (0..partitioning.partitions).map(|index| {
         let filter: &'static [&'static str] = Box::leak(Box::new([leak(route.filter(index))]));
-        let mut partition: QueueDecl = *queue;
-        partition.group = leak(format!("{}-p{index}", queue.group));
-        partition = partition
-            .pinned_client(PARTITION_PIN_TTL)
-            .max_ack_pending(1)
-            .ack_wait(queue.ack_wait.unwrap_or(PARTITION_ACK_WAIT));
         let mut decl: ConsumerDecl = consumer.decl;
         decl.subjects = filter;
-        // The server delivers one message at a time (`max_ack_pending = 1`); a second slot
-        // keeps a pull request open while one runs, so that the next message comes with the
-        // ack rather than a round trip after it.
-        decl.concurrency = Some(2);
+        let mut partition = partition_of(queue, leak(format!("{}-p{index}", queue.group)));
+        // What it migrates from, in its metadata: an old instance that finds that consumer
+        // deleted does not create it again. From a partitioned group, partition `i` names the
+        // old partition `i` (with fewer partitions than before, the last old ones are named by
+        // none, and left: see `migrated` in the runtime).
+        partition.migrate_from = match (queue.migrate_from, queue.migrate_from_partitions) {
+            (Some(old), Some(of)) => (index < of).then(|| leak(format!("{old}-p{index}"))),
+            (old, _) => old,
+        };
         decl.kind = ConsumerKind::Queue(partition);
         Consumer {
-            decl,
+            decl: partition_decl(decl),
             handler: consumer.handler.clone(),
             batch: None,
             states: consumer.states,
@@ -267,6 +266,34 @@ fn expand(consumer: &Consumer, stream: Option<&StreamDecl>) -> Option<Vec<Consum
         }
     });
     let mut consumers: Vec<Consumer> = partitions.collect();
+    // Migrating from a partitioned group (a new partition count): its partitions, as they
+    // are on the server (bound, never created), each read to its end in order, by whichever
+    // replica the server pins, before any partition of the new count starts. The stream's
+    // new layout stores nothing they read (checked at start-up).
+    if let (Some(old), Some(of)) = (queue.migrate_from, queue.migrate_from_partitions) {
+        for index in 0..of {
+            let mut decl: ConsumerDecl = consumer.decl;
+            decl.kind = ConsumerKind::Queue(QueueDecl {
+                migrate_from: None,
+                migrate_from_partitions: None,
+                partitioned: None,
+                ..partition_of(queue, leak(format!("{old}-p{index}")))
+            });
+            consumers.push(Consumer {
+                decl: partition_decl(decl),
+                handler: consumer.handler.clone(),
+                batch: None,
+                states: consumer.states,
+                partition: Some(PartitionOf {
+                    group: old,
+                    index,
+                    of,
+                }),
+                superseded_by: Some(queue.group),
+            });
+        }
+        return Some(consumers);
+    }
     // Migrating from a plain queue consumer: what it stored before the stream routed by
     // partition is read through it (its subjects carry no partition), with the same
     // handler, before any partition starts.
@@ -277,6 +304,7 @@ fn expand(consumer: &Consumer, stream: Option<&StreamDecl>) -> Option<Vec<Consum
         decl.kind = ConsumerKind::Queue(QueueDecl {
             group: old,
             migrate_from: None,
+            migrate_from_partitions: None,
             partitioned: None,
             ..*queue
         });
@@ -290,6 +318,26 @@ fn expand(consumer: &Consumer, stream: Option<&StreamDecl>) -> Option<Vec<Consum
         });
     }
     Some(consumers)
+}
+
+/// A partition's queue declaration, named `name`: a pinned client that delivers one message
+/// at a time.
+fn partition_of(queue: &QueueDecl, name: &'static str) -> QueueDecl {
+    QueueDecl {
+        group: name,
+        ..*queue
+    }
+    .pinned_client(PARTITION_PIN_TTL)
+    .max_ack_pending(1)
+    .ack_wait(queue.ack_wait.unwrap_or(PARTITION_ACK_WAIT))
+}
+
+/// `decl` as a partition's consumer runs it: the server delivers one message at a time
+/// (`max_ack_pending = 1`); a second slot keeps a pull request open while one runs, so that
+/// the next message comes with the ack rather than a round trip after it.
+fn partition_decl(mut decl: ConsumerDecl) -> ConsumerDecl {
+    decl.concurrency = Some(2);
+    decl
 }
 
 #[cfg(test)]
@@ -352,5 +400,65 @@ mod tests {
         )));
         let error = route(&split, "orders.*.paid", &PARTITIONS).unwrap_err();
         assert!(error.contains("`{{split(1,-)}}`"), "{error}");
+    }
+
+    #[test]
+    fn a_new_count_reads_the_old_partitions_and_names_each_it_follows() {
+        use topology_core::model::StreamRef;
+        static ROUTED: StreamDecl =
+            StreamDecl::new("ORDERS", &["orders.*.paid"]).subject_transform(SubjectTransform::new(
+                "orders.*.paid",
+                "{{partition(2,1)}}.v2.orders.{{wildcard(1)}}.paid",
+            ));
+        // From 3 partitions to 2.
+        let decl = ConsumerDecl::queue(
+            "svc::billing",
+            StreamRef::Declared(&ROUTED),
+            QueueDecl::new("billing-v2")
+                .partitioned(2, &[1])
+                .migrate_from("billing")
+                .migrate_from_partitions(3),
+        )
+        .subjects(&["orders.*.paid"]);
+        let topology = Topology::new()
+            .stream(ROUTED)
+            .consumer(decl, |_| Box::pin(async { Ok(()) }))
+            .partitioned();
+        let consumers: Vec<_> = topology
+            .consumers()
+            .iter()
+            .map(|c| {
+                let queue = c.decl.as_queue().unwrap();
+                (queue.group, queue.migrate_from, c.superseded_by, c.partition.map(|p| (p.group, p.index, p.of)))
+            })
+            .collect();
+        let new = |index: u16, from| {
+            let name: &str = ["billing-v2-p0", "billing-v2-p1"][usize::from(index)];
+            (name, from, None, Some(("billing-v2", index, 2)))
+        };
+        let old = |index: u16| {
+            let name: &str = ["billing-p0", "billing-p1", "billing-p2"][usize::from(index)];
+            (name, None, Some("billing-v2"), Some(("billing", index, 3)))
+        };
+        for expected in [
+            new(0, Some("billing-p0")),
+            new(1, Some("billing-p1")),
+            old(0),
+            old(1),
+            old(2),
+        ] {
+            assert!(consumers.contains(&expected), "{expected:?} in {consumers:?}");
+        }
+        assert_eq!(consumers.len(), 5, "{consumers:?}");
+        // Each old partition is read as a partition: a pinned client, one message at a time.
+        let old_p2 = topology
+            .consumers()
+            .iter()
+            .find(|c| c.decl.as_queue().is_some_and(|q| q.group == "billing-p2"))
+            .unwrap();
+        let queue = old_p2.decl.as_queue().unwrap();
+        assert_eq!(queue.max_ack_pending, Some(1));
+        assert!(queue.priority.is_some());
+        assert_eq!(old_p2.decl.concurrency, Some(2));
     }
 }

@@ -16,10 +16,22 @@ pub(crate) struct Group {
     pub(crate) group: &'static str,
     /// The consumer index of each partition, by partition.
     pub(crate) consumers: Vec<usize>,
-    /// The plain queue consumer it migrates from (`migrate_from`), and the transform its
-    /// stream routes by (`src`, `dest`): the partitions start once that consumer, read to its
-    /// end under that routing, is deleted.
-    pub(crate) migrates_from: Option<(&'static str, (&'static str, &'static str))>,
+    /// What it migrates from (`migrate_from`): read to its end before the partitions start.
+    pub(crate) migrates_from: Option<Migration>,
+}
+
+/// What a partitioned group migrates from: a plain queue consumer, or the partitions of a
+/// group of another count.
+#[derive(Debug)]
+pub(crate) struct Migration {
+    /// The old consumers, each with whether a partition of the group names it as what it
+    /// migrated from: such a one is deleted once read to its end; one named by none (the
+    /// last partitions of an old group larger than the new one) is left, since an old
+    /// instance that found it gone would create it again.
+    pub(crate) old: Vec<(&'static str, bool)>,
+    /// The transform the stream routes by (`src`, `dest`): nothing new reaches the old
+    /// consumers under it.
+    pub(crate) routed_by: (&'static str, &'static str),
 }
 
 /// Every partitioned group, and whether this replica holds each partition.
@@ -37,26 +49,50 @@ impl Shares {
     pub(crate) fn of(topology: &Topology) -> Shares {
         let mut groups: BTreeMap<(&str, &str), Group> = BTreeMap::new();
         let mut held = Vec::new();
+        // Which old consumers some partition names (`migrate_from`), by stream.
+        let mut named: Vec<(&str, &str)> = Vec::new();
         for (index, consumer) in topology.consumers().iter().enumerate() {
-            let Some(partition) = consumer.partition else {
+            // An old group's partitions are not this group's: each runs on its own (the
+            // server pins one replica), held by no membership.
+            let Some(partition) = consumer.partition.filter(|_| consumer.superseded_by.is_none())
+            else {
                 held.push(None);
                 continue;
             };
             held.push(Some(watch::Sender::new(false)));
             let stream = consumer.decl.stream.name();
-            let transform = topology
-                .find_stream(stream)
-                .and_then(|s| s.subject_transform);
-            let migrates_from = consumer.decl.as_queue().and_then(|q| q.migrate_from);
+            if let Some(old) = consumer.decl.as_queue().and_then(|q| q.migrate_from) {
+                named.push((stream, old));
+            }
             let group = groups
                 .entry((stream, partition.group))
                 .or_insert_with(|| Group {
                     stream,
                     group: partition.group,
                     consumers: vec![usize::MAX; usize::from(partition.of)],
-                    migrates_from: migrates_from.zip(transform.map(|t| (t.src, t.dest))),
+                    migrates_from: None,
                 });
             group.consumers[usize::from(partition.index)] = index;
+        }
+        for consumer in topology.consumers() {
+            let (Some(into), Some(queue)) = (consumer.superseded_by, consumer.decl.as_queue())
+            else {
+                continue;
+            };
+            let stream = consumer.decl.stream.name();
+            let transform = topology
+                .find_stream(stream)
+                .and_then(|s| s.subject_transform);
+            let (Some(group), Some(transform)) = (groups.get_mut(&(stream, into)), transform)
+            else {
+                continue;
+            };
+            let migration = group.migrates_from.get_or_insert_with(|| Migration {
+                old: Vec::new(),
+                routed_by: (transform.src, transform.dest),
+            });
+            let deleted = named.contains(&(stream, queue.group));
+            migration.old.push((queue.group, deleted));
         }
         Shares {
             groups: groups.into_values().collect(),

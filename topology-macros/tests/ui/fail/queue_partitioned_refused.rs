@@ -59,6 +59,24 @@ async fn sets_what_partitions_set(event: String) -> Result<(), HandlerError> {
     Ok(())
 }
 
+#[queue_consumer(stream = "O", group = "h", subject = "orders.*.paid", key = "{1}", partitions = 8, migrate_from_partitions = 4)]
+async fn count_without_an_old_group(event: String) -> Result<(), HandlerError> {
+    let _ = event;
+    Ok(())
+}
+
+#[queue_consumer(stream = "O", group = "i", subject = "orders.*.paid", migrate_from = "old", migrate_from_partitions = 4)]
+async fn count_on_a_plain_consumer(event: String) -> Result<(), HandlerError> {
+    let _ = event;
+    Ok(())
+}
+
+#[queue_consumer(stream = "O", group = "j", subject = "orders.*.paid", key = "{1}", partitions = 8, migrate_from = "old", migrate_from_partitions = 0)]
+async fn count_out_of_range(event: String) -> Result<(), HandlerError> {
+    let _ = event;
+    Ok(())
+}
+
 #[broadcast(stream = "O", subject = "orders.*.paid", key = "{1}", partitions = 8)]
 async fn broadcast_partitions(event: String) -> Result<(), HandlerError> {
     let _ = event;

@@ -1,5 +1,6 @@
 //! A partitioned queue consumer: its key (the subject's `*` tokens) and partition count, on a
-//! stream that routes by them; a key of two tokens; `migrate_from` a plain queue consumer.
+//! stream that routes by them; a key of two tokens; `migrate_from` a plain queue consumer, and
+//! a partitioned group of another count (`migrate_from_partitions`).
 
 use nats_topology::model::Partitioning;
 use nats_topology::{HandlerError, Topology, queue_consumer, stream};
@@ -13,6 +14,19 @@ pub struct Orders;
 
 #[queue_consumer(stream = Orders, group = "billing", subject = "orders.*.paid", key = "{1}", partitions = 16, migrate_from = "billing_v1")]
 async fn on_paid(event: String) -> Result<(), HandlerError> {
+    let _ = event;
+    Ok(())
+}
+
+#[stream(
+    name = "LEDGER",
+    subjects = ["ledger.*.paid"],
+    subject_transform = { src = "ledger.*.paid", dest = "{{partition(8,1)}}.v2.ledger.{{wildcard(1)}}.paid" }
+)]
+pub struct Ledger;
+
+#[queue_consumer(stream = Ledger, group = "ledger-v2", subject = "ledger.*.paid", key = "{1}", partitions = 8, migrate_from = "ledger", migrate_from_partitions = 4)]
+async fn on_ledger(event: String) -> Result<(), HandlerError> {
     let _ = event;
     Ok(())
 }
@@ -52,4 +66,12 @@ fn main() {
         .expect("the consumer migrated from runs");
     assert_eq!(old.superseded_by, Some("billing"));
     assert_eq!(old.decl.subjects, ["orders.*.paid"]);
+    // The old count's partitions are read beside the new ones, then retired.
+    let olds: Vec<&str> = running
+        .consumers()
+        .iter()
+        .filter(|c| c.superseded_by == Some("ledger-v2"))
+        .filter_map(|c| c.decl.as_queue().map(|q| q.group))
+        .collect();
+    assert_eq!(olds, ["ledger-p0", "ledger-p1", "ledger-p2", "ledger-p3"]);
 }

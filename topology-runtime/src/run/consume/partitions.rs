@@ -24,7 +24,7 @@ use crate::health::ConsumerState;
 use crate::provision::ProvisionError;
 use crate::registry::{MEMBER_BEAT, MEMBER_TTL, MEMBERS_BUCKET};
 use crate::run::Inner;
-use crate::run::shares::{Group, assign};
+use crate::run::shares::{Group, Migration, assign};
 
 /// Beats in a row whose membership read fails before it is said (WARN, and in the health of
 /// partitions not assigned yet): the members' bucket is created beside the streams at start-up.
@@ -42,15 +42,8 @@ pub(in crate::run) async fn share(inner: Arc<Inner>, group: usize, cancel: Cance
     let js = inner.ensurer.provisioner().jetstream().clone();
     let mut beat = tokio::time::interval(MEMBER_BEAT);
     beat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    if let Some((old, routed_by)) = group.migrates_from
-        && !Box::pin(migrated(
-            &inner,
-            group,
-            (old, routed_by),
-            &mut beat,
-            &cancel,
-        ))
-        .await
+    if let Some(migration) = &group.migrates_from
+        && !Box::pin(migrated(&inner, group, migration, &mut beat, &cancel)).await
     {
         return;
     }
@@ -154,30 +147,34 @@ pub(in crate::run) async fn share(inner: Arc<Inner>, group: usize, cancel: Cance
     }
 }
 
-/// Waits, every beat, until the plain queue consumer `old` that `group` migrates from is gone;
-/// deletes it once its stream routes by partition (`routed_by`, the transform: nothing new
-/// reaches `old` then) and it has nothing left to deliver or to be acknowledged. What it held
-/// was stored before the partition token, so no partition can read it: handled through `old`
-/// (by the old fleet, and here by its consumer `superseded_by` the group), all of it before any
-/// partition starts, so that a key's later messages follow its earlier ones. The partitions
-/// stand by (ready) meanwhile. False when cancelled first.
+/// Waits, every beat, until what `group` migrates from is read to its end: a plain queue
+/// consumer, or the partitions of a group of another count. Each is deleted once its stream
+/// routes by the group's partitions (`routed_by`: nothing new reaches it then) and it has
+/// nothing left to deliver or to be acknowledged; the partitions start once every one is gone
+/// (or, for old partitions no new one names, left read to its end: an old instance that found
+/// one gone would create it again). What they held was stored before the routing, so no
+/// partition of this group can read it: handled through them (by the old fleet, and here by
+/// their consumers `superseded_by` the group), all of it before any partition starts, so that
+/// a key's later messages follow its earlier ones. The partitions stand by (ready) meanwhile.
+/// False when cancelled first.
 async fn migrated(
     inner: &Inner,
     group: &Group,
-    (old, (src, dest)): (&str, (&str, &str)),
+    migration: &Migration,
     beat: &mut tokio::time::Interval,
     cancel: &CancellationToken,
 ) -> bool {
     let provisioner = inner.ensurer.provisioner();
+    let (src, dest) = migration.routed_by;
     for &index in &group.consumers {
         let slot = &inner.health.slots[index];
         slot.standby(true);
         slot.transition(ConsumerState::Standby);
     }
     let mut said = false;
-    // Beats in a row that found it routed around and read to its end: two, so that a message
-    // stored just before the routing, which a replica of the consumer's may count a moment
-    // later than the stream's leader stores it, is counted before the deletion.
+    // Beats in a row that found them routed around and read to their end: two, so that a
+    // message stored just before the routing, which a replica of a consumer's may count a
+    // moment later than the stream's leader stores it, is counted before the deletion.
     let mut drained = 0u32;
     loop {
         tokio::select! {
@@ -192,43 +189,56 @@ async fn migrated(
                 .is_some_and(|t| t.source == src && t.destination == dest),
             _ => false,
         };
-        let info = match provisioner.read_consumer(group.stream, old).await {
-            Ok(Some(info)) => info,
-            Ok(None) => {
-                tracing::info!(
+        let Some(left) = Box::pin(still_there(inner, group, &migration.old)).await else {
+            continue;
+        };
+        if left.iter().all(|(_, _, deleted)| !deleted) && (drained >= 2 || left.is_empty()) {
+            if !left.is_empty() {
+                let names: Vec<&str> = left.iter().map(|(name, _, _)| *name).collect();
+                tracing::warn!(
                     stream = group.stream,
                     group = group.group,
-                    from = old,
-                    "the consumer migrated from is gone; the partitions start"
+                    left = ?names,
+                    "the old partitions no new partition names are read to their end and left                      in place (an old instance that found one deleted would create it again):                      delete them once the old fleet is gone (`nats consumer rm`)"
                 );
-                return true;
             }
-            Err(e) => {
-                tracing::debug!(stream = group.stream, consumer = old, error = %e, "could not read the consumer migrated from; reading it again next beat");
-                continue;
-            }
-        };
-        if !said {
-            said = true;
             tracing::info!(
                 stream = group.stream,
                 group = group.group,
-                from = old,
-                pending = info.num_pending,
-                ack_pending = info.num_ack_pending,
-                "migrating onto partitions: the consumer migrated from is read to its end first (here and by the old fleet); the partitions stand by until then"
+                "what the group migrates from is read to its end; the partitions start"
+            );
+            return true;
+        }
+        if !said {
+            said = true;
+            let pending: u64 = left.iter().map(|(_, info, _)| info.num_pending).sum();
+            let ack_pending: usize = left.iter().map(|(_, info, _)| info.num_ack_pending).sum();
+            let from: Vec<&str> = left.iter().map(|(name, _, _)| *name).collect();
+            tracing::info!(
+                stream = group.stream,
+                group = group.group,
+                from = ?from,
+                pending,
+                ack_pending,
+                "migrating onto partitions: what the group migrates from is read to its end first (here and by the old fleet); the partitions stand by until then"
             );
         }
-        let read_through = routed && info.num_pending == 0 && info.num_ack_pending == 0;
+        let read_through = routed
+            && left
+                .iter()
+                .all(|(_, info, _)| info.num_pending == 0 && info.num_ack_pending == 0);
         drained = if read_through { drained + 1 } else { 0 };
-        // Bind-only: deleting it is an operator's (as every provisioning step).
-        if drained >= 2 && !provisioner.is_bind_only() {
+        // Bind-only: deleting them is an operator's (as every provisioning step).
+        if drained < 2 || provisioner.is_bind_only() {
+            continue;
+        }
+        for (old, _, _) in left.iter().filter(|(_, _, deleted)| *deleted) {
             match provisioner.delete_consumer(group.stream, old).await {
                 Ok(()) => tracing::info!(
                     stream = group.stream,
                     group = group.group,
                     consumer = old,
-                    "deleted the consumer migrated from: read to its end, and the stream routes by partition"
+                    "deleted a consumer migrated from: read to its end, and the stream routes by partition"
                 ),
                 Err(e) => {
                     tracing::warn!(stream = group.stream, consumer = old, error = %e, "could not delete the consumer migrated from; trying again next beat")
@@ -236,6 +246,28 @@ async fn migrated(
             }
         }
     }
+}
+
+/// The consumers of `old` still on the server, with their info and whether each is to be
+/// deleted; `None` when one could not be read (read again next beat).
+async fn still_there(
+    inner: &Inner,
+    group: &Group,
+    old: &[(&'static str, bool)],
+) -> Option<Vec<(&'static str, async_nats::jetstream::consumer::Info, bool)>> {
+    let provisioner = inner.ensurer.provisioner();
+    let mut left = Vec::new();
+    for &(name, deleted) in old {
+        match provisioner.read_consumer(group.stream, name).await {
+            Ok(Some(info)) => left.push((name, info, deleted)),
+            Ok(None) => {}
+            Err(e) => {
+                tracing::debug!(stream = group.stream, consumer = name, error = %e, "could not read a consumer migrated from; reading it again next beat");
+                return None;
+            }
+        }
+    }
+    Some(left)
 }
 
 /// The members' bucket (declared with the partitioned consumers, provisioned as every bucket).

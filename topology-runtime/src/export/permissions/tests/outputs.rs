@@ -134,3 +134,46 @@ fn a_partitioned_group_migrating_reads_the_old_consumer_and_deletes_it_without_c
     let operator = permissions(&topology, &Role::operator("ops"));
     assert!(!operator.allows(Verb::Publish, &api("CONSUMER.DELETE.ROUTED.billing")));
 }
+
+#[test]
+fn a_new_partition_count_reads_the_old_partitions_and_deletes_those_it_names() {
+    use topology_core::model::SubjectTransform;
+    static ROUTED: StreamDecl =
+        StreamDecl::new("ROUTED", &["routed.*.paid"]).subject_transform(SubjectTransform::new(
+            "routed.*.paid",
+            "{{partition(2,1)}}.v2.routed.{{wildcard(1)}}.paid",
+        ));
+    // From 3 partitions to 2: `billing-p2` is named by no new partition, so it is left.
+    let topology = Topology::new().stream(ROUTED).consumer(
+        ConsumerDecl::queue(
+            "svc::billing",
+            StreamRef::Declared(&ROUTED),
+            QueueDecl::new("billing-v2")
+                .partitioned(2, &[1])
+                .migrate_from("billing")
+                .migrate_from_partitions(3),
+        )
+        .subjects(&["routed.*.paid"]),
+        handler(),
+    );
+    let api = |s: &str| format!("$JS.API.{s}");
+    let owner = permissions(&topology, &Role::owner("svc"));
+    for old in ["billing-p0", "billing-p1", "billing-p2"] {
+        for verb in ["MSG.NEXT", "INFO", "UNPIN"] {
+            let subject = api(&format!("CONSUMER.{verb}.ROUTED.{old}"));
+            assert!(owner.allows(Verb::Publish, &subject), "{subject}");
+        }
+        assert!(owner.allows(Verb::Publish, &format!("$JS.ACK.ROUTED.{old}.x")));
+        // Never created, updated or paused here.
+        for verb in ["CREATE", "DURABLE.CREATE", "PAUSE"] {
+            let subject = api(&format!("CONSUMER.{verb}.ROUTED.{old}"));
+            assert!(!owner.allows(Verb::Publish, &subject), "{subject}");
+        }
+    }
+    for (old, deleted) in [("billing-p0", true), ("billing-p1", true), ("billing-p2", false)] {
+        let subject = api(&format!("CONSUMER.DELETE.ROUTED.{old}"));
+        assert_eq!(owner.allows(Verb::Publish, &subject), deleted, "{subject}");
+    }
+    // The plain consumer of that name is no part of it.
+    assert!(!owner.allows(Verb::Publish, &api("CONSUMER.MSG.NEXT.ROUTED.billing")));
+}
