@@ -331,6 +331,18 @@ async fn replica_process() {
         .unwrap_or(0);
     let client = fixture::connect_in_order(&urls).await;
     let topology = match std::env::var(REPLICA_MIGRATES_FROM) {
+        // `<group>:<partitions>`: from a partitioned group of that count.
+        Ok(old) if old.contains(':') => {
+            let (old, count) = old.split_once(':').expect("a count");
+            recounting_topology(
+                (
+                    fixture::leak(old.to_owned()),
+                    count.parse().expect("a count"),
+                ),
+                (&Journal::printing(), replica),
+                |_| MIGRATING_WORK,
+            )
+        }
         Ok(old) => migrating_topology(
             ("ORDERS", 3),
             fixture::leak(old),
@@ -720,6 +732,34 @@ fn migrating_topology(
     )
 }
 
+/// The new version's topology in a partition count change: `ORDERS` routed into
+/// [`PARTITIONS`] through a layout of its own (`<p>.v2.orders.<key>.paid`), and the group
+/// `billing-v2` migrating from the partitioned group `old` of `count` partitions.
+fn recounting_topology(
+    (old, count): (&'static str, u16),
+    (journal, replica): (&Journal, usize),
+    work: fn(u32) -> Duration,
+) -> Topology {
+    let stream = fixture::stream("ORDERS", &["orders.*.paid"])
+        .replicas(3)
+        .subject_transform(SubjectTransform::new(
+            "orders.*.paid",
+            fixture::leak(format!(
+                "{{{{partition({PARTITIONS},1)}}}}.v2.orders.{{{{wildcard(1)}}}}.paid"
+            )),
+        ));
+    group_topology(
+        stream,
+        QueueDecl::new("billing-v2")
+            .partitioned(PARTITIONS, &[1])
+            .migrate_from(old)
+            .migrate_from_partitions(count),
+        (journal.clone(), replica),
+        None,
+        work,
+    )
+}
+
 /// The checks after a migration onto partitions, on every key: rounds `1..=before` were stored
 /// before the stream routed by partition, the rest after; each later one is handled once, in
 /// order, never two at once, and after every earlier one ended.
@@ -887,6 +927,22 @@ async fn a_plain_queue_consumer_becomes_partitioned_beside_its_old_fleet() {
         (None, "migrate_from_partitions = N"),
         (Some(PARTITIONS), "a layout of its own"),
     ] {
+        // `plan` shows the refusal, on the consumer migrated from.
+        let planned = fixture::fast(fx.builder().await)
+            .topology(recount(from))
+            .build()
+            .expect("a valid declaration")
+            .plan()
+            .await
+            .expect("a plan");
+        assert!(planned.fails(), "{planned}");
+        assert!(
+            planned.items.iter().any(|i| {
+                i.consumer.as_deref().is_some_and(|c| c.starts_with("billing-v2"))
+                    && matches!(&i.action, nats_topology::report::Action::Refused(why) if why.contains(says))
+            }),
+            "{planned}"
+        );
         let outcome = fixture::fast(fx.builder().await)
             .topology(recount(from))
             .build()
@@ -948,26 +1004,22 @@ async fn a_partitioned_group_changes_its_count_beside_its_old_fleet() {
     journal
         .wait_distinct(8, Duration::from_secs(30), "the old fleet handles")
         .await;
-    let new = |replica: usize| {
-        let stream = fixture::stream("ORDERS", &["orders.*.paid"])
-            .replicas(3)
-            .subject_transform(SubjectTransform::new(
-                "orders.*.paid",
-                fixture::leak(format!(
-                    "{{{{partition({PARTITIONS},1)}}}}.v2.orders.{{{{wildcard(1)}}}}.paid"
-                )),
-            ));
-        group_topology(
-            stream,
-            QueueDecl::new("billing-v2")
-                .partitioned(PARTITIONS, &[1])
-                .migrate_from("billing")
-                .migrate_from_partitions(OLD),
-            (journal.clone(), replica),
-            None,
+    let new = |replica: usize| recounting_topology(("billing", OLD), (&journal, replica), |_| WORK);
+    // A count lower than the old group's is refused before the stream changes.
+    let outcome = fixture::fast(fx.builder().await)
+        .topology(recounting_topology(
+            ("billing", OLD - 1),
+            (&journal, 8),
             |_| WORK,
-        )
+        ))
+        .build()
+        .expect("a valid declaration")
+        .run_until(std::future::pending::<()>())
+        .await;
+    let Err(nats_topology::RunError::Provision(error)) = outcome else {
+        panic!("refused at start-up: {outcome:?}");
     };
+    assert!(error.to_string().contains("`billing-p3` exists"), "{error}");
     // The plan shows each old partition read to its end, then deleted.
     let planned = fixture::fast(fx.builder().await)
         .topology(new(9))
@@ -1431,6 +1483,82 @@ async fn a_migration_onto_partitions_holds_through_a_new_replica_killed_mid_way(
         "the old consumer is deleted"
     );
     reports.drain(&mut lines, &replicas[1], 1).await;
+}
+
+/// Beside a partition count change: the old fleet (4 partitions) leaves a backlog and is gone,
+/// and a replica of the new version is SIGKILLed while it reads the old partitions. What it
+/// held comes back after the old partitions' `ack_wait`, to the survivor, once its pins lapse,
+/// in order: every key's messages handled in order, never two at once, the later ones (the new
+/// count's) after all of the earlier ones.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_count_change_holds_through_a_new_replica_killed_mid_way() {
+    const BEFORE: u64 = 20;
+    const ROUNDS: u64 = 30;
+    const OLD: u16 = 4;
+    let fx = Fixture::cluster().await;
+    let urls = fx.server.urls();
+    let js = fx.jetstream().await;
+    // The old fleet: provisions its group of 4 partitions and leaves, its backlog unread.
+    let old = fx
+        .run(replica_topology_with(
+            ("ORDERS", 3, OLD),
+            Journal::default(),
+            9,
+            None,
+            |_| WORK,
+        ))
+        .await;
+    old.stop().await.expect("the old fleet drains");
+    publish(&js, 1..BEFORE + 1, Duration::ZERO).await;
+    let (tx, mut lines) = mpsc::unbounded_channel();
+    let from = format!("billing:{OLD}");
+    let mut replicas: Vec<Replica> = (0..2)
+        .map(|r| spawn_replica_with(r, &urls_from(&urls, r), tx.clone(), Some(&from)))
+        .collect();
+    let mut reports = Reports::default();
+    // The server pins each old partition to one of them: the one that reads first is killed.
+    reports
+        .until(
+            &mut lines,
+            Duration::from_secs(60),
+            "a new replica reading the old partitions",
+            |r| !r.journal.all().is_empty(),
+        )
+        .await;
+    let killed = reports.journal.all()[0].replica;
+    reports
+        .kill(&mut lines, &mut replicas[killed], killed)
+        .await;
+    assert!(
+        reports.journal.distinct() < (KEYS as u64 * BEFORE) as usize,
+        "killed before the old partitions were read to their end"
+    );
+    publish(&js, BEFORE + 1..ROUNDS + 1, Duration::from_millis(20)).await;
+    reports
+        .until(
+            &mut lines,
+            Duration::from_secs(90),
+            "every message handled",
+            |r| r.journal.distinct() >= KEYS as usize * ROUNDS as usize,
+        )
+        .await;
+    let all = reports.journal.all();
+    assert_in_order(&all, ROUNDS, true);
+    assert_later_follow_earlier(&all, BEFORE, ROUNDS);
+    let stream = js.get_stream("ORDERS").await.expect("the stream");
+    for index in 0..OLD {
+        assert!(
+            stream
+                .consumer_info(&format!("billing-p{index}"))
+                .await
+                .is_err(),
+            "the old partition {index} is deleted"
+        );
+    }
+    let survivor = 1 - killed;
+    reports
+        .drain(&mut lines, &replicas[survivor], survivor)
+        .await;
 }
 
 /// What an old version left, as someone else's: the stream `name` of `orders.*.paid`, stored

@@ -195,7 +195,11 @@ mod tests {
             Err(PartitionError::MigrateFromPartitionsAlone)
         );
         assert_eq!(
-            check(QueueDecl::new("v2").migrate_from("v1").migrate_from_partitions(4)),
+            check(
+                QueueDecl::new("v2")
+                    .migrate_from("v1")
+                    .migrate_from_partitions(4)
+            ),
             Err(PartitionError::MigrateFromPartitionsAlone)
         );
         assert_eq!(

@@ -34,6 +34,7 @@ mod origins;
 mod priority;
 pub(crate) mod reconcile;
 mod stream;
+mod superseded;
 mod version;
 
 use async_nats::jetstream::{self, consumer::Info as ConsumerInfo};
@@ -55,6 +56,7 @@ pub(crate) use leader::{
 pub use reconcile::Action;
 pub(crate) use reconcile::Approach;
 pub(crate) use stream::uncovered;
+pub(crate) use superseded::Superseded;
 pub use version::{MIGRATED_FROM_KEY, Precedence, VERSION_KEY, precedence};
 pub(crate) use version::{stamped_consumer_config, stamped_stream_config};
 

@@ -204,6 +204,18 @@ pub(crate) async fn plan_with(
                 }
             };
             if let Some(into) = c.superseded_by {
+                // What start-up refuses before the stream routes by partition.
+                if let Some(superseded) = topology.superseded(c)
+                    && let Err(refused) = provisioner.refuse_superseded(&superseded).await
+                {
+                    items.push(PlanItem {
+                        stream: decl.name.to_owned(),
+                        consumer: Some(queue.group.to_owned()),
+                        bucket: None,
+                        action: Action::Refused(refused.to_string()),
+                    });
+                    continue;
+                }
                 // Gone: the migration is done (or there was nothing to migrate).
                 let old = match &server {
                     Some(_) => provisioner.read_consumer(decl.name, queue.group).await?,

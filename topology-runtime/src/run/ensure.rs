@@ -14,7 +14,6 @@ use crate::provision::{
 use crate::registry::{Consumer, Topology};
 use crate::retry::{Failed, RetryPolicy};
 use topology_core::model::StreamDecl;
-use topology_core::subject::overlaps;
 
 /// A consumer ensured, and the instance of its stream it was ensured in.
 pub(crate) struct Ensured {
@@ -153,8 +152,8 @@ impl Ensurer {
         }
         // Before the stream changes: its new routing would starve what cannot be migrated.
         for consumer in self.topology.consumers_of(stream.name) {
-            if let Some(group) = consumer.superseded_by {
-                self.refuse_superseded(stream.name, consumer, group).await?;
+            if let Some(superseded) = self.topology.superseded(consumer) {
+                self.provisioner.refuse_superseded(&superseded).await?;
             }
         }
         let consumed = self.topology.consumed_subjects(stream.name);
@@ -246,80 +245,6 @@ impl Ensurer {
         }
     }
 
-    /// Refuses what a partitioned `group` cannot migrate from, before its stream routes by
-    /// partition: a push consumer (its messages go to a subject, not to pulls); a partitioned
-    /// group not declared as one (`migrate_from_partitions`), or with another count than
-    /// declared; and old partitions whose filters would read what the new layout stores (the
-    /// new count's messages would reach them).
-    async fn refuse_superseded(
-        &self,
-        stream: &str,
-        consumer: &Consumer,
-        group: &str,
-    ) -> Result<(), ProvisionError> {
-        let old = consumer.decl.as_queue().map_or("", |q| q.group);
-        let refuse = |message: String| {
-            Err(ProvisionError::new(ProvisionErrorKind::Unsupported, stream, message).consumer(old))
-        };
-        let read = |name: String| async move { self.provisioner.read_consumer(stream, &name).await };
-        let info = read(old.to_owned()).await?;
-        if info
-            .as_ref()
-            .is_some_and(|i| i.config.deliver_subject.is_some())
-        {
-            return refuse(format!(
-                "`{group}` migrates from a push consumer, which a partitioned group cannot read \
-                 to its end: migrate it to a pull queue consumer first (`migrate_from` without \
-                 `partitions`), then to the partitions"
-            ));
-        }
-        let Some(partition) = consumer.partition else {
-            if info.is_none() && read(format!("{old}-p0")).await?.is_some() {
-                return refuse(format!(
-                    "`{group}` migrates from `{old}`, a partitioned group: declare how many \
-                     partitions it has (`migrate_from_partitions = N`), and route the new count \
-                     through a layout of its own (docs/PARTITIONS.md, \"Changing the count\")"
-                ));
-            }
-            return Ok(());
-        };
-        let old_group = partition.group;
-        let Some(info) = info else {
-            if read(old_group.to_owned()).await?.is_some() {
-                return refuse(format!(
-                    "`{group}` declares `migrate_from_partitions`, but `{old_group}` is a plain \
-                     queue consumer: remove `migrate_from_partitions`"
-                ));
-            }
-            // Read to its end and deleted already (or never there): nothing to read.
-            return Ok(());
-        };
-        let last = partition.index + 1 == partition.of;
-        if last && read(format!("{old_group}-p{}", partition.of)).await?.is_some() {
-            return refuse(format!(
-                "`{group}` declares `migrate_from_partitions = {}`, but `{old_group}` has more \
-                 partitions (`{old_group}-p{}` exists): declare its count",
-                partition.of, partition.of
-            ));
-        }
-        let filters = old_filters(&info);
-        let news = self.topology.consumers_of(stream).iter().filter(|c| {
-            c.superseded_by.is_none() && c.partition.is_some_and(|p| p.group == group)
-        });
-        for new in news.flat_map(|c| c.decl.subjects.iter()) {
-            if let Some(filter) = filters.iter().find(|f| overlaps(f, new)) {
-                return refuse(format!(
-                    "the new partitions' filter `{new}` reads subjects that `{old}` reads \
-                     (`{filter}`): stored under both counts, the messages of one key would reach \
-                     two partitions. Route the new count through a layout of its own in the \
-                     stream's `subject_transform`, e.g. a literal token the old layout lacks \
-                     (docs/PARTITIONS.md, \"Changing the count\")"
-                ));
-            }
-        }
-        Ok(())
-    }
-
     /// Forgets that a stream was ensured (it disappeared): the next ensure creates it again.
     pub(crate) async fn forget_stream(&self, name: &str) {
         if let Some(ensured) = self.streams.get(name) {
@@ -334,13 +259,4 @@ impl Ensurer {
             .find_stream(consumer.decl.stream.name())
             .expect("validated: every consumer's stream is declared")
     }
-}
-
-/// The filter subjects of a consumer on the server.
-fn old_filters(info: &consumer::Info) -> Vec<&str> {
-    let config = &info.config;
-    let one = (!config.filter_subject.is_empty()).then_some(config.filter_subject.as_str());
-    one.into_iter()
-        .chain(config.filter_subjects.iter().map(String::as_str))
-        .collect()
 }

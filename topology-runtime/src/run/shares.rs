@@ -54,7 +54,9 @@ impl Shares {
         for (index, consumer) in topology.consumers().iter().enumerate() {
             // An old group's partitions are not this group's: each runs on its own (the
             // server pins one replica), held by no membership.
-            let Some(partition) = consumer.partition.filter(|_| consumer.superseded_by.is_none())
+            let Some(partition) = consumer
+                .partition
+                .filter(|_| consumer.superseded_by.is_none())
             else {
                 held.push(None);
                 continue;

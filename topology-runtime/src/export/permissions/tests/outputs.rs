@@ -170,7 +170,11 @@ fn a_new_partition_count_reads_the_old_partitions_and_deletes_those_it_names() {
             assert!(!owner.allows(Verb::Publish, &subject), "{subject}");
         }
     }
-    for (old, deleted) in [("billing-p0", true), ("billing-p1", true), ("billing-p2", false)] {
+    for (old, deleted) in [
+        ("billing-p0", true),
+        ("billing-p1", true),
+        ("billing-p2", false),
+    ] {
         let subject = api(&format!("CONSUMER.DELETE.ROUTED.{old}"));
         assert_eq!(owner.allows(Verb::Publish, &subject), deleted, "{subject}");
     }
