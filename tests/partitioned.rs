@@ -1665,6 +1665,157 @@ async fn a_migration_onto_partitions_runs_under_exactly_its_generated_permission
     }
 }
 
+/// A partition count change (4 partitions to 8) under the permissions generated for it, and no
+/// more: the old partitions (provisioned by an admin, with a backlog) are read to their end
+/// and deleted, the new ones start, every key in order, and nothing is denied. Without the
+/// grant to delete one old partition, health names the denial and the new partitions stand
+/// by, that old partition staying.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_count_change_runs_under_exactly_its_generated_permissions() {
+    use nats_topology::export::{self, Role};
+    const BEFORE: u64 = 5;
+    const ROUNDS: u64 = 10;
+    let journal = Journal::default();
+    let role = Role::owner("billing");
+    let permissions = export::permissions(&recount_under_topology(&journal, 0), &role);
+    let (_server, admin, replicas) = recount_under(&permissions, &role, &journal, BEFORE).await;
+    publish(&admin, BEFORE + 1..ROUNDS + 1, Duration::ZERO).await;
+    journal.wait_rounds(ROUNDS).await;
+    assert_in_order(&journal.all(), ROUNDS, false);
+    assert_later_follow_earlier(&journal.all(), BEFORE, ROUNDS);
+    let stream = admin.get_stream("GRANTED").await.unwrap();
+    for index in 0..4 {
+        nats_topology_testkit::eventually(
+            Duration::from_secs(10),
+            "the old partitions are deleted",
+            || {
+                let stream = stream.clone();
+                async move {
+                    let name = format!("billing-p{index}");
+                    stream.consumer_info(&name).await.is_err().then_some(())
+                }
+            },
+        )
+        .await;
+    }
+    let denials: Vec<_> = replicas.iter().flat_map(|r| r.health.denials()).collect();
+    assert!(denials.is_empty(), "no permission denied: {denials:?}");
+    for result in Running::stop_all(replicas).await {
+        result.expect("a clean drain");
+    }
+
+    // The other way: without the grant to delete the old partition 0.
+    let delete = "$JS.API.CONSUMER.DELETE.GRANTED.billing-p0";
+    let entry = permissions
+        .entries
+        .iter()
+        .position(|e| e.subject == delete)
+        .unwrap_or_else(|| panic!("{delete} is granted: {}", permissions.permissions_map()));
+    let without = permissions.without(entry);
+    let journal = Journal::default();
+    let (_server, admin, replicas) = recount_under(&without, &role, &journal, BEFORE).await;
+    journal
+        .wait_distinct(
+            KEYS as usize * BEFORE as usize,
+            Duration::from_secs(30),
+            "the old partitions read to their end",
+        )
+        .await;
+    for running in &replicas {
+        nats_topology_testkit::eventually(
+            Duration::from_secs(15),
+            "health names the denied deletion",
+            || {
+                let named = running
+                    .health
+                    .denials()
+                    .iter()
+                    .any(|d| d.subject == delete && d.to_string().contains("tests::billing"));
+                async move { named.then_some(()) }
+            },
+        )
+        .await;
+    }
+    let stream = admin.get_stream("GRANTED").await.unwrap();
+    assert!(
+        stream.consumer_info("billing-p0").await.is_ok(),
+        "the old partition stays"
+    );
+    let standing_by = replicas[0]
+        .health
+        .consumers()
+        .iter()
+        .filter(|c| c.consumer.starts_with("billing-v2-p"))
+        .all(|c| c.state.to_string() == "standby");
+    assert!(standing_by, "the new partitions stand by until it is gone");
+    for result in Running::stop_all(replicas).await {
+        result.expect("a clean drain");
+    }
+}
+
+/// The new version of a count change on the single-replica stream `GRANTED`: 8 partitions in a
+/// layout of their own, from the 4 of `billing`.
+fn recount_under_topology(journal: &Journal, replica: usize) -> Topology {
+    let stream =
+        fixture::stream("GRANTED", &["orders.*.paid"]).subject_transform(SubjectTransform::new(
+            "orders.*.paid",
+            fixture::leak(format!(
+                "{{{{partition({PARTITIONS},1)}}}}.v2.orders.{{{{wildcard(1)}}}}.paid"
+            )),
+        ));
+    group_topology(
+        stream,
+        QueueDecl::new("billing-v2")
+            .partitioned(PARTITIONS, &[1])
+            .migrate_from("billing")
+            .migrate_from_partitions(4),
+        (journal.clone(), replica),
+        None,
+        |_| WORK,
+    )
+}
+
+/// A server whose only user is the service, granted `permissions`; the old version's group
+/// `billing` of 4 partitions on `GRANTED`, provisioned by an admin (its own runtime, drained),
+/// with rounds `1..=before` published; two replicas of the new version started on it.
+async fn recount_under(
+    permissions: &nats_topology::export::Permissions,
+    role: &nats_topology::export::Role,
+    journal: &Journal,
+    before: u64,
+) -> (
+    nats_topology_testkit::NatsServer,
+    async_nats::jetstream::Context,
+    Vec<Running>,
+) {
+    let server = nats_topology_testkit::NatsServer::builder()
+        .config(fixture::users_config(&[("billing", "pw", permissions)]))
+        .probe_user("admin", "admin")
+        .start()
+        .await
+        .expect("nats-server starts");
+    let url = server.url();
+    let admin_client = fixture::admin_of(&url).await;
+    let old = fixture::fast(Runtime::builder(admin_client.clone())).topology(
+        replica_topology_with(("GRANTED", 1, 4), Journal::default(), 9, None, |_| WORK),
+    );
+    Running::start(old)
+        .await
+        .stop()
+        .await
+        .expect("the old version drains");
+    let admin = async_nats::jetstream::new(admin_client);
+    publish(&admin, 1..before + 1, Duration::ZERO).await;
+    let mut replicas = Vec::new();
+    for replica in 0..2 {
+        let client = fixture::client_of(&url, "billing", "pw", role.inbox_prefix()).await;
+        let builder = fixture::fast(Runtime::builder(client))
+            .topology(recount_under_topology(journal, replica));
+        replicas.push(Running::start(builder).await);
+    }
+    (server, admin, replicas)
+}
+
 /// [`migrating_topology`] on the single-replica stream `GRANTED`, from `billing-old`.
 fn migration_under_topology(journal: &Journal, replica: usize) -> Topology {
     migrating_topology(("GRANTED", 1), "billing-old", (journal, replica), |_| WORK)

@@ -176,6 +176,12 @@ pub fn permissions(topology: &Topology, role: &Role) -> Permissions {
         }
         let superseded = consumer.superseded_by.is_some();
         walk.consumer(decl, retention(topology, decl.stream), superseded);
+        // The last partition of a group migrated from: the checks on the old group as a whole.
+        if let (true, Some(p)) = (superseded, consumer.partition)
+            && p.index + 1 == p.of
+        {
+            walk.old_partitions(decl, (p.group, p.of));
+        }
         if consumer.partition.is_some_and(|p| p.index == 0) && walk.consumes() {
             let subject = format!("{}.STREAM.PURGE.KV_{MEMBERS_BUCKET}", walk.api);
             let declaration = Declaration::Consumer {

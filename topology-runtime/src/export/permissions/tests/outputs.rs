@@ -178,6 +178,12 @@ fn a_new_partition_count_reads_the_old_partitions_and_deletes_those_it_names() {
         let subject = api(&format!("CONSUMER.DELETE.ROUTED.{old}"));
         assert_eq!(owner.allows(Verb::Publish, &subject), deleted, "{subject}");
     }
-    // The plain consumer of that name is no part of it.
-    assert!(!owner.allows(Verb::Publish, &api("CONSUMER.MSG.NEXT.ROUTED.billing")));
+    // Start-up reads that the old group has no fourth partition, and is not a plain consumer;
+    // nothing else of either name.
+    for name in ["billing-p3", "billing"] {
+        let info = api(&format!("CONSUMER.INFO.ROUTED.{name}"));
+        assert!(owner.allows(Verb::Publish, &info), "{info}");
+        let next = api(&format!("CONSUMER.MSG.NEXT.ROUTED.{name}"));
+        assert!(!owner.allows(Verb::Publish, &next), "{next}");
+    }
 }

@@ -1,7 +1,7 @@
 //! The grants of `migrate_from`: the old consumer read, paused and deleted (a plain
 //! migration), or read to its end as a consumer of its own and deleted (onto partitions).
 
-use topology_core::model::{QueueDecl, Retention};
+use topology_core::model::{ConsumerDecl, QueueDecl, Retention};
 
 use super::super::{Access, Declaration};
 use super::Walk;
@@ -47,6 +47,43 @@ impl Walk<'_> {
                     why,
                 );
             }
+        }
+    }
+}
+
+impl Walk<'_> {
+    /// What start-up reads of a partitioned `group` of `of` partitions that a new count
+    /// migrates from (`decl` is its last partition's), before the stream routes into the new
+    /// count: that it has no partition beyond `of`, and, once its partitions are deleted, that
+    /// no plain consumer has its name.
+    pub(in crate::export::permissions) fn old_partitions(
+        &mut self,
+        decl: &ConsumerDecl,
+        (group, of): (&str, u16),
+    ) {
+        let stream = decl.stream.name();
+        let declaration = Declaration::Consumer {
+            stream: stream.to_owned(),
+            handler: decl.handler.to_owned(),
+        };
+        for (name, why) in [
+            (
+                format!("{group}-p{of}"),
+                "`migrate_from_partitions`: start-up checks that the old group has no more \
+                 partitions than declared",
+            ),
+            (
+                group.to_owned(),
+                "`migrate_from_partitions`: start-up checks that the old group is not a plain \
+                 queue consumer",
+            ),
+        ] {
+            self.api(
+                format!("CONSUMER.INFO.{stream}.{name}"),
+                declaration.clone(),
+                why,
+            );
+            self.leader_watch(stream, Some(&name), declaration.clone());
         }
     }
 }
