@@ -1618,51 +1618,15 @@ async fn a_migration_onto_partitions_runs_under_exactly_its_generated_permission
 
     // The other way: without the grant to delete the old consumer.
     let delete = "$JS.API.CONSUMER.DELETE.GRANTED.billing-old";
-    let entry = permissions
-        .entries
-        .iter()
-        .position(|e| e.subject == delete)
-        .unwrap_or_else(|| panic!("{delete} is granted: {}", permissions.permissions_map()));
-    let without = permissions.without(entry);
     let journal = Journal::default();
+    let without = without_grant(&permissions, delete);
     let (_server, admin, replicas) = migration_under(&without, &role, &journal, BEFORE).await;
-    journal
-        .wait_distinct(
-            KEYS as usize * BEFORE as usize,
-            Duration::from_secs(30),
-            "the old consumer read to its end",
-        )
-        .await;
-    for running in &replicas {
-        nats_topology_testkit::eventually(
-            Duration::from_secs(15),
-            "health names the denied deletion",
-            || {
-                let named = running
-                    .health
-                    .denials()
-                    .iter()
-                    .any(|d| d.subject == delete && d.to_string().contains("tests::billing"));
-                async move { named.then_some(()) }
-            },
-        )
-        .await;
-    }
-    let stream = admin.get_stream("GRANTED").await.unwrap();
-    assert!(
-        stream.consumer_info("billing-old").await.is_ok(),
-        "the old consumer stays"
-    );
-    let standing_by = replicas[0]
-        .health
-        .consumers()
-        .iter()
-        .filter(|c| c.consumer.starts_with("billing-v2-p"))
-        .all(|c| c.state.to_string() == "standby");
-    assert!(standing_by, "the partitions stand by until it is gone");
-    for result in Running::stop_all(replicas).await {
-        result.expect("a clean drain");
-    }
+    deletion_denied(
+        (&journal, BEFORE),
+        (&admin, replicas),
+        (delete, "billing-old"),
+    )
+    .await;
 }
 
 /// A partition count change (4 partitions to 8) under the permissions generated for it, and no
@@ -1706,19 +1670,43 @@ async fn a_count_change_runs_under_exactly_its_generated_permissions() {
 
     // The other way: without the grant to delete the old partition 0.
     let delete = "$JS.API.CONSUMER.DELETE.GRANTED.billing-p0";
+    let journal = Journal::default();
+    let without = without_grant(&permissions, delete);
+    let (_server, admin, replicas) = recount_under(&without, &role, &journal, BEFORE).await;
+    deletion_denied(
+        (&journal, BEFORE),
+        (&admin, replicas),
+        (delete, "billing-p0"),
+    )
+    .await;
+}
+
+/// `permissions` without the grant of `subject`.
+fn without_grant(
+    permissions: &nats_topology::export::Permissions,
+    subject: &str,
+) -> nats_topology::export::Permissions {
     let entry = permissions
         .entries
         .iter()
-        .position(|e| e.subject == delete)
-        .unwrap_or_else(|| panic!("{delete} is granted: {}", permissions.permissions_map()));
-    let without = permissions.without(entry);
-    let journal = Journal::default();
-    let (_server, admin, replicas) = recount_under(&without, &role, &journal, BEFORE).await;
+        .position(|e| e.subject == subject)
+        .unwrap_or_else(|| panic!("{subject} is granted: {}", permissions.permissions_map()));
+    permissions.without(entry)
+}
+
+/// A migration on `GRANTED` without the grant to `delete` the consumer `old`: once what was
+/// stored before the routing (rounds `1..=before`) is read, every replica's health names the
+/// denied deletion, `old` stays, and the new partitions stand by.
+async fn deletion_denied(
+    (journal, before): (&Journal, u64),
+    (admin, replicas): (&async_nats::jetstream::Context, Vec<Running>),
+    (delete, old): (&str, &str),
+) {
     journal
         .wait_distinct(
-            KEYS as usize * BEFORE as usize,
+            KEYS as usize * before as usize,
             Duration::from_secs(30),
-            "the old partitions read to their end",
+            "what was stored before the routing read to its end",
         )
         .await;
     for running in &replicas {
@@ -1737,17 +1725,14 @@ async fn a_count_change_runs_under_exactly_its_generated_permissions() {
         .await;
     }
     let stream = admin.get_stream("GRANTED").await.unwrap();
-    assert!(
-        stream.consumer_info("billing-p0").await.is_ok(),
-        "the old partition stays"
-    );
+    assert!(stream.consumer_info(old).await.is_ok(), "{old} stays");
     let standing_by = replicas[0]
         .health
         .consumers()
         .iter()
         .filter(|c| c.consumer.starts_with("billing-v2-p"))
         .all(|c| c.state.to_string() == "standby");
-    assert!(standing_by, "the new partitions stand by until it is gone");
+    assert!(standing_by, "the partitions stand by until it is gone");
     for result in Running::stop_all(replicas).await {
         result.expect("a clean drain");
     }
