@@ -1601,7 +1601,8 @@ async fn a_migration_onto_partitions_runs_under_exactly_its_generated_permission
     let journal = Journal::default();
     let role = Role::owner("billing");
     let permissions = export::permissions(&migration_under_topology(&journal, 0), &role);
-    let (_server, admin, replicas) = migration_under(&permissions, &role, &journal, BEFORE).await;
+    let (_server, admin, replicas) =
+        migration_under(&permissions, &role, (&journal, BEFORE), Old::Plain).await;
     publish(&admin, BEFORE + 1..ROUNDS + 1, Duration::ZERO).await;
     journal.wait_rounds(ROUNDS).await;
     assert_later_follow_earlier(&journal.all(), BEFORE, ROUNDS);
@@ -1620,7 +1621,8 @@ async fn a_migration_onto_partitions_runs_under_exactly_its_generated_permission
     let delete = "$JS.API.CONSUMER.DELETE.GRANTED.billing-old";
     let journal = Journal::default();
     let without = without_grant(&permissions, delete);
-    let (_server, admin, replicas) = migration_under(&without, &role, &journal, BEFORE).await;
+    let (_server, admin, replicas) =
+        migration_under(&without, &role, (&journal, BEFORE), Old::Plain).await;
     deletion_denied(
         (&journal, BEFORE),
         (&admin, replicas),
@@ -1642,7 +1644,8 @@ async fn a_count_change_runs_under_exactly_its_generated_permissions() {
     let journal = Journal::default();
     let role = Role::owner("billing");
     let permissions = export::permissions(&recount_under_topology(&journal, 0), &role);
-    let (_server, admin, replicas) = recount_under(&permissions, &role, &journal, BEFORE).await;
+    let (_server, admin, replicas) =
+        migration_under(&permissions, &role, (&journal, BEFORE), Old::Partitions).await;
     publish(&admin, BEFORE + 1..ROUNDS + 1, Duration::ZERO).await;
     journal.wait_rounds(ROUNDS).await;
     assert_in_order(&journal.all(), ROUNDS, false);
@@ -1672,7 +1675,8 @@ async fn a_count_change_runs_under_exactly_its_generated_permissions() {
     let delete = "$JS.API.CONSUMER.DELETE.GRANTED.billing-p0";
     let journal = Journal::default();
     let without = without_grant(&permissions, delete);
-    let (_server, admin, replicas) = recount_under(&without, &role, &journal, BEFORE).await;
+    let (_server, admin, replicas) =
+        migration_under(&without, &role, (&journal, BEFORE), Old::Partitions).await;
     deletion_denied(
         (&journal, BEFORE),
         (&admin, replicas),
@@ -1760,14 +1764,30 @@ fn recount_under_topology(journal: &Journal, replica: usize) -> Topology {
     )
 }
 
-/// A server whose only user is the service, granted `permissions`; the old version's group
-/// `billing` of 4 partitions on `GRANTED`, provisioned by an admin (its own runtime, drained),
+/// [`migrating_topology`] on the single-replica stream `GRANTED`, from `billing-old`.
+fn migration_under_topology(journal: &Journal, replica: usize) -> Topology {
+    migrating_topology(("GRANTED", 1), "billing-old", (journal, replica), |_| WORK)
+}
+
+/// What the new version migrates from in [`migration_under`], on the single-replica stream
+/// `GRANTED`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Old {
+    /// The stream stored as published and the plain queue consumer `billing-old`, created by
+    /// an admin ([`migration_under_topology`] migrates from it).
+    Plain,
+    /// The group `billing` of 4 partitions, provisioned by an admin's runtime of the old
+    /// version, drained ([`recount_under_topology`] migrates from it).
+    Partitions,
+}
+
+/// A server whose only user is the service, granted `permissions`; the old version (`old`),
 /// with rounds `1..=before` published; two replicas of the new version started on it.
-async fn recount_under(
+async fn migration_under(
     permissions: &nats_topology::export::Permissions,
     role: &nats_topology::export::Role,
-    journal: &Journal,
-    before: u64,
+    (journal, before): (&Journal, u64),
+    old: Old,
 ) -> (
     nats_topology_testkit::NatsServer,
     async_nats::jetstream::Context,
@@ -1781,59 +1801,26 @@ async fn recount_under(
         .expect("nats-server starts");
     let url = server.url();
     let admin_client = fixture::admin_of(&url).await;
-    let old = fixture::fast(Runtime::builder(admin_client.clone())).topology(
-        replica_topology_with(("GRANTED", 1, 4), Journal::default(), 9, None, |_| WORK),
-    );
-    Running::start(old)
-        .await
-        .stop()
-        .await
-        .expect("the old version drains");
-    let admin = async_nats::jetstream::new(admin_client);
-    publish(&admin, 1..before + 1, Duration::ZERO).await;
-    let mut replicas = Vec::new();
-    for replica in 0..2 {
-        let client = fixture::client_of(&url, "billing", "pw", role.inbox_prefix()).await;
-        let builder = fixture::fast(Runtime::builder(client))
-            .topology(recount_under_topology(journal, replica));
-        replicas.push(Running::start(builder).await);
+    let admin = async_nats::jetstream::new(admin_client.clone());
+    match old {
+        Old::Plain => old_version(&admin, ("GRANTED", 1), "billing-old").await,
+        Old::Partitions => {
+            let topology =
+                replica_topology_with(("GRANTED", 1, 4), Journal::default(), 9, None, |_| WORK);
+            let builder = fixture::fast(Runtime::builder(admin_client)).topology(topology);
+            let running = Running::start(builder).await;
+            running.stop().await.expect("the old version drains");
+        }
     }
-    (server, admin, replicas)
-}
-
-/// [`migrating_topology`] on the single-replica stream `GRANTED`, from `billing-old`.
-fn migration_under_topology(journal: &Journal, replica: usize) -> Topology {
-    migrating_topology(("GRANTED", 1), "billing-old", (journal, replica), |_| WORK)
-}
-
-/// A server whose only user is the service, granted `permissions`; the old version's stream
-/// (stored as published) and plain queue consumer `billing-old`, created by an admin, with
-/// rounds `1..=before` published; two replicas of the new version started on it.
-async fn migration_under(
-    permissions: &nats_topology::export::Permissions,
-    role: &nats_topology::export::Role,
-    journal: &Journal,
-    before: u64,
-) -> (
-    nats_topology_testkit::NatsServer,
-    async_nats::jetstream::Context,
-    Vec<Running>,
-) {
-    let server = nats_topology_testkit::NatsServer::builder()
-        .config(fixture::users_config(&[("billing", "pw", permissions)]))
-        .probe_user("admin", "admin")
-        .start()
-        .await
-        .expect("nats-server starts");
-    let url = server.url();
-    let admin = async_nats::jetstream::new(fixture::admin_of(&url).await);
-    old_version(&admin, ("GRANTED", 1), "billing-old").await;
     publish(&admin, 1..before + 1, Duration::ZERO).await;
     let mut replicas = Vec::new();
     for replica in 0..2 {
         let client = fixture::client_of(&url, "billing", "pw", role.inbox_prefix()).await;
-        let builder = fixture::fast(Runtime::builder(client))
-            .topology(migration_under_topology(journal, replica));
+        let topology = match old {
+            Old::Plain => migration_under_topology(journal, replica),
+            Old::Partitions => recount_under_topology(journal, replica),
+        };
+        let builder = fixture::fast(Runtime::builder(client)).topology(topology);
         replicas.push(Running::start(builder).await);
     }
     (server, admin, replicas)
