@@ -799,6 +799,27 @@ fn assert_later_follow_earlier(journal: &[Handling], before: u64, rounds: u64) {
     }
 }
 
+/// With the new version's replicas started (the stream routed into the new partitions): rounds
+/// `before + 1..=rounds` published while the `old` replica drains away; every handling once all
+/// rounds are handled.
+async fn take_over(
+    js: &async_nats::jetstream::Context,
+    old: Running,
+    journal: &Journal,
+    (before, rounds): (u64, u64),
+) -> Vec<Handling> {
+    let publisher = {
+        let js = js.clone();
+        tokio::spawn(async move {
+            publish(&js, before + 1..rounds + 1, Duration::from_millis(50)).await
+        })
+    };
+    old.stop().await.expect("the old replica drains");
+    publisher.await.expect("the publisher ends");
+    journal.wait_rounds(rounds).await;
+    journal.all()
+}
+
 /// The old fleet's work per message in [`a_plain_queue_consumer_becomes_partitioned_beside_its_old_fleet`]:
 /// slow, so that the new fleet finds a backlog to read through the old consumer.
 fn slow(_key: u32) -> Duration {
@@ -862,19 +883,8 @@ async fn a_plain_queue_consumer_becomes_partitioned_beside_its_old_fleet() {
             if into == "billing-v2" && *pending > 0),
         "{planned}"
     );
-    let first = fx.run(new(1)).await;
-    let second = fx.run(new(2)).await;
-    // The stream routes by partition now: what follows reaches the partitions only.
-    let publisher = {
-        let js = js.clone();
-        tokio::spawn(async move {
-            publish(&js, BEFORE + 1..ROUNDS + 1, Duration::from_millis(50)).await
-        })
-    };
-    old.stop().await.expect("the old replica drains");
-    publisher.await.expect("the publisher ends");
-    journal.wait_rounds(ROUNDS).await;
-    let all = journal.all();
+    let [first, second] = [fx.run(new(1)).await, fx.run(new(2)).await];
+    let all = take_over(&js, old, &journal, (BEFORE, ROUNDS)).await;
     let before = |h: &&Handling| h.seq <= BEFORE;
     assert!(
         all.iter().filter(before).any(|h| h.replica != 0),
@@ -1041,19 +1051,8 @@ async fn a_partitioned_group_changes_its_count_beside_its_old_fleet() {
             "{planned}"
         );
     }
-    let first = fx.run(new(1)).await;
-    let second = fx.run(new(2)).await;
-    // The stream routes into the new count now: what follows reaches the new partitions only.
-    let publisher = {
-        let js = js.clone();
-        tokio::spawn(async move {
-            publish(&js, BEFORE + 1..ROUNDS + 1, Duration::from_millis(50)).await
-        })
-    };
-    old.stop().await.expect("the old replica drains");
-    publisher.await.expect("the publisher ends");
-    journal.wait_rounds(ROUNDS).await;
-    let all = journal.all();
+    let [first, second] = [fx.run(new(1)).await, fx.run(new(2)).await];
+    let all = take_over(&js, old, &journal, (BEFORE, ROUNDS)).await;
     assert!(
         all.iter().any(|h| h.seq <= BEFORE && h.replica != 0),
         "the new fleet read what the old partitions still held"
