@@ -1447,41 +1447,61 @@ async fn a_migration_onto_partitions_holds_through_a_new_replica_killed_mid_way(
     // The old version's stream (stored as published) and consumer, its fleet gone.
     old_version(&js, ("ORDERS", 3), "billing").await;
     publish(&js, 1..BEFORE + 1, Duration::ZERO).await;
+    let all = killed_while_reading(&urls, &js, "billing", (BEFORE, ROUNDS)).await;
+    assert_later_follow_earlier(&all, BEFORE, ROUNDS);
+    let stream = js.get_stream("ORDERS").await.expect("the stream");
+    assert!(
+        stream.consumer_info("billing").await.is_err(),
+        "the old consumer is deleted"
+    );
+}
+
+/// Beside a migration from `from` (see [`REPLICA_MIGRATES_FROM`]), with rounds `1..=before`
+/// stored before it: two replica processes of the new version start, the first to handle a
+/// message is SIGKILLed before what was stored before the routing is read, and rounds up to
+/// `rounds` are published. Every handling once all are handled, the survivor drained.
+async fn killed_while_reading(
+    urls: &[String],
+    js: &async_nats::jetstream::Context,
+    from: &str,
+    (before, rounds): (u64, u64),
+) -> Vec<Handling> {
     let (tx, mut lines) = mpsc::unbounded_channel();
     let mut replicas: Vec<Replica> = (0..2)
-        .map(|r| spawn_replica_with(r, &urls_from(&urls, r), tx.clone(), Some("billing")))
+        .map(|r| spawn_replica_with(r, &urls_from(urls, r), tx.clone(), Some(from)))
         .collect();
     let mut reports = Reports::default();
     reports
         .until(
             &mut lines,
             Duration::from_secs(60),
-            "replica 0 reading the old consumer",
-            |r| r.journal.all().iter().any(|h| h.replica == 0),
+            "a new replica reading what the stream stored before the routing",
+            |r| !r.journal.all().is_empty(),
         )
         .await;
-    reports.kill(&mut lines, &mut replicas[0], 0).await;
+    let killed = reports.journal.all()[0].replica;
+    reports
+        .kill(&mut lines, &mut replicas[killed], killed)
+        .await;
     assert!(
-        reports.journal.distinct() < (KEYS as u64 * BEFORE) as usize,
-        "killed before the old consumer was read to its end"
+        reports.journal.distinct() < (KEYS as u64 * before) as usize,
+        "killed before what was stored before the routing was read"
     );
     // The stream routes by partition since the new version started: these reach the partitions.
-    publish(&js, BEFORE + 1..ROUNDS + 1, Duration::from_millis(20)).await;
+    publish(js, before + 1..rounds + 1, Duration::from_millis(20)).await;
     reports
         .until(
             &mut lines,
             Duration::from_secs(90),
             "every message handled",
-            |r| r.journal.distinct() >= KEYS as usize * ROUNDS as usize,
+            |r| r.journal.distinct() >= KEYS as usize * rounds as usize,
         )
         .await;
-    assert_later_follow_earlier(&reports.journal.all(), BEFORE, ROUNDS);
-    let stream = js.get_stream("ORDERS").await.expect("the stream");
-    assert!(
-        stream.consumer_info("billing").await.is_err(),
-        "the old consumer is deleted"
-    );
-    reports.drain(&mut lines, &replicas[1], 1).await;
+    let survivor = 1 - killed;
+    reports
+        .drain(&mut lines, &replicas[survivor], survivor)
+        .await;
+    reports.journal.all()
 }
 
 /// Beside a partition count change: the old fleet (4 partitions) leaves a backlog and is gone,
@@ -1509,39 +1529,8 @@ async fn a_count_change_holds_through_a_new_replica_killed_mid_way() {
         .await;
     old.stop().await.expect("the old fleet drains");
     publish(&js, 1..BEFORE + 1, Duration::ZERO).await;
-    let (tx, mut lines) = mpsc::unbounded_channel();
     let from = format!("billing:{OLD}");
-    let mut replicas: Vec<Replica> = (0..2)
-        .map(|r| spawn_replica_with(r, &urls_from(&urls, r), tx.clone(), Some(&from)))
-        .collect();
-    let mut reports = Reports::default();
-    // The server pins each old partition to one of them: the one that reads first is killed.
-    reports
-        .until(
-            &mut lines,
-            Duration::from_secs(60),
-            "a new replica reading the old partitions",
-            |r| !r.journal.all().is_empty(),
-        )
-        .await;
-    let killed = reports.journal.all()[0].replica;
-    reports
-        .kill(&mut lines, &mut replicas[killed], killed)
-        .await;
-    assert!(
-        reports.journal.distinct() < (KEYS as u64 * BEFORE) as usize,
-        "killed before the old partitions were read to their end"
-    );
-    publish(&js, BEFORE + 1..ROUNDS + 1, Duration::from_millis(20)).await;
-    reports
-        .until(
-            &mut lines,
-            Duration::from_secs(90),
-            "every message handled",
-            |r| r.journal.distinct() >= KEYS as usize * ROUNDS as usize,
-        )
-        .await;
-    let all = reports.journal.all();
+    let all = killed_while_reading(&urls, &js, &from, (BEFORE, ROUNDS)).await;
     assert_in_order(&all, ROUNDS, true);
     assert_later_follow_earlier(&all, BEFORE, ROUNDS);
     let stream = js.get_stream("ORDERS").await.expect("the stream");
@@ -1554,10 +1543,6 @@ async fn a_count_change_holds_through_a_new_replica_killed_mid_way() {
             "the old partition {index} is deleted"
         );
     }
-    let survivor = 1 - killed;
-    reports
-        .drain(&mut lines, &replicas[survivor], survivor)
-        .await;
 }
 
 /// What an old version left, as someone else's: the stream `name` of `orders.*.paid`, stored
