@@ -1585,7 +1585,7 @@ async fn a_migration_onto_partitions_runs_under_exactly_its_generated_permission
     let journal = Journal::default();
     let role = Role::owner("billing");
     let permissions = export::permissions(&migration_under_topology(&journal, 0), &role);
-    let (_server, admin, replicas) =
+    let (server, admin, replicas) =
         migration_under(&permissions, &role, (&journal, BEFORE), Old::Plain).await;
     publish(&admin, BEFORE + 1..ROUNDS + 1, Duration::ZERO).await;
     journal.wait_rounds(ROUNDS).await;
@@ -1597,6 +1597,7 @@ async fn a_migration_onto_partitions_runs_under_exactly_its_generated_permission
     );
     let denials: Vec<_> = replicas.iter().flat_map(|r| r.health.denials()).collect();
     assert!(denials.is_empty(), "no permission denied: {denials:?}");
+    restarted_after(&server, &role, migration_under_topology(&journal, 3)).await;
     for result in Running::stop_all(replicas).await {
         result.expect("a clean drain");
     }
@@ -1628,7 +1629,7 @@ async fn a_count_change_runs_under_exactly_its_generated_permissions() {
     let journal = Journal::default();
     let role = Role::owner("billing");
     let permissions = export::permissions(&recount_under_topology(&journal, 0), &role);
-    let (_server, admin, replicas) =
+    let (server, admin, replicas) =
         migration_under(&permissions, &role, (&journal, BEFORE), Old::Partitions).await;
     publish(&admin, BEFORE + 1..ROUNDS + 1, Duration::ZERO).await;
     journal.wait_rounds(ROUNDS).await;
@@ -1651,6 +1652,7 @@ async fn a_count_change_runs_under_exactly_its_generated_permissions() {
     }
     let denials: Vec<_> = replicas.iter().flat_map(|r| r.health.denials()).collect();
     assert!(denials.is_empty(), "no permission denied: {denials:?}");
+    restarted_after(&server, &role, recount_under_topology(&journal, 3)).await;
     for result in Running::stop_all(replicas).await {
         result.expect("a clean drain");
     }
@@ -1667,6 +1669,24 @@ async fn a_count_change_runs_under_exactly_its_generated_permissions() {
         (delete, "billing-p0"),
     )
     .await;
+}
+
+/// A replica of the new version started on `server` as the service once the migration is
+/// done (what it migrated from deleted): it starts under the same grants, ready, nothing
+/// denied.
+async fn restarted_after(
+    server: &nats_topology_testkit::NatsServer,
+    role: &nats_topology::export::Role,
+    topology: Topology,
+) {
+    let client = fixture::client_of(&server.url(), "billing", "pw", role.inbox_prefix()).await;
+    let running = Running::start(fixture::fast(Runtime::builder(client)).topology(topology)).await;
+    let denials = running.health.denials();
+    assert!(
+        denials.is_empty(),
+        "no permission denied on a restart: {denials:?}"
+    );
+    running.stop().await.expect("a clean drain");
 }
 
 /// `permissions` without the grant of `subject`.

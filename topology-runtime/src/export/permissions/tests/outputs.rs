@@ -118,6 +118,8 @@ fn a_partitioned_group_migrating_reads_the_old_consumer_and_deletes_it_without_c
         "CONSUMER.INFO.ROUTED.billing",
         "CONSUMER.DELETE.ROUTED.billing",
         "CONSUMER.MSG.NEXT.ROUTED.billing-v2-p1",
+        // Once it is gone, start-up checks that it was no partitioned group.
+        "CONSUMER.INFO.ROUTED.billing-p0",
     ] {
         assert!(owner.allows(Verb::Publish, &api(subject)), "{subject}");
     }

@@ -27,6 +27,19 @@ impl Walk<'_> {
                      once it is read to its end",
                 );
             }
+            if queue.migrate_from_partitions.is_none() {
+                // Once the old consumer is gone, start-up checks that it was no partitioned
+                // group (whose count would need declaring).
+                let name = format!("{old}-p0");
+                let why = "`migrate_from` onto partitions: start-up checks that the old consumer \
+                           is no partitioned group";
+                self.api(
+                    format!("CONSUMER.INFO.{stream}.{name}"),
+                    declaration.clone(),
+                    why,
+                );
+                self.leader_watch(stream, Some(&name), declaration.clone());
+            }
         } else if self.owns() {
             self.api(
                 format!("CONSUMER.INFO.{stream}.{old}"),
