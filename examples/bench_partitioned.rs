@@ -25,7 +25,8 @@
 //! replica's start (a process of its own, beside one replica under load) until it handles its
 //! first message; **takeover** from that process's SIGKILL (no drain: its key lapses, its pins
 //! and its in-flight messages time out) until the survivor has handled a message of every
-//! partition it held. The last line is one JSON object.
+//! partition it held. **Pause** is the longest one partition went between two of its messages
+//! (the replicas' start moves partitions between them). The last line is one JSON object.
 
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -273,11 +274,14 @@ async fn wait_for(tally: &Tally, n: u64, timeout: Duration, what: &str) {
 
 /// What one variant measured: messages per second from the first handled to the last; for
 /// the partitioned one, also while every partition still had messages waiting (until the first
-/// partition ran dry), and the busiest partition's messages over the mean (key skew).
+/// partition ran dry), the busiest partition's messages over the mean (key skew), and the
+/// longest any partition went without handling a message while it had some left (the moves of
+/// the replicas' start, in seconds).
 struct Measured {
     rate: f64,
     saturated: Option<f64>,
     skew: Option<f64>,
+    pause: Option<f64>,
 }
 
 /// What `variant` at `replicas` replicas measures over `messages` of the stream.
@@ -311,7 +315,7 @@ async fn throughput(
     let began = *tally.first.get().expect("a message was handled");
     let rate = (messages - 1) as f64 / began.elapsed().as_secs_f64();
     stop_all(running).await;
-    let (mut saturated, mut skew) = (None, None);
+    let (mut saturated, mut skew, mut pause) = (None, None, None);
     if variant == Variant::Partitioned {
         let handled = tally.partitions.lock().unwrap().clone();
         let mut last = vec![began; usize::from(partitions)];
@@ -326,12 +330,34 @@ async fn throughput(
         saturated = Some(before as f64 / (dry - began).as_secs_f64().max(1e-3));
         let mean = messages as f64 / f64::from(partitions);
         skew = count.iter().max().map(|max| *max as f64 / mean);
+        pause = Some(longest_pause(&handled, partitions));
     }
     Measured {
         rate,
         saturated,
         skew,
+        pause,
     }
+}
+
+/// The longest time, in seconds, between two messages of one partition handled one after the
+/// other (by any replica).
+fn longest_pause(handled: &[(usize, u16, Instant)], partitions: u16) -> f64 {
+    let mut by_partition: Vec<Vec<Instant>> = vec![Vec::new(); usize::from(partitions)];
+    for (_, p, at) in handled {
+        if let Some(times) = by_partition.get_mut(usize::from(*p)) {
+            times.push(*at);
+        }
+    }
+    let gaps = by_partition.iter_mut().flat_map(|times| {
+        times.sort_unstable();
+        let gaps: Vec<f64> = times
+            .windows(2)
+            .map(|w| (w[1] - w[0]).as_secs_f64())
+            .collect();
+        gaps
+    });
+    gaps.fold(0.0, f64::max)
 }
 
 fn median(mut values: Vec<f64>) -> f64 {
@@ -353,6 +379,7 @@ async fn main() {
     // The partitioned variant's rate while every partition was busy, and the key skew.
     let mut saturated: Vec<Vec<f64>> = vec![Vec::new(); args.replicas.len()];
     let mut skews = Vec::new();
+    let mut pauses: Vec<Vec<f64>> = vec![Vec::new(); args.replicas.len()];
     for round in 0..args.reps {
         let stream = stream(round, args.partitions);
         create(&js, &stream).await;
@@ -377,6 +404,7 @@ async fn main() {
                 rates[r][v].push(rate);
                 saturated[r].extend(measured.saturated);
                 skews.extend(measured.skew);
+                pauses[r].extend(measured.pause);
                 // The next variant at this count reads the stream afresh: its own durable.
                 let name = match variant {
                     Variant::Partitioned => None,
@@ -444,6 +472,17 @@ async fn main() {
         args.keys, args.partitions
     );
     json.insert("partition_skew".into(), round3(skew).into());
+    let pauses: Vec<String> = (args.replicas.iter().zip(&pauses))
+        .map(|(replicas, p)| {
+            let pause = median(p.clone());
+            json.insert(format!("pause_max_s_r{replicas}"), round3(pause).into());
+            format!("{pause:.2} s at {replicas}")
+        })
+        .collect();
+    println!(
+        "longest pause of one partition while it had messages (median over rounds): {}",
+        pauses.join(", ")
+    );
     println!(
         "\njoin (a second replica's first message): {:.2} s; takeover (a dead replica's partitions all handled again): {:.2} s",
         join.as_secs_f64(),

@@ -29,6 +29,11 @@ impl Feed {
         matches!(self, Feed::Pull(_))
     }
 
+    /// Whether it feeds a partition's session (see `pull`).
+    pub(in crate::run) fn is_partition(&self) -> bool {
+        matches!(self, Feed::Pull(puller) if puller.is_partition())
+    }
+
     /// The next message, or why the consumer is lost. `held`: how many messages this instance
     /// is running or holding; a pull feed asks the server for what `flow` wants on top of
     /// them. Cancel-safe.

@@ -71,14 +71,15 @@ enum Step {
     Lost(Loss),
 }
 
-/// Reads messages and dispatches them as `flow` allows, until shutdown or loss. Handlers
-/// still running when the session ends go into `in_flight`, which outlives it (the grace
-/// period is applied to them by [`finish_in_flight`]).
+/// Reads messages and dispatches them as `flow` allows, until shutdown (`cancel`) or loss.
+/// Handlers still running when the session ends go into `in_flight`, which outlives it (the
+/// grace period is applied to them by [`finish_in_flight`]); a partition's settle first,
+/// within `grace`.
 pub(in crate::run) async fn pump(
     mut feed: Feed,
     session: Arc<Session>,
     mut flow: Flow,
-    cancel: &CancellationToken,
+    (cancel, grace): (&CancellationToken, Duration),
     in_flight: &mut JoinSet<()>,
 ) -> Exit {
     // Received and not started yet: what `flow` holds ahead.
@@ -196,6 +197,13 @@ pub(in crate::run) async fn pump(
             Step::Lost(loss) => break Exit::Lost(loss),
         }
     };
+    // A partition drained settles its handlers before its feed closes, within the grace
+    // period: the ack of the one running brings the partition's next message to this
+    // session's request, which the feed then takes and hands back (see `pull`).
+    if matches!(exit, Exit::Drained) && feed.is_partition() {
+        let settled = async { while running.next().await.is_some() {} };
+        let _ = tokio::time::timeout(grace, settled).await;
+    }
     // Handlers still running go on as tasks: a lost consumer is ensured again while they
     // finish, and a drain waits for them within its grace period.
     for handler in running {

@@ -142,7 +142,8 @@ pub(in crate::run) async fn supervise(
                             // feed's first request reached the consumer, a push feed's
                             // subscription is in place.
                             slot.up();
-                            pump(feed, session, flow, &cancel, &mut in_flight).await
+                            let grace = inner.settings.grace_period;
+                            pump(feed, session, flow, (&cancel, grace), &mut in_flight).await
                         }
                         Err(exit) => exit,
                     }

@@ -10,8 +10,6 @@
 //! says it is the latest one (its delivery sequence is the consumer's last); one the server
 //! has moved past is dropped unsettled. One request per such event, none per message.
 
-use std::future::Future;
-use std::pin::Pin;
 use std::time::Duration;
 
 use super::super::ack::Fetched;
@@ -41,37 +39,32 @@ impl Fence {
         self.suspect
     }
 
-    /// `fetched` if the consumer's latest delivery is this one (the fence is lifted); `None`
-    /// if the server moved past it, or did not say within `timeout` (it is delivered again
-    /// after its `ack_wait` if it was current, and checked again then).
-    pub(super) async fn admit(
+    /// Whether the consumer's latest delivery is `delivery` (the fence is lifted): false if
+    /// the server moved past it, or did not say within `timeout` (it is delivered again after
+    /// its `ack_wait` if it was current, and checked again then). `stream_sequence` is said
+    /// in the log.
+    async fn admit(
         &mut self,
         client: &async_nats::Client,
-        fetched: Fetched,
+        (delivery, stream_sequence): (u64, Option<u64>),
         timeout: Duration,
-    ) -> Option<Fetched> {
-        let delivery = fetched.meta.consumer_sequence;
-        let latest = tokio::time::timeout(timeout, client.request(self.info.clone(), "".into()))
-            .await
-            .ok()
-            .and_then(Result::ok)
-            .and_then(|answer| latest_delivery(&answer.payload));
-        match latest {
+    ) -> bool {
+        match self.latest(client, timeout).await {
             Some(latest) if latest == delivery => {
                 self.suspect = false;
-                Some(fetched)
+                true
             }
             Some(latest) => {
                 tracing::warn!(
                     consumer = %self.info,
                     delivery,
                     latest,
-                    stream_sequence = fetched.meta.stream_sequence,
+                    stream_sequence,
                     "a delivery arrived after the partition's consumer moved past it (held in a \
                      stalled link or a partitioned route): not handled, so that its key's order \
                      holds"
                 );
-                None
+                false
             }
             None => {
                 tracing::debug!(
@@ -80,13 +73,27 @@ impl Fence {
                     "could not ask whether this delivery is the partition's latest; leaving it \
                      to be delivered again"
                 );
-                None
+                false
             }
         }
+    }
+
+    /// The consumer's latest delivery sequence, if the server says within `timeout`.
+    async fn latest(&self, client: &async_nats::Client, timeout: Duration) -> Option<u64> {
+        tokio::time::timeout(timeout, client.request(self.info.clone(), "".into()))
+            .await
+            .ok()
+            .and_then(Result::ok)
+            .and_then(|answer| latest_delivery(&answer.payload))
     }
 }
 
 impl Puller {
+    /// Whether this is a partition's session.
+    pub(in crate::run) fn is_partition(&self) -> bool {
+        self.fence.is_some()
+    }
+
     /// The next delivery of a partition's session is checked with the server first.
     pub(super) fn suspect(&mut self) {
         if let Some(fence) = &mut self.fence {
@@ -94,24 +101,53 @@ impl Puller {
         }
     }
 
-    /// `Ok(fetched)` at once, unless a partition's session checks it with the server first
-    /// (see `fence`): then the check, which gives it back if it may be handled, or leaves it
-    /// unsettled, for the server to deliver again where the partition is now. Boxed, and
-    /// holding the delivery itself: the session's future (alive as long as the consumer)
-    /// then reserves no room for a delivery waiting on a check that most sessions never make.
-    pub(super) fn admit(&mut self, fetched: Fetched) -> Result<Fetched, Check<'_>> {
-        match &mut self.fence {
-            Some(fence) if fence.is_suspect() => {
-                let timeout = (self.heartbeat * 2).max(Duration::from_secs(1));
-                Err(Box::pin(fence.admit(&self.common.client, fetched, timeout)))
+    /// How long a check with the server may take.
+    fn check_timeout(&self) -> Duration {
+        (self.heartbeat * 2).max(Duration::from_secs(1))
+    }
+
+    /// The first of `arrived`, once it may be handled: at once, unless a partition's session
+    /// checks it with the server first (see `fence`), which leaves one the server moved past
+    /// unsettled (for the server to deliver again where the partition is now) and goes on to
+    /// the next. Cancel-safe: a delivery stays in `arrived` while it is checked (the check
+    /// holds only its sequences), so a session that ends meanwhile still has it to hand back.
+    pub(super) async fn next_arrived(&mut self) -> Option<Fetched> {
+        loop {
+            let front = self.arrived.front()?;
+            let delivery = (front.meta.consumer_sequence, front.meta.stream_sequence);
+            let timeout = self.check_timeout();
+            let admitted = match &mut self.fence {
+                Some(fence) if fence.is_suspect() => {
+                    // Boxed: most sessions never check, and inline the check would stay in
+                    // the session's future for its lifetime.
+                    Box::pin(fence.admit(&self.common.client, delivery, timeout)).await
+                }
+                _ => true,
+            };
+            let fetched = self.arrived.pop_front();
+            if admitted {
+                return fetched;
             }
-            _ => Ok(fetched),
         }
     }
-}
 
-/// A delivery's check with the server (see [`Puller::admit`]).
-pub(super) type Check<'a> = Pin<Box<dyn Future<Output = Option<Fetched>> + Send + 'a>>;
+    /// Of what a closing session received and did not hand out (`unstarted`), what may be
+    /// handed back: all of it, unless a partition's fence was still to check it. Then only
+    /// the consumer's latest delivery, if the server says so: one it moved past is with
+    /// another instance now, and a nak (applied by stream sequence) would deliver it once more
+    /// while that instance runs it.
+    pub(super) async fn may_hand_back(&mut self, mut unstarted: Vec<Fetched>) -> Vec<Fetched> {
+        let Some(fence) = self.fence.as_ref().filter(|f| f.is_suspect()) else {
+            return unstarted;
+        };
+        if unstarted.is_empty() {
+            return unstarted;
+        }
+        let latest = Box::pin(fence.latest(&self.common.client, self.check_timeout())).await;
+        unstarted.retain(|f| Some(f.meta.consumer_sequence) == latest);
+        unstarted
+    }
+}
 
 /// The consumer's last delivery sequence, from its info.
 fn latest_delivery(payload: &[u8]) -> Option<u64> {

@@ -121,6 +121,7 @@ impl Puller {
                     },
                     delivered_after,
                 );
+                self.pending_after_last = fetched.meta.pending;
                 if let Some(received) = &mut self.received
                     && fetched.meta.stream_sequence.is_some()
                 {

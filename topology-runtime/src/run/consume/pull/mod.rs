@@ -92,6 +92,9 @@ pub(super) struct Puller {
     /// A partition's session (see `fence`): what arrives after a silence, a reconnect, a new
     /// leader or a pin change is handled only once the server says it is its latest delivery.
     fence: Option<fence::Fence>,
+    /// How many messages the consumer had left after the last delivery received here (its
+    /// metadata's `pending`): a partition's next comes with that one's ack.
+    pending_after_last: u64,
 }
 
 /// How long past its expiry an open request is taken as lost (no 408 came: a server restart
@@ -173,6 +176,7 @@ impl Puller {
                     info.stream_name, info.name
                 ))
             }),
+            pending_after_last: 0,
         });
         puller.reach(REACH_WINDOW).await?;
         Ok(puller)
@@ -262,20 +266,14 @@ impl Puller {
     /// The next message, or why the consumer is lost. `held`: how many messages this
     /// instance is running or holding; `flow` says how many more to ask for. Cancel-safe.
     ///
-    /// No delivery is held across an await but inside a fence's boxed check: this future
-    /// lives in the session's for as long as the consumer, and would reserve room for one
-    /// (docs/PERFORMANCE.md, "memory and idle traffic per consumer").
+    /// No delivery is held across an await: this future lives in the session's for as long as
+    /// the consumer, and would reserve room for one (docs/PERFORMANCE.md, "memory and idle
+    /// traffic per consumer").
     pub(super) async fn next(&mut self, flow: &Flow, held: usize) -> Result<Fetched, Loss> {
         loop {
             // What waits here first; a partition's fence may check it with the server.
-            while let Some(fetched) = self.arrived.pop_front() {
-                let check = match self.admit(fetched) {
-                    Ok(fetched) => return Ok(fetched),
-                    Err(check) => check,
-                };
-                if let Some(fetched) = check.await {
-                    return Ok(fetched);
-                }
+            if let Some(fetched) = self.next_arrived().await {
+                return Ok(fetched);
             }
             // Boxed when there is something to ask for (inline, it would widen this future).
             if self.want(flow, held) > 0 {
@@ -411,6 +409,7 @@ impl Puller {
         // The session ends: its state is its supervisor's to say (draining, retrying).
         self.liveness.forget();
         let unstarted = self.close_inbox().await;
+        let unstarted = self.may_hand_back(unstarted).await;
         // Once the inbox is closed, no request of this session can take the pin again.
         if let Some(pin) = self.priority.pin() {
             priority::unpin(&self.common.client, &self.unpin, pin, self.close_wait).await;
@@ -429,6 +428,18 @@ impl Puller {
         if self.requests.is_empty() {
             // Nothing is asked for: nothing more can arrive.
             return unstarted;
+        }
+        // A partition's session closes once its handlers settled (see `pump`): the ack of the
+        // last one brings the partition's next message to this session's request, which is
+        // awaited here before the unsubscription. Sent after it, it would go nowhere and hold
+        // the partition until its `ack_wait`.
+        if self.fence.is_some() && unstarted.is_empty() && self.pending_after_last > 0 {
+            let next = tokio::time::timeout(self.close_wait, self.subscriber.next()).await;
+            if let Ok(Some(message)) = next
+                && let Ok(Some(fetched)) = self.take(message)
+            {
+                unstarted.push(fetched);
+            }
         }
         if self.subscriber.drain().await.is_err() {
             return unstarted;
