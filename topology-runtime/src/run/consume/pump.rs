@@ -202,7 +202,12 @@ pub(in crate::run) async fn pump(
     // session's request, which the feed then takes and hands back (see `pull`).
     if matches!(exit, Exit::Drained) && feed.is_partition() {
         let settled = async { while running.next().await.is_some() {} };
-        let _ = tokio::time::timeout(grace, settled).await;
+        if tokio::time::timeout(grace, settled).await.is_err() {
+            // Stopped as the grace period stops any handler: their messages are returned by
+            // the drain (see `dispatch`), rather than waiting another grace period in flight.
+            warn_overdue(&session.observer.slot, running.len(), grace);
+            running.clear();
+        }
     }
     // Handlers still running go on as tasks: a lost consumer is ensured again while they
     // finish, and a drain waits for them within its grace period.
