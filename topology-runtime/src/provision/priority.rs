@@ -27,7 +27,11 @@ impl Provisioner {
                 ProvisionErrorKind::Unsupported,
                 stream,
                 format!(
-                    "`partitions = {}` needs priority groups with a pinned client, which                      nats-server {version} lacks (2.11 or newer; on an older server every                      replica would read every partition, and the order per key would not hold):                      upgrade the servers, or remove `key` and `partitions` for a queue consumer                      without order per key",
+                    "`partitions = {}` needs priority groups with a pinned client, which \
+                     nats-server {version} lacks (2.11 or newer; on an older server every \
+                     replica would read every partition, and the order per key would not \
+                     hold): upgrade the servers, or remove `key` and `partitions` for a queue \
+                     consumer without order per key",
                     partitioning.partitions
                 ),
             )

@@ -199,7 +199,9 @@ async fn migrated(
                     stream = group.stream,
                     group = group.group,
                     left = ?names,
-                    "the old partitions no new partition names are read to their end and left                      in place (an old instance that found one deleted would create it again):                      delete them once the old fleet is gone (`nats consumer rm`)"
+                    "the old partitions no new partition names are read to their end and left in \
+                     place (an old instance that found one deleted would create it again): \
+                     delete them once the old fleet is gone (`nats consumer rm`)"
                 );
             }
             tracing::info!(
