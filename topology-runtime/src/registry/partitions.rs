@@ -342,6 +342,22 @@ fn partition_decl(mut decl: ConsumerDecl) -> ConsumerDecl {
 }
 
 impl Topology {
+    /// Whether `consumer`, read to its end by the partitioned group migrating from it, is then
+    /// deleted: when a partition of the group names it (`migrate_from`, in its metadata), so
+    /// that an old instance finding it gone does not create it again. One named by none (the
+    /// last partitions of an old group larger than the new one) is left for an operator.
+    pub(crate) fn deletes_once_read(&self, consumer: &Consumer) -> bool {
+        let Some(old) = consumer.decl.as_queue().map(|q| q.group) else {
+            return false;
+        };
+        let stream = consumer.decl.stream.name();
+        consumer.superseded_by.is_some()
+            && self.consumers_of(stream).iter().any(|c| {
+                c.superseded_by.is_none()
+                    && c.decl.as_queue().and_then(|q| q.migrate_from) == Some(old)
+            })
+    }
+
     /// What the refusals read of `consumer` when a partitioned group migrates from it
     /// (`None` otherwise): the old consumer, its partition if it is one, the group, and the
     /// filters of the group's partitions.

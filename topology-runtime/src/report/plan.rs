@@ -228,11 +228,7 @@ pub(crate) async fn plan_with(
                         bucket: None,
                         action: Action::Retire {
                             into: into.to_owned(),
-                            deleted: topology.consumers_of(decl.name).iter().any(|c| {
-                                c.superseded_by.is_none()
-                                    && c.decl.as_queue().and_then(|q| q.migrate_from)
-                                        == Some(queue.group)
-                            }),
+                            deleted: topology.deletes_once_read(c),
                             pending: old.num_pending,
                             ack_pending: old.num_ack_pending,
                         },

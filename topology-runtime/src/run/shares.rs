@@ -24,10 +24,8 @@ pub(crate) struct Group {
 /// group of another count.
 #[derive(Debug)]
 pub(crate) struct Migration {
-    /// The old consumers, each with whether a partition of the group names it as what it
-    /// migrated from: such a one is deleted once read to its end; one named by none (the
-    /// last partitions of an old group larger than the new one) is left, since an old
-    /// instance that found it gone would create it again.
+    /// The old consumers, each with whether it is deleted once read to its end (see
+    /// `Topology::deletes_once_read`).
     pub(crate) old: Vec<(&'static str, bool)>,
     /// The transform the stream routes by (`src`, `dest`): nothing new reaches the old
     /// consumers under it.
@@ -49,8 +47,6 @@ impl Shares {
     pub(crate) fn of(topology: &Topology) -> Shares {
         let mut groups: BTreeMap<(&str, &str), Group> = BTreeMap::new();
         let mut held = Vec::new();
-        // Which old consumers some partition names (`migrate_from`), by stream.
-        let mut named: Vec<(&str, &str)> = Vec::new();
         for (index, consumer) in topology.consumers().iter().enumerate() {
             // An old group's partitions are not this group's: each runs on its own (the
             // server pins one replica), held by no membership.
@@ -63,9 +59,6 @@ impl Shares {
             };
             held.push(Some(watch::Sender::new(false)));
             let stream = consumer.decl.stream.name();
-            if let Some(old) = consumer.decl.as_queue().and_then(|q| q.migrate_from) {
-                named.push((stream, old));
-            }
             let group = groups
                 .entry((stream, partition.group))
                 .or_insert_with(|| Group {
@@ -93,8 +86,9 @@ impl Shares {
                 old: Vec::new(),
                 routed_by: (transform.src, transform.dest),
             });
-            let deleted = named.contains(&(stream, queue.group));
-            migration.old.push((queue.group, deleted));
+            migration
+                .old
+                .push((queue.group, topology.deletes_once_read(consumer)));
         }
         Shares {
             groups: groups.into_values().collect(),
