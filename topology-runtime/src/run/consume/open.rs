@@ -176,6 +176,12 @@ pub(super) async fn open(
             } else {
                 Advisories::None
             },
+            handled: match &session.observer.record {
+                Record::Relay(progress) if info.config.max_ack_pending == 1 => {
+                    Some(progress.clone())
+                }
+                _ => None,
+            },
         };
         match Box::pin(Puller::start(
             inner.common.clone(),

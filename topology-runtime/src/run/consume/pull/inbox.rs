@@ -93,14 +93,16 @@ impl Puller {
     /// updates the open requests, or reports the consumer lost.
     pub(super) fn take(&mut self, message: async_nats::Message) -> Result<Option<Fetched>, Loss> {
         let now = Instant::now();
-        self.heard = now;
         if self.liveness.is_stalled() {
             // Whatever comes after a silence may have waited in a stalled link while the
             // server gave it to another instance.
             self.suspect();
         }
         let inbox = Inbox::of(message);
+        // A 503 is the server saying that no consumer takes the request: not the consumer
+        // heard, so the silence its heartbeats measure goes on.
         if !matches!(inbox, Inbox::NoResponders) {
+            self.heard = now;
             self.refused = None;
             self.liveness.heard();
         }
@@ -122,6 +124,9 @@ impl Puller {
                     delivered_after,
                 );
                 self.pending_after_last = fetched.meta.pending;
+                if let Some(unacked) = &mut self.unacked {
+                    unacked.received(&fetched);
+                }
                 if let Some(received) = &mut self.received
                     && fetched.meta.stream_sequence.is_some()
                 {

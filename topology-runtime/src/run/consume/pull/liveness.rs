@@ -16,6 +16,7 @@ use std::time::Duration;
 use futures::StreamExt;
 use tokio::time::Instant;
 
+use super::super::resume::Progress;
 use crate::health::{ConsumerState, Slot};
 use crate::provision::{ADVISORY_PREFIX, Advisories};
 
@@ -55,6 +56,9 @@ pub(super) struct Liveness {
     /// says whose they are).
     advisories: Option<(async_nats::Subscriber, Advisories)>,
     stalled: bool,
+    /// The connection changed and the consumer has not answered through the new one yet:
+    /// `stalled` in health until it does (the silence deadline still runs).
+    unproven: bool,
     /// See [`Watch::only_reader`]: a silence ends the session (the consumer is created again)
     /// instead of turning it `stalled`.
     only_reader: bool,
@@ -72,6 +76,9 @@ pub(in crate::run) struct Watch {
     pub(in crate::run) only_reader: bool,
     pub(in crate::run) stalls: metrics::Counter,
     pub(in crate::run) advisories: Advisories,
+    /// A relay that handles one message at a time (a watch): what it has handled, so that an
+    /// ack lost with a connection is sent again (see `unacked`).
+    pub(in crate::run) handled: Option<Arc<Progress>>,
 }
 
 impl Liveness {
@@ -103,6 +110,7 @@ impl Liveness {
             info_subject: format!("{api_prefix}.CONSUMER.INFO.{stream}.{consumer}").into(),
             advisories,
             stalled: false,
+            unproven: false,
             only_reader: watch.only_reader,
             probe: None,
             next_probe: Instant::now(),
@@ -123,11 +131,17 @@ impl Liveness {
         self.heartbeat * 2 + self.rtt
     }
 
+    /// `<api prefix>.CONSUMER.INFO.<stream>.<consumer>`.
+    pub(super) fn info_subject(&self) -> &async_nats::Subject {
+        &self.info_subject
+    }
+
     /// The server was heard: a stalled consumer runs again (unless its leader here is cut
     /// off from its peers: the ack-floor read decides that one).
     pub(super) fn heard(&mut self) {
-        if self.stalled {
+        if self.stalled || self.unproven {
             self.stalled = false;
+            self.unproven = false;
             self.probe = None;
             if !self.slot.is_cut_off() {
                 self.slot.up();
@@ -138,7 +152,22 @@ impl Liveness {
     /// The session ends: nothing more is reported.
     pub(super) fn forget(&mut self) {
         self.stalled = false;
+        self.unproven = false;
         self.probe = None;
+    }
+
+    /// The session's connection changed (`heard`: when that was noticed): until the consumer
+    /// answers through the new one, nothing says it delivers here, so health says `stalled`.
+    /// Only the sessions that ask at once after a reconnection (a relay's) report it: the
+    /// others would wait a heartbeat for their first answer.
+    pub(super) fn reconnected(&mut self, heard: Instant) {
+        self.unproven = true;
+        self.report(
+            heard,
+            "the connection moved to another server: waiting for the consumer to answer this \
+             instance's pull request through it"
+                .to_owned(),
+        );
     }
 
     /// The consumer answers, but its open requests were lost (with an old leader, or a

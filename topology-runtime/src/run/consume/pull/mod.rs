@@ -11,6 +11,7 @@
 //! - `priority`: the session's place in a priority group (its requests' fields, the pin);
 //! - `fence`: a partition's session handles no delivery the server has moved past;
 //! - `close`: how a session ends, and what it gives back;
+//! - `unacked`: a watch's ack lost with a connection, sent again;
 //! - `liveness`: noticing silence (`stalled`), asking the consumer whether it answers,
 //!   following its leader.
 
@@ -22,6 +23,7 @@ mod liveness;
 mod priority;
 mod refusals;
 mod requests;
+mod unacked;
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -86,6 +88,9 @@ pub(super) struct Puller {
     /// For the consumer's only reader (see [`Watch`]): the consumer sequence of the last
     /// delivery received (at first, of the last one the consumer made before the session).
     received: Option<u64>,
+    /// A watch's session (see `unacked`): what it handled, and the stream sequence and reply
+    /// subject of the last delivery received.
+    unacked: Option<unacked::Last>,
     /// The stream and consumer names.
     names: (String, String),
     /// While the server refuses the consumer's acks or pulls: when to ask again whether the
@@ -135,6 +140,7 @@ impl Puller {
         let received = watch
             .only_reader
             .then_some(info.delivered.consumer_sequence);
+        let handled = watch.handled.clone();
         // Standing by until the server pins this session (reported once it is up).
         slot.standby(priority.stands_by());
         let liveness = Liveness::new(client, names, heartbeat, watch).await;
@@ -170,6 +176,7 @@ impl Puller {
             ),
             slot,
             received,
+            unacked: handled.map(unacked::Last::new),
             names: (info.stream_name.clone(), info.name.clone()),
             grant_check_at: Instant::now(),
             fence: fenced.then(|| {
@@ -258,7 +265,9 @@ impl Puller {
             .publish_with_reply(self.subject.clone(), self.inbox.clone(), payload)
             .await
             .map_err(|e| Loss::Client(format!("could not send a pull request: {e}")))?;
-        if self.requests.is_empty() {
+        // Silence counts from a request sent while none was open, but not while requests are
+        // refused for want of a responder: the consumer has said nothing since before.
+        if self.requests.is_empty() && self.refused.is_none() {
             self.heard = Instant::now();
         }
         self.requests.sent(want, expires);
@@ -363,7 +372,7 @@ impl Puller {
                     }
                     if self.reconnect_check.0 <= now {
                         self.reconnect_check.0 = now + self.reconnect_check.1;
-                        Box::pin(self.reconnected()).await?;
+                        Box::pin(self.reconnected(held)).await?;
                     }
                 }
             }
@@ -372,9 +381,10 @@ impl Puller {
 
     /// Checks the connection (see `connection`). Reconnected: a restarted server lost the
     /// open requests (a server that kept them delivers a little ahead; those messages wait
-    /// here), so they are forgotten and asked again. Boxed by its caller: rare, and inline it
-    /// would stay in the session's future for its lifetime.
-    async fn reconnected(&mut self) -> Result<(), Loss> {
+    /// here), so they are forgotten and asked again; `held`: how many messages this instance
+    /// runs or holds. Boxed by its caller: rare, and inline it would stay in the session's
+    /// future for its lifetime.
+    async fn reconnected(&mut self, held: usize) -> Result<(), Loss> {
         let connection = connection_of(&self.common.client);
         if connection == self.connection {
             return Ok(());
@@ -390,6 +400,8 @@ impl Puller {
         if self.received.is_some() {
             self.send(self.first, FIRST_EXPIRES, FIRST_HEARTBEAT)
                 .await?;
+            self.liveness.reconnected(self.heard);
+            self.ack_lost(held).await;
         }
         Ok(())
     }
