@@ -26,7 +26,11 @@
 //! first message; **takeover** from that process's SIGKILL (no drain: its key lapses, its pins
 //! and its in-flight messages time out) until the survivor has handled a message of every
 //! partition it held. **Pause** is the longest one partition went between two of its messages
-//! (the replicas' start moves partitions between them). The last line is one JSON object.
+//! (the replicas' start moves partitions between them). Where a cycle goes: the **handler**'s
+//! time (median, each variant: the `--work-us` sleep as tokio's timer ends it) and a
+//! partition's **handover** (median, from its handler returning to the next handler of that
+//! partition starting: the ack's trip to the server and the next delivery's back, with the
+//! runtime's dispatch). The last line is one JSON object.
 
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -137,6 +141,8 @@ enum Variant {
 struct Tally {
     handled: AtomicU64,
     partitions: Mutex<Vec<(usize, u16, Instant)>>,
+    /// Each handler's partition, start and end.
+    spans: Mutex<Vec<(u16, Instant, Instant)>>,
     /// When the first message was handled.
     first: std::sync::OnceLock<Instant>,
 }
@@ -180,6 +186,7 @@ fn topology(
         .consumer(decl, move |incoming| {
             let tally = tally.clone();
             Box::pin(async move {
+                let started = Instant::now();
                 tokio::time::sleep(work).await;
                 let partition = incoming
                     .context()
@@ -199,6 +206,7 @@ fn topology(
                     .lock()
                     .unwrap()
                     .push((replica, partition, now));
+                tally.spans.lock().unwrap().push((partition, started, now));
                 tally.handled.fetch_add(1, Ordering::Relaxed);
                 Ok::<(), HandlerError>(())
             })
@@ -282,6 +290,10 @@ struct Measured {
     saturated: Option<f64>,
     skew: Option<f64>,
     pause: Option<f64>,
+    /// The median handler's time, in ms.
+    handler_ms: f64,
+    /// A partition's median handover, in ms (see the top comment).
+    handover_ms: Option<f64>,
 }
 
 /// What `variant` at `replicas` replicas measures over `messages` of the stream.
@@ -315,7 +327,14 @@ async fn throughput(
     let began = *tally.first.get().expect("a message was handled");
     let rate = (messages - 1) as f64 / began.elapsed().as_secs_f64();
     stop_all(running).await;
-    let (mut saturated, mut skew, mut pause) = (None, None, None);
+    let spans = tally.spans.lock().unwrap().clone();
+    let handler_ms = median(
+        spans
+            .iter()
+            .map(|(_, start, end)| (*end - *start).as_secs_f64() * 1e3)
+            .collect(),
+    );
+    let (mut saturated, mut skew, mut pause, mut handover_ms) = (None, None, None, None);
     if variant == Variant::Partitioned {
         let handled = tally.partitions.lock().unwrap().clone();
         let mut last = vec![began; usize::from(partitions)];
@@ -331,12 +350,15 @@ async fn throughput(
         let mean = messages as f64 / f64::from(partitions);
         skew = count.iter().max().map(|max| *max as f64 / mean);
         pause = Some(longest_pause(&handled, partitions));
+        handover_ms = Some(handover(spans));
     }
     Measured {
         rate,
         saturated,
         skew,
         pause,
+        handler_ms,
+        handover_ms,
     }
 }
 
@@ -360,6 +382,19 @@ fn longest_pause(handled: &[(usize, u16, Instant)], partitions: u16) -> f64 {
     gaps.fold(0.0, f64::max)
 }
 
+/// The median time, in ms, from one partition's handler returning to the next handler of that
+/// partition starting (one partition's handlers never overlap).
+fn handover(mut spans: Vec<(u16, Instant, Instant)>) -> f64 {
+    spans.sort_by_key(|(partition, start, _)| (*partition, *start));
+    median(
+        spans
+            .windows(2)
+            .filter(|w| w[0].0 == w[1].0)
+            .map(|w| w[1].1.saturating_duration_since(w[0].2).as_secs_f64() * 1e3)
+            .collect(),
+    )
+}
+
 fn median(mut values: Vec<f64>) -> f64 {
     values.sort_by(f64::total_cmp);
     values[values.len() / 2]
@@ -380,6 +415,8 @@ async fn main() {
     let mut saturated: Vec<Vec<f64>> = vec![Vec::new(); args.replicas.len()];
     let mut skews = Vec::new();
     let mut pauses: Vec<Vec<f64>> = vec![Vec::new(); args.replicas.len()];
+    // Per replica count: the handler's time (partitioned, unordered) and a partition's handover.
+    let mut cycles: Vec<[Vec<f64>; 3]> = vec![Default::default(); args.replicas.len()];
     for round in 0..args.reps {
         let stream = stream(round, args.partitions);
         create(&js, &stream).await;
@@ -405,6 +442,10 @@ async fn main() {
                 saturated[r].extend(measured.saturated);
                 skews.extend(measured.skew);
                 pauses[r].extend(measured.pause);
+                if variant != Variant::Naive {
+                    cycles[r][v].push(measured.handler_ms);
+                }
+                cycles[r][2].extend(measured.handover_ms);
                 // The next variant at this count reads the stream afresh: its own durable.
                 let name = match variant {
                     Variant::Partitioned => None,
@@ -483,6 +524,22 @@ async fn main() {
         "longest pause of one partition while it had messages (median over rounds): {}",
         pauses.join(", ")
     );
+    println!("where a cycle goes (medians, ms):");
+    for (r, &replicas) in args.replicas.iter().enumerate() {
+        let [part, plain, handover] = cycles[r].clone().map(median);
+        println!(
+            "  at {replicas}: handler {part:.2} partitioned, {plain:.2} unordered; a partition's handover {handover:.2}"
+        );
+        json.insert(
+            format!("handler_ms_partitioned_r{replicas}"),
+            round3(part).into(),
+        );
+        json.insert(
+            format!("handler_ms_unordered_r{replicas}"),
+            round3(plain).into(),
+        );
+        json.insert(format!("handover_ms_r{replicas}"), round3(handover).into());
+    }
     println!(
         "\njoin (a second replica's first message): {:.2} s; takeover (a dead replica's partitions all handled again): {:.2} s",
         join.as_secs_f64(),
