@@ -176,8 +176,9 @@ pub(super) async fn open(
             } else {
                 Advisories::None
             },
+            // A watch's consumer delivers one revision at a time (`max_ack_pending = 1`).
             handled: match &session.observer.record {
-                Record::Relay(progress) if info.config.max_ack_pending == 1 => {
+                Record::Relay(progress) if relay.is_some_and(|r| r.kv_watch.is_some()) => {
                     Some(progress.clone())
                 }
                 _ => None,
