@@ -22,7 +22,7 @@ use fixture::{Fixture, Running, connect_in_order};
 use futures::StreamExt;
 use nats_topology::bucket::KvEntry;
 use nats_topology::{ConsumerState, HandlerError, Runtime, State, kv_bucket, kv_watch};
-use nats_topology_testkit::{Cut, Direction, Link, eventually};
+use nats_topology_testkit::{Direction, Link, eventually};
 use tokio::sync::Semaphore;
 
 /// Far more than a re-creation takes.
@@ -145,24 +145,7 @@ async fn held_ack_across_a_cut(cut_while: CutWhile) -> Seen {
             .expect("the client's buffer written out")
             .expect("a flush");
     }
-    let before = client.server_info().client_id;
-    let accepted = link.accepted();
-    link.cut(Cut::Reset);
-    // Healed only once the cut connection is closed, with what it held: healed at once, the
-    // link could write that out before the cut ends the connection.
-    eventually(WITHIN, "the cut connection closed", || {
-        let closed = link.connections() == 0 || link.accepted() > accepted;
-        async move { closed.then_some(()) }
-    })
-    .await;
-    link.heal();
-    // The client's new connection: the server named it anew.
-    eventually(WITHIN, "the client connected again", || {
-        let again = client.server_info().client_id != before
-            && client.connection_state() == async_nats::connection::State::Connected;
-        async move { again.then_some(()) }
-    })
-    .await;
+    fixture::cut_with_what_it_holds(&link, &client).await;
     if cut_while == CutWhile::Running {
         gate.release.add_permits(1);
         gate.handles("k.held").await;

@@ -176,13 +176,10 @@ pub(super) async fn open(
             } else {
                 Advisories::None
             },
-            // A watch's consumer delivers one revision at a time (`max_ack_pending = 1`).
-            handled: match &session.observer.record {
-                Record::Relay(progress) if relay.is_some_and(|r| r.kv_watch.is_some()) => {
-                    Some(progress.clone())
-                }
-                _ => None,
-            },
+            // A watch's and a partition's consumer deliver one message at a time
+            // (`max_ack_pending = 1`).
+            settled: (relay.is_some_and(|r| r.kv_watch.is_some()) || consumer.partition.is_some())
+                .then(|| session.observer.record.clone()),
         };
         match Box::pin(Puller::start(
             inner.common.clone(),

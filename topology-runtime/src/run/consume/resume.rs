@@ -11,6 +11,7 @@ use async_nats::jetstream::consumer;
 use crate::provision::{ResumePoint, StreamInstance};
 
 /// Where a consumer records what it handled, to resume after it when re-created.
+#[derive(Clone)]
 pub(in crate::run) enum Record {
     /// A queue consumer: the sequences it settled above its ack floor.
     Queue(Arc<Settled>),
@@ -42,6 +43,18 @@ pub(in crate::run) struct Settled(Mutex<Runs>);
 impl Settled {
     pub(in crate::run) fn record(&self, sequence: u64) {
         lock(&self.0).insert(sequence);
+    }
+}
+
+impl Record {
+    /// Whether this instance settled the message at `sequence` for good (acknowledged or
+    /// terminated), as far as it still knows: a queue consumer forgets what the ack floor
+    /// read since covers; a relay knows it for a watch, which handles one at a time.
+    pub(in crate::run) fn settled(&self, sequence: u64) -> bool {
+        match self {
+            Record::Queue(settled) => lock(&settled.0).run_end(sequence).is_some(),
+            Record::Relay(progress) => progress.handled_past(sequence),
+        }
     }
 }
 

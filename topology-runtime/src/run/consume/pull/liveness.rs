@@ -16,7 +16,7 @@ use std::time::Duration;
 use futures::StreamExt;
 use tokio::time::Instant;
 
-use super::super::resume::Progress;
+use super::super::resume::Record;
 use crate::health::{ConsumerState, Slot};
 use crate::provision::{ADVISORY_PREFIX, Advisories};
 
@@ -76,9 +76,9 @@ pub(in crate::run) struct Watch {
     pub(in crate::run) only_reader: bool,
     pub(in crate::run) stalls: metrics::Counter,
     pub(in crate::run) advisories: Advisories,
-    /// A relay that handles one message at a time (a watch): what it has handled, so that an
-    /// ack lost with a connection is sent again (see `unacked`).
-    pub(in crate::run) handled: Option<Arc<Progress>>,
+    /// A consumer that delivers one message at a time (a watch, a partition): what this
+    /// instance settled, so that an ack lost with a connection is sent again (see `unacked`).
+    pub(in crate::run) settled: Option<Record>,
 }
 
 impl Liveness {

@@ -11,7 +11,7 @@
 //! - `priority`: the session's place in a priority group (its requests' fields, the pin);
 //! - `fence`: a partition's session handles no delivery the server has moved past;
 //! - `close`: how a session ends, and what it gives back;
-//! - `unacked`: a watch's ack lost with a connection, sent again;
+//! - `unacked`: an ack lost with a connection, sent again (a watch, a partition);
 //! - `liveness`: noticing silence (`stalled`), asking the consumer whether it answers,
 //!   following its leader.
 
@@ -88,8 +88,8 @@ pub(super) struct Puller {
     /// For the consumer's only reader (see [`Watch`]): the consumer sequence of the last
     /// delivery received (at first, of the last one the consumer made before the session).
     received: Option<u64>,
-    /// A watch's session (see `unacked`): what it handled, and the stream sequence and reply
-    /// subject of the last delivery received.
+    /// A watch's or a partition's session (see `unacked`): what this instance settled, and the
+    /// last delivery received.
     unacked: Option<unacked::Last>,
     /// The stream and consumer names.
     names: (String, String),
@@ -140,7 +140,7 @@ impl Puller {
         let received = watch
             .only_reader
             .then_some(info.delivered.consumer_sequence);
-        let handled = watch.handled.clone();
+        let settled = watch.settled.clone();
         // Standing by until the server pins this session (reported once it is up).
         slot.standby(priority.stands_by());
         let liveness = Liveness::new(client, names, heartbeat, watch).await;
@@ -176,7 +176,7 @@ impl Puller {
             ),
             slot,
             received,
-            unacked: handled.map(unacked::Last::new),
+            unacked: settled.map(unacked::Last::new),
             names: (info.stream_name.clone(), info.name.clone()),
             grant_check_at: Instant::now(),
             fence: fenced.then(|| {
@@ -401,8 +401,8 @@ impl Puller {
             self.send(self.first, FIRST_EXPIRES, FIRST_HEARTBEAT)
                 .await?;
             self.liveness.reconnected(self.heard);
-            self.ack_lost(held).await;
         }
+        self.ack_lost(held).await;
         Ok(())
     }
 

@@ -1,20 +1,19 @@
-//! A watch's ack lost with its connection, sent again. A watch's consumer delivers one
-//! revision at a time (`max_ack_pending = 1`): an ack written to a connection just before it
-//! was lost never reaches the server, which then delivers nothing more until the revision's
-//! `ack_wait` runs out, while its idle heartbeats (which name the last delivery, received here)
-//! say nothing is wrong. So after a reconnection a watch whose handlers have all settled asks
-//! the consumer whether it still waits for the ack of the last delivery; if it does and that
-//! revision was handled here, the ack is sent again through the new connection (the server
-//! takes an ack of a delivery it has recorded already as a no-op). A revision whose handler
-//! failed is left to its redelivery.
+//! An ack lost with its connection, sent again. A watch's consumer and a partition's deliver
+//! one message at a time (`max_ack_pending = 1`): an ack written to a connection just before
+//! it was lost never reaches the server, which then delivers nothing more until the message's
+//! `ack_wait` runs out (and then delivers it again), while its idle heartbeats say nothing is
+//! wrong. So after a reconnection a session whose handlers have all settled asks the consumer
+//! whether it still waits for the ack of this session's last delivery; if it does and this
+//! instance settled that message, the ack is sent again through the new connection (the
+//! server takes a second ack of a delivery as a no-op). A message whose handler failed is left
+//! to its redelivery.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
 
 use super::super::ack::Fetched;
-use super::super::resume::Progress;
+use super::super::resume::Record;
 use super::Puller;
 
 /// The longest a watch waits for the consumer's answer after a reconnection: a consumer whose
@@ -22,17 +21,18 @@ use super::Puller;
 /// is left to the silence the heartbeats measure.
 const ASK_WITHIN: Duration = Duration::from_secs(1);
 
-/// A watch's last delivery, and what its session handled.
+/// A session's last delivery, and what this instance settled.
 pub(super) struct Last {
-    handled: Arc<Progress>,
-    /// The stream sequence and the reply subject (where its ack goes) of the last delivery.
-    delivery: Option<(u64, async_nats::Subject)>,
+    settled: Record,
+    /// The stream and consumer sequences and the reply subject (where its ack goes) of the
+    /// last delivery.
+    delivery: Option<(u64, u64, async_nats::Subject)>,
 }
 
 impl Last {
-    pub(super) fn new(handled: Arc<Progress>) -> Last {
+    pub(super) fn new(settled: Record) -> Last {
         Last {
-            handled,
+            settled,
             delivery: None,
         }
     }
@@ -43,7 +43,7 @@ impl Last {
             fetched.meta.stream_sequence,
             fetched.message.message.reply.as_ref(),
         ) {
-            self.delivery = Some((sequence, reply.clone()));
+            self.delivery = Some((sequence, fetched.meta.consumer_sequence, reply.clone()));
         }
     }
 }
@@ -52,13 +52,13 @@ impl Puller {
     /// See the module documentation; `held`: how many messages this instance runs or holds
     /// (a handler still running acks through the new connection).
     pub(super) async fn ack_lost(&mut self, held: usize) {
-        let (Some(last), Some(received)) = (&self.unacked, self.received) else {
+        let Some(last) = &self.unacked else {
             return;
         };
-        let Some((sequence, reply)) = last.delivery.clone() else {
+        let Some((sequence, delivered, reply)) = last.delivery.clone() else {
             return;
         };
-        if held > 0 || !last.handled.handled_past(sequence) {
+        if held > 0 || !last.settled.settled(sequence) {
             return;
         }
         let request = async_nats::Request::new().timeout(Some(ASK_WITHIN.min(self.heartbeat)));
@@ -69,12 +69,13 @@ impl Puller {
         let Ok(answer) = client.send_request(info, request).await else {
             return;
         };
-        if waits_for_ack(&answer.payload) != Some(received) {
+        // Waiting for this session's last delivery, and nothing delivered since (elsewhere).
+        if waits_for_ack(&answer.payload) != Some(delivered) {
             return;
         }
         tracing::debug!(subject = %self.subject, sequence, "the consumer waits for an ack sent on the lost connection; sending it again");
         if let Err(e) = client.publish(reply, Bytes::from_static(b"+ACK")).await {
-            tracing::debug!(subject = %self.subject, error = %e, "could not send the ack again; the server delivers the revision again after its ack_wait");
+            tracing::debug!(subject = %self.subject, error = %e, "could not send the ack again; the server delivers the message again after its ack_wait");
         }
     }
 }

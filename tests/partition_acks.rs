@@ -1,0 +1,164 @@
+//! A partition's ack and its connection: a partition delivers one message at a time
+//! (`max_ack_pending = 1`), so an ack lost with a connection would hold the partition until the
+//! message's `ack_wait`, then have it delivered and handled again. Staged on a single server
+//! through a loopback link, as `tests/kv_watch_acks.rs` stages it for a watch: the link holds
+//! what the client sends while one message's handler returns, then is cut, which loses its
+//! ack; the client connects again through the healed link. The ack is sent again through the
+//! new connection: every message of the key is handled once, in order, and delivered once.
+
+mod fixture;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use fixture::{Fixture, Running, connect_in_order};
+use futures::StreamExt;
+use nats_topology::model::{QueueDecl, SubjectTransform};
+use nats_topology::{HandlerError, Runtime, Topology};
+use nats_topology_testkit::{Direction, Link, eventually};
+use tokio::sync::Semaphore;
+
+/// Far more than a reconnection takes.
+const WITHIN: Duration = Duration::from_secs(30);
+
+/// The partition count, and the key every message here has.
+const PARTITIONS: u16 = 2;
+const SUBJECT: &str = "orders.7.paid";
+
+/// What the handler handled (payloads, in order), and the gate that holds the message `held`.
+#[derive(Clone)]
+struct Gate {
+    handled: Arc<Mutex<Vec<String>>>,
+    started: Arc<Mutex<bool>>,
+    release: Arc<Semaphore>,
+}
+
+impl Gate {
+    fn handled(&self) -> Vec<String> {
+        self.handled.lock().unwrap().clone()
+    }
+
+    async fn handles(&self, payload: &str) {
+        eventually(WITHIN, &format!("`{payload}` handled"), || {
+            let done = self.handled().iter().any(|p| p == payload);
+            async move { done.then_some(()) }
+        })
+        .await;
+    }
+}
+
+fn topology(gate: &Gate) -> Topology {
+    let stream = fixture::stream("HELD_PARTITION_ACKS", &["orders.*.paid"]).subject_transform(
+        SubjectTransform::new(
+            "orders.*.paid",
+            fixture::leak(format!(
+                "{{{{partition({PARTITIONS},1)}}}}.orders.{{{{wildcard(1)}}}}.paid"
+            )),
+        ),
+    );
+    let consumer = fixture::queue(
+        "tests::held_partition_acks",
+        &stream,
+        "orders.*.paid",
+        QueueDecl::new("billing").partitioned(PARTITIONS, &[1]),
+    );
+    let gate = gate.clone();
+    Topology::new()
+        .stream(stream)
+        .consumer(consumer, move |incoming| {
+            let gate = gate.clone();
+            Box::pin(async move {
+                let payload = String::from_utf8_lossy(incoming.payload()).into_owned();
+                // Held the first time only: a second delivery is handled at once (and counted).
+                let first = payload == "held"
+                    && !std::mem::replace(&mut *gate.started.lock().unwrap(), true);
+                if first {
+                    gate.release.acquire().await.expect("open").forget();
+                }
+                gate.handled.lock().unwrap().push(payload);
+                Ok::<(), HandlerError>(())
+            })
+        })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partitions_ack_lost_with_the_connection_is_sent_again() {
+    let fx = Fixture::start().await;
+    let link = Link::start(fx.server.port()).await.expect("a link");
+    let client = connect_in_order(&[link.url()]).await;
+    let gate = Gate {
+        handled: Arc::default(),
+        started: Arc::default(),
+        release: Arc::new(Semaphore::new(0)),
+    };
+    let builder = fixture::fast(Runtime::builder(client.clone())).topology(topology(&gate));
+    let run = Running::start(builder).await;
+    let js = fx.jetstream().await;
+    let publish = |payload: &'static str| {
+        let js = js.clone();
+        async move {
+            js.publish(SUBJECT, payload.into())
+                .await
+                .expect("a publish")
+                .await
+                .expect("stored")
+        }
+    };
+    publish("before").await;
+    gate.handles("before").await;
+
+    publish("held").await;
+    eventually(WITHIN, "the handler of `held` started", || {
+        let started = *gate.started.lock().unwrap();
+        async move { started.then_some(()) }
+    })
+    .await;
+    link.stall_one_way(Direction::Forward);
+    gate.release.add_permits(1);
+    gate.handles("held").await;
+    eventually(WITHIN, "the ack of `held` settled", || {
+        let settled = run
+            .health
+            .consumers()
+            .iter()
+            .map(|c| c.handled)
+            .sum::<u64>()
+            >= 2;
+        async move { settled.then_some(()) }
+    })
+    .await;
+    // Written to the socket, where the stalled link holds it (a flush completes once the
+    // client's buffer is written out; no round trip).
+    tokio::time::timeout(WITHIN, client.flush())
+        .await
+        .expect("the client's buffer written out")
+        .expect("a flush");
+    fixture::cut_with_what_it_holds(&link, &client).await;
+
+    publish("after").await;
+    gate.handles("after").await;
+    let mut deliveries = 0;
+    let stream = js
+        .get_stream("HELD_PARTITION_ACKS")
+        .await
+        .expect("the stream");
+    let mut consumers = stream.consumers();
+    while let Some(info) = consumers.next().await {
+        deliveries += info
+            .expect("a partition's info")
+            .delivered
+            .consumer_sequence;
+    }
+    let restarts: u64 = run.health.consumers().iter().map(|c| c.restarts).sum();
+    run.stop().await.expect("a clean drain");
+    assert_eq!(
+        gate.handled(),
+        ["before", "held", "after"],
+        "each once, in order"
+    );
+    assert_eq!(
+        deliveries, 3,
+        "one delivery per message, none delivered again: the ack of `held` reached the server"
+    );
+    assert_eq!(restarts, 0, "no partition's session lost");
+}
