@@ -15,6 +15,7 @@
 mod fixture;
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -1354,6 +1355,170 @@ async fn a_delivery_held_in_a_stalled_link_is_not_handled_once_the_partition_mov
     for result in Running::stop_all(vec![held, other]).await {
         result.expect("a clean drain");
     }
+}
+
+/// A handling stopped before it ended (its handler's future dropped, as the grace period
+/// stops a handler): recorded into its journal with the time it was dropped as its end.
+struct UntilDropped {
+    handling: Option<Handling>,
+    stopped: Journal,
+}
+
+impl Drop for UntilDropped {
+    fn drop(&mut self) {
+        if let Some(mut handling) = self.handling.take() {
+            handling.end = micros();
+            self.stopped.push(handling);
+        }
+    }
+}
+
+/// The round whose handlers replica 0 runs far past its grace period, and for how long.
+const STUCK: u64 = 3;
+const STUCK_FOR: Duration = Duration::from_secs(8);
+
+/// [`a_handler_outlasting_the_grace_period_of_a_move_is_stopped_before_its_message_moves`]'s
+/// replica: handlings into `journal`, stopped ones into `stopped`; replica 0's first
+/// [`PARTITIONS`] handlers of round [`STUCK`] (counted in `stuck`) run for [`STUCK_FOR`].
+fn stuck_topology(
+    journal: Journal,
+    stopped: Journal,
+    stuck: Arc<AtomicUsize>,
+    replica: usize,
+) -> Topology {
+    let stream = orders_stream("MOVES", 3, PARTITIONS);
+    let queue = QueueDecl::new("billing")
+        .partitioned(PARTITIONS, &[1])
+        .ack_wait(Duration::from_secs(5));
+    let consumer = fixture::queue("tests::billing", &stream, "orders.*.paid", queue);
+    Topology::new()
+        .stream(stream)
+        .consumer(consumer, move |incoming| {
+            let (journal, stopped, stuck) = (journal.clone(), stopped.clone(), stuck.clone());
+            Box::pin(async move {
+                let Order { key, seq } = serde_json::from_slice(incoming.payload())
+                    .map_err(|e| HandlerError::permanent(format!("not an order: {e}")))?;
+                let start = micros();
+                let mut running = UntilDropped {
+                    handling: Some(Handling {
+                        key,
+                        seq,
+                        replica,
+                        start,
+                        end: start,
+                    }),
+                    stopped,
+                };
+                // The first of round `STUCK` in each partition (each runs one at a time).
+                let work = if replica == 0
+                    && seq == STUCK
+                    && stuck.fetch_add(1, Ordering::SeqCst) < usize::from(PARTITIONS)
+                {
+                    STUCK_FOR
+                } else {
+                    WORK
+                };
+                tokio::time::sleep(work).await;
+                running.handling = None;
+                journal.push(Handling {
+                    key,
+                    seq,
+                    replica,
+                    start,
+                    end: micros(),
+                });
+                Ok::<(), HandlerError>(())
+            })
+        })
+}
+
+/// A partition moves while its handler runs past the grace period: replica 0 (grace period
+/// 1 s) holds every partition, each stuck in a handler of round [`STUCK`] for 8 s; replica 1
+/// joins, and the partitions the new assignment gives it are drained on replica 0. Their
+/// handlers are stopped at the grace period and their messages given back, and replica 1
+/// handles each before the later messages of its key. Checked on every key: in order, none
+/// missing or repeated, and no handling overlapping another of its key, the stopped ones
+/// (until they were dropped) included.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handler_outlasting_the_grace_period_of_a_move_is_stopped_before_its_message_moves() {
+    const ROUNDS: u64 = 6;
+    let fx = Fixture::cluster().await;
+    let (journal, stopped) = (Journal::default(), Journal::default());
+    let stuck = Arc::new(AtomicUsize::new(0));
+    let js = fx.jetstream().await;
+    let first = Running::start(
+        fixture::fast(fx.builder().await)
+            .grace_period(Duration::from_secs(1))
+            .topology(stuck_topology(
+                journal.clone(),
+                stopped.clone(),
+                stuck.clone(),
+                0,
+            )),
+    )
+    .await;
+    publish(&js, 1..ROUNDS + 1, Duration::ZERO).await;
+    nats_topology_testkit::eventually(
+        Duration::from_secs(30),
+        "every partition stuck in a handler of round 3 on replica 0",
+        || {
+            let n = stuck.load(Ordering::SeqCst);
+            async move { (n >= usize::from(PARTITIONS)).then_some(()) }
+        },
+    )
+    .await;
+    let second = fx
+        .run(stuck_topology(
+            journal.clone(),
+            stopped.clone(),
+            stuck.clone(),
+            1,
+        ))
+        .await;
+    journal.wait_rounds(ROUNDS).await;
+    let handled = journal.all();
+    assert_in_order(&handled, ROUNDS, false);
+    let stopped = stopped.all();
+    assert!(
+        !stopped.is_empty() && stopped.iter().all(|h| h.replica == 0 && h.seq == STUCK),
+        "replica 0's stuck handlers of the partitions that moved were stopped: {stopped:?}"
+    );
+    // Every stopped handling's message was handled by replica 1, after the stop.
+    let mut all = handled.clone();
+    all.extend(&stopped);
+    let mut by_key: BTreeMap<u32, Vec<Handling>> = BTreeMap::new();
+    for h in &all {
+        by_key.entry(h.key).or_default().push(*h);
+    }
+    for (key, mut handlings) in by_key {
+        handlings.sort_by_key(|h| h.start);
+        for pair in handlings.windows(2) {
+            assert!(
+                pair[1].start >= pair[0].end,
+                "key {key}: seq {} (replica {}) started {} µs before seq {} (replica {}, stopped \
+                 or ended) ended",
+                pair[1].seq,
+                pair[1].replica,
+                pair[0].end - pair[1].start,
+                pair[0].seq,
+                pair[0].replica,
+            );
+        }
+    }
+    for s in &stopped {
+        assert!(
+            handled
+                .iter()
+                .any(|h| (h.key, h.seq, h.replica) == (s.key, s.seq, 1)),
+            "key {}: the stopped seq {} handled by replica 1: {handled:?}",
+            s.key,
+            s.seq
+        );
+    }
+    Running::stop_all(vec![first, second])
+        .await
+        .into_iter()
+        .for_each(|r| r.expect("clean drain"));
 }
 
 /// Key 0 handled `1..=n` in order, once each.
