@@ -176,7 +176,7 @@ impl Puller {
             ),
             slot,
             received,
-            unacked: settled.map(unacked::Last::new),
+            unacked: settled.map(|settled| unacked::Last::new(settled, info.config.ack_wait)),
             names: (info.stream_name.clone(), info.name.clone()),
             grant_check_at: Instant::now(),
             fence: fenced.then(|| {

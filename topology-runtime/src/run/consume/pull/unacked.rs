@@ -6,11 +6,14 @@
 //! whether it still waits for the ack of this session's last delivery; if it does and this
 //! instance settled that message, the ack is sent again through the new connection (the
 //! server takes a second ack of a delivery as a no-op). A message whose handler failed is left
-//! to its redelivery.
+//! to its redelivery, and so is one delivered half its `ack_wait` ago or more: the server may
+//! deliver it again (to another replica, for a partition) before the ack sent again reaches
+//! it, and that ack would then free the consumer's next message while the message runs there.
 
 use std::time::Duration;
 
 use bytes::Bytes;
+use tokio::time::Instant;
 
 use super::super::ack::Fetched;
 use super::super::resume::Record;
@@ -24,15 +27,18 @@ const ASK_WITHIN: Duration = Duration::from_secs(1);
 /// A session's last delivery, and what this instance settled.
 pub(super) struct Last {
     settled: Record,
+    /// The consumer's `ack_wait`.
+    ack_wait: Duration,
     /// The stream and consumer sequences and the reply subject (where its ack goes) of the
-    /// last delivery.
-    delivery: Option<(u64, u64, async_nats::Subject)>,
+    /// last delivery, and when it arrived.
+    delivery: Option<(u64, u64, async_nats::Subject, Instant)>,
 }
 
 impl Last {
-    pub(super) fn new(settled: Record) -> Last {
+    pub(super) fn new(settled: Record, ack_wait: Duration) -> Last {
         Last {
             settled,
+            ack_wait,
             delivery: None,
         }
     }
@@ -43,7 +49,12 @@ impl Last {
             fetched.meta.stream_sequence,
             fetched.message.message.reply.as_ref(),
         ) {
-            self.delivery = Some((sequence, fetched.meta.consumer_sequence, reply.clone()));
+            self.delivery = Some((
+                sequence,
+                fetched.meta.consumer_sequence,
+                reply.clone(),
+                Instant::now(),
+            ));
         }
     }
 }
@@ -55,10 +66,13 @@ impl Puller {
         let Some(last) = &self.unacked else {
             return;
         };
-        let Some((sequence, delivered, reply)) = last.delivery.clone() else {
+        let Some((sequence, delivered, reply, arrived)) = last.delivery.clone() else {
             return;
         };
-        if held > 0 || !last.settled.settled(sequence) {
+        // Its ack_wait runs from its delivery (or later, from a progress ack).
+        let fresh = |ack_wait: Duration| arrived.elapsed() < ack_wait / 2;
+        let ack_wait = last.ack_wait;
+        if held > 0 || !last.settled.settled(sequence) || !fresh(ack_wait) {
             return;
         }
         let request = async_nats::Request::new().timeout(Some(ASK_WITHIN.min(self.heartbeat)));
@@ -70,7 +84,7 @@ impl Puller {
             return;
         };
         // Waiting for this session's last delivery, and nothing delivered since (elsewhere).
-        if waits_for_ack(&answer.payload) != Some(delivered) {
+        if waits_for_ack(&answer.payload) != Some(delivered) || !fresh(ack_wait) {
             return;
         }
         tracing::debug!(subject = %self.subject, sequence, "the consumer waits for an ack sent on the lost connection; sending it again");
