@@ -138,12 +138,7 @@ async fn held_ack_across_a_cut(cut_while: CutWhile) -> Seen {
             async move { settled.then_some(()) }
         })
         .await;
-        // Written to the socket, where the stalled link holds it (a flush completes once the
-        // client's buffer is written out; no round trip).
-        tokio::time::timeout(WITHIN, client.flush())
-            .await
-            .expect("the client's buffer written out")
-            .expect("a flush");
+        fixture::written_out(&client).await;
     }
     fixture::cut_with_what_it_holds(&link, &client).await;
     if cut_while == CutWhile::Running {

@@ -127,12 +127,7 @@ async fn a_partitions_ack_lost_with_the_connection_is_sent_again() {
         async move { settled.then_some(()) }
     })
     .await;
-    // Written to the socket, where the stalled link holds it (a flush completes once the
-    // client's buffer is written out; no round trip).
-    tokio::time::timeout(WITHIN, client.flush())
-        .await
-        .expect("the client's buffer written out")
-        .expect("a flush");
+    fixture::written_out(&client).await;
     fixture::cut_with_what_it_holds(&link, &client).await;
 
     publish("after").await;
