@@ -70,9 +70,9 @@ impl Puller {
             return;
         };
         // Its ack_wait runs from its delivery (or later, from a progress ack).
-        let fresh = |ack_wait: Duration| arrived.elapsed() < ack_wait / 2;
-        let ack_wait = last.ack_wait;
-        if held > 0 || !last.settled.settled(sequence) || !fresh(ack_wait) {
+        let half = last.ack_wait / 2;
+        let fresh = || arrived.elapsed() < half;
+        if held > 0 || !last.settled.settled(sequence) || !fresh() {
             return;
         }
         let request = async_nats::Request::new().timeout(Some(ASK_WITHIN.min(self.heartbeat)));
@@ -84,7 +84,7 @@ impl Puller {
             return;
         };
         // Waiting for this session's last delivery, and nothing delivered since (elsewhere).
-        if waits_for_ack(&answer.payload) != Some(delivered) || !fresh(ack_wait) {
+        if waits_for_ack(&answer.payload) != Some(delivered) || !fresh() {
             return;
         }
         tracing::debug!(subject = %self.subject, sequence, "the consumer waits for an ack sent on the lost connection; sending it again");
