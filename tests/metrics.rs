@@ -1,7 +1,8 @@
 //! Metrics on a real server: the counters equal what happened to the messages (handled,
 //! failed, retried, dead-lettered, redelivered), the duration histogram has one sample per
 //! handler run, the in-flight gauge follows running handlers, and the lag gauges reach the
-//! consumer's pending numbers as the server reports them.
+//! consumer's pending numbers as the server reports them (each partition's, for a partitioned
+//! group, beside how many partitions a replica holds and how often its share changed).
 //!
 //! Handlers run on tokio worker threads, so the recorder is the process's global one (this
 //! test binary is a process of its own). It reads values without resetting them. Each test
@@ -15,7 +16,7 @@ use std::time::Duration;
 use fixture::Fixture;
 use fixture::recorder::values;
 use metrics::{Key, Label};
-use nats_topology::model::QueueDecl;
+use nats_topology::model::{QueueDecl, SubjectTransform};
 use nats_topology::telemetry::names;
 use nats_topology::{HandlerError, HandlerFuture, Incoming, Topology};
 use nats_topology_testkit::eventually;
@@ -394,4 +395,124 @@ async fn permission_violations_are_counted_by_declaration() {
     let denial = &running.health.denials()[0];
     assert_eq!(denial.subject, pull);
     running.stop().await.expect("clean drain");
+}
+
+/// A partitioned group's metrics on one replica (nats-server 2.11 or newer): how many
+/// partitions it holds and how often its share changed, through a second replica joining and
+/// draining (both in this process: the held gauge is the same series for both, and each holds
+/// one of the two partitions while both run); and each partition's lag, at the server's
+/// numbers for that partition's consumer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_show_the_partitions_held_their_rebalances_and_each_partitions_lag() {
+    values();
+    let fx = Fixture::start().await;
+    let stream = fixture::stream("METRICS_PARTS", &["metrics.parts.*"]).subject_transform(
+        SubjectTransform::new(
+            "metrics.parts.*",
+            "{{partition(2,1)}}.metrics.parts.{{wildcard(1)}}",
+        ),
+    );
+    let consumer = fixture::queue(
+        "tests::metrics_parts",
+        &stream,
+        "metrics.parts.*",
+        QueueDecl::new("metrics_parts")
+            .partitioned(2, &[1])
+            .ack_wait(Duration::from_secs(30)),
+    );
+    let gate = Arc::new(tokio::sync::Semaphore::new(0));
+    let topology = || {
+        let held = gate.clone();
+        let handler = move |_: Incoming| -> HandlerFuture {
+            let held = held.clone();
+            Box::pin(async move {
+                held.acquire().await.expect("the gate stays open").forget();
+                Ok(())
+            })
+        };
+        Topology::new()
+            .stream(stream.clone())
+            .consumer(consumer.clone(), handler)
+    };
+    let group = |name: &'static str| {
+        Key::from_parts(
+            name,
+            vec![
+                Label::new("stream", "METRICS_PARTS"),
+                Label::new("group", "metrics_parts"),
+            ],
+        )
+    };
+    let share = || {
+        (
+            values().gauge(&group(names::PARTITIONS_HELD)),
+            values().counter(&group(names::PARTITION_REBALANCES)),
+        )
+    };
+    let settles_at = async |held: f64, rebalances: u64, what: &str| {
+        eventually(Duration::from_secs(20), what, || {
+            let now = share();
+            async move { (now == (Some(held), rebalances)).then_some(()) }
+        })
+        .await;
+    };
+
+    let first = fx.run(topology()).await;
+    settles_at(
+        2.0,
+        1,
+        "the lone replica holds both partitions, one rebalance",
+    )
+    .await;
+
+    // Six jobs over six keys, held by the gate: in each partition one delivered and waiting
+    // for its ack, the others pending.
+    let js = fx.jetstream().await;
+    for key in 0..6 {
+        fixture::publish_jobs(&js, &format!("metrics.parts.{key}"), [key]).await;
+    }
+    let lags = eventually(
+        Duration::from_secs(10),
+        "each partition's lag gauges at the server's numbers",
+        || async {
+            let mut lags = Vec::new();
+            for partition in ["metrics_parts-p0", "metrics_parts-p1"] {
+                let info = fixture::consumer_info(&js, "METRICS_PARTS", partition).await?;
+                let server = (info.num_pending as f64, info.num_ack_pending as f64);
+                let series = Series {
+                    stream: "METRICS_PARTS",
+                    consumer: partition,
+                };
+                let gauges = (
+                    series.gauge(names::PENDING)?,
+                    series.gauge(names::ACK_PENDING)?,
+                );
+                if gauges != server {
+                    return None;
+                }
+                lags.push(gauges);
+            }
+            let total: f64 = lags.iter().map(|(p, a)| p + a).sum();
+            (total == 6.0).then_some(lags)
+        },
+    )
+    .await;
+    assert!(
+        lags.iter().all(|&(_, ack_pending)| ack_pending <= 1.0),
+        "a partition delivers one at a time: {lags:?}"
+    );
+    gate.add_permits(1_000);
+    eventually(Duration::from_secs(10), "every job handled", || {
+        let handled: u64 = first.health.consumers().iter().map(|c| c.handled).sum();
+        async move { (handled == 6).then_some(()) }
+    })
+    .await;
+
+    // A second replica joins: each holds one; the first's share changed, the second's began.
+    let second = fx.run(topology()).await;
+    settles_at(1.0, 3, "each replica holds one partition").await;
+    // It drains: the first holds both again.
+    second.stop().await.expect("clean drain");
+    settles_at(2.0, 4, "the first replica holds both partitions again").await;
+    first.stop().await.expect("clean drain");
 }
