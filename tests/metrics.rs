@@ -430,9 +430,7 @@ async fn metrics_show_the_partitions_held_their_rebalances_and_each_partitions_l
                 Ok(())
             })
         };
-        Topology::new()
-            .stream(stream.clone())
-            .consumer(consumer.clone(), handler)
+        Topology::new().stream(stream).consumer(consumer, handler)
     };
     let group = |name: &'static str| {
         Key::from_parts(
