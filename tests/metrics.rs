@@ -54,6 +54,18 @@ impl Series {
     }
 }
 
+/// A handler that ends once `gate` gives it a permit.
+fn gated(gate: &Arc<tokio::sync::Semaphore>) -> impl Fn(Incoming) -> HandlerFuture + use<> {
+    let gate = gate.clone();
+    move |_: Incoming| -> HandlerFuture {
+        let gate = gate.clone();
+        Box::pin(async move {
+            gate.acquire().await.expect("the gate stays open").forget();
+            Ok(())
+        })
+    }
+}
+
 const BACKOFF: &[Duration] = &[Duration::from_millis(50)];
 
 /// Ten good jobs; two that fail on their first delivery; one whose handler panics on its
@@ -189,14 +201,7 @@ async fn metrics_gauges_follow_in_flight_handlers_and_the_servers_lag() {
     )
     .concurrency(2);
     let gate = Arc::new(tokio::sync::Semaphore::new(0));
-    let held = gate.clone();
-    let handler = move |_: Incoming| -> HandlerFuture {
-        let held = held.clone();
-        Box::pin(async move {
-            held.acquire().await.expect("the gate stays open").forget();
-            Ok(())
-        })
-    };
+    let handler = gated(&gate);
     let running = fx
         .run(Topology::new().stream(stream).consumer(consumer, handler))
         .await;
@@ -422,15 +427,9 @@ async fn metrics_show_the_partitions_held_their_rebalances_and_each_partitions_l
     );
     let gate = Arc::new(tokio::sync::Semaphore::new(0));
     let topology = || {
-        let held = gate.clone();
-        let handler = move |_: Incoming| -> HandlerFuture {
-            let held = held.clone();
-            Box::pin(async move {
-                held.acquire().await.expect("the gate stays open").forget();
-                Ok(())
-            })
-        };
-        Topology::new().stream(stream).consumer(consumer, handler)
+        Topology::new()
+            .stream(stream)
+            .consumer(consumer, gated(&gate))
     };
     let group = |name: &'static str| {
         Key::from_parts(
