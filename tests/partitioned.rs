@@ -1418,6 +1418,7 @@ fn stuck_topology(
                 } else {
                     WORK
                 };
+                // The handler's work (past the grace period) is the scenario, not synchronisation.
                 tokio::time::sleep(work).await;
                 running.handling = None;
                 journal.push(Handling {
