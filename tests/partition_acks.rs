@@ -5,6 +5,8 @@
 //! what the client sends while one message's handler returns, then is cut, which loses its
 //! ack; the client connects again through the healed link. The ack is sent again through the
 //! new connection: every message of the key is handled once, in order, and delivered once.
+//! Beside it, a plain queue consumer declared with `max_ack_pending = 1` (order by serialising
+//! the group), whose lost ack would hold the whole group the same way.
 
 mod fixture;
 
@@ -47,20 +49,33 @@ impl Gate {
     }
 }
 
-fn topology(gate: &Gate) -> Topology {
-    let stream = fixture::stream("HELD_PARTITION_ACKS", &["orders.*.paid"]).subject_transform(
-        SubjectTransform::new(
-            "orders.*.paid",
-            fixture::leak(format!(
-                "{{{{partition({PARTITIONS},1)}}}}.orders.{{{{wildcard(1)}}}}.paid"
+/// What reads the messages: a partitioned group, or a plain queue consumer with
+/// `max_ack_pending = 1`.
+#[derive(Clone, Copy)]
+enum Reader {
+    Partitioned,
+    OneAtATime,
+}
+
+fn topology(gate: &Gate, reader: Reader) -> Topology {
+    let stream = fixture::stream("HELD_PARTITION_ACKS", &["orders.*.paid"]);
+    let (stream, queue) = match reader {
+        Reader::Partitioned => (
+            stream.subject_transform(SubjectTransform::new(
+                "orders.*.paid",
+                fixture::leak(format!(
+                    "{{{{partition({PARTITIONS},1)}}}}.orders.{{{{wildcard(1)}}}}.paid"
+                )),
             )),
+            QueueDecl::new("billing").partitioned(PARTITIONS, &[1]),
         ),
-    );
+        Reader::OneAtATime => (stream, QueueDecl::new("billing").max_ack_pending(1)),
+    };
     let consumer = fixture::queue(
         "tests::held_partition_acks",
         &stream,
         "orders.*.paid",
-        QueueDecl::new("billing").partitioned(PARTITIONS, &[1]),
+        queue,
     );
     let gate = gate.clone();
     Topology::new()
@@ -83,6 +98,16 @@ fn topology(gate: &Gate) -> Topology {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_partitions_ack_lost_with_the_connection_is_sent_again() {
+    ack_lost_with_the_connection(Reader::Partitioned).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_one_at_a_time_queue_consumers_ack_lost_with_the_connection_is_sent_again() {
+    ack_lost_with_the_connection(Reader::OneAtATime).await;
+}
+
+/// The scenario of the module documentation, read by `reader`.
+async fn ack_lost_with_the_connection(reader: Reader) {
     let fx = Fixture::start().await;
     let link = Link::start(fx.server.port()).await.expect("a link");
     let client = connect_in_order(&[link.url()]).await;
@@ -91,7 +116,7 @@ async fn a_partitions_ack_lost_with_the_connection_is_sent_again() {
         started: Arc::default(),
         release: Arc::new(Semaphore::new(0)),
     };
-    let builder = fixture::fast(Runtime::builder(client.clone())).topology(topology(&gate));
+    let builder = fixture::fast(Runtime::builder(client.clone())).topology(topology(&gate, reader));
     let run = Running::start(builder).await;
     let js = fx.jetstream().await;
     let publish = |payload: &'static str| {

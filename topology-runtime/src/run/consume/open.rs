@@ -176,10 +176,7 @@ pub(super) async fn open(
             } else {
                 Advisories::None
             },
-            // A watch's and a partition's consumer deliver one message at a time
-            // (`max_ack_pending = 1`).
-            settled: (relay.is_some_and(|r| r.kv_watch.is_some()) || consumer.partition.is_some())
-                .then(|| session.observer.record.clone()),
+            settled: session.observer.record.clone(),
         };
         match Box::pin(Puller::start(
             inner.common.clone(),

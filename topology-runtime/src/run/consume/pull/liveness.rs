@@ -76,9 +76,9 @@ pub(in crate::run) struct Watch {
     pub(in crate::run) only_reader: bool,
     pub(in crate::run) stalls: metrics::Counter,
     pub(in crate::run) advisories: Advisories,
-    /// A consumer that delivers one message at a time (a watch, a partition): what this
-    /// instance settled, so that an ack lost with a connection is sent again (see `unacked`).
-    pub(in crate::run) settled: Option<Record>,
+    /// What this instance settled: for a consumer that delivers one message at a time, an
+    /// ack lost with a connection is sent again (see `unacked`).
+    pub(in crate::run) settled: Record,
 }
 
 impl Liveness {

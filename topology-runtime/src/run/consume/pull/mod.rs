@@ -11,7 +11,7 @@
 //! - `priority`: the session's place in a priority group (its requests' fields, the pin);
 //! - `fence`: a partition's session handles no delivery the server has moved past;
 //! - `close`: how a session ends, and what it gives back;
-//! - `unacked`: an ack lost with a connection, sent again (a watch, a partition);
+//! - `unacked`: an ack lost with a connection, sent again (one message at a time);
 //! - `liveness`: noticing silence (`stalled`), asking the consumer whether it answers,
 //!   following its leader.
 
@@ -88,8 +88,9 @@ pub(super) struct Puller {
     /// For the consumer's only reader (see [`Watch`]): the consumer sequence of the last
     /// delivery received (at first, of the last one the consumer made before the session).
     received: Option<u64>,
-    /// A watch's or a partition's session (see `unacked`): what this instance settled, and the
-    /// last delivery received.
+    /// A session of a consumer that delivers one message at a time (`max_ack_pending = 1`: a
+    /// watch, a partition; see `unacked`): what this instance settled, and the last delivery
+    /// received.
     unacked: Option<unacked::Last>,
     /// The stream and consumer names.
     names: (String, String),
@@ -140,7 +141,8 @@ impl Puller {
         let received = watch
             .only_reader
             .then_some(info.delivered.consumer_sequence);
-        let settled = watch.settled.clone();
+        let unacked = (info.config.max_ack_pending == 1)
+            .then(|| unacked::Last::new(watch.settled.clone(), info.config.ack_wait));
         // Standing by until the server pins this session (reported once it is up).
         slot.standby(priority.stands_by());
         let liveness = Liveness::new(client, names, heartbeat, watch).await;
@@ -176,7 +178,7 @@ impl Puller {
             ),
             slot,
             received,
-            unacked: settled.map(|settled| unacked::Last::new(settled, info.config.ack_wait)),
+            unacked,
             names: (info.stream_name.clone(), info.name.clone()),
             grant_check_at: Instant::now(),
             fence: fenced.then(|| {

@@ -1,14 +1,15 @@
-//! An ack lost with its connection, sent again. A watch's consumer and a partition's deliver
-//! one message at a time (`max_ack_pending = 1`): an ack written to a connection just before
-//! it was lost never reaches the server, which then delivers nothing more until the message's
-//! `ack_wait` runs out (and then delivers it again), while its idle heartbeats say nothing is
-//! wrong. So after a reconnection a session whose handlers have all settled asks the consumer
-//! whether it still waits for the ack of this session's last delivery; if it does and this
-//! instance settled that message, the ack is sent again through the new connection (the
-//! server takes a second ack of a delivery as a no-op). A message whose handler failed is left
-//! to its redelivery, and so is one delivered half its `ack_wait` ago or more: the server may
-//! deliver it again (to another replica, for a partition) before the ack sent again reaches
-//! it, and that ack would then free the consumer's next message while the message runs there.
+//! An ack lost with its connection, sent again. A consumer with `max_ack_pending = 1` (a
+//! watch's, a partition's, a queue consumer declared so) delivers one message at a time: an
+//! ack written to a connection just before it was lost never reaches the server, which then
+//! delivers nothing more until the message's `ack_wait` runs out (and then delivers it again),
+//! while its idle heartbeats say nothing is wrong. So after a reconnection a session whose
+//! handlers have all settled asks the consumer whether it still waits for the ack of this
+//! session's last delivery; if it does and this instance settled that message, the ack is sent
+//! again through the new connection (the server takes a second ack of a delivery as a no-op).
+//! A message whose handler failed is left to its redelivery, and so is one delivered half its
+//! `ack_wait` ago or more: the server may deliver it again (to another replica) before the ack
+//! sent again reaches it, and that ack would then free the consumer's next message while the
+//! message runs there.
 
 use std::time::Duration;
 
