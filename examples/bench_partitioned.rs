@@ -18,7 +18,11 @@
 //! - **unordered**: a plain queue consumer at concurrency P / R per replica: the same number
 //!   of messages in flight across the group, without the order;
 //! - **max_ack_pending 1**: a plain queue consumer whose server delivers one message at a
-//!   time to the whole group (the naive ordered baseline), over `--naive-messages`.
+//!   time to the whole group (the naive ordered baseline), over `--naive-messages`;
+//! - **raw async-nats, per partition**: no runtime, no membership and no pins: one pull
+//!   consumer per partition with `max_ack_pending = 1` (the server's primitive for order that
+//!   the partitioned group stands on), the partitions dealt out among the replicas before
+//!   the start, each message's sleep then its ack. What order per partition costs at its floor.
 //!
 //! Rates are medians over the rounds; `ratio_unordered_rR` is partitioned over unordered and
 //! `ratio_naive_rR` partitioned over max_ack_pending 1 at R replicas. **Join** is from a second
@@ -30,7 +34,8 @@
 //! time (median, each variant: the `--work-us` sleep as tokio's timer ends it) and a
 //! partition's **handover** (median, from its handler returning to the next handler of that
 //! partition starting: the ack's trip to the server and the next delivery's back, with the
-//! runtime's dispatch). The last line is one JSON object.
+//! runtime's dispatch), for the partitioned group and for raw async-nats. The last line is one
+//! JSON object.
 
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -133,6 +138,7 @@ enum Variant {
     Partitioned,
     Unordered,
     Naive,
+    Raw,
 }
 
 /// What every replica's handler counts: messages handled, and (for the takeover) which
@@ -166,7 +172,7 @@ fn topology(
             QueueDecl::new("plain"),
             Some((u32::from(partitions) / replicas as u32).max(1)),
         ),
-        Variant::Naive => (
+        Variant::Naive | Variant::Raw => (
             "naive",
             "*.bench.*.paid",
             QueueDecl::new("naive").max_ack_pending(1),
@@ -188,29 +194,79 @@ fn topology(
             Box::pin(async move {
                 let started = Instant::now();
                 tokio::time::sleep(work).await;
-                let partition = incoming
-                    .context()
-                    .subject()
-                    .split('.')
-                    .next()
-                    .and_then(|p| p.parse().ok())
-                    .unwrap_or(0);
-                let now = Instant::now();
-                let _ = tally.first.set(now);
-                if replica == CHILD {
-                    // A replica process reports to its parent.
-                    println!("{CHILD_MARK}{partition}");
-                }
-                tally
-                    .partitions
-                    .lock()
-                    .unwrap()
-                    .push((replica, partition, now));
-                tally.spans.lock().unwrap().push((partition, started, now));
-                tally.handled.fetch_add(1, Ordering::Relaxed);
+                record(&tally, replica, incoming.context().subject(), started);
                 Ok::<(), HandlerError>(())
             })
         })
+}
+
+/// What a handler of `replica` that started at `started` records as it returns, for a message
+/// on `subject` (its first token the partition).
+fn record(tally: &Tally, replica: usize, subject: &str, started: Instant) {
+    let partition = subject
+        .split('.')
+        .next()
+        .and_then(|p| p.parse().ok())
+        .unwrap_or(0);
+    let now = Instant::now();
+    let _ = tally.first.set(now);
+    if replica == CHILD {
+        // A replica process reports to its parent.
+        println!("{CHILD_MARK}{partition}");
+    }
+    tally
+        .partitions
+        .lock()
+        .unwrap()
+        .push((replica, partition, now));
+    tally.spans.lock().unwrap().push((partition, started, now));
+    tally.handled.fetch_add(1, Ordering::Relaxed);
+}
+
+/// Replica `replica` of `replicas` in raw async-nats (see the top comment): partitions
+/// `replica`, `replica + replicas`, ... each read by a task of its own through its own
+/// consumer, on a connection of the replica's own.
+async fn start_raw(
+    url: &str,
+    stream: &str,
+    (partitions, replicas): (u16, usize),
+    (tally, replica, work): (Arc<Tally>, usize, Duration),
+) -> Replica {
+    use futures::StreamExt;
+    let js = jetstream::new(async_nats::connect(url).await.expect("connect"));
+    let stream = js.get_stream(stream).await.expect("the stream");
+    let mut tasks = tokio::task::JoinSet::new();
+    for p in (0..partitions).filter(|p| usize::from(*p) % replicas == replica) {
+        let consumer = stream
+            .get_or_create_consumer(
+                &format!("raw-p{p}"),
+                jetstream::consumer::pull::Config {
+                    durable_name: Some(format!("raw-p{p}")),
+                    filter_subject: format!("{p}.bench.*.paid"),
+                    ack_policy: jetstream::consumer::AckPolicy::Explicit,
+                    max_ack_pending: 1,
+                    ..Default::default()
+                },
+            )
+            .await
+            .expect("a partition's consumer");
+        let tally = tally.clone();
+        tasks.spawn(async move {
+            let mut messages = consumer.messages().await.expect("a partition's messages");
+            while let Some(Ok(message)) = messages.next().await {
+                let started = Instant::now();
+                tokio::time::sleep(work).await;
+                record(&tally, replica, &message.subject, started);
+                message.ack().await.expect("an ack sent");
+            }
+        });
+    }
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(async move {
+        let _ = stopped.await;
+        tasks.shutdown().await;
+    });
+    Replica { stop, task }
 }
 
 fn leak_stream(stream: StreamDecl) -> &'static StreamDecl {
@@ -307,13 +363,11 @@ async fn throughput(
     let tally = Arc::new(Tally::default());
     let mut running = Vec::new();
     for replica in 0..replicas {
-        let topology = topology(
-            variant,
-            stream,
-            (partitions, replicas),
-            (tally.clone(), replica, work),
-        );
-        running.push(start(url, topology).await);
+        let them = (tally.clone(), replica, work);
+        running.push(match variant {
+            Variant::Raw => start_raw(url, stream.name, (partitions, replicas), them).await,
+            _ => start(url, topology(variant, stream, (partitions, replicas), them)).await,
+        });
     }
     wait_for(
         &tally,
@@ -335,7 +389,9 @@ async fn throughput(
             .collect(),
     );
     let (mut saturated, mut skew, mut pause, mut handover_ms) = (None, None, None, None);
-    if variant == Variant::Partitioned {
+    if variant == Variant::Raw {
+        handover_ms = Some(handover(spans));
+    } else if variant == Variant::Partitioned {
         let handled = tally.partitions.lock().unwrap().clone();
         let mut last = vec![began; usize::from(partitions)];
         let mut count = vec![0u64; usize::from(partitions)];
@@ -409,14 +465,21 @@ async fn main() {
     let server = NatsServer::start().await.expect("nats-server starts");
     let url = server.url();
     let js = jetstream::new(async_nats::connect(&url).await.expect("connect"));
-    let variants = [Variant::Partitioned, Variant::Unordered, Variant::Naive];
+    let variants = [
+        Variant::Partitioned,
+        Variant::Unordered,
+        Variant::Naive,
+        Variant::Raw,
+    ];
     let mut rates: Vec<Vec<Vec<f64>>> = vec![vec![Vec::new(); variants.len()]; args.replicas.len()];
     // The partitioned variant's rate while every partition was busy, and the key skew.
     let mut saturated: Vec<Vec<f64>> = vec![Vec::new(); args.replicas.len()];
     let mut skews = Vec::new();
     let mut pauses: Vec<Vec<f64>> = vec![Vec::new(); args.replicas.len()];
-    // Per replica count: the handler's time (partitioned, unordered) and a partition's handover.
-    let mut cycles: Vec<[Vec<f64>; 3]> = vec![Default::default(); args.replicas.len()];
+    // Per replica count and variant: the handler's time and a partition's handover.
+    let mut handlers: Vec<Vec<Vec<f64>>> =
+        vec![vec![Vec::new(); variants.len()]; args.replicas.len()];
+    let mut handovers_ms = handlers.clone();
     for round in 0..args.reps {
         let stream = stream(round, args.partitions);
         create(&js, &stream).await;
@@ -442,26 +505,20 @@ async fn main() {
                 saturated[r].extend(measured.saturated);
                 skews.extend(measured.skew);
                 pauses[r].extend(measured.pause);
-                if variant != Variant::Naive {
-                    cycles[r][v].push(measured.handler_ms);
-                }
-                cycles[r][2].extend(measured.handover_ms);
-                // The next variant at this count reads the stream afresh: its own durable.
-                let name = match variant {
-                    Variant::Partitioned => None,
-                    Variant::Unordered => Some("plain".to_owned()),
-                    Variant::Naive => Some("naive".to_owned()),
+                handlers[r][v].push(measured.handler_ms);
+                handovers_ms[r][v].extend(measured.handover_ms);
+                // The next variant at this count reads the stream afresh: its own durables.
+                let names: Vec<String> = match variant {
+                    Variant::Partitioned => {
+                        (0..args.partitions).map(|p| format!("part-p{p}")).collect()
+                    }
+                    Variant::Raw => (0..args.partitions).map(|p| format!("raw-p{p}")).collect(),
+                    Variant::Unordered => vec!["plain".to_owned()],
+                    Variant::Naive => vec!["naive".to_owned()],
                 };
                 let s = js.get_stream(stream.name).await.expect("the stream");
-                match name {
-                    Some(name) => {
-                        let _ = s.delete_consumer(&name).await;
-                    }
-                    None => {
-                        for p in 0..args.partitions {
-                            let _ = s.delete_consumer(&format!("part-p{p}")).await;
-                        }
-                    }
+                for name in names {
+                    let _ = s.delete_consumer(&name).await;
                 }
             }
         }
@@ -476,19 +533,27 @@ async fn main() {
         args.keys, args.partitions, args.work, args.reps
     );
     println!(
-        "| replicas | partitioned | unordered (same concurrency) | max_ack_pending 1 | partitioned / unordered | partitioned / max_ack_pending 1 | partitioned while every partition had work | that / unordered |"
+        "| replicas | partitioned | unordered (same concurrency) | max_ack_pending 1 | raw async-nats, per partition | partitioned / unordered | partitioned / max_ack_pending 1 | partitioned / raw per partition | raw per partition / unordered | partitioned while every partition had work | that / unordered |"
     );
-    println!("|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|");
     let mut json = serde_json::Map::new();
     let round3 = |x: f64| (x * 1000.0).round() / 1000.0;
     for (r, &replicas) in args.replicas.iter().enumerate() {
-        let [part, plain, naive] = [0, 1, 2].map(|v| median(rates[r][v].clone()));
+        let [part, plain, naive, raw] = [0, 1, 2, 3].map(|v| median(rates[r][v].clone()));
         let busy = median(saturated[r].clone());
         println!(
-            "| {replicas} | {part:.0} | {plain:.0} | {naive:.0} | {:.3} | {:.1} | {busy:.0} | {:.3} |",
+            "| {replicas} | {part:.0} | {plain:.0} | {naive:.0} | {raw:.0} | {:.3} | {:.1} | {:.3} | {:.3} | {busy:.0} | {:.3} |",
             part / plain,
             part / naive,
+            part / raw,
+            raw / plain,
             busy / plain
+        );
+        json.insert(format!("raw_per_partition_r{replicas}"), raw.round().into());
+        json.insert(format!("ratio_raw_r{replicas}"), round3(part / raw).into());
+        json.insert(
+            format!("ratio_raw_unordered_r{replicas}"),
+            round3(raw / plain).into(),
         );
         json.insert(format!("partitioned_r{replicas}"), part.round().into());
         json.insert(format!("unordered_r{replicas}"), plain.round().into());
@@ -526,9 +591,15 @@ async fn main() {
     );
     println!("where a cycle goes (medians, ms):");
     for (r, &replicas) in args.replicas.iter().enumerate() {
-        let [part, plain, handover] = cycles[r].clone().map(median);
+        let [part, plain, _, raw] = [0, 1, 2, 3].map(|v| median(handlers[r][v].clone()));
+        let [handover, raw_handover] = [0, 3].map(|v| median(handovers_ms[r][v].clone()));
         println!(
-            "  at {replicas}: handler {part:.2} partitioned, {plain:.2} unordered; a partition's handover {handover:.2}"
+            "  at {replicas}: handler {part:.2} partitioned, {plain:.2} unordered, {raw:.2} raw per partition; a partition's handover {handover:.2} partitioned, {raw_handover:.2} raw"
+        );
+        json.insert(format!("handler_ms_raw_r{replicas}"), round3(raw).into());
+        json.insert(
+            format!("handover_ms_raw_r{replicas}"),
+            round3(raw_handover).into(),
         );
         json.insert(
             format!("handler_ms_partitioned_r{replicas}"),
