@@ -7,6 +7,7 @@
 //! ```text
 //! cargo run --release --example bench_partitioned -- [--keys 1000] [--messages 40000]
 //!     [--naive-messages 2000] [--work-us 1000] [--partitions 16] [--replicas 1,2,4] [--reps 3]
+//!     [--raw-ahead 1]
 //! ```
 //!
 //! Each round publishes `--messages` messages over `--keys` keys (round-robin) into a stream
@@ -23,6 +24,10 @@
 //!   consumer per partition with `max_ack_pending = 1` (the server's primitive for order that
 //!   the partitioned group stands on), the partitions dealt out among the replicas before
 //!   the start, each message's sleep then its ack. What order per partition costs at its floor.
+//!   `--raw-ahead N` sets those consumers' `max_ack_pending` to N (each partition's messages
+//!   still handled one after another, the next ones waiting in the client): what holding a
+//!   partition's next message would gain, at the price of order through a lost ack
+//!   (docs/PARTITIONS.md, "Limits").
 //!
 //! Rates are medians over the rounds; `ratio_unordered_rR` is partitioned over unordered and
 //! `ratio_naive_rR` partitioned over max_ack_pending 1 at R replicas. **Join** is from a second
@@ -62,6 +67,8 @@ struct Args {
     partitions: u16,
     replicas: Vec<usize>,
     reps: usize,
+    /// The raw variant's `max_ack_pending` per partition.
+    raw_ahead: i64,
 }
 
 fn args() -> Args {
@@ -73,6 +80,7 @@ fn args() -> Args {
         partitions: 16,
         replicas: vec![1, 2, 4],
         reps: 3,
+        raw_ahead: 1,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -89,6 +97,7 @@ fn args() -> Args {
             "--work-us" => args.work = Duration::from_micros(number()),
             "--partitions" => args.partitions = number() as u16,
             "--reps" => args.reps = number() as usize,
+            "--raw-ahead" => args.raw_ahead = number().max(1) as i64,
             "--replicas" => {
                 args.replicas = value
                     .split(',')
@@ -229,7 +238,7 @@ fn record(tally: &Tally, replica: usize, subject: &str, started: Instant) {
 async fn start_raw(
     url: &str,
     stream: &str,
-    (partitions, replicas): (u16, usize),
+    (partitions, replicas, ahead): (u16, usize, i64),
     (tally, replica, work): (Arc<Tally>, usize, Duration),
 ) -> Replica {
     use futures::StreamExt;
@@ -244,7 +253,7 @@ async fn start_raw(
                     durable_name: Some(format!("raw-p{p}")),
                     filter_subject: format!("{p}.bench.*.paid"),
                     ack_policy: jetstream::consumer::AckPolicy::Explicit,
-                    max_ack_pending: 1,
+                    max_ack_pending: ahead,
                     ..Default::default()
                 },
             )
@@ -358,14 +367,17 @@ async fn throughput(
     variant: Variant,
     stream: StreamDecl,
     (partitions, replicas, work): (u16, usize, Duration),
-    messages: u64,
+    (messages, raw_ahead): (u64, i64),
 ) -> Measured {
     let tally = Arc::new(Tally::default());
     let mut running = Vec::new();
     for replica in 0..replicas {
         let them = (tally.clone(), replica, work);
         running.push(match variant {
-            Variant::Raw => start_raw(url, stream.name, (partitions, replicas), them).await,
+            Variant::Raw => {
+                let layout = (partitions, replicas, raw_ahead);
+                start_raw(url, stream.name, layout, them).await
+            }
             _ => start(url, topology(variant, stream, (partitions, replicas), them)).await,
         });
     }
@@ -496,7 +508,7 @@ async fn main() {
                     variant,
                     stream,
                     (args.partitions, replicas, args.work),
-                    messages,
+                    (messages, args.raw_ahead),
                 )
                 .await;
                 let rate = measured.rate;
@@ -532,11 +544,18 @@ async fn main() {
         "\npartitioned consumers: {} keys, {} partitions, {:?} handler, medians of {} rounds (msgs/s)\n",
         args.keys, args.partitions, args.work, args.reps
     );
+    if args.raw_ahead != 1 {
+        println!(
+            "raw per partition at max_ack_pending {}: order not kept through a lost ack\n",
+            args.raw_ahead
+        );
+    }
     println!(
         "| replicas | partitioned | unordered (same concurrency) | max_ack_pending 1 | raw async-nats, per partition | partitioned / unordered | partitioned / max_ack_pending 1 | partitioned / raw per partition | raw per partition / unordered | partitioned while every partition had work | that / unordered |"
     );
     println!("|---|---|---|---|---|---|---|---|---|---|---|");
     let mut json = serde_json::Map::new();
+    json.insert("raw_max_ack_pending".into(), args.raw_ahead.into());
     let round3 = |x: f64| (x * 1000.0).round() / 1000.0;
     for (r, &replicas) in args.replicas.iter().enumerate() {
         let [part, plain, naive, raw] = [0, 1, 2, 3].map(|v| median(rates[r][v].clone()));
