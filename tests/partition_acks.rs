@@ -6,7 +6,10 @@
 //! ack; the client connects again through the healed link. The ack is sent again through the
 //! new connection: every message of the key is handled once, in order, and delivered once.
 //! Beside it, a plain queue consumer declared with `max_ack_pending = 1` (order by serialising
-//! the group), whose lost ack would hold the whole group the same way.
+//! the group), whose lost ack would hold the whole group the same way. And the same cut with a
+//! handler that fails: its nak, lost, would hold the partition for the message's `ack_wait`
+//! (declared far longer than the test waits) rather than the backoff's delay; the nak is sent
+//! again with what is left of its delay, and the message comes back after it.
 
 mod fixture;
 
@@ -22,6 +25,11 @@ use tokio::sync::Semaphore;
 
 /// Far more than a reconnection takes.
 const WITHIN: Duration = Duration::from_secs(30);
+
+/// Where a handler fails: the delay its nak asks for, and the consumer's `ack_wait`, after
+/// which a lost nak's message would come back (far past [`WITHIN`]).
+const BACKOFF: &[Duration] = &[Duration::from_secs(5)];
+const LONG_ACK_WAIT: Duration = Duration::from_secs(120);
 
 /// The partition count, and the key every message here has.
 const PARTITIONS: u16 = 2;
@@ -57,7 +65,15 @@ enum Reader {
     OneAtATime,
 }
 
-fn topology(gate: &Gate, reader: Reader) -> Topology {
+/// How the handler of `held` ends the first time: it returns (an ack), or it fails (a nak with
+/// the backoff's delay).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Held {
+    Handled,
+    Failed,
+}
+
+fn topology(gate: &Gate, reader: Reader, held: Held) -> Topology {
     let stream = fixture::stream("HELD_PARTITION_ACKS", &["orders.*.paid"]);
     let (stream, queue) = match reader {
         Reader::Partitioned => (
@@ -70,6 +86,10 @@ fn topology(gate: &Gate, reader: Reader) -> Topology {
             QueueDecl::new("billing").partitioned(PARTITIONS, &[1]),
         ),
         Reader::OneAtATime => (stream, QueueDecl::new("billing").max_ack_pending(1)),
+    };
+    let queue = match held {
+        Held::Handled => queue,
+        Held::Failed => queue.ack_wait(LONG_ACK_WAIT).backoff(BACKOFF),
     };
     let consumer = fixture::queue(
         "tests::held_partition_acks",
@@ -89,6 +109,10 @@ fn topology(gate: &Gate, reader: Reader) -> Topology {
                     && !std::mem::replace(&mut *gate.started.lock().unwrap(), true);
                 if first {
                     gate.release.acquire().await.expect("open").forget();
+                    if held == Held::Failed {
+                        gate.handled.lock().unwrap().push("held, failed".to_owned());
+                        return Err(HandlerError::new("the dependency failed"));
+                    }
                 }
                 gate.handled.lock().unwrap().push(payload);
                 Ok::<(), HandlerError>(())
@@ -98,16 +122,27 @@ fn topology(gate: &Gate, reader: Reader) -> Topology {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_partitions_ack_lost_with_the_connection_is_sent_again() {
-    ack_lost_with_the_connection(Reader::Partitioned).await;
+    lost_with_the_connection(Reader::Partitioned, Held::Handled).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_one_at_a_time_queue_consumers_ack_lost_with_the_connection_is_sent_again() {
-    ack_lost_with_the_connection(Reader::OneAtATime).await;
+    lost_with_the_connection(Reader::OneAtATime, Held::Handled).await;
 }
 
-/// The scenario of the module documentation, read by `reader`.
-async fn ack_lost_with_the_connection(reader: Reader) {
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partitions_nak_lost_with_the_connection_is_sent_again() {
+    lost_with_the_connection(Reader::Partitioned, Held::Failed).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_one_at_a_time_queue_consumers_nak_lost_with_the_connection_is_sent_again() {
+    lost_with_the_connection(Reader::OneAtATime, Held::Failed).await;
+}
+
+/// The scenario of the module documentation, read by `reader`, the handler of `held` ending
+/// as `held` says.
+async fn lost_with_the_connection(reader: Reader, held: Held) {
     let fx = Fixture::start().await;
     let link = Link::start(fx.server.port()).await.expect("a link");
     let client = connect_in_order(&[link.url()]).await;
@@ -116,7 +151,8 @@ async fn ack_lost_with_the_connection(reader: Reader) {
         started: Arc::default(),
         release: Arc::new(Semaphore::new(0)),
     };
-    let builder = fixture::fast(Runtime::builder(client.clone())).topology(topology(&gate, reader));
+    let builder =
+        fixture::fast(Runtime::builder(client.clone())).topology(topology(&gate, reader, held));
     let run = Running::start(builder).await;
     let js = fx.jetstream().await;
     let publish = |payload: &'static str| {
@@ -140,15 +176,13 @@ async fn ack_lost_with_the_connection(reader: Reader) {
     .await;
     link.stall_one_way(Direction::Forward);
     gate.release.add_permits(1);
-    gate.handles("held").await;
-    eventually(WITHIN, "the ack of `held` settled", || {
-        let settled = run
-            .health
-            .consumers()
-            .iter()
-            .map(|c| c.handled)
-            .sum::<u64>()
-            >= 2;
+    // Its ack, or its nak, is on its way into the stalled link.
+    eventually(WITHIN, "`held` settled or naked", || {
+        let consumers = run.health.consumers();
+        let settled = match held {
+            Held::Handled => consumers.iter().map(|c| c.handled).sum::<u64>() >= 2,
+            Held::Failed => consumers.iter().map(|c| c.retried).sum::<u64>() >= 1,
+        };
         async move { settled.then_some(()) }
     })
     .await;
@@ -156,6 +190,7 @@ async fn ack_lost_with_the_connection(reader: Reader) {
     fixture::cut_with_what_it_holds(&link, &client).await;
 
     publish("after").await;
+    // A nak that stayed lost would have `held` back only after its ack_wait, past this wait.
     gate.handles("after").await;
     let mut deliveries = 0;
     let stream = js
@@ -171,14 +206,29 @@ async fn ack_lost_with_the_connection(reader: Reader) {
     }
     let restarts: u64 = run.health.consumers().iter().map(|c| c.restarts).sum();
     run.stop().await.expect("a clean drain");
-    assert_eq!(
-        gate.handled(),
-        ["before", "held", "after"],
-        "each once, in order"
-    );
-    assert_eq!(
-        deliveries, 3,
-        "one delivery per message, none delivered again: the ack of `held` reached the server"
-    );
+    match held {
+        Held::Handled => {
+            assert_eq!(
+                gate.handled(),
+                ["before", "held", "after"],
+                "each once, in order"
+            );
+            assert_eq!(
+                deliveries, 3,
+                "one delivery per message, none delivered again: the ack of `held` reached the server"
+            );
+        }
+        Held::Failed => {
+            assert_eq!(
+                gate.handled(),
+                ["before", "held, failed", "held", "after"],
+                "`held` handled again after its failure, before `after`"
+            );
+            assert_eq!(
+                deliveries, 4,
+                "`held` delivered twice (its failure, then its retry), the others once"
+            );
+        }
+    }
     assert_eq!(restarts, 0, "no partition's session lost");
 }

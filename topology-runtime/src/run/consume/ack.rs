@@ -25,6 +25,28 @@ pub(in crate::run) struct Acks {
     /// The consumer takes no acks (`AckPolicy::None`: an ordered replay, which keeps its own
     /// place): nothing is sent, and every settlement succeeds at once.
     pub(in crate::run) none: bool,
+    /// For a consumer that delivers one message at a time: the last nak a failed handler
+    /// sent, so that one lost with its connection is sent again (see `pull::unacked`).
+    pub(in crate::run) last_nak: Option<LastNak>,
+}
+
+/// The last nak sent for a failed handler's message: its stream sequence, the delay asked
+/// for, and when it was sent.
+#[derive(Clone, Default)]
+pub(in crate::run) struct LastNak(Arc<Mutex<Option<(u64, Duration, Instant)>>>);
+
+impl LastNak {
+    /// A nak asking for `delay` was sent now for the message at `sequence`.
+    pub(in crate::run) fn sent(&self, sequence: u64, delay: Duration) {
+        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = Some((sequence, delay, Instant::now()));
+    }
+
+    /// If the last nak sent was for the message at `sequence`: what is left of its delay.
+    pub(in crate::run) fn left_for(&self, sequence: u64) -> Option<Duration> {
+        let last = *self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let (naked, delay, sent) = last?;
+        (naked == sequence).then(|| delay.saturating_sub(sent.elapsed()))
+    }
 }
 
 /// How a confirmed ack (or term) is sent: as a request whose reply is the server's
@@ -247,5 +269,25 @@ impl Stopped {
 async fn progress(message: &jetstream::Message) {
     if let Err(e) = message.ack_with(AckKind::Progress).await {
         tracing::debug!(error = %e, "could not send a progress ack");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn the_last_nak_tells_what_is_left_of_its_delay_for_its_message_alone() {
+        let last = LastNak::default();
+        assert_eq!(last.left_for(7), None, "nothing naked yet");
+        last.sent(7, Duration::from_secs(60));
+        tokio::time::advance(Duration::from_secs(10)).await;
+        assert_eq!(last.left_for(7), Some(Duration::from_secs(50)));
+        assert_eq!(last.left_for(8), None, "another message's");
+        tokio::time::advance(Duration::from_secs(60)).await;
+        assert_eq!(last.left_for(7), Some(Duration::ZERO), "its delay is over");
+        last.sent(8, Duration::from_secs(1));
+        assert_eq!(last.left_for(7), None, "no longer the last nak");
+        assert_eq!(last.left_for(8), Some(Duration::from_secs(1)));
     }
 }

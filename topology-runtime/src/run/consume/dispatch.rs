@@ -288,6 +288,9 @@ async fn fail(
     tracing::debug!(subject = %received.subject, delivered = meta.delivered, ?delay, %error, "handler failed; redelivering later");
     // A consumer without acks (an ordered replay) restarts after this message instead.
     let naked = session.acks.nak(message, Some(delay)).await;
+    if naked && let (Some(last), Some(sequence)) = (&session.acks.last_nak, meta.stream_sequence) {
+        last.sent(sequence, delay);
+    }
     Outcome::Retried { delay, naked }
 }
 

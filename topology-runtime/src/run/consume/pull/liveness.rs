@@ -7,6 +7,7 @@
 //! followed: a new leader's advisory makes the session pull again at once (the old leader took
 //! the open requests with it).
 
+use super::super::ack::LastNak;
 use super::super::loss::Loss;
 use std::future::Future;
 use std::pin::Pin;
@@ -79,6 +80,8 @@ pub(in crate::run) struct Watch {
     /// What this instance settled: for a consumer that delivers one message at a time, an
     /// ack lost with a connection is sent again (see `unacked`).
     pub(in crate::run) settled: Record,
+    /// For such a consumer, the last nak a failed handler sent, sent again the same way.
+    pub(in crate::run) naked: Option<LastNak>,
 }
 
 impl Liveness {

@@ -1,24 +1,27 @@
-//! An ack lost with its connection, sent again. A consumer with `max_ack_pending = 1` (a
-//! watch's, a partition's, a queue consumer declared so) delivers one message at a time: an
+//! An ack or a nak lost with its connection, sent again. A consumer with `max_ack_pending = 1`
+//! (a watch's, a partition's, a queue consumer declared so) delivers one message at a time: an
 //! ack written to a connection just before it was lost never reaches the server, which then
 //! delivers nothing more until the message's `ack_wait` runs out (and then delivers it again),
-//! while its idle heartbeats say nothing is wrong. So after a reconnection a session whose
+//! while its idle heartbeats say nothing is wrong; a lost nak holds it the same way, for the
+//! `ack_wait` rather than the backoff's delay. So after a reconnection a session whose
 //! handlers have all settled asks the consumer whether it still waits for the ack of this
 //! session's last delivery; if it does and this instance settled that message, the ack is sent
-//! again through the new connection (the server takes a second ack of a delivery as a no-op).
-//! A message whose handler failed is left to its redelivery, and so is one delivered half its
-//! `ack_wait` ago or more: the server may deliver it again (to another replica) before the ack
-//! sent again reaches it, and that ack would then free the consumer's next message while the
-//! message runs there.
+//! again through the new connection (the server takes a second ack of a delivery as a no-op);
+//! if its handler failed, the nak is sent again with what is left of its delay (a nak the
+//! server had taken is then taken again, to the same end). A message delivered half its
+//! `ack_wait` ago or more is left to its redelivery: the server may deliver it again (to
+//! another replica) before the ack sent again reaches it, and that ack would then free the
+//! consumer's next message while the message runs there.
 
 use std::time::Duration;
 
+use async_nats::jetstream::AckKind;
 use bytes::Bytes;
 use tokio::time::Instant;
 
-use super::super::ack::Fetched;
+use super::super::ack::{Fetched, LastNak};
 use super::super::resume::Record;
-use super::Puller;
+use super::{Puller, Watch};
 
 /// The longest a watch waits for the consumer's answer after a reconnection: a consumer whose
 /// leader answers through the new connection does so within a round trip; one that does not
@@ -28,6 +31,8 @@ const ASK_WITHIN: Duration = Duration::from_secs(1);
 /// A session's last delivery, and what this instance settled.
 pub(super) struct Last {
     settled: Record,
+    /// The last nak a failed handler sent.
+    naked: Option<LastNak>,
     /// The consumer's `ack_wait`.
     ack_wait: Duration,
     /// The stream and consumer sequences and the reply subject (where its ack goes) of the
@@ -36,9 +41,10 @@ pub(super) struct Last {
 }
 
 impl Last {
-    pub(super) fn new(settled: Record, ack_wait: Duration) -> Last {
+    pub(super) fn new(watch: &Watch, ack_wait: Duration) -> Last {
         Last {
-            settled,
+            settled: watch.settled.clone(),
+            naked: watch.naked.clone(),
             ack_wait,
             delivery: None,
         }
@@ -73,7 +79,18 @@ impl Puller {
         // Its ack_wait runs from its delivery (or later, from a progress ack).
         let half = last.ack_wait / 2;
         let fresh = || arrived.elapsed() < half;
-        if held > 0 || !last.settled.settled(sequence) || !fresh() {
+        // An ack if this instance settled it; the nak if its handler failed, with the rest of
+        // the delay it asked for, while a second of it is left: a nak the server took is
+        // followed by the message's redelivery once its delay is over, which a nak sent again
+        // then would send back (the server naks by stream sequence, whatever the delivery).
+        let again = || -> Option<Bytes> {
+            if last.settled.settled(sequence) {
+                return Some(Bytes::from_static(b"+ACK"));
+            }
+            let left = last.naked.as_ref()?.left_for(sequence)?;
+            (left > ASK_WITHIN).then(|| AckKind::Nak(Some(left)).into())
+        };
+        if held > 0 || !fresh() || again().is_none() {
             return;
         }
         let request = async_nats::Request::new().timeout(Some(ASK_WITHIN.min(self.heartbeat)));
@@ -88,9 +105,12 @@ impl Puller {
         if waits_for_ack(&answer.payload) != Some(delivered) || !fresh() {
             return;
         }
-        tracing::debug!(subject = %self.subject, sequence, "the consumer waits for an ack sent on the lost connection; sending it again");
-        if let Err(e) = client.publish(reply, Bytes::from_static(b"+ACK")).await {
-            tracing::debug!(subject = %self.subject, error = %e, "could not send the ack again; the server delivers the message again after its ack_wait");
+        let Some(again) = again() else {
+            return;
+        };
+        tracing::debug!(subject = %self.subject, sequence, settlement = %String::from_utf8_lossy(&again), "the consumer waits for a settlement sent on the lost connection; sending it again");
+        if let Err(e) = client.publish(reply, again).await {
+            tracing::debug!(subject = %self.subject, error = %e, "could not send the settlement again; the server delivers the message again after its ack_wait");
         }
     }
 }
