@@ -9,7 +9,10 @@
 //! the group), whose lost ack would hold the whole group the same way. And the same cut with a
 //! handler that fails: its nak, lost, would hold the partition for the message's `ack_wait`
 //! (declared far longer than the test waits) rather than the backoff's delay; the nak is sent
-//! again with what is left of its delay, and the message comes back after it.
+//! again with what is left of its delay, and the message comes back after it. Last, a handler
+//! slower than half its message's `ack_wait`: its lost ack is not sent again (the server may
+//! be delivering the message again by then), the message comes back to this instance after its
+//! `ack_wait`, and is acknowledged without being handled a second time.
 
 mod fixture;
 
@@ -30,6 +33,10 @@ const WITHIN: Duration = Duration::from_secs(30);
 /// which a lost nak's message would come back (far past [`WITHIN`]).
 const BACKOFF: &[Duration] = &[Duration::from_secs(5)];
 const LONG_ACK_WAIT: Duration = Duration::from_secs(120);
+
+/// A slow handler's time, past half of [`SHORT_ACK_WAIT`]: its lost ack is not sent again.
+const SLOW: Duration = Duration::from_millis(2500);
+const SHORT_ACK_WAIT: Duration = Duration::from_secs(4);
 
 /// The partition count, and the key every message here has.
 const PARTITIONS: u16 = 2;
@@ -65,12 +72,13 @@ enum Reader {
     OneAtATime,
 }
 
-/// How the handler of `held` ends the first time: it returns (an ack), or it fails (a nak with
-/// the backoff's delay).
+/// How the handler of `held` ends the first time: it returns (an ack), it fails (a nak with
+/// the backoff's delay), or it returns after [`SLOW`].
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Held {
     Handled,
     Failed,
+    Slow,
 }
 
 fn topology(gate: &Gate, reader: Reader, held: Held) -> Topology {
@@ -90,6 +98,7 @@ fn topology(gate: &Gate, reader: Reader, held: Held) -> Topology {
     let queue = match held {
         Held::Handled => queue,
         Held::Failed => queue.ack_wait(LONG_ACK_WAIT).backoff(BACKOFF),
+        Held::Slow => queue.ack_wait(SHORT_ACK_WAIT),
     };
     let consumer = fixture::queue(
         "tests::held_partition_acks",
@@ -109,9 +118,14 @@ fn topology(gate: &Gate, reader: Reader, held: Held) -> Topology {
                     && !std::mem::replace(&mut *gate.started.lock().unwrap(), true);
                 if first {
                     gate.release.acquire().await.expect("open").forget();
-                    if held == Held::Failed {
-                        gate.handled.lock().unwrap().push("held, failed".to_owned());
-                        return Err(HandlerError::new("the dependency failed"));
+                    match held {
+                        Held::Handled => {}
+                        Held::Failed => {
+                            gate.handled.lock().unwrap().push("held, failed".to_owned());
+                            return Err(HandlerError::new("the dependency failed"));
+                        }
+                        // The work of a slow handler: what the scenario is about.
+                        Held::Slow => tokio::time::sleep(SLOW).await,
                     }
                 }
                 gate.handled.lock().unwrap().push(payload);
@@ -138,6 +152,16 @@ async fn a_partitions_nak_lost_with_the_connection_is_sent_again() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_one_at_a_time_queue_consumers_nak_lost_with_the_connection_is_sent_again() {
     lost_with_the_connection(Reader::OneAtATime, Held::Failed).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partitions_message_delivered_again_after_its_ack_was_lost_is_not_handled_twice() {
+    lost_with_the_connection(Reader::Partitioned, Held::Slow).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queue_consumers_message_delivered_again_after_its_ack_was_lost_is_not_handled_twice() {
+    lost_with_the_connection(Reader::OneAtATime, Held::Slow).await;
 }
 
 /// The scenario of the module documentation, read by `reader`, the handler of `held` ending
@@ -180,7 +204,7 @@ async fn lost_with_the_connection(reader: Reader, held: Held) {
     eventually(WITHIN, "`held` settled or naked", || {
         let consumers = run.health.consumers();
         let settled = match held {
-            Held::Handled => consumers.iter().map(|c| c.handled).sum::<u64>() >= 2,
+            Held::Handled | Held::Slow => consumers.iter().map(|c| c.handled).sum::<u64>() >= 2,
             Held::Failed => consumers.iter().map(|c| c.retried).sum::<u64>() >= 1,
         };
         async move { settled.then_some(()) }
@@ -216,6 +240,17 @@ async fn lost_with_the_connection(reader: Reader, held: Held) {
             assert_eq!(
                 deliveries, 3,
                 "one delivery per message, none delivered again: the ack of `held` reached the server"
+            );
+        }
+        Held::Slow => {
+            assert_eq!(
+                gate.handled(),
+                ["before", "held", "after"],
+                "each handled once, in order: `held` delivered again was acknowledged, not handled"
+            );
+            assert_eq!(
+                deliveries, 4,
+                "`held` delivered again after its ack_wait (its ack lost, not sent again)"
             );
         }
         Held::Failed => {

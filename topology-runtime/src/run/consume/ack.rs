@@ -7,7 +7,7 @@
 //! message's `ack_wait`.
 
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use async_nats::jetstream::{self, AckKind};
 use tokio::time::Instant;
@@ -25,27 +25,88 @@ pub(in crate::run) struct Acks {
     /// The consumer takes no acks (`AckPolicy::None`: an ordered replay, which keeps its own
     /// place): nothing is sent, and every settlement succeeds at once.
     pub(in crate::run) none: bool,
-    /// For a consumer that delivers one message at a time: the last nak a failed handler
-    /// sent, so that one lost with its connection is sent again (see `pull::unacked`).
-    pub(in crate::run) last_nak: Option<LastNak>,
+    /// For a consumer that delivers one message at a time: how this session last settled a
+    /// message (see [`LastSettled`]).
+    pub(in crate::run) last: Option<LastSettled>,
 }
 
-/// The last nak sent for a failed handler's message: its stream sequence, the delay asked
-/// for, and when it was sent.
+/// How a session of a consumer that delivers one message at a time last settled a message:
+/// its stream sequence and stored time (a stream deleted and created again numbers its
+/// messages anew), and how. After a reconnection, a settlement lost with the connection is
+/// sent again (`pull::unacked`); the message it acknowledged, delivered to it again, is
+/// acknowledged again without calling the handler (`dispatch::handle`).
 #[derive(Clone, Default)]
-pub(in crate::run) struct LastNak(Arc<Mutex<Option<(u64, Duration, Instant)>>>);
+pub(in crate::run) struct LastSettled(Arc<Mutex<Option<Last>>>);
 
-impl LastNak {
-    /// A nak asking for `delay` was sent now for the message at `sequence`.
-    pub(in crate::run) fn sent(&self, sequence: u64, delay: Duration) {
-        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = Some((sequence, delay, Instant::now()));
+#[derive(Clone, Copy)]
+struct Last {
+    sequence: u64,
+    published: Option<SystemTime>,
+    how: How,
+}
+
+#[derive(Clone, Copy)]
+enum How {
+    Acked,
+    /// Naked asking for `delay`, at `sent`.
+    Naked {
+        delay: Duration,
+        sent: Instant,
+    },
+}
+
+/// What to send again for a message whose settlement was lost.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(in crate::run) enum Again {
+    Ack,
+    /// A nak, with what is left of the delay it asked for.
+    Nak {
+        left: Duration,
+    },
+}
+
+impl LastSettled {
+    /// The message at `sequence`, stored at `published`, was acknowledged.
+    pub(in crate::run) fn acked(&self, sequence: u64, published: Option<SystemTime>) {
+        self.set(sequence, published, How::Acked);
     }
 
-    /// If the last nak sent was for the message at `sequence`: what is left of its delay.
-    pub(in crate::run) fn left_for(&self, sequence: u64) -> Option<Duration> {
-        let last = *self.0.lock().unwrap_or_else(|e| e.into_inner());
-        let (naked, delay, sent) = last?;
-        (naked == sequence).then(|| delay.saturating_sub(sent.elapsed()))
+    /// The message at `sequence`, stored at `published`, was naked now, asking for `delay`.
+    pub(in crate::run) fn naked(
+        &self,
+        sequence: u64,
+        published: Option<SystemTime>,
+        delay: Duration,
+    ) {
+        let sent = Instant::now();
+        self.set(sequence, published, How::Naked { delay, sent });
+    }
+
+    fn set(&self, sequence: u64, published: Option<SystemTime>, how: How) {
+        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = Some(Last {
+            sequence,
+            published,
+            how,
+        });
+    }
+
+    /// If the last message settled was the one at `sequence` stored at `published`: what to
+    /// send again.
+    pub(in crate::run) fn again(
+        &self,
+        sequence: u64,
+        published: Option<SystemTime>,
+    ) -> Option<Again> {
+        let last = (*self.0.lock().unwrap_or_else(|e| e.into_inner()))?;
+        if last.sequence != sequence || last.published != published {
+            return None;
+        }
+        Some(match last.how {
+            How::Acked => Again::Ack,
+            How::Naked { delay, sent } => Again::Nak {
+                left: delay.saturating_sub(sent.elapsed()),
+            },
+        })
     }
 }
 
@@ -277,17 +338,34 @@ mod tests {
     use super::*;
 
     #[tokio::test(start_paused = true)]
-    async fn the_last_nak_tells_what_is_left_of_its_delay_for_its_message_alone() {
-        let last = LastNak::default();
-        assert_eq!(last.left_for(7), None, "nothing naked yet");
-        last.sent(7, Duration::from_secs(60));
+    async fn the_last_settlement_tells_what_to_send_again_for_its_message_alone() {
+        let at = |ms| Some(SystemTime::UNIX_EPOCH + Duration::from_millis(ms));
+        let last = LastSettled::default();
+        assert_eq!(last.again(7, at(1)), None, "nothing settled yet");
+        last.naked(7, at(1), Duration::from_secs(60));
         tokio::time::advance(Duration::from_secs(10)).await;
-        assert_eq!(last.left_for(7), Some(Duration::from_secs(50)));
-        assert_eq!(last.left_for(8), None, "another message's");
+        assert_eq!(
+            last.again(7, at(1)),
+            Some(Again::Nak {
+                left: Duration::from_secs(50)
+            })
+        );
+        assert_eq!(last.again(8, at(1)), None, "another message's");
+        assert_eq!(
+            last.again(7, at(2)),
+            None,
+            "the same sequence stored at another time: a stream created again"
+        );
         tokio::time::advance(Duration::from_secs(60)).await;
-        assert_eq!(last.left_for(7), Some(Duration::ZERO), "its delay is over");
-        last.sent(8, Duration::from_secs(1));
-        assert_eq!(last.left_for(7), None, "no longer the last nak");
-        assert_eq!(last.left_for(8), Some(Duration::from_secs(1)));
+        assert_eq!(
+            last.again(7, at(1)),
+            Some(Again::Nak {
+                left: Duration::ZERO
+            }),
+            "its delay is over"
+        );
+        last.acked(8, at(3));
+        assert_eq!(last.again(7, at(1)), None, "no longer the last settled");
+        assert_eq!(last.again(8, at(3)), Some(Again::Ack));
     }
 }

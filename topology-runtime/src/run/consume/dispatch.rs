@@ -14,7 +14,7 @@ use async_nats::jetstream::{self, AckKind};
 use futures::FutureExt;
 use tracing::Instrument;
 
-use super::ack::{AckDeadline, Acks, Stopped};
+use super::ack::{AckDeadline, Acks, Again, Stopped};
 use super::dead_letter::{DeadLetter, Delivery, publish_dead_letter};
 use super::meta::MessageMeta;
 use super::outcome::{Observer, Outcome};
@@ -61,24 +61,52 @@ pub(in crate::run) async fn handle(
     session: Arc<Session>,
     spare: Option<Arc<Received>>,
 ) -> Option<Arc<Received>> {
-    if session.in_order {
-        let sequence = meta.stream_sequence;
-        if session.observer.handled_past(sequence) {
-            tracing::debug!(
-                stream = %session.scope.stream,
-                consumer = %session.scope.consumer,
-                sequence,
-                "delivered again after it was handled; acknowledged without calling the handler"
-            );
-            if let Err(e) = Box::pin(session.acks.settle(&message, AckKind::Ack, deadline)).await {
-                tracing::debug!(error = %e, "could not acknowledge a message delivered again");
-            }
-            return spare;
+    // Delivered again after it was handled here (its ack lost with a connection, or sent past
+    // its ack_wait): acknowledged again, its handler not called twice. A watch knows it from
+    // its progress; a consumer that delivers one message at a time, from its session's last
+    // settlement (asked only of a redelivery).
+    let sequence = meta.stream_sequence;
+    let last = session.acks.last.as_ref();
+    let again = match session.in_order {
+        true => session.observer.handled_past(sequence),
+        false => {
+            meta.delivered > 1
+                && last.zip(sequence).is_some_and(|(last, sequence)| {
+                    last.again(sequence, meta.published) == Some(Again::Ack)
+                })
         }
+    };
+    if again {
+        tracing::debug!(
+            stream = %session.scope.stream,
+            consumer = %session.scope.consumer,
+            sequence,
+            "delivered again after it was handled; acknowledged without calling the handler"
+        );
+        match Box::pin(session.acks.settle(&message, AckKind::Ack, deadline)).await {
+            Ok(()) => {
+                if let (Some(last), Some(sequence)) = (last, sequence) {
+                    last.acked(sequence, meta.published);
+                }
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, "could not acknowledge a message delivered again")
+            }
+        }
+        return spare;
     }
     let mut received = received(&mut message, meta, spare);
     let outcome = dispatch(&message, &received, meta, deadline, &session).await;
     session.observer.ended(meta.stream_sequence, outcome);
+    if let (Some(last), Some(sequence)) = (last, sequence) {
+        match outcome {
+            Outcome::Handled { acked: true } => last.acked(sequence, meta.published),
+            Outcome::Retried { delay, naked: true } => {
+                last.naked(sequence, meta.published, delay);
+            }
+            _ => {}
+        }
+    }
     if let Some(replay) = &session.replay {
         if outcome.done() {
             session.observer.slot.replayed(meta.pending);
@@ -288,9 +316,6 @@ async fn fail(
     tracing::debug!(subject = %received.subject, delivered = meta.delivered, ?delay, %error, "handler failed; redelivering later");
     // A consumer without acks (an ordered replay) restarts after this message instead.
     let naked = session.acks.nak(message, Some(delay)).await;
-    if naked && let (Some(last), Some(sequence)) = (&session.acks.last_nak, meta.stream_sequence) {
-        last.sent(sequence, delay);
-    }
     Outcome::Retried { delay, naked }
 }
 

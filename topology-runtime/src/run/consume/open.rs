@@ -7,7 +7,7 @@ use std::time::Duration;
 use async_nats::jetstream::consumer::{self, FromConsumer, push};
 use tokio_util::sync::CancellationToken;
 
-use super::ack::{Acks, Confirm, LastNak, Stopped};
+use super::ack::{Acks, Confirm, LastSettled, Stopped};
 use super::dead_letter::DeadLetter;
 use super::dispatch::Session;
 use super::feed::{Feed, Pusher, consumer_gone};
@@ -103,7 +103,7 @@ pub(super) async fn open(
             ack_wait: info.config.ack_wait,
             progress_every: (info.config.ack_wait / 2).max(PROGRESS_FLOOR),
             none: info.config.ack_policy == consumer::AckPolicy::None,
-            last_nak: (info.config.max_ack_pending == 1).then(LastNak::default),
+            last: (info.config.max_ack_pending == 1).then(LastSettled::default),
         },
         in_order: relay.is_some_and(|r| r.in_order()),
         replay: relay
@@ -177,8 +177,7 @@ pub(super) async fn open(
             } else {
                 Advisories::None
             },
-            settled: session.observer.record.clone(),
-            naked: session.acks.last_nak.clone(),
+            last: session.acks.last.clone(),
         };
         match Box::pin(Puller::start(
             inner.common.clone(),

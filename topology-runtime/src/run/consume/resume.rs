@@ -46,18 +46,6 @@ impl Settled {
     }
 }
 
-impl Record {
-    /// Whether this instance settled the message at `sequence` for good (acknowledged or
-    /// terminated), as far as it still knows: a queue consumer forgets what the ack floor
-    /// read since covers; a relay knows it for a watch, which handles one at a time.
-    pub(in crate::run) fn settled(&self, sequence: u64) -> bool {
-        match self {
-            Record::Queue(settled) => lock(&settled.0).run_end(sequence).is_some(),
-            Record::Relay(progress) => progress.handled_past(sequence),
-        }
-    }
-}
-
 /// A set of sequences kept as runs: sorted, disjoint and not adjacent (`(first, last)`,
 /// inclusive). What one instance settles is mostly runs in order (the next sequence, or a
 /// gap where another instance took some), recorded at the end in constant time, where a

@@ -7,7 +7,7 @@
 //! followed: a new leader's advisory makes the session pull again at once (the old leader took
 //! the open requests with it).
 
-use super::super::ack::LastNak;
+use super::super::ack::LastSettled;
 use super::super::loss::Loss;
 use std::future::Future;
 use std::pin::Pin;
@@ -17,7 +17,6 @@ use std::time::Duration;
 use futures::StreamExt;
 use tokio::time::Instant;
 
-use super::super::resume::Record;
 use crate::health::{ConsumerState, Slot};
 use crate::provision::{ADVISORY_PREFIX, Advisories};
 
@@ -77,11 +76,9 @@ pub(in crate::run) struct Watch {
     pub(in crate::run) only_reader: bool,
     pub(in crate::run) stalls: metrics::Counter,
     pub(in crate::run) advisories: Advisories,
-    /// What this instance settled: for a consumer that delivers one message at a time, an
-    /// ack lost with a connection is sent again (see `unacked`).
-    pub(in crate::run) settled: Record,
-    /// For such a consumer, the last nak a failed handler sent, sent again the same way.
-    pub(in crate::run) naked: Option<LastNak>,
+    /// For a consumer that delivers one message at a time: how this session last settled a
+    /// message, sent again if it was lost with a connection (see `unacked`).
+    pub(in crate::run) last: Option<LastSettled>,
 }
 
 impl Liveness {

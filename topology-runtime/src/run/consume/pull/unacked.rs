@@ -13,38 +13,45 @@
 //! another replica) before the ack sent again reaches it, and that ack would then free the
 //! consumer's next message while the message runs there.
 
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use async_nats::jetstream::AckKind;
 use bytes::Bytes;
 use tokio::time::Instant;
 
-use super::super::ack::{Fetched, LastNak};
-use super::super::resume::Record;
-use super::{Puller, Watch};
+use super::super::ack::{Again, Fetched, LastSettled};
+use super::Puller;
 
 /// The longest a watch waits for the consumer's answer after a reconnection: a consumer whose
 /// leader answers through the new connection does so within a round trip; one that does not
 /// is left to the silence the heartbeats measure.
 const ASK_WITHIN: Duration = Duration::from_secs(1);
 
-/// A session's last delivery, and what this instance settled.
+/// A session's last delivery, and how the session last settled a message.
 pub(super) struct Last {
-    settled: Record,
-    /// The last nak a failed handler sent.
-    naked: Option<LastNak>,
+    settled: LastSettled,
     /// The consumer's `ack_wait`.
     ack_wait: Duration,
-    /// The stream and consumer sequences and the reply subject (where its ack goes) of the
-    /// last delivery, and when it arrived.
-    delivery: Option<(u64, u64, async_nats::Subject, Instant)>,
+    /// The last delivery.
+    delivery: Option<Delivery>,
+}
+
+/// A delivery, as [`Puller::ack_lost`] needs it.
+#[derive(Clone)]
+struct Delivery {
+    /// The message's stream sequence and stored time.
+    message: (u64, Option<SystemTime>),
+    /// The consumer's sequence of this delivery.
+    delivered: u64,
+    /// Where its settlement goes.
+    reply: async_nats::Subject,
+    arrived: Instant,
 }
 
 impl Last {
-    pub(super) fn new(watch: &Watch, ack_wait: Duration) -> Last {
+    pub(super) fn new(settled: LastSettled, ack_wait: Duration) -> Last {
         Last {
-            settled: watch.settled.clone(),
-            naked: watch.naked.clone(),
+            settled,
             ack_wait,
             delivery: None,
         }
@@ -56,12 +63,12 @@ impl Last {
             fetched.meta.stream_sequence,
             fetched.message.message.reply.as_ref(),
         ) {
-            self.delivery = Some((
-                sequence,
-                fetched.meta.consumer_sequence,
-                reply.clone(),
-                Instant::now(),
-            ));
+            self.delivery = Some(Delivery {
+                message: (sequence, fetched.meta.published),
+                delivered: fetched.meta.consumer_sequence,
+                reply: reply.clone(),
+                arrived: Instant::now(),
+            });
         }
     }
 }
@@ -73,7 +80,13 @@ impl Puller {
         let Some(last) = &self.unacked else {
             return;
         };
-        let Some((sequence, delivered, reply, arrived)) = last.delivery.clone() else {
+        let Some(Delivery {
+            message: (sequence, published),
+            delivered,
+            reply,
+            arrived,
+        }) = last.delivery.clone()
+        else {
             return;
         };
         // Its ack_wait runs from its delivery (or later, from a progress ack).
@@ -84,11 +97,10 @@ impl Puller {
         // followed by the message's redelivery once its delay is over, which a nak sent again
         // then would send back (the server naks by stream sequence, whatever the delivery).
         let again = || -> Option<Bytes> {
-            if last.settled.settled(sequence) {
-                return Some(Bytes::from_static(b"+ACK"));
+            match last.settled.again(sequence, published)? {
+                Again::Ack => Some(Bytes::from_static(b"+ACK")),
+                Again::Nak { left } => (left > ASK_WITHIN).then(|| AckKind::Nak(Some(left)).into()),
             }
-            let left = last.naked.as_ref()?.left_for(sequence)?;
-            (left > ASK_WITHIN).then(|| AckKind::Nak(Some(left)).into())
         };
         if held > 0 || !fresh() || again().is_none() {
             return;
