@@ -12,7 +12,8 @@
 //! again with what is left of its delay, and the message comes back after it. Last, a handler
 //! slower than half its message's `ack_wait`: its lost ack is not sent again (the server may
 //! be delivering the message again by then), the message comes back to this instance after its
-//! `ack_wait`, and is acknowledged without being handled a second time.
+//! `ack_wait`, and is acknowledged without being handled a second time. And a handler that
+//! refuses its message for good: the term, lost, is sent again.
 
 mod fixture;
 
@@ -73,12 +74,13 @@ enum Reader {
 }
 
 /// How the handler of `held` ends the first time: it returns (an ack), it fails (a nak with
-/// the backoff's delay), or it returns after [`SLOW`].
+/// the backoff's delay), it returns after [`SLOW`], or it fails for good (a term).
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Held {
     Handled,
     Failed,
     Slow,
+    Refused,
 }
 
 fn topology(gate: &Gate, reader: Reader, held: Held) -> Topology {
@@ -97,7 +99,7 @@ fn topology(gate: &Gate, reader: Reader, held: Held) -> Topology {
     };
     let queue = match held {
         Held::Handled => queue,
-        Held::Failed => queue.ack_wait(LONG_ACK_WAIT).backoff(BACKOFF),
+        Held::Failed | Held::Refused => queue.ack_wait(LONG_ACK_WAIT).backoff(BACKOFF),
         Held::Slow => queue.ack_wait(SHORT_ACK_WAIT),
     };
     let consumer = fixture::queue(
@@ -126,6 +128,13 @@ fn topology(gate: &Gate, reader: Reader, held: Held) -> Topology {
                         }
                         // The work of a slow handler: what the scenario is about.
                         Held::Slow => tokio::time::sleep(SLOW).await,
+                        Held::Refused => {
+                            gate.handled
+                                .lock()
+                                .unwrap()
+                                .push("held, refused".to_owned());
+                            return Err(HandlerError::permanent("not an order"));
+                        }
                     }
                 }
                 gate.handled.lock().unwrap().push(payload);
@@ -152,6 +161,11 @@ async fn a_partitions_nak_lost_with_the_connection_is_sent_again() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_one_at_a_time_queue_consumers_nak_lost_with_the_connection_is_sent_again() {
     lost_with_the_connection(Reader::OneAtATime, Held::Failed).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partitions_term_lost_with_the_connection_is_sent_again() {
+    lost_with_the_connection(Reader::Partitioned, Held::Refused).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -206,6 +220,7 @@ async fn lost_with_the_connection(reader: Reader, held: Held) {
         let settled = match held {
             Held::Handled | Held::Slow => consumers.iter().map(|c| c.handled).sum::<u64>() >= 2,
             Held::Failed => consumers.iter().map(|c| c.retried).sum::<u64>() >= 1,
+            Held::Refused => consumers.iter().map(|c| c.dead_lettered).sum::<u64>() >= 1,
         };
         async move { settled.then_some(()) }
     })
@@ -240,6 +255,17 @@ async fn lost_with_the_connection(reader: Reader, held: Held) {
             assert_eq!(
                 deliveries, 3,
                 "one delivery per message, none delivered again: the ack of `held` reached the server"
+            );
+        }
+        Held::Refused => {
+            assert_eq!(
+                gate.handled(),
+                ["before", "held, refused", "after"],
+                "`held` refused once, not delivered again"
+            );
+            assert_eq!(
+                deliveries, 3,
+                "one delivery per message: the term of `held` reached the server"
             );
         }
         Held::Slow => {

@@ -32,11 +32,18 @@ pub(in crate::run) struct Acks {
 
 /// How a session of a consumer that delivers one message at a time last settled a message:
 /// its stream sequence and stored time (a stream deleted and created again numbers its
-/// messages anew), and how. After a reconnection, a settlement lost with the connection is
-/// sent again (`pull::unacked`); the message it acknowledged, delivered to it again, is
-/// acknowledged again without calling the handler (`dispatch::handle`).
+/// messages anew), and how; and how many of the session's handlers run. After a reconnection,
+/// a settlement lost with the connection is sent again (`pull::unacked`); the message it
+/// acknowledged or terminated, delivered to it again while none of its handlers runs, is
+/// settled the same way without calling the handler (`dispatch::handle`).
 #[derive(Clone, Default)]
-pub(in crate::run) struct LastSettled(Arc<Mutex<Option<Last>>>);
+pub(in crate::run) struct LastSettled(Arc<Mutex<State>>);
+
+#[derive(Default)]
+struct State {
+    last: Option<Last>,
+    running: u32,
+}
 
 #[derive(Clone, Copy)]
 struct Last {
@@ -47,28 +54,55 @@ struct Last {
 
 #[derive(Clone, Copy)]
 enum How {
-    Acked,
+    /// Handled: acknowledged, or an ack that could not be sent.
+    Handled,
+    /// Dead-lettered: terminated, or a term that could not be sent.
+    Terminated,
     /// Naked asking for `delay`, at `sent`.
-    Naked {
-        delay: Duration,
-        sent: Instant,
-    },
+    Naked { delay: Duration, sent: Instant },
 }
 
 /// What to send again for a message whose settlement was lost.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(in crate::run) enum Again {
     Ack,
+    Term,
     /// A nak, with what is left of the delay it asked for.
     Nak {
         left: Duration,
     },
 }
 
+/// A handler of the session runs until this drops (it is dropped with a handler stopped).
+pub(in crate::run) struct Running<'a>(&'a LastSettled);
+
+impl Drop for Running<'_> {
+    fn drop(&mut self) {
+        let mut state = self.0.lock();
+        state.running = state.running.saturating_sub(1);
+    }
+}
+
 impl LastSettled {
-    /// The message at `sequence`, stored at `published`, was acknowledged.
-    pub(in crate::run) fn acked(&self, sequence: u64, published: Option<SystemTime>) {
-        self.set(sequence, published, How::Acked);
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A handler starts: it runs until the returned guard drops.
+    pub(in crate::run) fn running(&self) -> Running<'_> {
+        self.lock().running += 1;
+        Running(self)
+    }
+
+    /// The message at `sequence`, stored at `published`, was handled (its ack sent, or not).
+    pub(in crate::run) fn handled(&self, sequence: u64, published: Option<SystemTime>) {
+        self.set(sequence, published, How::Handled);
+    }
+
+    /// The message at `sequence`, stored at `published`, was dead-lettered (its term sent, or
+    /// not).
+    pub(in crate::run) fn terminated(&self, sequence: u64, published: Option<SystemTime>) {
+        self.set(sequence, published, How::Terminated);
     }
 
     /// The message at `sequence`, stored at `published`, was naked now, asking for `delay`.
@@ -83,7 +117,7 @@ impl LastSettled {
     }
 
     fn set(&self, sequence: u64, published: Option<SystemTime>, how: How) {
-        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = Some(Last {
+        self.lock().last = Some(Last {
             sequence,
             published,
             how,
@@ -97,16 +131,36 @@ impl LastSettled {
         sequence: u64,
         published: Option<SystemTime>,
     ) -> Option<Again> {
-        let last = (*self.0.lock().unwrap_or_else(|e| e.into_inner()))?;
+        let last = self.lock().last?;
         if last.sequence != sequence || last.published != published {
             return None;
         }
         Some(match last.how {
-            How::Acked => Again::Ack,
+            How::Handled => Again::Ack,
+            How::Terminated => Again::Term,
             How::Naked { delay, sent } => Again::Nak {
                 left: delay.saturating_sub(sent.elapsed()),
             },
         })
+    }
+
+    /// How to settle a redelivery of the message at `sequence` stored at `published` without
+    /// calling its handler: as it was settled last, if it was handled or dead-lettered, and no
+    /// handler of the session runs (one that runs could be running another delivery of it,
+    /// which the settlement would cut short, freeing the consumer's next message beside it).
+    pub(in crate::run) fn settle_again(
+        &self,
+        sequence: u64,
+        published: Option<SystemTime>,
+    ) -> Option<AckKind> {
+        if self.lock().running > 0 {
+            return None;
+        }
+        match self.again(sequence, published)? {
+            Again::Ack => Some(AckKind::Ack),
+            Again::Term => Some(AckKind::Term),
+            Again::Nak { .. } => None,
+        }
     }
 }
 
@@ -338,7 +392,7 @@ mod tests {
     use super::*;
 
     #[tokio::test(start_paused = true)]
-    async fn the_last_settlement_tells_what_to_send_again_for_its_message_alone() {
+    async fn the_last_settlement_tells_what_to_send_again_for_its_message_alone_and_when() {
         let at = |ms| Some(SystemTime::UNIX_EPOCH + Duration::from_millis(ms));
         let last = LastSettled::default();
         assert_eq!(last.again(7, at(1)), None, "nothing settled yet");
@@ -364,8 +418,22 @@ mod tests {
             }),
             "its delay is over"
         );
-        last.acked(8, at(3));
+        assert!(
+            last.settle_again(7, at(1)).is_none(),
+            "a nak is not settled again"
+        );
+        last.handled(8, at(3));
         assert_eq!(last.again(7, at(1)), None, "no longer the last settled");
         assert_eq!(last.again(8, at(3)), Some(Again::Ack));
+        assert!(matches!(last.settle_again(8, at(3)), Some(AckKind::Ack)));
+        let running = last.running();
+        assert!(
+            last.settle_again(8, at(3)).is_none(),
+            "not while a handler of the session runs"
+        );
+        drop(running);
+        last.terminated(9, at(4));
+        assert_eq!(last.again(9, at(4)), Some(Again::Term));
+        assert!(matches!(last.settle_again(9, at(4)), Some(AckKind::Term)));
     }
 }

@@ -14,7 +14,7 @@ use async_nats::jetstream::{self, AckKind};
 use futures::FutureExt;
 use tracing::Instrument;
 
-use super::ack::{AckDeadline, Acks, Again, Stopped};
+use super::ack::{AckDeadline, Acks, LastSettled, Stopped};
 use super::dead_letter::{DeadLetter, Delivery, publish_dead_letter};
 use super::meta::MessageMeta;
 use super::outcome::{Observer, Outcome};
@@ -62,51 +62,54 @@ pub(in crate::run) async fn handle(
     spare: Option<Arc<Received>>,
 ) -> Option<Arc<Received>> {
     // Delivered again after it was handled here (its ack lost with a connection, or sent past
-    // its ack_wait): acknowledged again, its handler not called twice. A watch knows it from
-    // its progress; a consumer that delivers one message at a time, from its session's last
+    // its ack_wait): settled again, its handler not called twice. A watch knows it from its
+    // progress; a consumer that delivers one message at a time, from its session's last
     // settlement (asked only of a redelivery).
     let sequence = meta.stream_sequence;
     let last = session.acks.last.as_ref();
     let again = match session.in_order {
-        true => session.observer.handled_past(sequence),
-        false => {
-            meta.delivered > 1
-                && last.zip(sequence).is_some_and(|(last, sequence)| {
-                    last.again(sequence, meta.published) == Some(Again::Ack)
-                })
-        }
+        true => session
+            .observer
+            .handled_past(sequence)
+            .then_some(AckKind::Ack),
+        false if meta.delivered > 1 => last
+            .zip(sequence)
+            .and_then(|(last, sequence)| last.settle_again(sequence, meta.published)),
+        false => None,
     };
-    if again {
+    if let Some(kind) = again {
         tracing::debug!(
             stream = %session.scope.stream,
             consumer = %session.scope.consumer,
             sequence,
-            "delivered again after it was handled; acknowledged without calling the handler"
+            "delivered again after it was handled; settled again without calling the handler"
         );
-        match Box::pin(session.acks.settle(&message, AckKind::Ack, deadline)).await {
-            Ok(()) => {
-                if let (Some(last), Some(sequence)) = (last, sequence) {
-                    last.acked(sequence, meta.published);
-                }
-            }
-            Err(e) => {
-                tracing::debug!(error = %e, "could not acknowledge a message delivered again")
+        if let Err(e) = Box::pin(session.acks.settle(&message, kind, deadline)).await {
+            tracing::debug!(error = %e, "could not settle a message delivered again");
+        }
+        if let (Some(last), Some(sequence)) = (last, sequence) {
+            match kind {
+                AckKind::Term => last.terminated(sequence, meta.published),
+                _ => last.handled(sequence, meta.published),
             }
         }
         return spare;
     }
+    let running = last.map(LastSettled::running);
     let mut received = received(&mut message, meta, spare);
     let outcome = dispatch(&message, &received, meta, deadline, &session).await;
     session.observer.ended(meta.stream_sequence, outcome);
     if let (Some(last), Some(sequence)) = (last, sequence) {
         match outcome {
-            Outcome::Handled { acked: true } => last.acked(sequence, meta.published),
+            Outcome::Handled { .. } => last.handled(sequence, meta.published),
+            Outcome::DeadLettered { .. } => last.terminated(sequence, meta.published),
             Outcome::Retried { delay, naked: true } => {
                 last.naked(sequence, meta.published, delay);
             }
-            _ => {}
+            Outcome::Retried { naked: false, .. } | Outcome::DeadLetterUnpublished { .. } => {}
         }
     }
+    drop(running);
     if let Some(replay) = &session.replay {
         if outcome.done() {
             session.observer.slot.replayed(meta.pending);

@@ -5,13 +5,16 @@
 //! while its idle heartbeats say nothing is wrong; a lost nak holds it the same way, for the
 //! `ack_wait` rather than the backoff's delay. So after a reconnection a session whose
 //! handlers have all settled asks the consumer whether it still waits for the ack of this
-//! session's last delivery; if it does and this instance settled that message, the ack is sent
-//! again through the new connection (the server takes a second ack of a delivery as a no-op);
-//! if its handler failed, the nak is sent again with what is left of its delay (a nak the
-//! server had taken is then taken again, to the same end). A message delivered half its
-//! `ack_wait` ago or more is left to its redelivery: the server may deliver it again (to
-//! another replica) before the ack sent again reaches it, and that ack would then free the
-//! consumer's next message while the message runs there.
+//! session's last delivery; if it does and the session handled that message, the ack is sent
+//! again through the new connection (the server takes a second ack of a delivery as a no-op),
+//! or the term if it dead-lettered it; if its handler failed, the nak is sent again with what
+//! is left of its delay (a nak the server had taken is then taken again, to the same end). A
+//! message delivered half its `ack_wait` ago or more (counted from when the pull request it
+//! answers was sent: it may have waited in a stalled link) is left to its redelivery: the
+//! server may deliver it again (to another replica) before the ack sent again reaches it, and
+//! that ack would then free the consumer's next message while the message runs there. All of
+//! it holds while the session outlives the reconnection: a new session knows nothing of the
+//! last one's settlements.
 
 use std::time::{Duration, SystemTime};
 
@@ -45,7 +48,9 @@ struct Delivery {
     delivered: u64,
     /// Where its settlement goes.
     reply: async_nats::Subject,
-    arrived: Instant,
+    /// No later than the server delivered it: when the pull request it answers was sent (it
+    /// may have waited in a stalled link long after).
+    delivered_after: Instant,
 }
 
 impl Last {
@@ -67,7 +72,7 @@ impl Last {
                 message: (sequence, fetched.meta.published),
                 delivered: fetched.meta.consumer_sequence,
                 reply: reply.clone(),
-                arrived: Instant::now(),
+                delivered_after: fetched.delivered_after,
             });
         }
     }
@@ -84,21 +89,22 @@ impl Puller {
             message: (sequence, published),
             delivered,
             reply,
-            arrived,
+            delivered_after,
         }) = last.delivery.clone()
         else {
             return;
         };
         // Its ack_wait runs from its delivery (or later, from a progress ack).
         let half = last.ack_wait / 2;
-        let fresh = || arrived.elapsed() < half;
-        // An ack if this instance settled it; the nak if its handler failed, with the rest of
+        let fresh = || delivered_after.elapsed() < half;
+        // An ack (a term) if the session handled (dead-lettered) it; the nak if its handler failed, with the rest of
         // the delay it asked for, while a second of it is left: a nak the server took is
         // followed by the message's redelivery once its delay is over, which a nak sent again
         // then would send back (the server naks by stream sequence, whatever the delivery).
         let again = || -> Option<Bytes> {
             match last.settled.again(sequence, published)? {
                 Again::Ack => Some(Bytes::from_static(b"+ACK")),
+                Again::Term => Some(AckKind::Term.into()),
                 Again::Nak { left } => (left > ASK_WITHIN).then(|| AckKind::Nak(Some(left)).into()),
             }
         };
