@@ -1,4 +1,4 @@
-//! An ack or a nak lost with its connection, sent again. A consumer with `max_ack_pending = 1`
+//! A settlement (an ack, a term, a nak) lost with its connection, sent again. A consumer with `max_ack_pending = 1`
 //! (a watch's, a partition's, a queue consumer declared so) delivers one message at a time: an
 //! ack written to a connection just before it was lost never reaches the server, which then
 //! delivers nothing more until the message's `ack_wait` runs out (and then delivers it again),
@@ -97,10 +97,11 @@ impl Puller {
         // Its ack_wait runs from its delivery (or later, from a progress ack).
         let half = last.ack_wait / 2;
         let fresh = || delivered_after.elapsed() < half;
-        // An ack (a term) if the session handled (dead-lettered) it; the nak if its handler failed, with the rest of
-        // the delay it asked for, while a second of it is left: a nak the server took is
-        // followed by the message's redelivery once its delay is over, which a nak sent again
-        // then would send back (the server naks by stream sequence, whatever the delivery).
+        // An ack (a term) if the session handled (dead-lettered) it; the nak if its handler
+        // failed, with the rest of the delay it asked for, while a second of it is left: a nak
+        // the server took is followed by the message's redelivery once its delay is over,
+        // which a nak sent again then would send back (the server naks by stream sequence,
+        // whatever the delivery).
         let again = || -> Option<Bytes> {
             match last.settled.again(sequence, published)? {
                 Again::Ack => Some(Bytes::from_static(b"+ACK")),
