@@ -1,20 +1,19 @@
-//! A settlement (an ack, a term, a nak) lost with its connection, sent again. A consumer with `max_ack_pending = 1`
-//! (a watch's, a partition's, a queue consumer declared so) delivers one message at a time: an
-//! ack written to a connection just before it was lost never reaches the server, which then
-//! delivers nothing more until the message's `ack_wait` runs out (and then delivers it again),
-//! while its idle heartbeats say nothing is wrong; a lost nak holds it the same way, for the
-//! `ack_wait` rather than the backoff's delay. So after a reconnection a session whose
-//! handlers have all settled asks the consumer whether it still waits for the ack of this
-//! session's last delivery; if it does and the session handled that message, the ack is sent
-//! again through the new connection (the server takes a second ack of a delivery as a no-op),
-//! or the term if it dead-lettered it; if its handler failed, the nak is sent again with what
-//! is left of its delay (a nak the server had taken is then taken again, to the same end). A
-//! message delivered half its `ack_wait` ago or more (counted from when the pull request it
-//! answers was sent: it may have waited in a stalled link) is left to its redelivery: the
-//! server may deliver it again (to another replica) before the ack sent again reaches it, and
-//! that ack would then free the consumer's next message while the message runs there. All of
-//! it holds while the session outlives the reconnection: a new session knows nothing of the
-//! last one's settlements.
+//! A settlement (an ack, a term, a nak) lost with its connection, sent again. A consumer with
+//! `max_ack_pending = 1` (a watch's, a partition's, a queue consumer declared so) delivers one
+//! message at a time: an ack written to a connection just before it was lost never reaches the
+//! server, which then delivers nothing more until the message's `ack_wait` runs out (and then
+//! delivers it again), while its idle heartbeats say nothing is wrong; a lost nak holds it the same
+//! way, for the `ack_wait` rather than the backoff's delay. So after a reconnection a session whose
+//! handlers have all settled asks the consumer whether it still waits for the ack of this session's
+//! last delivery; if it does and the session handled that message, the ack is sent again through
+//! the new connection (the server takes a second ack of a delivery as a no-op), or the term if it
+//! dead-lettered it; if its handler failed, the nak is sent again with what is left of its delay (a
+//! nak the server had taken is then taken again, to the same end). A message delivered half its
+//! `ack_wait` ago or more (counted from when the pull request it answers was sent: it may have
+//! waited in a stalled link) is left to its redelivery: the server may deliver it again (to another
+//! replica) before the ack sent again reaches it, and that ack would then free the consumer's next
+//! message while the message runs there. All of it holds while the session outlives the
+//! reconnection: a new session knows nothing of the last one's settlements.
 
 use std::time::{Duration, SystemTime};
 
