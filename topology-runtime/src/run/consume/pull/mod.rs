@@ -141,8 +141,8 @@ impl Puller {
         let received = watch
             .only_reader
             .then_some(info.delivered.consumer_sequence);
-        let unacked =
-            (watch.last.clone()).map(|last| unacked::Last::new(last, info.config.ack_wait));
+        let unacked = (watch.last.clone())
+            .map(|last| unacked::Last::new(last, info.config.ack_wait, watch.only_reader));
         // Standing by until the server pins this session (reported once it is up).
         slot.standby(priority.stands_by());
         let liveness = Liveness::new(client, names, heartbeat, watch).await;

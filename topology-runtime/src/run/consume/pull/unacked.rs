@@ -9,10 +9,9 @@
 //! the new connection (the server takes a second ack of a delivery as a no-op), or the term if it
 //! dead-lettered it; if its handler failed, the nak is sent again with what is left of its delay (a
 //! nak the server had taken is then taken again, to the same end). A message delivered half its
-//! `ack_wait` ago or more (counted from when the pull request it answers was sent: it may have
-//! waited in a stalled link) is left to its redelivery: the server may deliver it again (to another
-//! replica) before the ack sent again reaches it, and that ack would then free the consumer's next
-//! message while the message runs there. All of it holds while the session outlives the
+//! `ack_wait` ago or more (see `Delivery::since`) is left to its redelivery: the server may
+//! deliver it again (to another replica) before the ack sent again reaches it, and that ack would
+//! then free the consumer's next message while the message runs there. All of it holds while the session outlives the
 //! reconnection: a new session knows nothing of the last one's settlements.
 
 use std::time::{Duration, SystemTime};
@@ -32,6 +31,8 @@ const ASK_WITHIN: Duration = Duration::from_secs(1);
 /// A session's last delivery, and how the session last settled a message.
 pub(super) struct Last {
     settled: LastSettled,
+    /// The consumer's only reader is this session (a watch).
+    only_reader: bool,
     /// The consumer's `ack_wait`.
     ack_wait: Duration,
     /// The last delivery.
@@ -47,15 +48,20 @@ struct Delivery {
     delivered: u64,
     /// Where its settlement goes.
     reply: async_nats::Subject,
-    /// No later than the server delivered it: when the pull request it answers was sent (it
-    /// may have waited in a stalled link long after).
-    delivered_after: Instant,
+    /// How old it is, at most, counted from: for a consumer with other readers, when the pull
+    /// request it answers was sent (no later than the server delivered it; it may have waited
+    /// in a stalled link long after); for a watch, the consumer's only reader, when it arrived
+    /// (an ack sent again that crosses its redelivery frees nothing beside it: the redelivery
+    /// comes here and is acknowledged again, and a watch's request may have waited at the
+    /// server for most of its expiry before the delivery).
+    since: Instant,
 }
 
 impl Last {
-    pub(super) fn new(settled: LastSettled, ack_wait: Duration) -> Last {
+    pub(super) fn new(settled: LastSettled, ack_wait: Duration, only_reader: bool) -> Last {
         Last {
             settled,
+            only_reader,
             ack_wait,
             delivery: None,
         }
@@ -71,7 +77,10 @@ impl Last {
                 message: (sequence, fetched.meta.published),
                 delivered: fetched.meta.consumer_sequence,
                 reply: reply.clone(),
-                delivered_after: fetched.delivered_after,
+                since: match self.only_reader {
+                    true => Instant::now(),
+                    false => fetched.delivered_after,
+                },
             });
         }
     }
@@ -88,14 +97,14 @@ impl Puller {
             message: (sequence, published),
             delivered,
             reply,
-            delivered_after,
+            since,
         }) = last.delivery.clone()
         else {
             return;
         };
         // Its ack_wait runs from its delivery (or later, from a progress ack).
         let half = last.ack_wait / 2;
-        let fresh = || delivered_after.elapsed() < half;
+        let fresh = || since.elapsed() < half;
         // An ack (a term) if the session handled (dead-lettered) it; the nak if its handler
         // failed, with the rest of the delay it asked for, while a second of it is left: a nak
         // the server took is followed by the message's redelivery once its delay is over,
