@@ -87,28 +87,18 @@ pub(in crate::run) async fn handle(
         if let Err(e) = Box::pin(session.acks.settle(&message, kind, deadline)).await {
             tracing::debug!(error = %e, "could not settle a message delivered again");
         }
-        if let (Some(last), Some(sequence)) = (last, sequence) {
-            match kind {
-                AckKind::Term => last.terminated(sequence, meta.published),
-                _ => last.handled(sequence, meta.published),
-            }
-        }
+        let settled = match kind {
+            AckKind::Term => Outcome::DeadLettered { terminated: true },
+            _ => Outcome::Handled { acked: true },
+        };
+        settled.record_in(last, (sequence, meta.published));
         return spare;
     }
     let running = last.map(LastSettled::running);
     let mut received = received(&mut message, meta, spare);
     let outcome = dispatch(&message, &received, meta, deadline, &session).await;
     session.observer.ended(meta.stream_sequence, outcome);
-    if let (Some(last), Some(sequence)) = (last, sequence) {
-        match outcome {
-            Outcome::Handled { .. } => last.handled(sequence, meta.published),
-            Outcome::DeadLettered { .. } => last.terminated(sequence, meta.published),
-            Outcome::Retried { delay, naked: true } => {
-                last.naked(sequence, meta.published, delay);
-            }
-            Outcome::Retried { naked: false, .. } | Outcome::DeadLetterUnpublished { .. } => {}
-        }
-    }
+    outcome.record_in(last, (sequence, meta.published));
     drop(running);
     if let Some(replay) = &session.replay {
         if outcome.done() {

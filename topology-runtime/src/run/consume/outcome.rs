@@ -5,6 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::ack::LastSettled;
 use super::resume::Record;
 use crate::health::Slot;
 use crate::telemetry::{ConsumerMetrics, Running};
@@ -35,6 +36,24 @@ impl Outcome {
             Outcome::Handled { .. } | Outcome::DeadLettered { .. } => true,
             Outcome::DeadLetterUnpublished { last } => last,
             Outcome::Retried { .. } => false,
+        }
+    }
+
+    /// Records how the message at `sequence`, stored at `published`, was settled, for a
+    /// consumer that delivers one message at a time (`last`; see [`LastSettled`]).
+    pub(in crate::run) fn record_in(
+        self,
+        last: Option<&LastSettled>,
+        (sequence, published): (Option<u64>, Option<std::time::SystemTime>),
+    ) {
+        let (Some(last), Some(sequence)) = (last, sequence) else {
+            return;
+        };
+        match self {
+            Outcome::Handled { .. } => last.handled(sequence, published),
+            Outcome::DeadLettered { .. } => last.terminated(sequence, published),
+            Outcome::Retried { delay, naked: true } => last.naked(sequence, published, delay),
+            Outcome::Retried { naked: false, .. } | Outcome::DeadLetterUnpublished { .. } => {}
         }
     }
 
