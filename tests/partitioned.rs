@@ -1561,6 +1561,7 @@ async fn a_partitioned_group_runs_under_exactly_its_generated_permissions() {
         ),
         (Verb::Publish, api("STREAM.INFO.KV_ntopo_members")),
         (Verb::Publish, api("STREAM.PURGE.KV_ntopo_members")),
+        (Verb::Publish, api("STREAM.MSG.GET.GRANTED")),
     ] {
         assert!(
             permissions.allows(verb, &subject),

@@ -56,6 +56,10 @@ pub struct PartitionOf {
     pub index: u16,
     /// How many the group has.
     pub of: u16,
+    /// Where the key is in a stored subject: the positions of its tokens (`None` when the
+    /// stream's transform does not write every key token as it is). Two messages whose
+    /// subjects differ at one of them have different keys.
+    pub key: Option<&'static [usize]>,
 }
 
 /// A token of the stream's transform destination, as a partition's filter reads it.
@@ -63,8 +67,10 @@ pub struct PartitionOf {
 enum Token {
     /// Written as it is.
     Literal(String),
-    /// A source wildcard, written again: any value (`*`), or the trailing `>`.
+    /// The trailing `>`.
     Any(&'static str),
+    /// A source wildcard written again (`$n`, `{{wildcard(n)}}`): its number.
+    Wildcard(u8),
     /// The partition number.
     Partition,
 }
@@ -77,11 +83,24 @@ pub struct Route {
 }
 
 impl Route {
+    /// The positions of `key`'s tokens (source wildcards, from 1) in a stored subject; `None`
+    /// when one of them is not written as it is.
+    pub fn key_positions(&self, key: &[u8]) -> Option<Vec<usize>> {
+        key.iter()
+            .map(|k| {
+                self.tokens
+                    .iter()
+                    .position(|token| *token == Token::Wildcard(*k))
+            })
+            .collect()
+    }
+
     /// The filter subject of partition `index`: the stored subjects it holds.
     pub fn filter(&self, index: u16) -> String {
         let tokens = self.tokens.iter().map(|token| match token {
             Token::Literal(literal) => literal.clone(),
             Token::Any(any) => (*any).to_owned(),
+            Token::Wildcard(_) => "*".to_owned(),
             Token::Partition => index.to_string(),
         });
         tokens.collect::<Vec<_>>().join(".")
@@ -133,8 +152,8 @@ pub fn route(
             tokens.push(Token::Partition);
         } else if token == ">" {
             tokens.push(Token::Any(">"));
-        } else if is_wildcard_reference(&squeezed) {
-            tokens.push(Token::Any("*"));
+        } else if let Some(n) = wildcard_reference(&squeezed) {
+            tokens.push(Token::Wildcard(n));
         } else if token.contains("{{") || token.starts_with('$') {
             return Err(format!(
                 "stream `{}` writes `{token}` into its stored subjects, which a partition's filter cannot name: a partitioned route keeps the subject's tokens as they are (`$n` or `{{{{wildcard(n)}}}}`) beside the partition; {fix}",
@@ -177,17 +196,21 @@ fn key_list(partitioning: &Partitioning) -> String {
     key.collect::<Vec<_>>().join(",")
 }
 
-/// `$n` or `{{wildcard(n)}}` (spaces removed).
-fn is_wildcard_reference(token: &str) -> bool {
-    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+/// `n` of `$n` or `{{wildcard(n)}}` (spaces removed).
+fn wildcard_reference(token: &str) -> Option<u8> {
+    let number = |s: &str| -> Option<u8> {
+        (!s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()))
+            .then(|| s.parse().ok())
+            .flatten()
+    };
     if let Some(n) = token.strip_prefix('$') {
-        return digits(n);
+        return number(n);
     }
     let lower = token.to_ascii_lowercase();
     lower
         .strip_prefix("{{wildcard(")
         .and_then(|rest| rest.strip_suffix(")}}"))
-        .is_some_and(digits)
+        .and_then(number)
 }
 
 impl Topology {
@@ -239,6 +262,9 @@ fn expand(consumer: &Consumer, stream: Option<&StreamDecl>) -> Option<Vec<Consum
     let subject = *consumer.decl.subjects.first()?;
     let route = route(stream?, subject, &partitioning).ok()?;
     let leak = |s: String| -> &'static str { Box::leak(s.into_boxed_str()) };
+    let key: Option<&'static [usize]> = route
+        .key_positions(&partitioning.key)
+        .map(|positions| &*Box::leak(positions.into_boxed_slice()));
     let partitions = (0..partitioning.partitions).map(|index| {
         let filter: &'static [&'static str] = Box::leak(Box::new([leak(route.filter(index))]));
         let mut decl: ConsumerDecl = consumer.decl;
@@ -262,6 +288,7 @@ fn expand(consumer: &Consumer, stream: Option<&StreamDecl>) -> Option<Vec<Consum
                 group: queue.group,
                 index,
                 of: partitioning.partitions,
+                key,
             }),
             superseded_by: None,
         }
@@ -285,10 +312,12 @@ fn expand(consumer: &Consumer, stream: Option<&StreamDecl>) -> Option<Vec<Consum
                 handler: consumer.handler.clone(),
                 batch: None,
                 states: consumer.states,
+                // The old route is not known here: its messages are not run ahead.
                 partition: Some(PartitionOf {
                     group: old,
                     index,
                     of,
+                    key: None,
                 }),
                 superseded_by: Some(queue.group),
             });

@@ -190,7 +190,13 @@ pub fn permissions(topology: &Topology, role: &Role) -> Permissions {
             };
             let why = "a replica of a partitioned group removes its key from the members' bucket \
                        when it drains, so that the others take its partitions at once";
-            walk.add(Verb::Publish, subject, declaration, why);
+            walk.add(Verb::Publish, subject, declaration.clone(), why);
+            if consumer.partition.is_some_and(|p| p.key.is_some()) {
+                let subject = format!("{}.STREAM.MSG.GET.{}", walk.api, decl.stream.name());
+                let why = "a partition reads its next message from the stream while one runs, to \
+                           run it as soon as that one is handled (`partitions_early`)";
+                walk.add(Verb::Publish, subject, declaration, why);
+            }
         }
     }
     walk.served(topology);

@@ -18,6 +18,7 @@ pub(crate) struct Settings {
     pub(crate) expires: Duration,
     pub(crate) pull_batch: Option<usize>,
     pub(crate) pull_ahead: Duration,
+    pub(crate) partitions_early: bool,
     pub(crate) pull_close_wait: Duration,
     pub(crate) reconnect_check: Duration,
     pub(crate) down_alarm: Duration,
@@ -39,6 +40,7 @@ impl Default for Settings {
             expires: Duration::from_secs(30),
             pull_batch: None,
             pull_ahead: Duration::from_millis(10),
+            partitions_early: true,
             pull_close_wait: Duration::from_secs(1),
             reconnect_check: Duration::from_secs(1),
             down_alarm: Duration::from_secs(60),
@@ -159,6 +161,26 @@ impl RuntimeBuilder {
     /// this long before it starts. `Duration::ZERO`: fetch only what can start at once.
     pub fn pull_ahead(mut self, horizon: Duration) -> Self {
         self.settings.pull_ahead = horizon;
+        self
+    }
+
+    /// Whether a partition of a partitioned consumer runs its next message as soon as the one
+    /// before it is handled, when their keys differ (default `true`): the session reads the
+    /// message from the stream while the one before it runs (`$JS.API.STREAM.MSG.GET.<stream>`,
+    /// granted by the exported permissions), rather than waiting a round trip for the server
+    /// to deliver it after the ack. The order per key and what the server delivers are the
+    /// same either way (docs/PARTITIONS.md, "Running ahead"). `false`: every message waits
+    /// for its delivery.
+    ///
+    /// ```
+    /// # async fn demo(client: nats_topology::async_nats::Client) -> Result<(), Box<dyn std::error::Error>> {
+    /// let runtime = nats_topology::Runtime::builder(client)
+    ///     .partitions_early(false)
+    ///     .build()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn partitions_early(mut self, early: bool) -> Self {
+        self.settings.partitions_early = early;
         self
     }
 

@@ -42,6 +42,8 @@ pub(in crate::run) struct LastSettled(Arc<Mutex<State>>);
 #[derive(Default)]
 struct State {
     last: Option<Last>,
+    /// A partition's message handled before its delivery (`early`): settled when it comes.
+    early: Option<Last>,
     running: u32,
 }
 
@@ -116,12 +118,26 @@ impl LastSettled {
         self.set(sequence, published, How::Naked { delay, sent });
     }
 
+    /// The message at `sequence`, stored at `published`, was handled before its delivery:
+    /// its delivery is acknowledged without calling the handler again.
+    pub(in crate::run) fn handled_early(&self, sequence: u64, published: Option<SystemTime>) {
+        self.lock().early = Some(Last {
+            sequence,
+            published,
+            how: How::Handled,
+        });
+    }
+
     fn set(&self, sequence: u64, published: Option<SystemTime>, how: How) {
-        self.lock().last = Some(Last {
+        let mut state = self.lock();
+        state.last = Some(Last {
             sequence,
             published,
             how,
         });
+        if state.early.is_some_and(|early| early.sequence <= sequence) {
+            state.early = None;
+        }
     }
 
     /// If the last message settled was the one at `sequence` stored at `published`: what to
@@ -131,10 +147,9 @@ impl LastSettled {
         sequence: u64,
         published: Option<SystemTime>,
     ) -> Option<Again> {
-        let last = self.lock().last?;
-        if last.sequence != sequence || last.published != published {
-            return None;
-        }
+        let state = self.lock();
+        let is = |last: &Last| last.sequence == sequence && last.published == published;
+        let last = [state.last, state.early].into_iter().flatten().find(is)?;
         Some(match last.how {
             How::Handled => Again::Ack,
             How::Terminated => Again::Term,

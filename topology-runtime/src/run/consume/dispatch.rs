@@ -16,6 +16,7 @@ use tracing::Instrument;
 
 use super::ack::{AckDeadline, Acks, LastSettled, Stopped};
 use super::dead_letter::{DeadLetter, Delivery, publish_dead_letter};
+use super::early::Early;
 use super::meta::MessageMeta;
 use super::outcome::{Observer, Outcome};
 use crate::handler::{Context, HandlerError, Incoming, Received, Scope, panic_message};
@@ -50,6 +51,9 @@ pub(in crate::run) struct Session {
     pub(in crate::run) replay: Option<super::replay::Replay>,
     /// A queue consumer's outage breaker (see `breaker`), shared by its sessions.
     pub(in crate::run) breaker: Option<Arc<Breaker>>,
+    /// A partition's: how it reads its next message before the server delivers it (see
+    /// `early`).
+    pub(in crate::run) early: Option<Box<Early>>,
 }
 
 /// Runs the handler on one message, settles it, and has the session's observer account for
@@ -62,9 +66,9 @@ pub(in crate::run) async fn handle(
     spare: Option<Arc<Received>>,
 ) -> Option<Arc<Received>> {
     // Delivered again after it was handled here (its ack lost with a connection, or sent past
-    // its ack_wait): settled again, its handler not called twice. A watch knows it from its
-    // progress; a consumer that delivers one message at a time, from its session's last
-    // settlement (asked only of a redelivery).
+    // its ack_wait), or delivered after a partition's session handled it early (`early`):
+    // settled again, its handler not called twice. A watch knows it from its progress; a
+    // consumer that delivers one message at a time, from its session's last settlements.
     let sequence = meta.stream_sequence;
     let last = session.acks.last.as_ref();
     let again = match session.in_order {
@@ -72,10 +76,9 @@ pub(in crate::run) async fn handle(
             .observer
             .handled_past(sequence)
             .then_some(AckKind::Ack),
-        false if meta.delivered > 1 => last
+        false => last
             .zip(sequence)
             .and_then(|(last, sequence)| last.settle_again(sequence, meta.published)),
-        false => None,
     };
     if let Some(kind) = again {
         tracing::debug!(
@@ -84,13 +87,22 @@ pub(in crate::run) async fn handle(
             sequence,
             "delivered again after it was handled; settled again without calling the handler"
         );
-        if let Err(e) = Box::pin(session.acks.settle(&message, kind, deadline)).await {
+        let sent = Box::pin(session.acks.settle(&message, kind, deadline)).await;
+        if let Err(e) = &sent {
             tracing::debug!(error = %e, "could not settle a message delivered again");
         }
         let settled = match kind {
-            AckKind::Term => Outcome::DeadLettered { terminated: true },
-            _ => Outcome::Handled { acked: true },
+            AckKind::Term => Outcome::DeadLettered {
+                terminated: sent.is_ok(),
+            },
+            _ => Outcome::Handled {
+                acked: sent.is_ok(),
+            },
         };
+        // A first delivery settled so was handled early (see `early`): it ends now.
+        if meta.delivered == 1 {
+            session.observer.ended(sequence, settled);
+        }
         settled.record_in(last, (sequence, meta.published));
         return spare;
     }
@@ -175,7 +187,7 @@ pub(in crate::run) async fn dispatch(
         let running = session
             .observer
             .started(meta.stream_sequence, meta.delivered);
-        let result = run_handler(message, received, session, &mut deadline).await;
+        let result = run_handler(Some(message), received, session, &mut deadline).await;
         drop(running);
         unfinished.handled();
         // A failure while the consumer backs off is naked like any other: the consumer pulls
@@ -209,7 +221,7 @@ pub(in crate::run) async fn dispatch(
 }
 
 /// Health, metrics and the log follow the breaker.
-fn breaker_changed(session: &Session, breaker: &Breaker, change: Change) {
+pub(super) fn breaker_changed(session: &Session, breaker: &Breaker, change: Change) {
     let slot = &session.observer.slot;
     match change {
         Change::None if breaker.is_open() => slot.backing_off(breaker.describe()),
@@ -226,10 +238,10 @@ fn breaker_changed(session: &Session, breaker: &Breaker, change: Change) {
     }
 }
 
-/// Calls the handler (it decodes the payload), sending progress acks while it runs; a panic
-/// is a failure.
-async fn run_handler(
-    message: &jetstream::Message,
+/// Calls the handler (it decodes the payload), sending progress acks for `message` while it
+/// runs (none for a message not delivered yet); a panic is a failure.
+pub(super) async fn run_handler(
+    message: Option<&jetstream::Message>,
     received: &Arc<Received>,
     session: &Session,
     deadline: &mut AckDeadline,
@@ -245,13 +257,16 @@ async fn run_handler(
             // Most handlers finish without waiting: no timer for them.
             match future.as_mut().now_or_never() {
                 Some(outcome) => outcome,
+                None if message.is_none() => future.await,
                 // Boxed: only a handler that waits needs the timer and the progress acks.
                 None => Box::pin(async {
                     loop {
                         tokio::select! {
                             r = &mut future => break r,
                             _ = tokio::time::sleep_until(session.acks.next_progress(*deadline)) => {
-                                session.acks.keep_alive(message, deadline).await;
+                                if let Some(message) = message {
+                                    session.acks.keep_alive(message, deadline).await;
+                                }
                             }
                         }
                     }

@@ -34,6 +34,12 @@ impl Feed {
         matches!(self, Feed::Pull(puller) if puller.is_partition())
     }
 
+    /// Whether a partition's session checks its next delivery with the server first (see
+    /// `pull::fence`): nothing runs before its delivery meanwhile.
+    pub(in crate::run) fn is_suspect(&self) -> bool {
+        matches!(self, Feed::Pull(puller) if puller.is_suspect())
+    }
+
     /// The next message, or why the consumer is lost. `held`: how many messages this instance
     /// is running or holding; a pull feed asks the server for what `flow` wants on top of
     /// them. Cancel-safe.

@@ -12,6 +12,8 @@
 //! - `loss`: why a consumer's session ended before shutdown; its supervisor ensures it again.
 //! - `relay`: a relay's own consumer, deleted and created again where its node was lost.
 //! - `dispatch`: one message from fetched to settled (`meta`: what its ack subject says).
+//! - `early`: a partition's next message, read from its stream to run as soon as the one
+//!   before it is handled.
 //! - (`crate::outage`): a queue consumer whose handlers keep failing stops taking messages
 //!   and probes with one until a handler succeeds (what they depend on is down).
 //! - `ack`: every settle (ack, nak, term, progress): fire-and-forget, or confirmed before the
@@ -25,6 +27,8 @@
 mod ack;
 mod dead_letter;
 mod dispatch;
+mod early;
+mod early_run;
 mod feed;
 mod floor;
 mod flow;

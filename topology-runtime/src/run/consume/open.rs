@@ -10,6 +10,7 @@ use tokio_util::sync::CancellationToken;
 use super::ack::{Acks, Confirm, LastSettled, Stopped};
 use super::dead_letter::DeadLetter;
 use super::dispatch::Session;
+use super::early::Early;
 use super::feed::{Feed, Pusher, consumer_gone};
 use super::flow::Flow;
 use super::loss::Loss;
@@ -68,6 +69,17 @@ pub(super) async fn open(
     let max_deliver = u64::try_from(info.config.max_deliver)
         .ok()
         .filter(|n| *n > 0);
+    // A partition reads its next message ahead (see `early`), unless turned off.
+    let early = consumer
+        .partition
+        .and_then(|partition| partition.key)
+        .filter(|_| settings.partitions_early && info.config.max_ack_pending == 1)
+        .filter(|_| queue.is_some_and(|q| q.delivery != Delivery::Push))
+        .and_then(|key| {
+            let filter = consumer.decl.subjects.first()?;
+            Early::new(&js, &info.stream_name, filter, key)
+        })
+        .map(Box::new);
     let session = Arc::new(Session {
         handler: consumer.handler.clone(),
         scope: Arc::new(Scope {
@@ -110,6 +122,7 @@ pub(super) async fn open(
             .filter(|r| r.ordered)
             .map(|_| Replay::new(info.delivered.consumer_sequence)),
         breaker,
+        early,
     });
     if session.replay.is_some() {
         slot.replay_from(info.num_pending);

@@ -24,6 +24,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::ack::AckDeadline;
 use super::dispatch::{Session, handle};
+use super::early_run::EarlyRun;
 use super::feed::{Feed, Fetched};
 use super::flow::Flow;
 use super::loss::Loss;
@@ -68,6 +69,8 @@ enum Step {
     KeepAlive,
     /// A message arrived (it waits to start).
     Received,
+    /// A partition's message ran early, or its next message was read (see `early_run`).
+    Early(super::early_run::Woke),
     Lost(Loss),
 }
 
@@ -96,6 +99,8 @@ pub(in crate::run) async fn pump(
     let mut spare = None;
     // What the last handler that finished there was given, for the next one (see `handle`).
     let mut reused = None;
+    // A partition's next message, run as soon as the one before it is handled (`early_run`).
+    let mut early = EarlyRun::of(&session);
     let exit = loop {
         while in_flight.try_join_next().is_some() {
             flow.finished(None);
@@ -108,10 +113,15 @@ pub(in crate::run) async fn pump(
         // The clock is read only while the breaker is open.
         let limit = || breaker.filter(|b| b.is_open())?.limit(Instant::now());
         flow.limit(limit());
+        // No delivery starts while a message runs early: its own delivery waits for it.
         while flow.may_start(running.len() + in_flight.len())
             && !restarts()
+            && !early.as_ref().is_some_and(|e| e.runs())
             && let Some(next) = waiting.pop_front()
         {
+            if let Some(early) = early.as_deref_mut() {
+                early.delivered(&session, &next.message.subject, &next.meta);
+            }
             let started = Instant::now();
             // `map`, not an `async` block: a block would hold the future twice in its state.
             let handler = handle(
@@ -140,6 +150,15 @@ pub(in crate::run) async fn pump(
         }
         if let Some(loss) = session.replay.as_ref().and_then(|r| r.take_restart()) {
             break Exit::Lost(loss);
+        }
+        if let Some(early) = early.as_deref_mut() {
+            let idle = running.is_empty()
+                && in_flight.is_empty()
+                && waiting.is_empty()
+                && !cancel.is_cancelled()
+                && !feed.is_suspect()
+                && limit().is_none();
+            early.start(&session, idle);
         }
         let started = running.len() + in_flight.len();
         let held = started + waiting.len();
@@ -175,6 +194,8 @@ pub(in crate::run) async fn pump(
                 None => Step::Finished(None),
             },
             Some(_) = in_flight.join_next(), if !in_flight.is_empty() => Step::Finished(None),
+            woke = async { early.as_deref_mut().expect("busy").woke().await },
+                if early.as_ref().is_some_and(|e| e.busy()) => Step::Early(woke),
             () = tokio::time::sleep_until(wake.unwrap_or_else(Instant::now)), if wake.is_some() => {
                 let now = Instant::now();
                 if probe_ahead.is_some_and(|at| at <= now) {
@@ -194,9 +215,22 @@ pub(in crate::run) async fn pump(
             // session's future for its lifetime.
             Step::KeepAlive => Box::pin(keep_waiting(&mut waiting, &session, keep_every)).await,
             Step::Received => {}
+            Step::Early(woke) => {
+                if let Some(early) = early.as_deref_mut() {
+                    early.woken(woke, &session);
+                }
+            }
             Step::Lost(loss) => break Exit::Lost(loss),
         }
     };
+    // A message running early ends before the session does, within the grace period: its
+    // delivery may go to another session once this one is gone, which must not run it
+    // beside this one (stopped, it runs again there).
+    if let Some(run) = early.as_deref_mut().and_then(EarlyRun::take_running)
+        && tokio::time::timeout(grace, run).await.is_err()
+    {
+        warn_overdue(&session.observer.slot, 1, grace);
+    }
     // A partition drained settles its handlers before its feed closes, within the grace
     // period: the ack of the one running brings the partition's next message to this
     // session's request, which the feed then takes and hands back (see `pull`).
@@ -224,10 +258,25 @@ pub(in crate::run) async fn pump(
 }
 
 /// Closes the feed and hands back what was received but not started, `unstarted` first.
+/// A partition's message handled before its delivery is acknowledged instead (`early_run`).
 async fn hand_back(feed: Feed, mut unstarted: Vec<jetstream::Message>, session: &Session) {
     unstarted.extend(feed.close().await);
     for message in unstarted {
-        session.acks.nak(&message, None).await;
+        let meta = MessageMeta::of(&message);
+        let handled = (session.early.as_ref().zip(session.acks.last.as_ref()))
+            .zip(meta.stream_sequence)
+            .and_then(|((_, last), sequence)| last.settle_again(sequence, meta.published));
+        match handled {
+            Some(kind) => {
+                let deadline = session.acks.deadline(Instant::now());
+                if let Err(e) = session.acks.settle(&message, kind, deadline).await {
+                    tracing::debug!(error = %e, "could not acknowledge a message handled before its delivery; the server delivers it again after ack_wait");
+                }
+            }
+            None => {
+                session.acks.nak(&message, None).await;
+            }
+        }
     }
 }
 

@@ -94,6 +94,13 @@ impl Puller {
         self.fence.is_some()
     }
 
+    /// Whether a partition's session has its next delivery checked with the server first
+    /// (after a silence, a reconnect, a new leader or a pin change): it may have lost the
+    /// partition meanwhile.
+    pub(in crate::run) fn is_suspect(&self) -> bool {
+        self.fence.as_ref().is_some_and(Fence::is_suspect)
+    }
+
     /// The next delivery of a partition's session is checked with the server first.
     pub(super) fn suspect(&mut self) {
         if let Some(fence) = &mut self.fence {

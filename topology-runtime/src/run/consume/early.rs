@@ -1,0 +1,144 @@
+//! A partition's next message, read from its stream before the server delivers it, so that it
+//! runs as soon as the message before it is handled (docs/PARTITIONS.md, "Running ahead").
+//!
+//! A partition's consumer delivers one message at a time: its next message comes once the
+//! server has the ack of the one before, a round trip after the handler returned. While a
+//! message runs, its session reads the partition's next one from the stream
+//! (`STREAM.MSG.GET`: the first message after it under the partition's filter, which is what
+//! the consumer delivers next unless it delivers this one again). When the running message is
+//! handled and its ack sent, and the next one's key differs from its key, the next one runs at
+//! once ([`Early`] says whether it may); its delivery, which follows the ack, is acknowledged
+//! without calling the handler again (`ack::LastSettled`). A message of the same key waits for
+//! its delivery: it would otherwise run before a redelivery of the one before it, whose ack
+//! may be lost. The consumer keeps `max_ack_pending = 1`, so what the server delivers, and to
+//! whom, is unchanged: a replica of an older version beside this one keeps the order.
+
+use std::sync::Arc;
+use std::sync::atomic::AtomicU32;
+use std::time::{Duration, SystemTime};
+
+use async_nats::jetstream::{self, message::StreamMessage, stream::RawMessageErrorKind};
+use futures::FutureExt;
+
+use crate::handler::Received;
+
+/// How a partition's session reads its next messages from the stream.
+pub(in crate::run) struct Early {
+    stream: jetstream::stream::Stream<()>,
+    /// The partition's filter subject.
+    filter: String,
+    /// Where the key is in a stored subject (its tokens' positions).
+    key: &'static [usize],
+}
+
+/// A message read from the stream before its delivery.
+pub(in crate::run) struct Next {
+    pub(in crate::run) sequence: u64,
+    pub(in crate::run) published: Option<SystemTime>,
+    message: StreamMessage,
+}
+
+/// What reading the next message found.
+pub(in crate::run) enum Looked {
+    Next(Box<Next>),
+    /// The partition has nothing after it yet.
+    Nothing,
+    /// The read failed (a missing permission, a stream without a leader): why.
+    Failed(String),
+}
+
+impl Early {
+    /// Reads `filter`'s messages in `stream`, whose key is at `key` in a stored subject.
+    pub(in crate::run) fn new(
+        js: &jetstream::Context,
+        stream: &str,
+        filter: &str,
+        key: &'static [usize],
+    ) -> Option<Early> {
+        // No request: a handle on the stream by its name.
+        let stream = js.get_stream_no_info(stream).now_or_never()?.ok()?;
+        Some(Early {
+            stream,
+            filter: filter.to_owned(),
+            key,
+        })
+    }
+
+    /// The partition's first message after the stream sequence `after`.
+    pub(in crate::run) async fn look(&self, after: u64) -> Looked {
+        let read = self
+            .stream
+            .raw_message_builder()
+            .sequence(after.saturating_add(1))
+            .next_by_subject(self.filter.clone())
+            .send();
+        match read.await {
+            Ok(message) => Looked::Next(Box::new(Next {
+                sequence: message.sequence,
+                published: Some(SystemTime::from(message.time)),
+                message,
+            })),
+            Err(e) if e.kind() == RawMessageErrorKind::NoMessageFound => Looked::Nothing,
+            Err(e) => Looked::Failed(e.to_string()),
+        }
+    }
+
+    /// Whether the stored subjects `a` and `b` differ at a token of the key: their messages
+    /// have different keys.
+    pub(in crate::run) fn other_key(&self, a: &str, b: &str) -> bool {
+        other_key(self.key, a, b)
+    }
+}
+
+impl Next {
+    /// Its stored subject.
+    pub(in crate::run) fn subject(&self) -> &str {
+        self.message.subject.as_str()
+    }
+
+    /// What its handler is given: a first delivery of it, with `pending` messages after it.
+    pub(in crate::run) fn received(self, pending: u64) -> Arc<Received> {
+        let headers = self.message.headers;
+        Arc::new(Received {
+            subject: self.message.subject,
+            headers: (!headers.is_empty()).then_some(headers),
+            payload: self.message.payload,
+            delivered: 1,
+            stream_sequence: self.sequence,
+            published: self.published,
+            pending,
+            publishes: AtomicU32::new(0),
+        })
+    }
+}
+
+/// How long after the delivery of the message before it a message may still run early: past
+/// it, the session may have lost the partition's pin without knowing (a stalled link), so the
+/// next message waits for its delivery.
+pub(in crate::run) fn fresh_within(ack_wait: Duration) -> Duration {
+    ack_wait / 2
+}
+
+fn other_key(key: &[usize], a: &str, b: &str) -> bool {
+    key.iter()
+        .any(|&at| a.split('.').nth(at) != b.split('.').nth(at))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_differ_only_at_their_tokens() {
+        // `{{partition(16,1)}}.orders.{{wildcard(1)}}.{{wildcard(2)}}`, keyed by the first.
+        let key = [2];
+        assert!(!other_key(&key, "3.orders.m1.paid", "3.orders.m1.refunded"));
+        assert!(other_key(&key, "3.orders.m1.paid", "3.orders.m2.paid"));
+        // Keyed by both, named in the other order.
+        let key = [3, 2];
+        assert!(!other_key(&key, "3.orders.m1.paid", "3.orders.m1.paid"));
+        assert!(other_key(&key, "3.orders.m1.paid", "3.orders.m1.refunded"));
+        // A subject too short to have the token is no proof of another key.
+        assert!(!other_key(&[9], "3.orders", "3.orders"));
+    }
+}
