@@ -242,6 +242,19 @@ pub(in crate::run) async fn pump(
             warn_overdue(&session.observer.slot, running.len(), grace);
             running.clear();
         }
+        // So are the deliveries of messages it handled before they came (`early_run`), which
+        // wait for no handler: settled again as `handle` does.
+        let last = session.acks.last.as_ref();
+        let ran = |w: &Waiting| {
+            (last.zip(w.meta.stream_sequence)).is_some_and(|(last, sequence)| {
+                last.settle_again(sequence, w.meta.published).is_some()
+            })
+        };
+        let (ran, left): (VecDeque<Waiting>, _) = waiting.into_iter().partition(ran);
+        waiting = left;
+        for w in ran {
+            handle((w.message, w.meta), w.deadline, session.clone(), None).await;
+        }
     }
     // Handlers still running go on as tasks: a lost consumer is ensured again while they
     // finish, and a drain waits for them within its grace period.
