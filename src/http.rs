@@ -252,8 +252,8 @@ fn serving_state(state: &ServingState, value: &mut Value) {
 /// {"ready": false, "live": true,
 ///  "consumers": [{"stream": "ORDERS", "consumer": "billing", "handler": "billing::on_order",
 ///                 "kind": "queue", "state": "retrying", "error": "...", "attempt": 3,
-///                 "handled": 10, "failed": 0, "retried": 0, "dead_lettered": 0, "ack_floor": 10,
-///                 "restarts": 0}],
+///                 "handled": 10, "failed": 0, "retried": 0, "dead_lettered": 0, "early": 0,
+///                 "ack_floor": 10, "restarts": 0}],
 ///  "endpoints": [{"service": "members", "endpoint": "get", "subject": "members.get",
 ///                 "queue_group": "q", "handler": "members::get", "state": "running",
 ///                 "requests": 12, "errors": 1}],
@@ -313,6 +313,7 @@ pub fn readiness(health: &Health) -> Value {
                 "failed": c.failed,
                 "retried": c.retried,
                 "dead_lettered": c.dead_lettered,
+                "early": c.early,
                 "ack_floor": c.ack_floor,
                 "restarts": c.restarts,
             });

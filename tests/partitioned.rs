@@ -1772,7 +1772,7 @@ async fn a_migration_onto_partitions_runs_under_exactly_its_generated_permission
     // The other way: without the grant to delete the old consumer.
     let delete = "$JS.API.CONSUMER.DELETE.GRANTED.billing-old";
     let journal = Journal::default();
-    let without = without_grant(&permissions, delete);
+    let without = fixture::without_grant(&permissions, delete);
     let (_server, admin, replicas) =
         migration_under(&without, &role, (&journal, BEFORE), Old::Plain).await;
     deletion_denied(
@@ -1827,7 +1827,7 @@ async fn a_count_change_runs_under_exactly_its_generated_permissions() {
     // The other way: without the grant to delete the old partition 0.
     let delete = "$JS.API.CONSUMER.DELETE.GRANTED.billing-p0";
     let journal = Journal::default();
-    let without = without_grant(&permissions, delete);
+    let without = fixture::without_grant(&permissions, delete);
     let (_server, admin, replicas) =
         migration_under(&without, &role, (&journal, BEFORE), Old::Partitions).await;
     deletion_denied(
@@ -1854,19 +1854,6 @@ async fn restarted_after(
         "no permission denied on a restart: {denials:?}"
     );
     running.stop().await.expect("a clean drain");
-}
-
-/// `permissions` without the grant of `subject`.
-fn without_grant(
-    permissions: &nats_topology::export::Permissions,
-    subject: &str,
-) -> nats_topology::export::Permissions {
-    let entry = permissions
-        .entries
-        .iter()
-        .position(|e| e.subject == subject)
-        .unwrap_or_else(|| panic!("{subject} is granted: {}", permissions.permissions_map()));
-    permissions.without(entry)
 }
 
 /// A migration on `GRANTED` without the grant to `delete` the consumer `old`: once what was

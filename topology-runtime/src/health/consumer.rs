@@ -201,6 +201,9 @@ pub struct ConsumerStatus {
     pub retried: u64,
     /// Messages dead-lettered and terminated.
     pub dead_lettered: u64,
+    /// Of `handled`, the messages a partition ran before the server delivered them (see
+    /// `RuntimeBuilder::partitions_early`); 0 for other consumers.
+    pub early: u64,
     /// The queue consumer's ack floor (every stream sequence up to it is acknowledged) when
     /// last read from the server; 0 for relays and before the first read.
     pub ack_floor: u64,

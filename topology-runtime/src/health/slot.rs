@@ -30,6 +30,7 @@ pub(crate) struct Slot {
     pub(crate) failed: AtomicU64,
     pub(crate) retried: AtomicU64,
     pub(crate) dead_lettered: AtomicU64,
+    pub(crate) early: AtomicU64,
     pub(crate) ack_floor: AtomicU64,
     pub(crate) restarts: AtomicU64,
     /// Whether the consumer's leader is this connection's server, cut off from its peers
@@ -77,6 +78,7 @@ impl Slot {
             failed: AtomicU64::new(0),
             retried: AtomicU64::new(0),
             dead_lettered: AtomicU64::new(0),
+            early: AtomicU64::new(0),
             ack_floor: AtomicU64::new(0),
             restarts: AtomicU64::new(0),
             cut_off: AtomicBool::new(false),
@@ -384,6 +386,7 @@ impl Slot {
             failed: self.failed.load(Ordering::Relaxed),
             retried: self.retried.load(Ordering::Relaxed),
             dead_lettered: self.dead_lettered.load(Ordering::Relaxed),
+            early: self.early.load(Ordering::Relaxed),
             ack_floor: self.ack_floor.load(Ordering::Relaxed),
             restarts: self.restarts.load(Ordering::Relaxed),
             denied: self

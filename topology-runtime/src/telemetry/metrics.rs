@@ -23,6 +23,9 @@ pub mod names {
     /// Counter: messages terminated after their last allowed delivery or a permanent error
     /// (published to the dead-letter subject first when one is declared).
     pub const DEAD_LETTERED: &str = "nats_topology_messages_dead_lettered_total";
+    /// Counter: of the messages handled, those a partition ran before the server delivered
+    /// them (docs/PARTITIONS.md, "Running ahead").
+    pub const EARLY: &str = "nats_topology_messages_early_total";
     /// Counter: deliveries after the first one (the server's delivery count above 1).
     pub const REDELIVERED: &str = "nats_topology_messages_redelivered_total";
     /// Counter: settlements that end a message (the ack of a handled one, the term of a
@@ -104,6 +107,11 @@ pub fn describe() {
         DEAD_LETTERED,
         Unit::Count,
         "Messages terminated (dead-lettered when a dead-letter subject is declared)."
+    );
+    metrics::describe_counter!(
+        EARLY,
+        Unit::Count,
+        "Of the messages handled, those a partition ran before their delivery."
     );
     metrics::describe_counter!(
         REDELIVERED,
@@ -251,6 +259,7 @@ pub(crate) struct ConsumerMetrics {
     failed: Counter,
     retried: Counter,
     dead_lettered: Counter,
+    early: Counter,
     redelivered: Counter,
     acks_failed: Counter,
     /// Shared with the consumer's feed, which counts its stalls.
@@ -269,6 +278,7 @@ impl ConsumerMetrics {
             failed: metrics::counter!(names::FAILED, &labels),
             retried: metrics::counter!(names::RETRIED, &labels),
             dead_lettered: metrics::counter!(names::DEAD_LETTERED, &labels),
+            early: metrics::counter!(names::EARLY, &labels),
             redelivered: metrics::counter!(names::REDELIVERED, &labels),
             acks_failed: metrics::counter!(names::ACKS_FAILED, &labels),
             stalls: metrics::counter!(names::STALLS, &labels),
@@ -306,6 +316,11 @@ impl ConsumerMetrics {
     /// Its breaker opened: the handlers' dependency seems down.
     pub(crate) fn backed_off(&self) {
         self.backoffs.increment(1);
+    }
+
+    /// A partition's message handled before its delivery was acknowledged on delivery.
+    pub(crate) fn early(&self) {
+        self.early.increment(1);
     }
 
     pub(crate) fn dead_lettered(&self) {

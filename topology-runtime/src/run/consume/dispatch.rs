@@ -102,6 +102,7 @@ pub(in crate::run) async fn handle(
         // A first delivery settled so was handled early (see `early`): it ends now.
         if meta.delivered == 1 {
             session.observer.ended(sequence, settled);
+            session.observer.early();
         }
         settled.record_in(last, (sequence, meta.published));
         return spare;

@@ -3,15 +3,19 @@
 //!
 //! A message runs early only when all of these hold, checked when the session has nothing
 //! else running or waiting:
-//! - the message before it was delivered to this session less than half its `ack_wait` ago
-//!   (past that, the session may have lost the partition without knowing), and handled here,
-//!   its ack sent;
+//! - the message before it was delivered to this session less than half its `ack_wait` ago,
+//!   and handled here, its ack sent;
 //! - its key differs from that message's (a lost ack would bring that one back after it);
 //! - it has not run here already, the session trusts its deliveries (`pull::fence`), and the
 //!   consumer does not back off (`crate::outage`).
 //!
 //! Its delivery then waits until it has run, and is acknowledged without calling the handler
-//! (`dispatch::handle`); if it failed, its delivery runs the handler as any delivery.
+//! (`dispatch::handle`); if it failed, its delivery runs the handler as any delivery. If its
+//! delivery has not come by then, it is stopped (its future dropped, as the grace period stops
+//! a handler) half an `ack_wait` after the delivery of the message before it: a session that
+//! lost the partition without knowing (a link cut) ends it before the server could deliver
+//! that message again, and so this one, to the partition's next holder. It runs again when
+//! delivered.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -22,7 +26,7 @@ use futures::future::OptionFuture;
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use super::ack::Again;
+use super::ack::{AckDeadline, Again};
 use super::dispatch::{Session, breaker_changed, run_handler};
 use super::early::{Looked, Next, fresh_within};
 use super::meta::MessageMeta;
@@ -39,8 +43,11 @@ pub(super) struct EarlyRun {
     reading: Option<Task<Looked>>,
     /// The message after `read_after`, read.
     next: Option<Box<Next>>,
-    /// A message running before its delivery.
+    /// A message running before its delivery: its stream sequence, and when it is stopped
+    /// if its delivery has not come.
     running: Option<Task<()>>,
+    running_sequence: u64,
+    stop_at: Instant,
     /// Reads failed: the session no longer reads ahead.
     off: bool,
 }
@@ -51,13 +58,17 @@ struct Before {
     subject: async_nats::Subject,
     /// What the consumer had left after it.
     pending: u64,
-    started: Instant,
+    /// Half its `ack_wait` after its delivery, at the latest: a message runs early only
+    /// before.
+    until: Instant,
 }
 
 /// What finished.
 pub(super) enum Woke {
     Ran,
     Read(Looked),
+    /// The message running early was not delivered in time (see the module documentation).
+    Overdue,
 }
 
 impl EarlyRun {
@@ -71,6 +82,8 @@ impl EarlyRun {
             reading: None,
             next: None,
             running: None,
+            running_sequence: 0,
+            stop_at: Instant::now(),
             off: false,
         }))
     }
@@ -85,12 +98,18 @@ impl EarlyRun {
         self.running.is_some()
     }
 
-    /// A delivered message starts: the next message read is the one after it.
+    /// The stream sequence of the message running early, if one does.
+    pub(super) fn running_sequence(&self) -> Option<u64> {
+        self.running.as_ref().map(|_| self.running_sequence)
+    }
+
+    /// A delivered message starts (its delivery's deadline `deadline`): the next message read
+    /// is the one after it.
     pub(super) fn delivered(
         &mut self,
         session: &Arc<Session>,
         subject: &async_nats::Subject,
-        meta: &MessageMeta,
+        (meta, deadline): (&MessageMeta, AckDeadline),
     ) {
         let Some(sequence) = meta.stream_sequence else {
             self.before = None;
@@ -101,7 +120,7 @@ impl EarlyRun {
             published: meta.published,
             subject: subject.clone(),
             pending: meta.pending,
-            started: Instant::now(),
+            until: deadline.at() - fresh_within(session.acks.ack_wait),
         });
         // Read after it already (it ran early), or to read now.
         if self.read_after == sequence && (self.reading.is_some() || self.next.is_some()) {
@@ -127,7 +146,7 @@ impl EarlyRun {
         else {
             return;
         };
-        let fresh = before.started.elapsed() < fresh_within(session.acks.ack_wait);
+        let fresh = Instant::now() < before.until;
         // Read after the last delivered message: one that ran early has not been delivered
         // yet, and nothing more runs early until it is.
         if !fresh
@@ -144,18 +163,24 @@ impl EarlyRun {
             return;
         };
         self.read_after = next.sequence;
+        self.running_sequence = next.sequence;
+        self.stop_at = before.until;
         self.reading = (pending > 0 && !self.off).then(|| read(session, next.sequence));
         self.running = Some(Box::pin(run(next, session.clone(), pending)));
     }
 
-    /// Waits for the run or the read under way (call only while [`EarlyRun::busy`]).
-    pub(super) async fn woke(&mut self) -> Woke {
+    /// Waits for the run or the read under way (call only while [`EarlyRun::busy`]), or for
+    /// the time to stop the run while its message is not `delivered`.
+    pub(super) async fn woke(&mut self, delivered: bool) -> Woke {
+        let overdue = !delivered && self.running.is_some();
+        let stop_at = self.stop_at;
         let ran = OptionFuture::from(self.running.as_mut());
         let read = OptionFuture::from(self.reading.as_mut());
         tokio::select! {
             biased;
             Some(()) = ran => Woke::Ran,
             Some(looked) = read => Woke::Read(looked),
+            () = tokio::time::sleep_until(stop_at), if overdue => Woke::Overdue,
             else => std::future::pending().await,
         }
     }
@@ -164,6 +189,15 @@ impl EarlyRun {
     pub(super) fn woken(&mut self, woke: Woke, session: &Session) {
         match woke {
             Woke::Ran => self.running = None,
+            Woke::Overdue => {
+                self.running = None;
+                tracing::warn!(
+                    stream = %session.scope.stream,
+                    consumer = %session.scope.consumer,
+                    sequence = self.running_sequence,
+                    "a message run before its delivery was stopped: it was not delivered within half the ack_wait of the message before it (a link cut or stalled?); it runs again when delivered, here or on the partition's next holder"
+                );
+            }
             Woke::Read(looked) => {
                 self.reading = None;
                 match looked {

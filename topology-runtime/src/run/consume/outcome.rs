@@ -94,6 +94,12 @@ impl Observer {
         }
     }
 
+    /// A partition's message handled before its delivery was settled on delivery.
+    pub(in crate::run) fn early(&self) {
+        Slot::count(&self.slot.early);
+        self.metrics.early();
+    }
+
     /// The message at `sequence` ended so.
     pub(in crate::run) fn ended(&self, sequence: Option<u64>, outcome: Outcome) {
         let (slot, metrics) = (&self.slot, &self.metrics);

@@ -120,7 +120,7 @@ pub(in crate::run) async fn pump(
             && let Some(next) = waiting.pop_front()
         {
             if let Some(early) = early.as_deref_mut() {
-                early.delivered(&session, &next.message.subject, &next.meta);
+                early.delivered(&session, &next.message.subject, (&next.meta, next.deadline));
             }
             let started = Instant::now();
             // `map`, not an `async` block: a block would hold the future twice in its state.
@@ -194,7 +194,12 @@ pub(in crate::run) async fn pump(
                 None => Step::Finished(None),
             },
             Some(_) = in_flight.join_next(), if !in_flight.is_empty() => Step::Finished(None),
-            woke = async { early.as_deref_mut().expect("busy").woke().await },
+            woke = async {
+                let early = early.as_deref_mut().expect("busy");
+                let sequence = early.running_sequence();
+                let delivered = waiting.iter().any(|w| sequence.is_some() && w.meta.stream_sequence == sequence);
+                early.woke(delivered).await
+            },
                 if early.as_ref().is_some_and(|e| e.busy()) => Step::Early(woke),
             () = tokio::time::sleep_until(wake.unwrap_or_else(Instant::now)), if wake.is_some() => {
                 let now = Instant::now();
