@@ -39,8 +39,10 @@
 //! time (median, each variant: the `--work-us` sleep as tokio's timer ends it) and a
 //! partition's **handover** (median, from its handler returning to the next handler of that
 //! partition starting: the ack's trip to the server and the next delivery's back, with the
-//! runtime's dispatch), for the partitioned group and for raw async-nats. The last line is one
-//! JSON object.
+//! runtime's dispatch), for the partitioned group and for raw async-nats. **Handlers running at
+//! once** in one replica, the most at any moment and the mean over the run, for the
+//! partitioned group and the unordered consumer: the same concurrency, measured. The last line
+//! is one JSON object.
 
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -156,8 +158,8 @@ enum Variant {
 struct Tally {
     handled: AtomicU64,
     partitions: Mutex<Vec<(usize, u16, Instant)>>,
-    /// Each handler's partition, start and end.
-    spans: Mutex<Vec<(u16, Instant, Instant)>>,
+    /// Each handler's replica, partition, start and end.
+    spans: Mutex<Vec<(usize, u16, Instant, Instant)>>,
     /// When the first message was handled.
     first: std::sync::OnceLock<Instant>,
 }
@@ -228,7 +230,11 @@ fn record(tally: &Tally, replica: usize, subject: &str, started: Instant) {
         .lock()
         .unwrap()
         .push((replica, partition, now));
-    tally.spans.lock().unwrap().push((partition, started, now));
+    tally
+        .spans
+        .lock()
+        .unwrap()
+        .push((replica, partition, started, now));
     tally.handled.fetch_add(1, Ordering::Relaxed);
 }
 
@@ -359,6 +365,8 @@ struct Measured {
     handler_ms: f64,
     /// A partition's median handover, in ms (see the top comment).
     handover_ms: Option<f64>,
+    /// Handlers running at once in one replica: the most, and the mean over the run.
+    in_flight: (usize, f64),
 }
 
 /// What `variant` at `replicas` replicas measures over `messages` of the stream.
@@ -397,9 +405,12 @@ async fn throughput(
     let handler_ms = median(
         spans
             .iter()
-            .map(|(_, start, end)| (*end - *start).as_secs_f64() * 1e3)
+            .map(|(_, _, start, end)| (*end - *start).as_secs_f64() * 1e3)
             .collect(),
     );
+    let in_flight = in_flight(&spans, replicas);
+    let spans: Vec<(u16, Instant, Instant)> =
+        spans.into_iter().map(|(_, p, s, e)| (p, s, e)).collect();
     let (mut saturated, mut skew, mut pause, mut handover_ms) = (None, None, None, None);
     if variant == Variant::Raw {
         handover_ms = Some(handover(spans));
@@ -427,7 +438,37 @@ async fn throughput(
         pause,
         handler_ms,
         handover_ms,
+        in_flight,
     }
+}
+
+/// Handlers running at once in one replica, from each handler's replica, start and end: the
+/// most at any moment in any replica, and the mean over the replicas of their handlers' time
+/// over the run's (from the first start to the last end).
+fn in_flight(spans: &[(usize, u16, Instant, Instant)], replicas: usize) -> (usize, f64) {
+    let (mut most, mut means) = (0, Vec::new());
+    for replica in 0..replicas {
+        let mut edges: Vec<(Instant, i64)> = spans
+            .iter()
+            .filter(|span| span.0 == replica)
+            .flat_map(|&(_, _, start, end)| [(start, 1), (end, -1)])
+            .collect();
+        // An end before a start at the same instant: a handover is not an overlap.
+        edges.sort_by_key(|&(at, step)| (at, step));
+        let (mut now, mut busy) = (0i64, 0f64);
+        for (_, step) in &edges {
+            now += step;
+            most = most.max(now as usize);
+        }
+        for &(_, _, start, end) in spans.iter().filter(|span| span.0 == replica) {
+            busy += (end - start).as_secs_f64();
+        }
+        if let (Some(first), Some(last)) = (edges.first(), edges.last()) {
+            means.push(busy / (last.0 - first.0).as_secs_f64().max(1e-9));
+        }
+    }
+    let mean = means.iter().sum::<f64>() / means.len().max(1) as f64;
+    (most, mean)
 }
 
 /// The longest time, in seconds, between two messages of one partition handled one after the
@@ -492,6 +533,8 @@ async fn main() {
     let mut handlers: Vec<Vec<Vec<f64>>> =
         vec![vec![Vec::new(); variants.len()]; args.replicas.len()];
     let mut handovers_ms = handlers.clone();
+    let mut in_flights: Vec<Vec<Vec<(usize, f64)>>> =
+        vec![vec![Vec::new(); variants.len()]; args.replicas.len()];
     for round in 0..args.reps {
         let stream = stream(round, args.partitions);
         create(&js, &stream).await;
@@ -519,6 +562,7 @@ async fn main() {
                 pauses[r].extend(measured.pause);
                 handlers[r][v].push(measured.handler_ms);
                 handovers_ms[r][v].extend(measured.handover_ms);
+                in_flights[r][v].push(measured.in_flight);
                 // The next variant at this count reads the stream afresh: its own durables.
                 let names: Vec<String> = match variant {
                     Variant::Partitioned => {
@@ -629,6 +673,36 @@ async fn main() {
             round3(plain).into(),
         );
         json.insert(format!("handover_ms_r{replicas}"), round3(handover).into());
+    }
+    println!(
+        "handlers running at once in one replica (the most over the rounds; the mean, median over the rounds):"
+    );
+    for (r, &replicas) in args.replicas.iter().enumerate() {
+        let [part, plain] = [0, 1].map(|v| {
+            let runs = &in_flights[r][v];
+            let most = runs.iter().map(|(most, _)| *most).max().unwrap_or(0);
+            (most, median(runs.iter().map(|(_, mean)| *mean).collect()))
+        });
+        println!(
+            "  at {replicas}: partitioned {} most, {:.2} mean; unordered {} most, {:.2} mean",
+            part.0, part.1, plain.0, plain.1
+        );
+        json.insert(
+            format!("in_flight_most_partitioned_r{replicas}"),
+            part.0.into(),
+        );
+        json.insert(
+            format!("in_flight_most_unordered_r{replicas}"),
+            plain.0.into(),
+        );
+        json.insert(
+            format!("in_flight_mean_partitioned_r{replicas}"),
+            round3(part.1).into(),
+        );
+        json.insert(
+            format!("in_flight_mean_unordered_r{replicas}"),
+            round3(plain.1).into(),
+        );
     }
     println!(
         "\njoin (a second replica's first message): {:.2} s; takeover (a dead replica's partitions all handled again): {:.2} s",

@@ -3,6 +3,8 @@
 //! supervisor), and the assignment every replica computes alike from the same members.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use tokio::sync::watch;
 
@@ -18,6 +20,47 @@ pub(crate) struct Group {
     pub(crate) consumers: Vec<usize>,
     /// What it migrates from (`migrate_from`): read to its end before the partitions start.
     pub(crate) migrates_from: Option<Migration>,
+    /// How many handlers its partitions run at once here, against how many it holds.
+    pub(crate) capacity: Arc<Capacity>,
+}
+
+/// How many handlers a partitioned group runs at once on this replica: one per partition it
+/// holds. A partition runs a message of another key beside the one it runs (before that
+/// message's delivery, see `consume::early_run`) only while another partition held here
+/// leaves its share unused (it ran dry): the replica's concurrency stays its share.
+#[derive(Debug, Default)]
+pub(crate) struct Capacity {
+    limit: AtomicUsize,
+    running: AtomicUsize,
+}
+
+/// A handler counted by [`Capacity`] until this drops.
+#[derive(Debug)]
+pub(crate) struct Seat(Arc<Capacity>);
+
+impl Drop for Seat {
+    fn drop(&mut self) {
+        self.0.running.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+impl Capacity {
+    /// A handler of a delivered message starts: counted, whatever the count.
+    pub(crate) fn enter(self: &Arc<Self>) -> Seat {
+        self.running.fetch_add(1, Ordering::AcqRel);
+        Seat(self.clone())
+    }
+
+    /// A handler of a message not delivered yet starts, if fewer than the limit run.
+    pub(crate) fn try_enter(self: &Arc<Self>) -> Option<Seat> {
+        let limit = self.limit.load(Ordering::Acquire);
+        self.running
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |running| {
+                (running < limit).then_some(running + 1)
+            })
+            .ok()?;
+        Some(Seat(self.clone()))
+    }
 }
 
 /// What a partitioned group migrates from: a plain queue consumer, or the partitions of a
@@ -66,6 +109,7 @@ impl Shares {
                     group: partition.group,
                     consumers: vec![usize::MAX; usize::from(partition.of)],
                     migrates_from: None,
+                    capacity: Arc::default(),
                 });
             group.consumers[usize::from(partition.index)] = index;
         }
@@ -101,6 +145,12 @@ impl Shares {
         matches!(self.held.get(index), Some(Some(_)))
     }
 
+    /// The capacity of the group whose partition the consumer at `index` reads.
+    pub(crate) fn capacity(&self, index: usize) -> Option<Arc<Capacity>> {
+        let group = self.groups.iter().find(|g| g.consumers.contains(&index))?;
+        Some(group.capacity.clone())
+    }
+
     /// Follows whether this replica holds the partition read by the consumer at `index`.
     pub(crate) fn follow(&self, index: usize) -> Option<watch::Receiver<bool>> {
         self.held.get(index)?.as_ref().map(watch::Sender::subscribe)
@@ -119,6 +169,8 @@ impl Shares {
                 changed += 1;
             }
         }
+        let holding = held.iter().filter(|held| **held).count();
+        group.capacity.limit.store(holding, Ordering::Release);
         changed
     }
 

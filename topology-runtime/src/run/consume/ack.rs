@@ -42,9 +42,11 @@ pub(in crate::run) struct LastSettled(Arc<Mutex<State>>);
 #[derive(Default)]
 struct State {
     last: Option<Last>,
-    /// A partition's message handled before its delivery (`early`): settled when it comes.
-    early: Option<Last>,
-    running: u32,
+    /// A partition's messages handled before their delivery (`early`), settled when it
+    /// comes: two at most wait for it (`early_run`).
+    early: Vec<Last>,
+    /// The messages the session's handlers run (by stream sequence; `None`: unknown).
+    running: Vec<Option<u64>>,
 }
 
 #[derive(Clone, Copy)]
@@ -64,6 +66,10 @@ enum How {
     Naked { delay: Duration, sent: Instant },
 }
 
+/// How many messages handled early a session keeps until their delivery: more than may wait
+/// for it at once.
+const EARLY_KEPT: usize = 4;
+
 /// What to send again for a message whose settlement was lost.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(in crate::run) enum Again {
@@ -76,12 +82,14 @@ pub(in crate::run) enum Again {
 }
 
 /// A handler of the session runs until this drops (it is dropped with a handler stopped).
-pub(in crate::run) struct Running<'a>(&'a LastSettled);
+pub(in crate::run) struct Running<'a>(&'a LastSettled, Option<u64>);
 
 impl Drop for Running<'_> {
     fn drop(&mut self) {
         let mut state = self.0.lock();
-        state.running = state.running.saturating_sub(1);
+        if let Some(at) = state.running.iter().position(|s| *s == self.1) {
+            state.running.swap_remove(at);
+        }
     }
 }
 
@@ -90,10 +98,10 @@ impl LastSettled {
         self.0.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// A handler starts: it runs until the returned guard drops.
-    pub(in crate::run) fn running(&self) -> Running<'_> {
-        self.lock().running += 1;
-        Running(self)
+    /// A handler starts on the message at `sequence`: it runs until the returned guard drops.
+    pub(in crate::run) fn running(&self, sequence: Option<u64>) -> Running<'_> {
+        self.lock().running.push(sequence);
+        Running(self, sequence)
     }
 
     /// The message at `sequence`, stored at `published`, was handled (its ack sent, or not).
@@ -121,7 +129,11 @@ impl LastSettled {
     /// The message at `sequence`, stored at `published`, was handled before its delivery:
     /// its delivery is acknowledged without calling the handler again.
     pub(in crate::run) fn handled_early(&self, sequence: u64, published: Option<SystemTime>) {
-        self.lock().early = Some(Last {
+        let mut state = self.lock();
+        if state.early.len() >= EARLY_KEPT {
+            state.early.remove(0);
+        }
+        state.early.push(Last {
             sequence,
             published,
             how: How::Handled,
@@ -135,9 +147,7 @@ impl LastSettled {
             published,
             how,
         });
-        if state.early.is_some_and(|early| early.sequence <= sequence) {
-            state.early = None;
-        }
+        state.early.retain(|early| early.sequence > sequence);
     }
 
     /// If the last message settled was the one at `sequence` stored at `published`: what to
@@ -149,7 +159,7 @@ impl LastSettled {
     ) -> Option<Again> {
         let state = self.lock();
         let is = |last: &Last| last.sequence == sequence && last.published == published;
-        let last = [state.last, state.early].into_iter().flatten().find(is)?;
+        let last = state.last.iter().chain(&state.early).find(|l| is(l))?;
         Some(match last.how {
             How::Handled => Again::Ack,
             How::Terminated => Again::Term,
@@ -161,14 +171,15 @@ impl LastSettled {
 
     /// How to settle a redelivery of the message at `sequence` stored at `published` without
     /// calling its handler: as it was settled last, if it was handled or dead-lettered, and no
-    /// handler of the session runs (one that runs could be running another delivery of it,
+    /// handler of the session runs it (one that runs could be running another delivery of it,
     /// which the settlement would cut short, freeing the consumer's next message beside it).
     pub(in crate::run) fn settle_again(
         &self,
         sequence: u64,
         published: Option<SystemTime>,
     ) -> Option<AckKind> {
-        if self.lock().running > 0 {
+        let runs_it = (self.lock().running.iter()).any(|s| s.is_none_or(|s| s == sequence));
+        if runs_it {
             return None;
         }
         match self.again(sequence, published)? {
@@ -448,12 +459,18 @@ mod tests {
         assert_eq!(last.again(7, at(1)), None, "no longer the last settled");
         assert_eq!(last.again(8, at(3)), Some(Again::Ack));
         assert!(matches!(last.settle_again(8, at(3)), Some(AckKind::Ack)));
-        let running = last.running();
+        let running = last.running(Some(8));
         assert!(
             last.settle_again(8, at(3)).is_none(),
-            "not while a handler of the session runs"
+            "not while a handler of the session runs it"
         );
+        let other = last.running(Some(12));
         drop(running);
+        assert!(
+            matches!(last.settle_again(8, at(3)), Some(AckKind::Ack)),
+            "while a handler of the session runs another message"
+        );
+        drop(other);
         last.terminated(9, at(4));
         assert_eq!(last.again(9, at(4)), Some(Again::Term));
         assert!(matches!(last.settle_again(9, at(4)), Some(AckKind::Term)));

@@ -14,7 +14,7 @@ use async_nats::jetstream::{self, AckKind};
 use futures::FutureExt;
 use tracing::Instrument;
 
-use super::ack::{AckDeadline, Acks, LastSettled, Stopped};
+use super::ack::{AckDeadline, Acks, Stopped};
 use super::dead_letter::{DeadLetter, Delivery, publish_dead_letter};
 use super::early::Early;
 use super::meta::MessageMeta;
@@ -107,7 +107,7 @@ pub(in crate::run) async fn handle(
         settled.record_in(last, (sequence, meta.published));
         return spare;
     }
-    let running = last.map(LastSettled::running);
+    let running = last.map(|last| last.running(sequence));
     let mut received = received(&mut message, meta, spare);
     let outcome = dispatch(&message, &received, meta, deadline, &session).await;
     session.observer.ended(meta.stream_sequence, outcome);

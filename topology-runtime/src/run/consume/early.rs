@@ -21,6 +21,7 @@ use async_nats::jetstream::{self, message::StreamMessage, stream::RawMessageErro
 use futures::FutureExt;
 
 use crate::handler::Received;
+use crate::run::shares::Capacity;
 
 /// How a partition's session reads its next messages from the stream.
 pub(in crate::run) struct Early {
@@ -29,6 +30,8 @@ pub(in crate::run) struct Early {
     filter: String,
     /// Where the key is in a stored subject (its tokens' positions).
     key: &'static [usize],
+    /// How many handlers the partition's group runs at once here.
+    capacity: Arc<Capacity>,
 }
 
 /// A message read from the stream before its delivery.
@@ -48,12 +51,13 @@ pub(in crate::run) enum Looked {
 }
 
 impl Early {
-    /// Reads `filter`'s messages in `stream`, whose key is at `key` in a stored subject.
+    /// Reads `filter`'s messages in `stream`, whose key is at `key` in a stored subject; the
+    /// partition's group runs at most `capacity` handlers at once here.
     pub(in crate::run) fn new(
         js: &jetstream::Context,
-        stream: &str,
-        filter: &str,
+        (stream, filter): (&str, &str),
         key: &'static [usize],
+        capacity: Arc<Capacity>,
     ) -> Option<Early> {
         // No request: a handle on the stream by its name.
         let stream = js.get_stream_no_info(stream).now_or_never()?.ok()?;
@@ -61,6 +65,7 @@ impl Early {
             stream,
             filter: filter.to_owned(),
             key,
+            capacity,
         })
     }
 
@@ -81,6 +86,11 @@ impl Early {
             Err(e) if e.kind() == RawMessageErrorKind::NoMessageFound => Looked::Nothing,
             Err(e) => Looked::Failed(e.to_string()),
         }
+    }
+
+    /// How many handlers the partition's group runs at once here.
+    pub(in crate::run) fn capacity(&self) -> &Arc<Capacity> {
+        &self.capacity
     }
 
     /// Whether the stored subjects `a` and `b` differ at a token of the key: their messages

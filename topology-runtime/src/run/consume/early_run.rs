@@ -1,18 +1,24 @@
-//! The session loop's part in running a partition's next message early (see `early`): the
-//! message before it, the read of the next one, and the one running early.
+//! The session loop's part in running a partition's messages early (see `early`): the last
+//! message delivered, the read of the next one, and the messages running before their
+//! delivery came (or whose delivery waits for them).
 //!
-//! A message runs early only when all of these hold, checked when the session has nothing
-//! else running or waiting:
-//! - the message before it was delivered to this session less than half its `ack_wait` ago,
-//!   and handled here, its ack sent;
-//! - its key differs from that message's (a lost ack would bring that one back after it);
+//! A partition's next message runs early only when all of these hold:
+//! - the last message delivered to this session came less than half its `ack_wait` ago, and
+//!   is running, waiting, or handled here with its ack sent (not failed, not dead-lettered);
+//! - its key differs from that message's, and from every message running early (an ack lost
+//!   would bring that one back after it, and a key's messages run one at a time);
+//! - every message that ran early was delivered since: one message at a time runs before its
+//!   delivery, which is the consumer's next;
+//! - the replica has room for it (`shares::Capacity`): it runs beside another of its
+//!   partition only while a partition held here leaves its share unused, so the replica runs
+//!   no more handlers at once than the partitions it holds;
 //! - it has not run here already, the session trusts its deliveries (`pull::fence`), and the
 //!   consumer does not back off (`crate::outage`).
 //!
 //! Its delivery then waits until it has run, and is acknowledged without calling the handler
 //! (`dispatch::handle`); if it failed, its delivery runs the handler as any delivery. If its
-//! delivery has not come by then, it is stopped (its future dropped, as the grace period stops
-//! a handler) half an `ack_wait` after the delivery of the message before it: a session that
+//! delivery has not come, it is stopped (its future dropped, as the grace period stops a
+//! handler) half an `ack_wait` after the delivery of the message before it: a session that
 //! lost the partition without knowing (a link cut) ends it before the server could deliver
 //! that message again, and so this one, to the partition's next holder. It runs again when
 //! delivered.
@@ -20,6 +26,7 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::SystemTime;
 
 use futures::future::OptionFuture;
@@ -30,26 +37,25 @@ use super::ack::{AckDeadline, Again};
 use super::dispatch::{Session, breaker_changed, run_handler};
 use super::early::{Looked, Next, fresh_within};
 use super::meta::MessageMeta;
+use crate::run::shares::{Capacity, Seat};
 use crate::telemetry;
 
 type Task<T> = Pin<Box<dyn Future<Output = T> + Send>>;
 
 /// What a partition's session knows of running ahead.
 pub(super) struct EarlyRun {
-    /// The last message delivered and started here.
+    /// The last message delivered here.
     before: Option<Before>,
     /// The sequence after which `reading` reads, or `next` was read.
     read_after: u64,
     reading: Option<Task<Looked>>,
     /// The message after `read_after`, read.
     next: Option<Box<Next>>,
-    /// A message running before its delivery: its stream sequence, and when it is stopped
-    /// if its delivery has not come.
-    running: Option<Task<()>>,
-    running_sequence: u64,
-    stop_at: Instant,
+    /// Messages running early: at most one not delivered yet.
+    runs: Vec<Run>,
     /// Reads failed: the session no longer reads ahead.
     off: bool,
+    capacity: Arc<Capacity>,
 }
 
 struct Before {
@@ -63,58 +69,82 @@ struct Before {
     until: Instant,
 }
 
+/// A message running before its delivery came, or whose delivery waits for it.
+struct Run {
+    sequence: u64,
+    subject: async_nats::Subject,
+    delivered: bool,
+    /// When it is stopped if its delivery has not come.
+    stop_at: Instant,
+    task: Task<()>,
+}
+
 /// What finished.
 pub(super) enum Woke {
-    Ran,
+    /// The message at this sequence ran.
+    Ran(u64),
     Read(Looked),
     /// The message running early was not delivered in time (see the module documentation).
     Overdue,
 }
 
 impl EarlyRun {
-    /// For a partition's session that reads ahead.
+    /// For a partition's session that reads ahead, counted in `capacity`.
     pub(super) fn of(session: &Session) -> Option<Box<EarlyRun>> {
-        session.early.as_ref()?;
+        let capacity = session.early.as_ref()?.capacity().clone();
         session.acks.last.as_ref()?;
         Some(Box::new(EarlyRun {
             before: None,
             read_after: 0,
             reading: None,
             next: None,
-            running: None,
-            running_sequence: 0,
-            stop_at: Instant::now(),
+            runs: Vec::new(),
             off: false,
+            capacity,
         }))
     }
 
-    /// Whether a message runs early, or a read is under way.
+    /// A delivered handler starts: counted until the seat drops.
+    pub(super) fn seat(&self) -> Seat {
+        self.capacity.enter()
+    }
+
+    /// Whether a run or a read is under way.
     pub(super) fn busy(&self) -> bool {
-        self.running.is_some() || self.reading.is_some()
+        !self.runs.is_empty() || self.reading.is_some()
     }
 
-    /// Whether a message runs early: no delivery starts meanwhile.
-    pub(super) fn runs(&self) -> bool {
-        self.running.is_some()
+    /// Whether the delivery of the message at `sequence`, stored under `subject`, waits: its
+    /// message, or one of its key, runs early.
+    pub(super) fn holds(
+        &self,
+        session: &Session,
+        (sequence, subject): (Option<u64>, &str),
+    ) -> bool {
+        let Some(early) = &session.early else {
+            return false;
+        };
+        self.runs.iter().any(|run| {
+            Some(run.sequence) == sequence || !early.other_key(run.subject.as_str(), subject)
+        })
     }
 
-    /// The stream sequence of the message running early, if one does.
-    pub(super) fn running_sequence(&self) -> Option<u64> {
-        self.running.as_ref().map(|_| self.running_sequence)
-    }
-
-    /// A delivered message starts (its delivery's deadline `deadline`): the next message read
-    /// is the one after it.
-    pub(super) fn delivered(
+    /// A delivery arrived (its deadline `deadline`): the next message read is the one after it.
+    pub(super) fn arrived(
         &mut self,
         session: &Arc<Session>,
         subject: &async_nats::Subject,
         (meta, deadline): (&MessageMeta, AckDeadline),
     ) {
         let Some(sequence) = meta.stream_sequence else {
-            self.before = None;
             return;
         };
+        if self.before.as_ref().is_some_and(|b| b.sequence == sequence) {
+            return;
+        }
+        if let Some(run) = self.runs.iter_mut().find(|run| run.sequence == sequence) {
+            run.delivered = true;
+        }
         self.before = Some(Before {
             sequence,
             published: meta.published,
@@ -134,67 +164,99 @@ impl EarlyRun {
         }
     }
 
-    /// Starts the next message if it may run early (see the module documentation); `idle`:
-    /// nothing else runs or waits in the session, which trusts its deliveries and is not
-    /// draining or backing off.
-    pub(super) fn start(&mut self, session: &Arc<Session>, idle: bool) {
-        if !idle || self.running.is_some() {
-            return;
-        }
+    /// Starts the next message if it may run early (see the module documentation); `allowed`:
+    /// the session trusts its deliveries and is not draining or backing off.
+    pub(super) fn start(&mut self, session: &Arc<Session>, allowed: bool) {
         let (Some(before), Some(next), Some(last), Some(early)) =
             (&self.before, &self.next, &session.acks.last, &session.early)
         else {
             return;
         };
-        let fresh = Instant::now() < before.until;
-        // Read after the last delivered message: one that ran early has not been delivered
-        // yet, and nothing more runs early until it is.
-        if !fresh
+        let settled = last.again(before.sequence, before.published);
+        let other_keys = early.other_key(next.subject(), before.subject.as_str())
+            && self
+                .runs
+                .iter()
+                .all(|run| early.other_key(next.subject(), run.subject.as_str()));
+        if !allowed
+            || Instant::now() >= before.until
             || self.read_after != before.sequence
             || next.sequence <= before.sequence
-            || last.again(before.sequence, before.published) != Some(Again::Ack)
+            || !matches!(settled, None | Some(Again::Ack))
             || last.again(next.sequence, next.published).is_some()
-            || !early.other_key(next.subject(), before.subject.as_str())
+            || self.runs.iter().any(|run| !run.delivered)
+            || !other_keys
         {
             return;
         }
-        let pending = before.pending.saturating_sub(1);
+        let Some(seat) = self.capacity.try_enter() else {
+            return;
+        };
+        let (pending, stop_at) = (before.pending.saturating_sub(1), before.until);
         let Some(next) = self.next.take() else {
             return;
         };
+        tracing::debug!(
+            stream = %session.scope.stream,
+            consumer = %session.scope.consumer,
+            sequence = next.sequence,
+            subject = next.subject(),
+            before = before.sequence,
+            before_subject = %before.subject,
+            beside = self.runs.len(),
+            "running a message before its delivery"
+        );
         self.read_after = next.sequence;
-        self.running_sequence = next.sequence;
-        self.stop_at = before.until;
         self.reading = (pending > 0 && !self.off).then(|| read(session, next.sequence));
-        self.running = Some(Box::pin(run(next, session.clone(), pending)));
+        self.runs.push(Run {
+            sequence: next.sequence,
+            subject: async_nats::Subject::from(next.subject()),
+            delivered: false,
+            stop_at,
+            task: Box::pin(run(next, session.clone(), pending, seat)),
+        });
     }
 
-    /// Waits for the run or the read under way (call only while [`EarlyRun::busy`]), or for
-    /// the time to stop the run while its message is not `delivered`.
-    pub(super) async fn woke(&mut self, delivered: bool) -> Woke {
-        let overdue = !delivered && self.running.is_some();
-        let stop_at = self.stop_at;
-        let ran = OptionFuture::from(self.running.as_mut());
+    /// Waits for a run or the read under way (call only while [`EarlyRun::busy`]), or for
+    /// the time to stop the run whose message is not delivered.
+    pub(super) async fn woke(&mut self) -> Woke {
+        let stop_at = self
+            .runs
+            .iter()
+            .find(|run| !run.delivered)
+            .map(|run| run.stop_at);
+        let runs = &mut self.runs;
+        let ran = futures::future::poll_fn(|cx| {
+            for run in runs.iter_mut() {
+                if run.task.as_mut().poll(cx).is_ready() {
+                    return Poll::Ready(run.sequence);
+                }
+            }
+            Poll::Pending
+        });
         let read = OptionFuture::from(self.reading.as_mut());
+        let overdue = OptionFuture::from(stop_at.map(tokio::time::sleep_until));
         tokio::select! {
             biased;
-            Some(()) = ran => Woke::Ran,
+            sequence = ran => Woke::Ran(sequence),
             Some(looked) = read => Woke::Read(looked),
-            () = tokio::time::sleep_until(stop_at), if overdue => Woke::Overdue,
-            else => std::future::pending().await,
+            Some(()) = overdue => Woke::Overdue,
         }
     }
 
     /// What [`EarlyRun::woke`] returned.
     pub(super) fn woken(&mut self, woke: Woke, session: &Session) {
         match woke {
-            Woke::Ran => self.running = None,
+            Woke::Ran(sequence) => self.runs.retain(|run| run.sequence != sequence),
             Woke::Overdue => {
-                self.running = None;
+                let Some(at) = self.runs.iter().position(|run| !run.delivered) else {
+                    return;
+                };
+                let stopped = self.runs.remove(at);
                 tracing::warn!(
                     stream = %session.scope.stream,
                     consumer = %session.scope.consumer,
-                    sequence = self.running_sequence,
+                    sequence = stopped.sequence,
                     "a message run before its delivery was stopped: it was not delivered within half the ack_wait of the message before it (a link cut or stalled?); it runs again when delivered, here or on the partition's next holder"
                 );
             }
@@ -217,9 +279,9 @@ impl EarlyRun {
         }
     }
 
-    /// The run under way, if any: a drain or a loss waits for it.
-    pub(super) fn take_running(&mut self) -> Option<Task<()>> {
-        self.running.take()
+    /// The runs under way: a drain or a loss waits for them.
+    pub(super) fn take_runs(&mut self) -> Vec<Task<()>> {
+        self.runs.drain(..).map(|run| run.task).collect()
     }
 }
 
@@ -234,13 +296,13 @@ fn read(session: &Arc<Session>, after: u64) -> Task<Looked> {
     })
 }
 
-/// Runs the handler on `next` before its delivery, `pending` messages after it; records it
-/// as handled early if the handler succeeds.
-async fn run(next: Box<Next>, session: Arc<Session>, pending: u64) {
+/// Runs the handler on `next` before its delivery, `pending` messages after it, counted in
+/// its group's capacity while `seat` lives; records it as handled early if the handler
+/// succeeds.
+async fn run(next: Box<Next>, session: Arc<Session>, pending: u64, seat: Seat) {
     let Some(last) = session.acks.last.as_ref() else {
         return;
     };
-    let running = last.running();
     let (sequence, published) = (next.sequence, next.published);
     let received = next.received(pending);
     let span = tracing::info_span!(
@@ -274,5 +336,5 @@ async fn run(next: Box<Next>, session: Arc<Session>, pending: u64) {
             "a message run before its delivery failed; its delivery runs the handler again"
         ),
     }
-    drop(running);
+    drop(seat);
 }

@@ -44,7 +44,8 @@ const REPLAY_BATCH: usize = 500;
 /// before.
 pub(super) async fn open(
     inner: &Arc<Inner>,
-    consumer: &Consumer,
+    // The consumer, and its index in the topology.
+    (index, consumer): (usize, &Consumer),
     slot: &Arc<Slot>,
     // The consumer as ensured, where its session records what it handled (to resume after it
     // when re-created), the stream instance it reads, and a queue consumer's outage breaker.
@@ -77,7 +78,8 @@ pub(super) async fn open(
         .filter(|_| queue.is_some_and(|q| q.delivery != Delivery::Push))
         .and_then(|key| {
             let filter = consumer.decl.subjects.first()?;
-            Early::new(&js, &info.stream_name, filter, key)
+            let capacity = inner.shares.capacity(index)?;
+            Early::new(&js, (&info.stream_name, filter), key, capacity)
         })
         .map(Box::new);
     let session = Arc::new(Session {

@@ -113,15 +113,19 @@ pub(in crate::run) async fn pump(
         // The clock is read only while the breaker is open.
         let limit = || breaker.filter(|b| b.is_open())?.limit(Instant::now());
         flow.limit(limit());
-        // No delivery starts while a message runs early: its own delivery waits for it.
+        // A partition's latest delivery is the message before the next one run early.
+        if let (Some(early), Some(w)) = (early.as_deref_mut(), waiting.back()) {
+            early.arrived(&session, &w.message.subject, (&w.meta, w.deadline));
+        }
+        // A delivery waits while its message, or one of its key, runs early.
         while flow.may_start(running.len() + in_flight.len())
             && !restarts()
-            && !early.as_ref().is_some_and(|e| e.runs())
+            && !waiting
+                .front()
+                .is_some_and(|w| held_early(early.as_deref(), &session, w))
             && let Some(next) = waiting.pop_front()
         {
-            if let Some(early) = early.as_deref_mut() {
-                early.delivered(&session, &next.message.subject, (&next.meta, next.deadline));
-            }
+            let seat = early.as_deref().map(EarlyRun::seat);
             let started = Instant::now();
             // `map`, not an `async` block: a block would hold the future twice in its state.
             let handler = handle(
@@ -130,7 +134,10 @@ pub(in crate::run) async fn pump(
                 session.clone(),
                 reused.take(),
             )
-            .map(move |spare| (started.elapsed(), spare));
+            .map(move |spare| {
+                drop(seat);
+                (started.elapsed(), spare)
+            });
             let mut slot: Pin<Box<OptionFuture<_>>> =
                 spare.take().unwrap_or_else(|| Box::pin(None.into()));
             slot.set(Some(handler).into());
@@ -152,13 +159,9 @@ pub(in crate::run) async fn pump(
             break Exit::Lost(loss);
         }
         if let Some(early) = early.as_deref_mut() {
-            let idle = running.is_empty()
-                && in_flight.is_empty()
-                && waiting.is_empty()
-                && !cancel.is_cancelled()
-                && !feed.is_suspect()
-                && limit().is_none();
-            early.start(&session, idle);
+            let allowed =
+                !cancel.is_cancelled() && !feed.is_suspect() && limit().is_none() && !restarts();
+            early.start(&session, allowed);
         }
         let started = running.len() + in_flight.len();
         let held = started + waiting.len();
@@ -194,12 +197,7 @@ pub(in crate::run) async fn pump(
                 None => Step::Finished(None),
             },
             Some(_) = in_flight.join_next(), if !in_flight.is_empty() => Step::Finished(None),
-            woke = async {
-                let early = early.as_deref_mut().expect("busy");
-                let sequence = early.running_sequence();
-                let delivered = waiting.iter().any(|w| sequence.is_some() && w.meta.stream_sequence == sequence);
-                early.woke(delivered).await
-            },
+            woke = async { early.as_deref_mut().expect("busy").woke().await },
                 if early.as_ref().is_some_and(|e| e.busy()) => Step::Early(woke),
             () = tokio::time::sleep_until(wake.unwrap_or_else(Instant::now)), if wake.is_some() => {
                 let now = Instant::now();
@@ -231,10 +229,17 @@ pub(in crate::run) async fn pump(
     // A message running early ends before the session does, within the grace period: its
     // delivery may go to another session once this one is gone, which must not run it
     // beside this one (stopped, it runs again there).
-    if let Some(run) = early.as_deref_mut().and_then(EarlyRun::take_running)
-        && tokio::time::timeout(grace, run).await.is_err()
+    let runs = early
+        .as_deref_mut()
+        .map(EarlyRun::take_runs)
+        .unwrap_or_default();
+    let count = runs.len();
+    if count > 0
+        && tokio::time::timeout(grace, futures::future::join_all(runs))
+            .await
+            .is_err()
     {
-        warn_overdue(&session.observer.slot, 1, grace);
+        warn_overdue(&session.observer.slot, count, grace);
     }
     // A partition drained settles its handlers before its feed closes, within the grace
     // period: the ack of the one running brings the partition's next message to this
@@ -296,6 +301,16 @@ async fn hand_back(feed: Feed, mut unstarted: Vec<jetstream::Message>, session: 
             }
         }
     }
+}
+
+/// Whether `w` waits while its message, or one of its key, runs early (see `early_run`).
+fn held_early(early: Option<&EarlyRun>, session: &Session, w: &Waiting) -> bool {
+    early.is_some_and(|e| {
+        e.holds(
+            session,
+            (w.meta.stream_sequence, w.message.subject.as_str()),
+        )
+    })
 }
 
 /// A message from the feed waits to start (at the top of the session loop, as soon as there

@@ -129,7 +129,7 @@ pub(in crate::run) async fn supervise(
                 // pump runs in is all that stays for the session's lifetime.
                 let opening = Box::pin(open(
                     &inner,
-                    consumer,
+                    (index, consumer),
                     &slot,
                     (ensured, record, &instance, breaker.clone()),
                     &cancel,
