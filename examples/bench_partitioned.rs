@@ -40,7 +40,7 @@
 //! partition's **handover** (median, from its handler returning to the next handler of that
 //! partition starting: the ack's trip to the server and the next delivery's back, with the
 //! runtime's dispatch), for the partitioned group and for raw async-nats. **Handlers running at
-//! once** in one replica, the most at any moment and the mean over the run, for the
+//! once** across the group, the most at any moment and the mean over the run, for the
 //! partitioned group and the unordered consumer: the same concurrency, measured. The last line
 //! is one JSON object.
 
@@ -365,7 +365,7 @@ struct Measured {
     handler_ms: f64,
     /// A partition's median handover, in ms (see the top comment).
     handover_ms: Option<f64>,
-    /// Handlers running at once in one replica: the most, and the mean over the run.
+    /// Handlers running at once across the group: the most, and the mean over the run.
     in_flight: (usize, f64),
 }
 
@@ -442,33 +442,29 @@ async fn throughput(
     }
 }
 
-/// Handlers running at once in one replica, from each handler's replica, start and end: the
-/// most at any moment in any replica, and the mean over the replicas of their handlers' time
-/// over the run's (from the first start to the last end).
+/// Handlers running at once across the group, from each handler's replica, start and end
+/// (the replica processes of the join and the takeover left out): the most at any moment, and
+/// the mean over the run (their time over the run's, from the first start to the last end).
 fn in_flight(spans: &[(usize, u16, Instant, Instant)], replicas: usize) -> (usize, f64) {
-    let (mut most, mut means) = (0, Vec::new());
-    for replica in 0..replicas {
-        let mut edges: Vec<(Instant, i64)> = spans
-            .iter()
-            .filter(|span| span.0 == replica)
-            .flat_map(|&(_, _, start, end)| [(start, 1), (end, -1)])
-            .collect();
-        // An end before a start at the same instant: a handover is not an overlap.
-        edges.sort_by_key(|&(at, step)| (at, step));
-        let (mut now, mut busy) = (0i64, 0f64);
-        for (_, step) in &edges {
-            now += step;
-            most = most.max(now as usize);
-        }
-        for &(_, _, start, end) in spans.iter().filter(|span| span.0 == replica) {
-            busy += (end - start).as_secs_f64();
-        }
-        if let (Some(first), Some(last)) = (edges.first(), edges.last()) {
-            means.push(busy / (last.0 - first.0).as_secs_f64().max(1e-9));
-        }
+    let ours = || spans.iter().filter(|span| span.0 < replicas);
+    let mut edges: Vec<(Instant, i64)> = ours()
+        .flat_map(|&(_, _, start, end)| [(start, 1), (end, -1)])
+        .collect();
+    // An end before a start at the same instant: a handover is not an overlap.
+    edges.sort_by_key(|&(at, step)| (at, step));
+    let (mut now, mut most) = (0i64, 0i64);
+    for (_, step) in &edges {
+        now += step;
+        most = most.max(now);
     }
-    let mean = means.iter().sum::<f64>() / means.len().max(1) as f64;
-    (most, mean)
+    let busy: f64 = ours()
+        .map(|&(_, _, start, end)| (end - start).as_secs_f64())
+        .sum();
+    let mean = match (edges.first(), edges.last()) {
+        (Some(first), Some(last)) => busy / (last.0 - first.0).as_secs_f64().max(1e-9),
+        _ => 0.0,
+    };
+    (most as usize, mean)
 }
 
 /// The longest time, in seconds, between two messages of one partition handled one after the
@@ -675,7 +671,7 @@ async fn main() {
         json.insert(format!("handover_ms_r{replicas}"), round3(handover).into());
     }
     println!(
-        "handlers running at once in one replica (the most over the rounds; the mean, median over the rounds):"
+        "handlers running at once across the group (the most over the rounds; the mean, median over the rounds):"
     );
     for (r, &replicas) in args.replicas.iter().enumerate() {
         let [part, plain] = [0, 1].map(|v| {

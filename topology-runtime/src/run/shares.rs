@@ -24,14 +24,17 @@ pub(crate) struct Group {
     pub(crate) capacity: Arc<Capacity>,
 }
 
-/// How many handlers a partitioned group runs at once on this replica: one per partition it
-/// holds. A partition runs a message of another key beside the one it runs (before that
-/// message's delivery, see `consume::early_run`) only while another partition held here
-/// leaves its share unused (it ran dry): the replica's concurrency stays its share.
+/// How many handlers a partitioned group runs at once on this replica: as many as the
+/// partitions it holds. A partition that reads ahead (see `consume::early_run`) runs a
+/// message of another key beside the one it runs only while another partition held here
+/// leaves its share unused (it ran dry), and a delivery waits while every seat is taken: the
+/// replica's concurrency stays its share, as an unordered queue consumer's.
 #[derive(Debug, Default)]
 pub(crate) struct Capacity {
     limit: AtomicUsize,
     running: AtomicUsize,
+    /// A seat was freed: a delivery waiting for one is started.
+    freed: tokio::sync::Notify,
 }
 
 /// A handler counted by [`Capacity`] until this drops.
@@ -41,17 +44,18 @@ pub(crate) struct Seat(Arc<Capacity>);
 impl Drop for Seat {
     fn drop(&mut self) {
         self.0.running.fetch_sub(1, Ordering::AcqRel);
+        // One waiter woken, or the next to wait: a freed seat is never missed.
+        self.0.freed.notify_one();
     }
 }
 
 impl Capacity {
-    /// A handler of a delivered message starts: counted, whatever the count.
-    pub(crate) fn enter(self: &Arc<Self>) -> Seat {
-        self.running.fetch_add(1, Ordering::AcqRel);
-        Seat(self.clone())
+    /// Waits until a seat may be free (see [`Seat`]'s drop).
+    pub(crate) async fn freed(&self) {
+        self.freed.notified().await;
     }
 
-    /// A handler of a message not delivered yet starts, if fewer than the limit run.
+    /// A handler starts, if fewer than the limit run.
     pub(crate) fn try_enter(self: &Arc<Self>) -> Option<Seat> {
         let limit = self.limit.load(Ordering::Acquire);
         self.running
@@ -159,6 +163,10 @@ impl Shares {
     /// Sets which of `group`'s partitions this replica holds (`held[p]` for partition `p`);
     /// returns how many changed hands here (taken or released).
     pub(crate) fn hold(&self, group: &Group, held: &[bool]) -> usize {
+        // Before any partition starts: its first delivery takes a seat.
+        let holding = held.iter().filter(|held| **held).count();
+        group.capacity.limit.store(holding, Ordering::Release);
+        group.capacity.freed.notify_one();
         let mut changed = 0;
         for (partition, &index) in group.consumers.iter().enumerate() {
             let Some(Some(flag)) = self.held.get(index) else {
@@ -169,8 +177,6 @@ impl Shares {
                 changed += 1;
             }
         }
-        let holding = held.iter().filter(|held| **held).count();
-        group.capacity.limit.store(holding, Ordering::Release);
         changed
     }
 

@@ -104,9 +104,14 @@ impl EarlyRun {
         }))
     }
 
-    /// A delivered handler starts: counted until the seat drops.
-    pub(super) fn seat(&self) -> Seat {
-        self.capacity.enter()
+    /// A seat for a delivered handler, if the replica has room (see `shares::Capacity`).
+    pub(super) fn seat(&self) -> Option<Seat> {
+        self.capacity.try_enter()
+    }
+
+    /// The group's capacity here.
+    pub(super) fn capacity(&self) -> &Arc<Capacity> {
+        &self.capacity
     }
 
     /// Whether a run or a read is under way.

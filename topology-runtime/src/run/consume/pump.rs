@@ -117,15 +117,17 @@ pub(in crate::run) async fn pump(
         if let (Some(early), Some(w)) = (early.as_deref_mut(), waiting.back()) {
             early.arrived(&session, &w.message.subject, (&w.meta, w.deadline));
         }
-        // A delivery waits while its message, or one of its key, runs early.
+        // A delivery waits while its message, or one of its key, runs early, and while the
+        // replica runs as many of its group's handlers as it holds partitions.
+        let mut seatless = false;
         while flow.may_start(running.len() + in_flight.len())
             && !restarts()
-            && !waiting
+            && waiting
                 .front()
-                .is_some_and(|w| held_early(early.as_deref(), &session, w))
+                .is_some_and(|w| !held_early(early.as_deref(), &session, w))
+            && let Some(seat) = seat_for(early.as_deref(), &mut seatless)
             && let Some(next) = waiting.pop_front()
         {
-            let seat = early.as_deref().map(EarlyRun::seat);
             let started = Instant::now();
             // `map`, not an `async` block: a block would hold the future twice in its state.
             let handler = handle(
@@ -186,6 +188,10 @@ pub(in crate::run) async fn pump(
                 _ => continue,
             }
         }
+        // Waiting for a seat: woken when one is freed.
+        let capacity = (seatless && !waiting.is_empty())
+            .then(|| early.as_deref().map(|e| e.capacity().clone()))
+            .flatten();
         let step = tokio::select! {
             biased;
             _ = cancel.cancelled() => Step::Cancelled,
@@ -197,6 +203,7 @@ pub(in crate::run) async fn pump(
                 None => Step::Finished(None),
             },
             Some(_) = in_flight.join_next(), if !in_flight.is_empty() => Step::Finished(None),
+            () = async { capacity.as_ref().expect("waiting for a seat").freed().await }, if capacity.is_some() => Step::Finished(None),
             woke = async { early.as_deref_mut().expect("busy").woke().await },
                 if early.as_ref().is_some_and(|e| e.busy()) => Step::Early(woke),
             () = tokio::time::sleep_until(wake.unwrap_or_else(Instant::now)), if wake.is_some() => {
@@ -301,6 +308,20 @@ async fn hand_back(feed: Feed, mut unstarted: Vec<jetstream::Message>, session: 
             }
         }
     }
+}
+
+/// A seat for the next delivered handler: `Some(None)` when the session counts none (it does
+/// not read ahead), `None` when the replica has no room (`seatless` is set: wait for one).
+fn seat_for(
+    early: Option<&EarlyRun>,
+    seatless: &mut bool,
+) -> Option<Option<crate::run::shares::Seat>> {
+    let Some(early) = early else {
+        return Some(None);
+    };
+    let seat = early.seat();
+    *seatless = seat.is_none();
+    seat.map(Some)
 }
 
 /// Whether `w` waits while its message, or one of its key, runs early (see `early_run`).
