@@ -9,7 +9,8 @@
 //!
 //! Exclusivity is the server's: every partition is a pinned client, so two replicas that
 //! both believe they hold it (their views of the members differ for a beat) have one pinned
-//! and the other standing by; order is the server's too: one message at a time per partition.
+//! and the other standing by; order is the server's too: one delivery at a time per partition
+//! (what a session runs before its delivery keeps it: see `early_run`).
 
 use std::sync::Arc;
 use std::time::Duration;
