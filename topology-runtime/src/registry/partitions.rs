@@ -263,7 +263,7 @@ fn expand(consumer: &Consumer, stream: Option<&StreamDecl>) -> Option<Vec<Consum
     let route = route(stream?, subject, &partitioning).ok()?;
     let leak = |s: String| -> &'static str { Box::leak(s.into_boxed_str()) };
     let key: Option<&'static [usize]> = route
-        .key_positions(&partitioning.key)
+        .key_positions(partitioning.key)
         .map(|positions| &*Box::leak(positions.into_boxed_slice()));
     let partitions = (0..partitioning.partitions).map(|index| {
         let filter: &'static [&'static str] = Box::leak(Box::new([leak(route.filter(index))]));

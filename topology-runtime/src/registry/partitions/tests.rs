@@ -27,6 +27,24 @@ fn a_route_gives_each_partition_its_filter() {
     )));
     let route = super::route(&spaced, "orders.*.paid", &PARTITIONS).unwrap();
     assert_eq!(route.filter(15), "orders.*.paid.15");
+    assert_eq!(route.key_positions(&[1]), Some(vec![1]));
+}
+
+#[test]
+fn a_route_says_where_the_key_is_in_a_stored_subject() {
+    let two = Partitioning::new(8, &[2, 1]);
+    let decl = StreamDecl::new("ORDERS", &["orders.*.*"]).subject_transform(SubjectTransform::new(
+        "orders.*.*",
+        "{{partition(8,2,1)}}.orders.{{wildcard(1)}}.$2",
+    ));
+    let route = route(&decl, "orders.*.*", &two).unwrap();
+    assert_eq!(route.filter(5), "5.orders.*.*");
+    assert_eq!(route.key_positions(two.key), Some(vec![3, 2]));
+    assert_eq!(
+        route.key_positions(&[3]),
+        None,
+        "a wildcard the stored subject does not write"
+    );
 }
 
 #[test]
