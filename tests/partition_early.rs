@@ -307,6 +307,33 @@ async fn publish_run(js: &async_nats::jetstream::Context) {
     }
 }
 
+/// Publishes the run to `run`, and checks that each message was handled once, in stream
+/// order, and delivered once; returns how many ran before their delivery, and the permission
+/// denials health reported.
+async fn handled_once_each(
+    run: Running,
+    js: &async_nats::jetstream::Context,
+    handled: &Mutex<Vec<u64>>,
+) -> (u64, Vec<nats_topology::PermissionDenial>) {
+    publish_run(js).await;
+    eventually(WITHIN, "every message handled", || {
+        let done = handled.lock().unwrap().len() as u64 >= MESSAGES;
+        async move { done.then_some(()) }
+    })
+    .await;
+    let early: u64 = run.health.consumers().iter().map(|c| c.early).sum();
+    let denials = run.health.denials();
+    let deliveries = deliveries(js).await;
+    run.stop().await.expect("a clean drain");
+    assert_eq!(
+        *handled.lock().unwrap(),
+        (0..MESSAGES).collect::<Vec<_>>(),
+        "each once, in stream order"
+    );
+    assert_eq!(deliveries, MESSAGES, "each delivered once");
+    (early, denials)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_run_of_messages_is_handled_once_each_in_stream_order_most_of_them_early() {
     let fx = Fixture::start().await;
@@ -315,22 +342,8 @@ async fn a_run_of_messages_is_handled_once_each_in_stream_order_most_of_them_ear
     let builder = fixture::fast(Runtime::builder(client)).topology(run_topology(handled.clone()));
     let run = Running::start(builder).await;
     let js = fx.jetstream().await;
-    publish_run(&js).await;
-    eventually(WITHIN, "every message handled", || {
-        let done = handled.lock().unwrap().len() as u64 >= MESSAGES;
-        async move { done.then_some(()) }
-    })
-    .await;
-    let status = run.health.consumers();
-    let early: u64 = status.iter().map(|c| c.early).sum();
-    let deliveries = deliveries(&js).await;
-    run.stop().await.expect("a clean drain");
-    assert_eq!(
-        *handled.lock().unwrap(),
-        (0..MESSAGES).collect::<Vec<_>>(),
-        "each once, in stream order"
-    );
-    assert_eq!(deliveries, MESSAGES, "each delivered once");
+    let (early, denials) = handled_once_each(run, &js, &handled).await;
+    assert!(denials.is_empty(), "nothing denied: {denials:?}");
     // The publishes race the handlers: at first each message is read as soon as it is stored.
     assert!(
         early >= MESSAGES / 4,
@@ -365,21 +378,17 @@ async fn without_the_grant_to_read_ahead_every_message_waits_for_its_delivery() 
     let client = fixture::client_of(&server.url(), SERVICE, "pw", role.inbox_prefix()).await;
     let run = Running::start(fixture::fast(Runtime::builder(client)).topology(topology)).await;
     let js = async_nats::jetstream::new(fixture::admin_of(&server.url()).await);
-    publish_run(&js).await;
-    eventually(WITHIN, "every message handled", || {
-        let done = handled.lock().unwrap().len() as u64 >= MESSAGES;
-        async move { done.then_some(()) }
-    })
-    .await;
-    let status = run.health.consumers();
-    let early: u64 = status.iter().map(|c| c.early).sum();
-    let deliveries = deliveries(&js).await;
-    run.stop().await.expect("a clean drain");
-    assert_eq!(
-        *handled.lock().unwrap(),
-        (0..MESSAGES).collect::<Vec<_>>(),
-        "each once, in stream order"
-    );
-    assert_eq!(deliveries, MESSAGES, "each delivered once");
+    let (early, denials) = handled_once_each(run, &js, &handled).await;
     assert_eq!(early, 0, "nothing ran before its delivery");
+    // Health names the denial (the service is not ready until it is granted), and the
+    // session stopped reading once the server reported it.
+    let [denial] = denials.as_slice() else {
+        panic!("one denial, of the read: {denials:?}");
+    };
+    assert_eq!(denial.subject, read);
+    assert!(
+        denial.count <= 5,
+        "the session stops reading once it is refused: {} refusals",
+        denial.count
+    );
 }

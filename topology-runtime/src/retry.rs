@@ -76,6 +76,21 @@ pub struct Failed<E> {
 }
 
 impl RetryPolicy {
+    /// The delay before a message's redelivery, delivered `delivered` times: the declared
+    /// `backoff` for this attempt (its last entry repeats), or full jitter over this policy's
+    /// doubling window when none is declared.
+    pub(crate) fn after(&self, backoff: &[Duration], delivered: u64) -> Duration {
+        let attempt = delivered.saturating_sub(1);
+        match backoff {
+            [] => self.delay(u32::try_from(attempt).unwrap_or(u32::MAX)),
+            delays => {
+                delays[usize::try_from(attempt)
+                    .unwrap_or(usize::MAX)
+                    .min(delays.len() - 1)]
+            }
+        }
+    }
+
     /// A policy that makes one attempt (for measuring what retry buys).
     pub fn no_retry() -> Self {
         RetryPolicy {

@@ -135,6 +135,12 @@ impl Denials {
     }
 
     /// The denials reported on the current connection.
+    /// Whether the server refused `subject` to this connection.
+    pub(crate) fn refuses(&self, subject: &str) -> bool {
+        let all = self.all.lock().unwrap_or_else(|e| e.into_inner());
+        all.iter().any(|(d, _)| d.subject == subject)
+    }
+
     pub(crate) fn all(&self) -> Vec<PermissionDenial> {
         let all = self.all.lock().unwrap_or_else(|e| e.into_inner());
         all.iter().map(|(d, _)| d.clone()).collect()

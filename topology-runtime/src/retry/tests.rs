@@ -90,3 +90,25 @@ async fn run_retries_transient_failures_only_and_counts_attempts() {
         })
     );
 }
+
+#[test]
+fn redelivery_follows_the_declared_backoff_then_repeats_its_last_step() {
+    let backoff = [Duration::from_secs(1), Duration::from_secs(10)];
+    let policy = RetryPolicy::default();
+    assert_eq!(policy.after(&backoff, 1), Duration::from_secs(1));
+    assert_eq!(policy.after(&backoff, 2), Duration::from_secs(10));
+    assert_eq!(policy.after(&backoff, 9), Duration::from_secs(10));
+}
+
+#[test]
+fn without_a_backoff_redelivery_waits_within_the_policy_window() {
+    let policy = RetryPolicy {
+        base: Duration::from_millis(100),
+        cap: Duration::from_secs(30),
+        ..RetryPolicy::default()
+    };
+    for delivered in [1, 2, 5, 40, u64::MAX] {
+        let attempt = u32::try_from(delivered - 1).unwrap_or(u32::MAX);
+        assert!(policy.after(&[], delivered) <= policy.window(attempt));
+    }
+}

@@ -7,10 +7,12 @@
 //! message's `ack_wait`.
 
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use async_nats::jetstream::{self, AckKind};
 use tokio::time::Instant;
+
+use super::settled::LastSettled;
 
 /// How one consumer's acks, terms and progress acks are sent.
 pub(in crate::run) struct Acks {
@@ -28,166 +30,6 @@ pub(in crate::run) struct Acks {
     /// For a consumer that delivers one message at a time: how this session last settled a
     /// message (see [`LastSettled`]).
     pub(in crate::run) last: Option<LastSettled>,
-}
-
-/// How a session of a consumer that delivers one message at a time last settled a message:
-/// its stream sequence and stored time (a stream deleted and created again numbers its
-/// messages anew), and how; and how many of the session's handlers run. After a reconnection,
-/// a settlement lost with the connection is sent again (`pull::unacked`); the message it
-/// acknowledged or terminated, delivered to it again while none of its handlers runs, is
-/// settled the same way without calling the handler (`dispatch::handle`).
-#[derive(Clone, Default)]
-pub(in crate::run) struct LastSettled(Arc<Mutex<State>>);
-
-#[derive(Default)]
-struct State {
-    last: Option<Last>,
-    /// A partition's messages handled before their delivery (`early`), settled when it
-    /// comes: two at most wait for it (`early_run`).
-    early: Vec<Last>,
-    /// The messages the session's handlers run (by stream sequence; `None`: unknown).
-    running: Vec<Option<u64>>,
-}
-
-#[derive(Clone, Copy)]
-struct Last {
-    sequence: u64,
-    published: Option<SystemTime>,
-    how: How,
-}
-
-#[derive(Clone, Copy)]
-enum How {
-    /// Handled: acknowledged, or an ack that could not be sent.
-    Handled,
-    /// Dead-lettered: terminated, or a term that could not be sent.
-    Terminated,
-    /// Naked asking for `delay`, at `sent`.
-    Naked { delay: Duration, sent: Instant },
-}
-
-/// How many messages handled early a session keeps until their delivery: more than may wait
-/// for it at once.
-const EARLY_KEPT: usize = 4;
-
-/// What to send again for a message whose settlement was lost.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(in crate::run) enum Again {
-    Ack,
-    Term,
-    /// A nak, with what is left of the delay it asked for.
-    Nak {
-        left: Duration,
-    },
-}
-
-/// A handler of the session runs until this drops (it is dropped with a handler stopped).
-pub(in crate::run) struct Running<'a>(&'a LastSettled, Option<u64>);
-
-impl Drop for Running<'_> {
-    fn drop(&mut self) {
-        let mut state = self.0.lock();
-        if let Some(at) = state.running.iter().position(|s| *s == self.1) {
-            state.running.swap_remove(at);
-        }
-    }
-}
-
-impl LastSettled {
-    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
-        self.0.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// A handler starts on the message at `sequence`: it runs until the returned guard drops.
-    pub(in crate::run) fn running(&self, sequence: Option<u64>) -> Running<'_> {
-        self.lock().running.push(sequence);
-        Running(self, sequence)
-    }
-
-    /// The message at `sequence`, stored at `published`, was handled (its ack sent, or not).
-    pub(in crate::run) fn handled(&self, sequence: u64, published: Option<SystemTime>) {
-        self.set(sequence, published, How::Handled);
-    }
-
-    /// The message at `sequence`, stored at `published`, was dead-lettered (its term sent, or
-    /// not).
-    pub(in crate::run) fn terminated(&self, sequence: u64, published: Option<SystemTime>) {
-        self.set(sequence, published, How::Terminated);
-    }
-
-    /// The message at `sequence`, stored at `published`, was naked now, asking for `delay`.
-    pub(in crate::run) fn naked(
-        &self,
-        sequence: u64,
-        published: Option<SystemTime>,
-        delay: Duration,
-    ) {
-        let sent = Instant::now();
-        self.set(sequence, published, How::Naked { delay, sent });
-    }
-
-    /// The message at `sequence`, stored at `published`, was handled before its delivery:
-    /// its delivery is acknowledged without calling the handler again.
-    pub(in crate::run) fn handled_early(&self, sequence: u64, published: Option<SystemTime>) {
-        let mut state = self.lock();
-        if state.early.len() >= EARLY_KEPT {
-            state.early.remove(0);
-        }
-        state.early.push(Last {
-            sequence,
-            published,
-            how: How::Handled,
-        });
-    }
-
-    fn set(&self, sequence: u64, published: Option<SystemTime>, how: How) {
-        let mut state = self.lock();
-        state.last = Some(Last {
-            sequence,
-            published,
-            how,
-        });
-        state.early.retain(|early| early.sequence > sequence);
-    }
-
-    /// If the last message settled was the one at `sequence` stored at `published`: what to
-    /// send again.
-    pub(in crate::run) fn again(
-        &self,
-        sequence: u64,
-        published: Option<SystemTime>,
-    ) -> Option<Again> {
-        let state = self.lock();
-        let is = |last: &Last| last.sequence == sequence && last.published == published;
-        let last = state.last.iter().chain(&state.early).find(|l| is(l))?;
-        Some(match last.how {
-            How::Handled => Again::Ack,
-            How::Terminated => Again::Term,
-            How::Naked { delay, sent } => Again::Nak {
-                left: delay.saturating_sub(sent.elapsed()),
-            },
-        })
-    }
-
-    /// How to settle a redelivery of the message at `sequence` stored at `published` without
-    /// calling its handler: as it was settled last, if it was handled or dead-lettered, and no
-    /// handler of the session runs it (one that runs could be running another delivery of it,
-    /// which the settlement would cut short, freeing the consumer's next message beside it).
-    pub(in crate::run) fn settle_again(
-        &self,
-        sequence: u64,
-        published: Option<SystemTime>,
-    ) -> Option<AckKind> {
-        let runs_it = (self.lock().running.iter()).any(|s| s.is_none_or(|s| s == sequence));
-        if runs_it {
-            return None;
-        }
-        match self.again(sequence, published)? {
-            Again::Ack => Some(AckKind::Ack),
-            Again::Term => Some(AckKind::Term),
-            Again::Nak { .. } => None,
-        }
-    }
 }
 
 /// How a confirmed ack (or term) is sent: as a request whose reply is the server's
@@ -417,62 +259,5 @@ impl Stopped {
 async fn progress(message: &jetstream::Message) {
     if let Err(e) = message.ack_with(AckKind::Progress).await {
         tracing::debug!(error = %e, "could not send a progress ack");
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[tokio::test(start_paused = true)]
-    async fn the_last_settlement_tells_what_to_send_again_for_its_message_alone_and_when() {
-        let at = |ms| Some(SystemTime::UNIX_EPOCH + Duration::from_millis(ms));
-        let last = LastSettled::default();
-        assert_eq!(last.again(7, at(1)), None, "nothing settled yet");
-        last.naked(7, at(1), Duration::from_secs(60));
-        tokio::time::advance(Duration::from_secs(10)).await;
-        assert_eq!(
-            last.again(7, at(1)),
-            Some(Again::Nak {
-                left: Duration::from_secs(50)
-            })
-        );
-        assert_eq!(last.again(8, at(1)), None, "another message's");
-        assert_eq!(
-            last.again(7, at(2)),
-            None,
-            "the same sequence stored at another time: a stream created again"
-        );
-        tokio::time::advance(Duration::from_secs(60)).await;
-        assert_eq!(
-            last.again(7, at(1)),
-            Some(Again::Nak {
-                left: Duration::ZERO
-            }),
-            "its delay is over"
-        );
-        assert!(
-            last.settle_again(7, at(1)).is_none(),
-            "a nak is not settled again"
-        );
-        last.handled(8, at(3));
-        assert_eq!(last.again(7, at(1)), None, "no longer the last settled");
-        assert_eq!(last.again(8, at(3)), Some(Again::Ack));
-        assert!(matches!(last.settle_again(8, at(3)), Some(AckKind::Ack)));
-        let running = last.running(Some(8));
-        assert!(
-            last.settle_again(8, at(3)).is_none(),
-            "not while a handler of the session runs it"
-        );
-        let other = last.running(Some(12));
-        drop(running);
-        assert!(
-            matches!(last.settle_again(8, at(3)), Some(AckKind::Ack)),
-            "while a handler of the session runs another message"
-        );
-        drop(other);
-        last.terminated(9, at(4));
-        assert_eq!(last.again(9, at(4)), Some(Again::Term));
-        assert!(matches!(last.settle_again(9, at(4)), Some(AckKind::Term)));
     }
 }

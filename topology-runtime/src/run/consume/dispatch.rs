@@ -321,7 +321,7 @@ async fn fail(
     if error.is_permanent() || last {
         return terminate((message, received), session, (meta, deadline), last, error).await;
     }
-    let delay = redelivery_delay(&session.backoff, &session.redelivery, meta.delivered);
+    let delay = session.redelivery.after(&session.backoff, meta.delivered);
     tracing::debug!(subject = %received.subject, delivered = meta.delivered, ?delay, %error, "handler failed; redelivering later");
     // A consumer without acks (an ordered replay) restarts after this message instead.
     let naked = session.acks.nak(message, Some(delay)).await;
@@ -384,21 +384,6 @@ async fn terminate(
     }
 }
 
-/// The delay before redelivery: the declared backoff for this attempt (the last entry
-/// repeats), or full jitter over the `redelivery` policy's doubling window when none is
-/// declared.
-fn redelivery_delay(backoff: &[Duration], redelivery: &RetryPolicy, delivered: u64) -> Duration {
-    let attempt = delivered.saturating_sub(1);
-    match backoff {
-        [] => redelivery.delay(u32::try_from(attempt).unwrap_or(u32::MAX)),
-        delays => {
-            delays[usize::try_from(attempt)
-                .unwrap_or(usize::MAX)
-                .min(delays.len() - 1)]
-        }
-    }
-}
-
 /// Records its message as stopped if dropped before [`Unfinished::handled`]: a handler task
 /// aborted, or an inline handler dropped, at the end of a drain's grace period. Once the
 /// handler has returned, settling is under way (ack, nak or dead letter and term), and a
@@ -420,42 +405,6 @@ impl Drop for Unfinished<'_> {
     fn drop(&mut self) {
         if let Some(reply) = self.message.take().and_then(|m| m.reply.clone()) {
             self.session.acks.stopped(&self.session.stopped, reply);
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn redelivery_follows_the_declared_backoff_then_repeats_its_last_step() {
-        let backoff = [Duration::from_secs(1), Duration::from_secs(10)];
-        let policy = RetryPolicy::default();
-        assert_eq!(
-            redelivery_delay(&backoff, &policy, 1),
-            Duration::from_secs(1)
-        );
-        assert_eq!(
-            redelivery_delay(&backoff, &policy, 2),
-            Duration::from_secs(10)
-        );
-        assert_eq!(
-            redelivery_delay(&backoff, &policy, 9),
-            Duration::from_secs(10)
-        );
-    }
-
-    #[test]
-    fn without_a_backoff_redelivery_waits_within_the_policy_window() {
-        let policy = RetryPolicy {
-            base: Duration::from_millis(100),
-            cap: Duration::from_secs(30),
-            ..RetryPolicy::default()
-        };
-        for delivered in [1, 2, 5, 40, u64::MAX] {
-            let attempt = u32::try_from(delivered - 1).unwrap_or(u32::MAX);
-            assert!(redelivery_delay(&[], &policy, delivered) <= policy.window(attempt));
         }
     }
 }

@@ -8,7 +8,7 @@
 //! the consumer delivers next unless it delivers this one again). When the running message is
 //! handled and its ack sent, and the next one's key differs from its key, the next one runs at
 //! once ([`Early`] says whether it may); its delivery, which follows the ack, is acknowledged
-//! without calling the handler again (`ack::LastSettled`). A message of the same key waits for
+//! without calling the handler again (`settled::LastSettled`). A message of the same key waits for
 //! its delivery: it would otherwise run before a redelivery of the one before it, whose ack
 //! may be lost. The consumer keeps `max_ack_pending = 1`, so what the server delivers, and to
 //! whom, is unchanged: a replica of an older version beside this one keeps the order.
@@ -26,6 +26,9 @@ use crate::run::shares::Capacity;
 /// How a partition's session reads its next messages from the stream.
 pub(in crate::run) struct Early {
     stream: jetstream::stream::Stream<()>,
+    /// The subject of the reads (`$JS.API.STREAM.MSG.GET.<stream>`): a denial of it stops
+    /// them.
+    read_subject: String,
     /// The partition's filter subject.
     filter: String,
     /// Where the key is in a stored subject (its tokens' positions).
@@ -54,15 +57,17 @@ impl Early {
     /// Reads `filter`'s messages in `stream`, whose key is at `key` in a stored subject; the
     /// partition's group runs at most `capacity` handlers at once here.
     pub(in crate::run) fn new(
-        js: &jetstream::Context,
+        (js, api_prefix): (&jetstream::Context, &str),
         (stream, filter): (&str, &str),
         key: &'static [usize],
         capacity: Arc<Capacity>,
     ) -> Option<Early> {
         // No request: a handle on the stream by its name.
+        let read_subject = format!("{api_prefix}.STREAM.MSG.GET.{stream}");
         let stream = js.get_stream_no_info(stream).now_or_never()?.ok()?;
         Some(Early {
             stream,
+            read_subject,
             filter: filter.to_owned(),
             key,
             capacity,
@@ -86,6 +91,11 @@ impl Early {
             Err(e) if e.kind() == RawMessageErrorKind::NoMessageFound => Looked::Nothing,
             Err(e) => Looked::Failed(e.to_string()),
         }
+    }
+
+    /// The subject of the reads.
+    pub(in crate::run) fn read_subject(&self) -> &str {
+        &self.read_subject
     }
 
     /// How many handlers the partition's group runs at once here.

@@ -33,10 +33,11 @@ use futures::future::OptionFuture;
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use super::ack::{AckDeadline, Again};
+use super::ack::AckDeadline;
 use super::dispatch::{Session, breaker_changed, run_handler};
 use super::early::{Looked, Next, fresh_within};
 use super::meta::MessageMeta;
+use super::settled::Again;
 use crate::run::shares::{Capacity, Seat};
 use crate::telemetry;
 
@@ -164,6 +165,12 @@ impl EarlyRun {
         self.next = None;
         self.reading = None;
         self.read_after = sequence;
+        // A denied read is not answered (the server reports it on the connection).
+        if let Some(early) = session.early.as_ref().filter(|_| !self.off)
+            && session.observer.slot.refuses(early.read_subject())
+        {
+            self.failed(session, "the server refuses it to this user".to_owned());
+        }
         if meta.pending > 0 && !self.off {
             self.reading = Some(read(session, sequence));
         }
@@ -270,18 +277,21 @@ impl EarlyRun {
                 match looked {
                     Looked::Next(next) => self.next = Some(next),
                     Looked::Nothing => {}
-                    Looked::Failed(error) => {
-                        self.off = true;
-                        tracing::warn!(
-                            stream = %session.scope.stream,
-                            consumer = %session.scope.consumer,
-                            error,
-                            "cannot read the partition's next message from the stream; until the session is opened again, each message waits for its delivery (grant `$JS.API.STREAM.MSG.GET.<stream>`, which the exported permissions include, or turn it off: `RuntimeBuilder::partitions_early(false)`)"
-                        );
-                    }
+                    Looked::Failed(error) => self.failed(session, error),
                 }
             }
         }
+    }
+
+    /// Reading the next message failed: the session reads no more.
+    fn failed(&mut self, session: &Session, error: String) {
+        self.off = true;
+        tracing::warn!(
+            stream = %session.scope.stream,
+            consumer = %session.scope.consumer,
+            error,
+            "cannot read the partition's next message from the stream; until the session is opened again, each message waits for its delivery (grant `$JS.API.STREAM.MSG.GET.<stream>`, which the exported permissions include, or turn it off: `RuntimeBuilder::partitions_early(false)`)"
+        );
     }
 
     /// The runs under way: a drain or a loss waits for them.

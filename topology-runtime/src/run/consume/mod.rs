@@ -18,6 +18,8 @@
 //!   and probes with one until a handler succeeds (what they depend on is down).
 //! - `ack`: every settle (ack, nak, term, progress): fire-and-forget, or confirmed before the
 //!   delivery's deadline, or none for a consumer that takes no acks.
+//! - `settled`: how a session delivering one message at a time last settled its messages
+//!   (sent again when lost, settled again on a redelivery).
 //! - `dead_letter`: a message that will not be handled, published with its error.
 //! - `outcome`: one observer of each message's outcome for health, metrics and resume.
 //! - `replay`: an ordered replay's own place in its stream.
@@ -42,6 +44,7 @@ mod pump;
 mod relay;
 mod replay;
 mod resume;
+mod settled;
 mod supervise;
 
 pub(super) use partitions::{hold, share};

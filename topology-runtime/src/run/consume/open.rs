@@ -7,7 +7,7 @@ use std::time::Duration;
 use async_nats::jetstream::consumer::{self, FromConsumer, push};
 use tokio_util::sync::CancellationToken;
 
-use super::ack::{Acks, Confirm, LastSettled, Stopped};
+use super::ack::{Acks, Confirm, Stopped};
 use super::dead_letter::DeadLetter;
 use super::dispatch::Session;
 use super::early::Early;
@@ -19,6 +19,7 @@ use super::pull::{PullPriority, Puller, Watch};
 use super::pump::Exit;
 use super::replay::Replay;
 use super::resume::Record;
+use super::settled::LastSettled;
 use crate::handler::Scope;
 use crate::health::Slot;
 use crate::outage::Breaker;
@@ -79,7 +80,8 @@ pub(super) async fn open(
         .and_then(|key| {
             let filter = consumer.decl.subjects.first()?;
             let capacity = inner.shares.capacity(index)?;
-            Early::new(&js, (&info.stream_name, filter), key, capacity)
+            let api = inner.ensurer.provisioner().jetstream_api().prefix();
+            Early::new((&js, &api), (&info.stream_name, filter), key, capacity)
         })
         .map(Box::new);
     let session = Arc::new(Session {

@@ -5,8 +5,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::ack::LastSettled;
 use super::resume::Record;
+use super::settled::LastSettled;
 use crate::health::Slot;
 use crate::telemetry::{ConsumerMetrics, Running};
 

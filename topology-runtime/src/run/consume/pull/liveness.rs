@@ -7,8 +7,8 @@
 //! followed: a new leader's advisory makes the session pull again at once (the old leader took
 //! the open requests with it).
 
-use super::super::ack::LastSettled;
 use super::super::loss::Loss;
+use super::super::settled::LastSettled;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;

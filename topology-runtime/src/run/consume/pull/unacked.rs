@@ -20,7 +20,8 @@ use async_nats::jetstream::AckKind;
 use bytes::Bytes;
 use tokio::time::Instant;
 
-use super::super::ack::{Again, Fetched, LastSettled};
+use super::super::ack::Fetched;
+use super::super::settled::{Again, LastSettled};
 use super::Puller;
 
 /// The longest a watch waits for the consumer's answer after a reconnection: a consumer whose
