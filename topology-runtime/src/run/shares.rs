@@ -44,12 +44,18 @@ pub(crate) struct Seat(Arc<Capacity>);
 impl Drop for Seat {
     fn drop(&mut self) {
         self.0.running.fetch_sub(1, Ordering::AcqRel);
-        // One waiter woken, or the next to wait: a freed seat is never missed.
-        self.0.freed.notify_one();
+        self.0.wake();
     }
 }
 
 impl Capacity {
+    /// Every session waiting for a seat asks again, and so does the next to wait: a woken
+    /// session that takes none (its delivery waits for another reason) leaves it to others.
+    fn wake(&self) {
+        self.freed.notify_waiters();
+        self.freed.notify_one();
+    }
+
     /// Waits until a seat may be free (see [`Seat`]'s drop).
     pub(crate) async fn freed(&self) {
         self.freed.notified().await;
@@ -166,7 +172,7 @@ impl Shares {
         // Before any partition starts: its first delivery takes a seat.
         let holding = held.iter().filter(|held| **held).count();
         group.capacity.limit.store(holding, Ordering::Release);
-        group.capacity.freed.notify_one();
+        group.capacity.wake();
         let mut changed = 0;
         for (partition, &index) in group.consumers.iter().enumerate() {
             let Some(Some(flag)) = self.held.get(index) else {

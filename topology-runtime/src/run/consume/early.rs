@@ -21,6 +21,7 @@ use async_nats::jetstream::{self, message::StreamMessage, stream::RawMessageErro
 use futures::FutureExt;
 
 use crate::handler::Received;
+use crate::registry::PARTITION_PIN_TTL;
 use crate::run::shares::Capacity;
 
 /// How a partition's session reads its next messages from the stream.
@@ -132,11 +133,13 @@ impl Next {
     }
 }
 
-/// How long after the delivery of the message before it a message may still run early: past
-/// it, the session may have lost the partition's pin without knowing (a stalled link), so the
-/// next message waits for its delivery.
+/// How long after the delivery of the message before it (counted from its pull request) a
+/// message may still run early, and is stopped if its own delivery has not come: half the
+/// partition's `ack_wait`, after which the server could deliver the message before it again
+/// to another replica, and half its pin's time to live, after which the server could pin
+/// another replica (a link cut just after the ack went through).
 pub(in crate::run) fn fresh_within(ack_wait: Duration) -> Duration {
-    ack_wait / 2
+    (ack_wait / 2).min(PARTITION_PIN_TTL / 2)
 }
 
 fn other_key(key: &[usize], a: &str, b: &str) -> bool {

@@ -3,7 +3,7 @@
 //! delivery came (or whose delivery waits for them).
 //!
 //! A partition's next message runs early only when all of these hold:
-//! - the last message delivered to this session came less than half its `ack_wait` ago, and
+//! - the last message delivered to this session came recently (`early::fresh_within`), and
 //!   is running, waiting, or handled here with its ack sent (not failed, not dead-lettered);
 //! - its key differs from that message's, and from every message running early (an ack lost
 //!   would bring that one back after it, and a key's messages run one at a time);
@@ -18,10 +18,9 @@
 //! Its delivery then waits until it has run, and is acknowledged without calling the handler
 //! (`dispatch::handle`); if it failed, its delivery runs the handler as any delivery. If its
 //! delivery has not come, it is stopped (its future dropped, as the grace period stops a
-//! handler) half an `ack_wait` after the delivery of the message before it: a session that
-//! lost the partition without knowing (a link cut) ends it before the server could deliver
-//! that message again, and so this one, to the partition's next holder. It runs again when
-//! delivered.
+//! handler) by the same bound after the delivery of the message before it: a session that
+//! lost the partition without knowing (a link cut) ends it before the server could give it to
+//! the partition's next holder. It runs again when delivered.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -57,6 +56,8 @@ pub(super) struct EarlyRun {
     /// Reads failed: the session no longer reads ahead.
     off: bool,
     capacity: Arc<Capacity>,
+    /// The message that ran early and was not delivered when the session ended.
+    awaited: Option<(u64, Option<SystemTime>)>,
 }
 
 struct Before {
@@ -65,14 +66,14 @@ struct Before {
     subject: async_nats::Subject,
     /// What the consumer had left after it.
     pending: u64,
-    /// Half its `ack_wait` after its delivery, at the latest: a message runs early only
-    /// before.
+    /// When a message may no longer run early after it (see `early::fresh_within`).
     until: Instant,
 }
 
 /// A message running before its delivery came, or whose delivery waits for it.
 struct Run {
     sequence: u64,
+    published: Option<SystemTime>,
     subject: async_nats::Subject,
     delivered: bool,
     /// When it is stopped if its delivery has not come.
@@ -102,6 +103,7 @@ impl EarlyRun {
             runs: Vec::new(),
             off: false,
             capacity,
+            awaited: None,
         }))
     }
 
@@ -156,7 +158,7 @@ impl EarlyRun {
             published: meta.published,
             subject: subject.clone(),
             pending: meta.pending,
-            until: deadline.at() - fresh_within(session.acks.ack_wait),
+            until: deadline.at() - session.acks.ack_wait + fresh_within(session.acks.ack_wait),
         });
         // Read after it already (it ran early), or to read now.
         if self.read_after == sequence && (self.reading.is_some() || self.next.is_some()) {
@@ -222,6 +224,7 @@ impl EarlyRun {
         self.reading = (pending > 0 && !self.off).then(|| read(session, next.sequence));
         self.runs.push(Run {
             sequence: next.sequence,
+            published: next.published,
             subject: async_nats::Subject::from(next.subject()),
             delivered: false,
             stop_at,
@@ -269,7 +272,7 @@ impl EarlyRun {
                     stream = %session.scope.stream,
                     consumer = %session.scope.consumer,
                     sequence = stopped.sequence,
-                    "a message run before its delivery was stopped: it was not delivered within half the ack_wait of the message before it (a link cut or stalled?); it runs again when delivered, here or on the partition's next holder"
+                    "a message run before its delivery was stopped: it was not delivered soon enough after the message before it (half its ack_wait, at most 1.5 s: a link cut or stalled?); it runs again when delivered, here or on the partition's next holder"
                 );
             }
             Woke::Read(looked) => {
@@ -283,6 +286,14 @@ impl EarlyRun {
         }
     }
 
+    /// The message that ran early and was not delivered when the session ended, if it was
+    /// handled (see [`EarlyRun::take_runs`]): a drain awaits its delivery.
+    pub(super) fn awaited(&self, session: &Session) -> Option<u64> {
+        let (sequence, published) = self.awaited?;
+        let last = session.acks.last.as_ref()?;
+        (last.again(sequence, published) == Some(Again::Ack)).then_some(sequence)
+    }
+
     /// Reading the next message failed: the session reads no more.
     fn failed(&mut self, session: &Session, error: String) {
         self.off = true;
@@ -294,9 +305,18 @@ impl EarlyRun {
         );
     }
 
-    /// The runs under way: a drain or a loss waits for them.
+    /// The runs under way, a drain or a loss waits for: each not delivered yet ends by the
+    /// time it is stopped (see the module documentation).
     pub(super) fn take_runs(&mut self) -> Vec<Task<()>> {
-        self.runs.drain(..).map(|run| run.task).collect()
+        let undelivered = self.runs.iter().find(|run| !run.delivered);
+        self.awaited = undelivered.map(|run| (run.sequence, run.published));
+        let runs = self.runs.drain(..).map(|run| match run.delivered {
+            true => run.task,
+            false => Box::pin(async move {
+                let _ = tokio::time::timeout_at(run.stop_at, run.task).await;
+            }),
+        });
+        runs.collect()
     }
 }
 

@@ -40,6 +40,12 @@ pub(in crate::run) enum Exit {
     Lost(Loss),
 }
 
+/// How long a drained partition waits for the delivery of a message it ran early.
+const DELIVERY_WAIT: Duration = Duration::from_secs(1);
+
+/// What a drained session says it holds, so that its feed asks for no more.
+const NO_MORE: usize = usize::MAX / 2;
+
 /// The shortest interval at which waiting messages are checked for a progress ack.
 const KEEP_ALIVE_FLOOR: Duration = Duration::from_millis(10);
 
@@ -125,7 +131,8 @@ pub(in crate::run) async fn pump(
             && waiting
                 .front()
                 .is_some_and(|w| !held_early(early.as_deref(), &session, w))
-            && let Some(seat) = seat_for(early.as_deref(), &mut seatless)
+            && let Some(seat) =
+                seat_for(early.as_deref(), (&session, waiting.front()), &mut seatless)
             && let Some(next) = waiting.pop_front()
         {
             let started = Instant::now();
@@ -233,34 +240,39 @@ pub(in crate::run) async fn pump(
             Step::Lost(loss) => break Exit::Lost(loss),
         }
     };
-    // A message running early ends before the session does, within the grace period: its
-    // delivery may go to another session once this one is gone, which must not run it
-    // beside this one (stopped, it runs again there).
+    // Messages running early end before the session does, within the grace period (each
+    // not delivered yet, by the time it is stopped: see `early_run`): their delivery may go to
+    // another session once this one is gone, which must not run them beside this one.
     let runs = early
         .as_deref_mut()
         .map(EarlyRun::take_runs)
         .unwrap_or_default();
-    let count = runs.len();
-    if count > 0
-        && tokio::time::timeout(grace, futures::future::join_all(runs))
-            .await
-            .is_err()
-    {
-        warn_overdue(&session.observer.slot, count, grace);
-    }
+    let early_count = runs.len();
+    let mut early_ended = Some(futures::future::join_all(runs));
     // A partition drained settles its handlers before its feed closes, within the grace
     // period: the ack of the one running brings the partition's next message to this
     // session's request, which the feed then takes and hands back (see `pull`).
     if matches!(exit, Exit::Drained) && feed.is_partition() {
-        let settled = async { while running.next().await.is_some() {} };
+        let settled = async {
+            let handlers = async { while running.next().await.is_some() {} };
+            futures::future::join(handlers, OptionFuture::from(early_ended.take())).await
+        };
         if tokio::time::timeout(grace, settled).await.is_err() {
             // Stopped as the grace period stops any handler: their messages are returned by
             // the drain (see `dispatch`), rather than waiting another grace period in flight.
-            warn_overdue(&session.observer.slot, running.len(), grace);
+            warn_overdue(&session.observer.slot, running.len() + early_count, grace);
             running.clear();
         }
         // So are the deliveries of messages it handled before they came (`early_run`), which
-        // wait for no handler: settled again as `handle` does.
+        // wait for no handler: settled again as `handle` does. One still on its way (the ack
+        // before it brings it) is awaited first: its ack brings the partition's next message
+        // to this session's request before the feed closes.
+        let awaited = early.as_deref().and_then(|e| e.awaited(&session));
+        if awaited.is_some_and(|s| !waiting.iter().any(|w| w.meta.stream_sequence == Some(s)))
+            && let Ok(next) = tokio::time::timeout(DELIVERY_WAIT, feed.next(&flow, NO_MORE)).await
+        {
+            let _ = receive(next, &session, &mut waiting);
+        }
         let last = session.acks.last.as_ref();
         let ran = |w: &Waiting| {
             (last.zip(w.meta.stream_sequence)).is_some_and(|(last, sequence)| {
@@ -277,6 +289,11 @@ pub(in crate::run) async fn pump(
     // finish, and a drain waits for them within its grace period.
     for handler in running {
         in_flight.spawn(handler.map(|_| ()));
+    }
+    if let Some(early_ended) = early_ended.filter(|_| early_count > 0)
+        && tokio::time::timeout(grace, early_ended).await.is_err()
+    {
+        warn_overdue(&session.observer.slot, early_count, grace);
     }
     if matches!(exit, Exit::Drained) {
         session.observer.slot.transition(ConsumerState::Draining);
@@ -310,15 +327,24 @@ async fn hand_back(feed: Feed, mut unstarted: Vec<jetstream::Message>, session: 
     }
 }
 
-/// A seat for the next delivered handler: `Some(None)` when the session counts none (it does
-/// not read ahead), `None` when the replica has no room (`seatless` is set: wait for one).
+/// A seat for the handler of `next`: `Some(None)` when it needs none (the session does not
+/// read ahead, or `next` is settled again without its handler), `None` when the replica has
+/// no room (`seatless` is set: wait for one).
 fn seat_for(
     early: Option<&EarlyRun>,
+    (session, next): (&Session, Option<&Waiting>),
     seatless: &mut bool,
 ) -> Option<Option<crate::run::shares::Seat>> {
     let Some(early) = early else {
         return Some(None);
     };
+    let settled_again = (session.acks.last.as_ref().zip(next)).is_some_and(|(last, next)| {
+        (next.meta.stream_sequence)
+            .is_some_and(|sequence| last.settle_again(sequence, next.meta.published).is_some())
+    });
+    if settled_again {
+        return Some(None);
+    }
     let seat = early.seat();
     *seatless = seat.is_none();
     seat.map(Some)
