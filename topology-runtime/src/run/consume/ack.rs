@@ -86,13 +86,6 @@ impl Fetched {
 #[derive(Debug, Clone, Copy)]
 pub(in crate::run) struct AckDeadline(Instant);
 
-impl AckDeadline {
-    /// When the delivery's `ack_wait` runs out at the latest, as this instance knows it.
-    pub(in crate::run) fn at(self) -> Instant {
-        self.0
-    }
-}
-
 impl Acks {
     /// The deadline of a delivery made no earlier than `delivered_after`.
     pub(in crate::run) fn deadline(&self, delivered_after: Instant) -> AckDeadline {

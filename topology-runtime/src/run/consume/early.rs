@@ -133,13 +133,14 @@ impl Next {
     }
 }
 
-/// How long after the delivery of the message before it (counted from its pull request) a
-/// message may still run early, and is stopped if its own delivery has not come: half the
-/// partition's `ack_wait`, after which the server could deliver the message before it again
-/// to another replica, and half its pin's time to live, after which the server could pin
-/// another replica (a link cut just after the ack went through).
+/// How long after the arrival of the message before it a message may still run early, and is
+/// stopped if its own delivery has not come: half the partition's `ack_wait`, after which the
+/// server could deliver the message before it again to another replica, and a third of its
+/// pin's time to live (its pull requests expire within half of it, so the server heard from
+/// it at most that long before the arrival), after which the server could pin another
+/// replica (a link cut just after the ack went through).
 pub(in crate::run) fn fresh_within(ack_wait: Duration) -> Duration {
-    (ack_wait / 2).min(PARTITION_PIN_TTL / 2)
+    (ack_wait / 2).min(PARTITION_PIN_TTL / 3)
 }
 
 fn other_key(key: &[usize], a: &str, b: &str) -> bool {

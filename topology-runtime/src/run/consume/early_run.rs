@@ -32,7 +32,6 @@ use futures::future::OptionFuture;
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use super::ack::AckDeadline;
 use super::dispatch::{Session, breaker_changed, run_handler};
 use super::early::{Looked, Next, fresh_within};
 use super::meta::MessageMeta;
@@ -56,8 +55,6 @@ pub(super) struct EarlyRun {
     /// Reads failed: the session no longer reads ahead.
     off: bool,
     capacity: Arc<Capacity>,
-    /// The message that ran early and was not delivered when the session ended.
-    awaited: Option<(u64, Option<SystemTime>)>,
 }
 
 struct Before {
@@ -73,7 +70,6 @@ struct Before {
 /// A message running before its delivery came, or whose delivery waits for it.
 struct Run {
     sequence: u64,
-    published: Option<SystemTime>,
     subject: async_nats::Subject,
     delivered: bool,
     /// When it is stopped if its delivery has not come.
@@ -103,7 +99,6 @@ impl EarlyRun {
             runs: Vec::new(),
             off: false,
             capacity,
-            awaited: None,
         }))
     }
 
@@ -137,12 +132,12 @@ impl EarlyRun {
         })
     }
 
-    /// A delivery arrived (its deadline `deadline`): the next message read is the one after it.
+    /// A delivery arrived: the next message read is the one after it.
     pub(super) fn arrived(
         &mut self,
         session: &Arc<Session>,
         subject: &async_nats::Subject,
-        (meta, deadline): (&MessageMeta, AckDeadline),
+        meta: &MessageMeta,
     ) {
         let Some(sequence) = meta.stream_sequence else {
             return;
@@ -158,7 +153,7 @@ impl EarlyRun {
             published: meta.published,
             subject: subject.clone(),
             pending: meta.pending,
-            until: deadline.at() - session.acks.ack_wait + fresh_within(session.acks.ack_wait),
+            until: Instant::now() + fresh_within(session.acks.ack_wait),
         });
         // Read after it already (it ran early), or to read now.
         if self.read_after == sequence && (self.reading.is_some() || self.next.is_some()) {
@@ -224,7 +219,6 @@ impl EarlyRun {
         self.reading = (pending > 0 && !self.off).then(|| read(session, next.sequence));
         self.runs.push(Run {
             sequence: next.sequence,
-            published: next.published,
             subject: async_nats::Subject::from(next.subject()),
             delivered: false,
             stop_at,
@@ -272,7 +266,7 @@ impl EarlyRun {
                     stream = %session.scope.stream,
                     consumer = %session.scope.consumer,
                     sequence = stopped.sequence,
-                    "a message run before its delivery was stopped: it was not delivered soon enough after the message before it (half its ack_wait, at most 1.5 s: a link cut or stalled?); it runs again when delivered, here or on the partition's next holder"
+                    "a message run before its delivery was stopped: it was not delivered soon enough after the message before it (half its ack_wait, at most 1 s: a link cut or stalled?); it runs again when delivered, here or on the partition's next holder"
                 );
             }
             Woke::Read(looked) => {
@@ -284,14 +278,6 @@ impl EarlyRun {
                 }
             }
         }
-    }
-
-    /// The message that ran early and was not delivered when the session ended, if it was
-    /// handled (see [`EarlyRun::take_runs`]): a drain awaits its delivery.
-    pub(super) fn awaited(&self, session: &Session) -> Option<u64> {
-        let (sequence, published) = self.awaited?;
-        let last = session.acks.last.as_ref()?;
-        (last.again(sequence, published) == Some(Again::Ack)).then_some(sequence)
     }
 
     /// Reading the next message failed: the session reads no more.
@@ -308,8 +294,6 @@ impl EarlyRun {
     /// The runs under way, a drain or a loss waits for: each not delivered yet ends by the
     /// time it is stopped (see the module documentation).
     pub(super) fn take_runs(&mut self) -> Vec<Task<()>> {
-        let undelivered = self.runs.iter().find(|run| !run.delivered);
-        self.awaited = undelivered.map(|run| (run.sequence, run.published));
         let runs = self.runs.drain(..).map(|run| match run.delivered {
             true => run.task,
             false => Box::pin(async move {

@@ -40,12 +40,6 @@ pub(in crate::run) enum Exit {
     Lost(Loss),
 }
 
-/// How long a drained partition waits for the delivery of a message it ran early.
-const DELIVERY_WAIT: Duration = Duration::from_secs(1);
-
-/// What a drained session says it holds, so that its feed asks for no more.
-const NO_MORE: usize = usize::MAX / 2;
-
 /// The shortest interval at which waiting messages are checked for a progress ack.
 const KEEP_ALIVE_FLOOR: Duration = Duration::from_millis(10);
 
@@ -121,7 +115,7 @@ pub(in crate::run) async fn pump(
         flow.limit(limit());
         // A partition's latest delivery is the message before the next one run early.
         if let (Some(early), Some(w)) = (early.as_deref_mut(), waiting.back()) {
-            early.arrived(&session, &w.message.subject, (&w.meta, w.deadline));
+            early.arrived(&session, &w.message.subject, &w.meta);
         }
         // A delivery waits while its message, or one of its key, runs early, and while the
         // replica runs as many of its group's handlers as it holds partitions.
@@ -264,15 +258,7 @@ pub(in crate::run) async fn pump(
             running.clear();
         }
         // So are the deliveries of messages it handled before they came (`early_run`), which
-        // wait for no handler: settled again as `handle` does. One still on its way (the ack
-        // before it brings it) is awaited first: its ack brings the partition's next message
-        // to this session's request before the feed closes.
-        let awaited = early.as_deref().and_then(|e| e.awaited(&session));
-        if awaited.is_some_and(|s| !waiting.iter().any(|w| w.meta.stream_sequence == Some(s)))
-            && let Ok(next) = tokio::time::timeout(DELIVERY_WAIT, feed.next(&flow, NO_MORE)).await
-        {
-            let _ = receive(next, &session, &mut waiting);
-        }
+        // wait for no handler: settled again as `handle` does.
         let last = session.acks.last.as_ref();
         let ran = |w: &Waiting| {
             (last.zip(w.meta.stream_sequence)).is_some_and(|(last, sequence)| {
