@@ -157,10 +157,17 @@ async fn replicas_provisioning_while_their_streams_leader_is_killed_all_get_read
     all_ready(provisioning).await;
     let handle = js.get_stream(stream).await.expect("the stream");
     for (name, subject) in [("lk_a", "leader.kill.a"), ("lk_b", "leader.kill.b")] {
-        let info = handle
-            .consumer_info(name)
-            .await
-            .unwrap_or_else(|e| panic!("consumer {name}: {e}"));
+        // The restarted node may still be catching up: the server answers 503 (JetStream
+        // temporarily unavailable) until the consumer's leader is back; read it once it is.
+        let info = eventually(
+            Duration::from_secs(30),
+            &format!("consumer {name} readable after the restart"),
+            || {
+                let handle = handle.clone();
+                async move { handle.consumer_info(name).await.ok() }
+            },
+        )
+        .await;
         assert_eq!(info.config.filter_subject, subject, "consumer {name}");
     }
 }
