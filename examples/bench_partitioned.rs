@@ -7,7 +7,7 @@
 //! ```text
 //! cargo run --release --example bench_partitioned -- [--keys 1000] [--messages 40000]
 //!     [--naive-messages 2000] [--work-us 1000] [--partitions 16] [--replicas 1,2,4] [--reps 3]
-//!     [--raw-ahead 1] [--no-early]
+//!     [--raw-ahead 1] [--early]
 //! ```
 //!
 //! Each round publishes `--messages` messages over `--keys` keys (round-robin) into a stream
@@ -15,9 +15,9 @@
 //! replica count R starts R runtimes at once (each on its own connection) and times them from
 //! the first message handled until the last, each handler awaiting a `--work-us` sleep:
 //!
-//! - **partitioned**: `key = "{1}"`, `partitions = P` (order per key), at the defaults: a
-//!   partition runs its next message before its delivery when their keys differ
-//!   (`--no-early`: `partitions_early(false)`, each message waits for its delivery);
+//! - **partitioned**: `key = "{1}"`, `partitions = P` (order per key), at the defaults (each
+//!   message waits for its delivery); `--early`: `partitions_early(true)`, a partition runs
+//!   its next message before its delivery when their keys differ;
 //! - **unordered**: a plain queue consumer at concurrency P / R per replica: the same number
 //!   of messages in flight across the group, without the order;
 //! - **max_ack_pending 1**: a plain queue consumer whose server delivers one message at a
@@ -88,8 +88,8 @@ fn args() -> Args {
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
-        if flag == "--no-early" {
-            EARLY.store(false, Ordering::Relaxed);
+        if flag == "--early" || flag == "--no-early" {
+            EARLY.store(flag == "--early", Ordering::Relaxed);
             continue;
         }
         let value = it.next().unwrap_or_else(|| panic!("{flag} needs a value"));
@@ -301,8 +301,9 @@ struct Replica {
 }
 
 /// Whether the partitioned replicas of the throughput rounds run a partition's next message
-/// before its delivery (`--no-early`: not; the join and the takeover keep the default).
-static EARLY: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
+/// before its delivery (`--early`: `partitions_early(true)`; off by default, as in the
+/// runtime; the join and the takeover keep the default).
+static EARLY: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 async fn start(url: &str, topology: Topology) -> Replica {
     let client = async_nats::connect(url).await.expect("connect");

@@ -180,8 +180,9 @@ async fn held_ack(next_subject: &'static str, slow_next: bool) {
         true => SHORT_ACK_WAIT,
         false => Duration::from_secs(30),
     };
-    let builder =
-        fixture::fast(Runtime::builder(client.clone())).topology(topology(&gate, ack_wait));
+    let builder = fixture::fast(Runtime::builder(client.clone()))
+        .partitions_early(true)
+        .topology(topology(&gate, ack_wait));
     let run = Running::start(builder).await;
     let js = fx.jetstream().await;
     let publish = |subject: &'static str, payload: &'static str| {
@@ -341,7 +342,9 @@ async fn a_run_of_messages_is_handled_once_each_in_stream_order_most_of_them_ear
     let fx = Fixture::start().await;
     let handled = Arc::new(Mutex::new(Vec::new()));
     let client = fx.connect().await;
-    let builder = fixture::fast(Runtime::builder(client)).topology(run_topology(handled.clone()));
+    let builder = fixture::fast(Runtime::builder(client))
+        .partitions_early(true)
+        .topology(run_topology(handled.clone()));
     let run = Running::start(builder).await;
     let js = fx.jetstream().await;
     let (early, denials) = handled_once_each(run, &js, &handled).await;
@@ -378,7 +381,12 @@ async fn without_the_grant_to_read_ahead_every_message_waits_for_its_delivery() 
         .await
         .expect("nats-server starts");
     let client = fixture::client_of(&server.url(), SERVICE, "pw", role.inbox_prefix()).await;
-    let run = Running::start(fixture::fast(Runtime::builder(client)).topology(topology)).await;
+    let run = Running::start(
+        fixture::fast(Runtime::builder(client))
+            .partitions_early(true)
+            .topology(topology),
+    )
+    .await;
     let js = async_nats::jetstream::new(fixture::admin_of(&server.url()).await);
     let (early, denials) = handled_once_each(run, &js, &handled).await;
     assert_eq!(early, 0, "nothing ran before its delivery");

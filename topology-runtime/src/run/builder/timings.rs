@@ -40,7 +40,7 @@ impl Default for Settings {
             expires: Duration::from_secs(30),
             pull_batch: None,
             pull_ahead: Duration::from_millis(10),
-            partitions_early: true,
+            partitions_early: false,
             pull_close_wait: Duration::from_secs(1),
             reconnect_check: Duration::from_secs(1),
             down_alarm: Duration::from_secs(60),
@@ -165,17 +165,17 @@ impl RuntimeBuilder {
     }
 
     /// Whether a partition of a partitioned consumer runs its next message as soon as the one
-    /// before it is handled, when their keys differ (default `true`): the session reads the
+    /// before it is handled, when their keys differ (default `false`: see docs/PARTITIONS.md,
+    /// "Running ahead", for the fault it does not hold through yet): the session reads the
     /// message from the stream while the one before it runs (`$JS.API.STREAM.MSG.GET.<stream>`,
     /// granted by the exported permissions), rather than waiting a round trip for the server
     /// to deliver it after the ack. The order per key and what the server delivers are the
-    /// same either way (docs/PARTITIONS.md, "Running ahead"). `false`: every message waits
-    /// for its delivery.
+    /// same either way. `false`: every message waits for its delivery.
     ///
     /// ```
     /// # async fn demo(client: nats_topology::async_nats::Client) -> Result<(), Box<dyn std::error::Error>> {
     /// let runtime = nats_topology::Runtime::builder(client)
-    ///     .partitions_early(false)
+    ///     .partitions_early(true)
     ///     .build()?;
     /// # Ok(()) }
     /// ```
