@@ -68,7 +68,8 @@ pub(in crate::run) async fn handle(
     // Delivered again after it was handled here (its ack lost with a connection, or sent past
     // its ack_wait), or delivered after a partition's session handled it early (`early`):
     // settled again, its handler not called twice. A watch knows it from its progress; a
-    // consumer that delivers one message at a time, from its session's last settlements.
+    // consumer that delivers one message at a time, from its sessions' last settlements
+    // (`settled`).
     let sequence = meta.stream_sequence;
     let last = session.acks.last.as_ref();
     let again = match session.in_order {
@@ -99,15 +100,17 @@ pub(in crate::run) async fn handle(
                 acked: sent.is_ok(),
             },
         };
-        // A first delivery settled so was handled early (see `early`): it ends now.
-        if meta.delivered == 1 {
+        // A message handled early (see `early`) ends now; one handled before (by an earlier
+        // session, or before its ack was lost) ended then.
+        let early = (last.zip(sequence)).is_some_and(|(last, s)| last.ran_early(s, meta.published));
+        if early {
             session.observer.ended(sequence, settled);
             session.observer.early();
         }
         settled.record_in(last, (sequence, meta.published));
         return spare;
     }
-    let running = last.map(|last| last.running(sequence));
+    let running = last.map(|last| last.running(sequence, &message.subject));
     let mut received = received(&mut message, meta, spare);
     let outcome = dispatch(&message, &received, meta, deadline, &session).await;
     session.observer.ended(meta.stream_sequence, outcome);

@@ -107,7 +107,7 @@ impl Early {
     /// Whether the stored subjects `a` and `b` differ at a token of the key: their messages
     /// have different keys.
     pub(in crate::run) fn other_key(&self, a: &str, b: &str) -> bool {
-        other_key(self.key, a, b)
+        super::settled::other_key(self.key, a, b)
     }
 }
 
@@ -141,28 +141,4 @@ impl Next {
 /// replica (a link cut just after the ack went through).
 pub(in crate::run) fn fresh_within(ack_wait: Duration) -> Duration {
     (ack_wait / 2).min(PARTITION_PIN_TTL / 3)
-}
-
-fn other_key(key: &[usize], a: &str, b: &str) -> bool {
-    key.iter()
-        .any(|&at| a.split('.').nth(at) != b.split('.').nth(at))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn keys_differ_only_at_their_tokens() {
-        // `{{partition(16,1)}}.orders.{{wildcard(1)}}.{{wildcard(2)}}`, keyed by the first.
-        let key = [2];
-        assert!(!other_key(&key, "3.orders.m1.paid", "3.orders.m1.refunded"));
-        assert!(other_key(&key, "3.orders.m1.paid", "3.orders.m2.paid"));
-        // Keyed by both, named in the other order.
-        let key = [3, 2];
-        assert!(!other_key(&key, "3.orders.m1.paid", "3.orders.m1.paid"));
-        assert!(other_key(&key, "3.orders.m1.paid", "3.orders.m1.refunded"));
-        // A subject too short to have the token is no proof of another key.
-        assert!(!other_key(&[9], "3.orders", "3.orders"));
-    }
 }

@@ -5,8 +5,9 @@
 //! A partition's next message runs early only when all of these hold:
 //! - the last message delivered to this session came recently (`early::fresh_within`), and
 //!   is running, waiting, or handled here with its ack sent (not failed, not dead-lettered);
-//! - its key differs from that message's, and from every message running early (an ack lost
-//!   would bring that one back after it, and a key's messages run one at a time);
+//! - its key differs from that message's, from every message running early, and from every
+//!   delivered message a handler still runs here, in this session or an earlier one (an ack
+//!   lost would bring that one back after it, and a key's messages run one at a time);
 //! - every message that ran early was delivered since: one message at a time runs before its
 //!   delivery, which is the consumer's next;
 //! - the replica has room for it (`shares::Capacity`): it runs beside another of its
@@ -193,6 +194,7 @@ impl EarlyRun {
             || next.sequence <= before.sequence
             || !matches!(settled, None | Some(Again::Ack))
             || last.again(next.sequence, next.published).is_some()
+            || last.waits(Some(next.sequence), next.subject())
             || self.runs.iter().any(|run| !run.delivered)
             || !other_keys
         {

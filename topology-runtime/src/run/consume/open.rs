@@ -57,8 +57,9 @@ pub(super) async fn open(
         Option<Arc<Breaker>>,
     ),
     cancel: &CancellationToken,
-    // Where stopped handlers leave their messages.
-    stopped: &Stopped,
+    // Where stopped handlers leave their messages, and how the consumer's sessions last
+    // settled (used if it delivers one message at a time).
+    (stopped, settled): (&Stopped, &LastSettled),
 ) -> Result<(Feed, Arc<Session>, Flow), Exit> {
     let info = ensured.consumer;
     let settings = &inner.settings;
@@ -119,7 +120,7 @@ pub(super) async fn open(
             ack_wait: info.config.ack_wait,
             progress_every: (info.config.ack_wait / 2).max(PROGRESS_FLOOR),
             none: info.config.ack_policy == consumer::AckPolicy::None,
-            last: (info.config.max_ack_pending == 1).then(LastSettled::default),
+            last: (info.config.max_ack_pending == 1).then(|| settled.clone()),
         },
         in_order: relay.is_some_and(|r| r.in_order()),
         replay: relay

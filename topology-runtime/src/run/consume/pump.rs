@@ -117,14 +117,15 @@ pub(in crate::run) async fn pump(
         if let (Some(early), Some(w)) = (early.as_deref_mut(), waiting.back()) {
             early.arrived(&session, &w.message.subject, &w.meta);
         }
-        // A delivery waits while its message, or one of its key, runs early, and while the
-        // replica runs as many of its group's handlers as it holds partitions.
+        // A delivery waits while its message, or one of its key for a partition, runs (early,
+        // or delivered to this session or an earlier one), and while the replica runs as many
+        // of its group's handlers as it holds partitions.
         let mut seatless = false;
         while flow.may_start(running.len() + in_flight.len())
             && !restarts()
             && waiting
                 .front()
-                .is_some_and(|w| !held_early(early.as_deref(), &session, w))
+                .is_some_and(|w| !held(early.as_deref(), &session, w))
             && let Some(seat) =
                 seat_for(early.as_deref(), (&session, waiting.front()), &mut seatless)
             && let Some(next) = waiting.pop_front()
@@ -246,16 +247,24 @@ pub(in crate::run) async fn pump(
     // A partition drained settles its handlers before its feed closes, within the grace
     // period: the ack of the one running brings the partition's next message to this
     // session's request, which the feed then takes and hands back (see `pull`).
+    // So do the handlers an earlier session left running: the partition's next holder must
+    // not run their keys beside them.
     if matches!(exit, Exit::Drained) && feed.is_partition() {
         let settled = async {
-            let handlers = async { while running.next().await.is_some() {} };
+            let handlers = async {
+                while running.next().await.is_some() {}
+                while in_flight.join_next().await.is_some() {}
+            };
             futures::future::join(handlers, OptionFuture::from(early_ended.take())).await
         };
         if tokio::time::timeout(grace, settled).await.is_err() {
             // Stopped as the grace period stops any handler: their messages are returned by
             // the drain (see `dispatch`), rather than waiting another grace period in flight.
-            warn_overdue(&session.observer.slot, running.len() + early_count, grace);
+            let overdue = running.len() + in_flight.len() + early_count;
+            warn_overdue(&session.observer.slot, overdue, grace);
             running.clear();
+            in_flight.abort_all();
+            while in_flight.join_next().await.is_some() {}
         }
         // So are the deliveries of messages it handled before they came (`early_run`), which
         // wait for no handler: settled again as `handle` does.
@@ -291,14 +300,15 @@ pub(in crate::run) async fn pump(
 }
 
 /// Closes the feed and hands back what was received but not started, `unstarted` first.
-/// A partition's message handled before its delivery is acknowledged instead (`early_run`).
+/// A message handled already (before its delivery, see `early_run`, or by an earlier session)
+/// is settled again instead.
 async fn hand_back(feed: Feed, mut unstarted: Vec<jetstream::Message>, session: &Session) {
     unstarted.extend(feed.close().await);
     for message in unstarted {
         let meta = MessageMeta::of(&message);
-        let handled = (session.early.as_ref().zip(session.acks.last.as_ref()))
+        let handled = (session.acks.last.as_ref())
             .zip(meta.stream_sequence)
-            .and_then(|((_, last), sequence)| last.settle_again(sequence, meta.published));
+            .and_then(|(last, sequence)| last.settle_again(sequence, meta.published));
         match handled {
             Some(kind) => {
                 let deadline = session.acks.deadline(Instant::now());
@@ -336,14 +346,12 @@ fn seat_for(
     seat.map(Some)
 }
 
-/// Whether `w` waits while its message, or one of its key, runs early (see `early_run`).
-fn held_early(early: Option<&EarlyRun>, session: &Session, w: &Waiting) -> bool {
-    early.is_some_and(|e| {
-        e.holds(
-            session,
-            (w.meta.stream_sequence, w.message.subject.as_str()),
-        )
-    })
+/// Whether `w` waits while its message, or one of its key for a partition, runs: early (see
+/// `early_run`), or delivered (see `settled::LastSettled::waits`).
+fn held(early: Option<&EarlyRun>, session: &Session, w: &Waiting) -> bool {
+    let at = (w.meta.stream_sequence, w.message.subject.as_str());
+    early.is_some_and(|e| e.holds(session, at))
+        || (session.acks.last.as_ref()).is_some_and(|last| last.waits(at.0, at.1))
 }
 
 /// A message from the feed waits to start (at the top of the session loop, as soon as there

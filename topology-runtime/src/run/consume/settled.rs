@@ -1,8 +1,14 @@
-//! How a session of a consumer that delivers one message at a time last settled its messages
-//! ([`LastSettled`]): what to send again for a settlement lost with its connection
-//! (`pull::unacked`), and how to settle again, without calling the handler, a delivery of a
-//! message the session handled already (`dispatch::handle`), or ran before its delivery
-//! (`early_run`).
+//! How the sessions of a consumer that delivers one message at a time last settled its
+//! messages ([`LastSettled`]): what to send again for a settlement lost with its connection
+//! (`pull::unacked`), how to settle again, without calling the handler, a delivery of a
+//! message handled already (`dispatch::handle`), or run before its delivery (`early_run`), and
+//! which deliveries wait for a handler still running (`pump`).
+//!
+//! It outlives the consumer's sessions (one per supervision, see `supervise`): a session lost
+//! leaves its handlers running while the next one starts, and the server, whose view of the
+//! consumer may have moved on meanwhile (a leader that never heard of a delivery, an ack that
+//! reached it from the old session's handler), can deliver the next session that message
+//! again, or a later one of its key.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
@@ -10,12 +16,13 @@ use std::time::{Duration, SystemTime};
 use async_nats::jetstream::AckKind;
 use tokio::time::Instant;
 
-/// How a session of a consumer that delivers one message at a time last settled a message:
-/// its stream sequence and stored time (a stream deleted and created again numbers its
-/// messages anew), and how; and how many of the session's handlers run. After a reconnection,
-/// a settlement lost with the connection is sent again (`pull::unacked`); the message it
-/// acknowledged or terminated, delivered to it again while none of its handlers runs, is
-/// settled the same way without calling the handler (`dispatch::handle`).
+/// How a consumer that delivers one message at a time last settled a message: its stream
+/// sequence and stored time (a stream deleted and created again numbers its messages anew),
+/// and how; and which messages its handlers run. After a reconnection, a settlement lost with
+/// the connection is sent again (`pull::unacked`); the message it acknowledged or terminated,
+/// delivered again while no handler runs it, is settled the same way without calling the
+/// handler (`dispatch::handle`). A delivery waits while a handler runs its message, or one of
+/// its key for a partition ([`LastSettled::waits`]).
 #[derive(Clone, Default)]
 pub(in crate::run) struct LastSettled(Arc<Mutex<State>>);
 
@@ -25,8 +32,11 @@ struct State {
     /// A partition's messages handled before their delivery (`early`), settled when it
     /// comes: two at most wait for it (`early_run`).
     early: Vec<Last>,
-    /// The messages the session's handlers run (by stream sequence; `None`: unknown).
-    running: Vec<Option<u64>>,
+    /// The messages handlers run: stream sequence (`None`: unknown) and stored subject.
+    running: Vec<(Option<u64>, async_nats::Subject)>,
+    /// A partition's: where the key is in a stored subject (`Some(None)`: unknown, any two
+    /// messages may share it).
+    key: Option<Option<&'static [usize]>>,
 }
 
 #[derive(Clone, Copy)]
@@ -61,27 +71,58 @@ pub(in crate::run) enum Again {
     },
 }
 
-/// A handler of the session runs until this drops (it is dropped with a handler stopped).
+/// A handler runs until this drops (it is dropped with a handler stopped).
 pub(in crate::run) struct Running<'a>(&'a LastSettled, Option<u64>);
 
 impl Drop for Running<'_> {
     fn drop(&mut self) {
         let mut state = self.0.lock();
-        if let Some(at) = state.running.iter().position(|s| *s == self.1) {
+        if let Some(at) = state.running.iter().position(|(s, _)| *s == self.1) {
             state.running.swap_remove(at);
         }
     }
 }
 
 impl LastSettled {
+    /// A partition's, whose key is at `key` in a stored subject (`None`: unknown).
+    pub(in crate::run) fn partition(key: Option<&'static [usize]>) -> LastSettled {
+        let state = State {
+            key: Some(key),
+            ..State::default()
+        };
+        LastSettled(Arc::new(Mutex::new(state)))
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
         self.0.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// A handler starts on the message at `sequence`: it runs until the returned guard drops.
-    pub(in crate::run) fn running(&self, sequence: Option<u64>) -> Running<'_> {
-        self.lock().running.push(sequence);
+    /// A handler starts on the message at `sequence`, stored under `subject`: it runs until
+    /// the returned guard drops.
+    pub(in crate::run) fn running(
+        &self,
+        sequence: Option<u64>,
+        subject: &async_nats::Subject,
+    ) -> Running<'_> {
+        self.lock().running.push((sequence, subject.clone()));
         Running(self, sequence)
+    }
+
+    /// Whether a delivery of the message at `sequence`, stored under `subject`, waits: a
+    /// handler runs that message (a delivery of it an earlier session still handles), or, for
+    /// a partition, a message of its key (delivered to an earlier session, which the server
+    /// took as settled: see the module documentation).
+    pub(in crate::run) fn waits(&self, sequence: Option<u64>, subject: &str) -> bool {
+        let state = self.lock();
+        state.running.iter().any(|(running, its_subject)| {
+            let same_message = running.is_some() && *running == sequence;
+            let same_key = match state.key {
+                None => false,
+                Some(None) => true,
+                Some(Some(key)) => !other_key(key, subject, its_subject.as_str()),
+            };
+            same_message || same_key
+        })
     }
 
     /// The message at `sequence`, stored at `published`, was handled (its ack sent, or not).
@@ -118,6 +159,13 @@ impl LastSettled {
             published,
             how: How::Handled,
         });
+    }
+
+    /// Whether the message at `sequence`, stored at `published`, was handled before its
+    /// delivery and not settled since.
+    pub(in crate::run) fn ran_early(&self, sequence: u64, published: Option<SystemTime>) -> bool {
+        let state = self.lock();
+        (state.early.iter()).any(|l| l.sequence == sequence && l.published == published)
     }
 
     fn set(&self, sequence: u64, published: Option<SystemTime>, how: How) {
@@ -158,7 +206,7 @@ impl LastSettled {
         sequence: u64,
         published: Option<SystemTime>,
     ) -> Option<AckKind> {
-        let runs_it = (self.lock().running.iter()).any(|s| s.is_none_or(|s| s == sequence));
+        let runs_it = (self.lock().running.iter()).any(|(s, _)| s.is_none_or(|s| s == sequence));
         if runs_it {
             return None;
         }
@@ -168,6 +216,13 @@ impl LastSettled {
             Again::Nak { .. } => None,
         }
     }
+}
+
+/// Whether the stored subjects `a` and `b` differ at a token of the key, at `key`: their
+/// messages have different keys.
+pub(in crate::run) fn other_key(key: &[usize], a: &str, b: &str) -> bool {
+    key.iter()
+        .any(|&at| a.split('.').nth(at) != b.split('.').nth(at))
 }
 
 #[cfg(test)]
@@ -209,12 +264,13 @@ mod tests {
         assert_eq!(last.again(7, at(1)), None, "no longer the last settled");
         assert_eq!(last.again(8, at(3)), Some(Again::Ack));
         assert!(matches!(last.settle_again(8, at(3)), Some(AckKind::Ack)));
-        let running = last.running(Some(8));
+        let subject = async_nats::Subject::from("orders.1.paid");
+        let running = last.running(Some(8), &subject);
         assert!(
             last.settle_again(8, at(3)).is_none(),
             "not while a handler of the session runs it"
         );
-        let other = last.running(Some(12));
+        let other = last.running(Some(12), &subject);
         drop(running);
         assert!(
             matches!(last.settle_again(8, at(3)), Some(AckKind::Ack)),
@@ -224,5 +280,46 @@ mod tests {
         last.terminated(9, at(4));
         assert_eq!(last.again(9, at(4)), Some(Again::Term));
         assert!(matches!(last.settle_again(9, at(4)), Some(AckKind::Term)));
+    }
+
+    #[test]
+    fn a_delivery_waits_while_a_handler_runs_its_message_or_a_partitions_its_key() {
+        let subject = |s: &'static str| async_nats::Subject::from(s);
+        let queue = LastSettled::default();
+        let running = queue.running(Some(8), &subject("orders.1.paid"));
+        assert!(queue.waits(Some(8), "orders.1.paid"), "its message runs");
+        assert!(
+            !queue.waits(Some(9), "orders.1.paid"),
+            "not a partition: keys do not count"
+        );
+        drop(running);
+        assert!(!queue.waits(Some(8), "orders.1.paid"), "it ended");
+        // `{{partition(16,1)}}.orders.{{wildcard(1)}}.paid`, keyed by the wildcard.
+        let partition = LastSettled::partition(Some(&[2]));
+        let running = partition.running(Some(8), &subject("3.orders.m1.paid"));
+        assert!(partition.waits(Some(9), "3.orders.m1.paid"), "its key runs");
+        assert!(!partition.waits(Some(9), "3.orders.m2.paid"), "another key");
+        drop(running);
+        assert!(!partition.waits(Some(9), "3.orders.m1.paid"), "it ended");
+        let unknown = LastSettled::partition(None);
+        let _running = unknown.running(Some(8), &subject("3.orders.m1.paid"));
+        assert!(
+            unknown.waits(Some(9), "3.orders.m2.paid"),
+            "the key unknown: any runs"
+        );
+    }
+
+    #[test]
+    fn keys_differ_only_at_their_tokens() {
+        // `{{partition(16,1)}}.orders.{{wildcard(1)}}.{{wildcard(2)}}`, keyed by the first.
+        let key = [2];
+        assert!(!other_key(&key, "3.orders.m1.paid", "3.orders.m1.refunded"));
+        assert!(other_key(&key, "3.orders.m1.paid", "3.orders.m2.paid"));
+        // Keyed by both, named in the other order.
+        let key = [3, 2];
+        assert!(!other_key(&key, "3.orders.m1.paid", "3.orders.m1.paid"));
+        assert!(other_key(&key, "3.orders.m1.paid", "3.orders.m1.refunded"));
+        // A subject too short to have the token is no proof of another key.
+        assert!(!other_key(&[9], "3.orders", "3.orders"));
     }
 }

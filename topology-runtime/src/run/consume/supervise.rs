@@ -15,6 +15,7 @@ use super::open::open;
 use super::pump::{Exit, finish_in_flight, pump};
 use super::relay::{ensure_relay, unanswered_create};
 use super::resume::Resume;
+use super::settled::LastSettled;
 use crate::health::{ConsumerState, Slot};
 use crate::outage::Breaker;
 use crate::provision::{ApiError, ProvisionError, ProvisionErrorKind, UpdateMode};
@@ -68,6 +69,12 @@ pub(in crate::run) async fn supervise(
     // while they finish and settle their messages (their acks go to the same durable).
     let mut in_flight = JoinSet::new();
     let stopped = Stopped::default();
+    // How a consumer that delivers one message at a time last settled, and what its handlers
+    // run: its sessions share it, as they share `in_flight` (see `settled`).
+    let settled = match consumer.partition {
+        Some(partition) => LastSettled::partition(partition.key),
+        None => LastSettled::default(),
+    };
     // A failure no retry can fix ends the loop too, through the same drain.
     // Boxed, as the ensure's error below: this task keeps room for it as long as it lives.
     let mut stopped_by: Option<Box<ProvisionError>> = None;
@@ -133,7 +140,7 @@ pub(in crate::run) async fn supervise(
                     &slot,
                     (ensured, record, &instance, breaker.clone()),
                     &cancel,
-                    &stopped,
+                    (&stopped, &settled),
                 ));
                 let consuming = Box::pin(async {
                     match opening.await {

@@ -12,7 +12,7 @@
 //! `ack_wait` ago or more (see `Delivery::since`) is left to its redelivery: the server may
 //! deliver it again (to another replica) before the ack sent again reaches it, and that ack would
 //! then free the consumer's next message while the message runs there. All of it holds while the session outlives the
-//! reconnection: a new session knows nothing of the last one's settlements.
+//! reconnection: a new session has no delivery to ask about until its first one arrives.
 
 use std::time::{Duration, SystemTime};
 

@@ -1,0 +1,210 @@
+//! A partition's session lost while a handler runs, staged on a single server by deleting the
+//! partition's consumer under it. The handler goes on (a lost session leaves its handlers to
+//! finish); the consumer, created again at its ack floor, delivers that message again to the
+//! next session, then the messages after it. The next session runs nothing of the key beside
+//! the handler still running: the delivery of that message waits for it, and is acknowledged
+//! without running the handler again; the key's next message follows, in order. The same with
+//! running ahead (`RuntimeBuilder::partitions_early`) off, the default, and on.
+//!
+//! Across replicas, the same holds because the server delivers a partition one message at a
+//! time to the replica it pins; within one replica, sessions follow one another while handlers
+//! outlive them, and the server's view of the consumer may have moved on meanwhile (a consumer
+//! created again, a new leader that never heard of a delivery).
+
+mod fixture;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use fixture::{Fixture, Running};
+use nats_topology::model::{QueueDecl, SubjectTransform};
+use nats_topology::{HandlerError, Runtime, Topology};
+use nats_topology_testkit::eventually;
+use tokio::sync::Semaphore;
+
+/// Far more than a consumer's re-creation takes.
+const WITHIN: Duration = Duration::from_secs(30);
+
+const STREAM: &str = "SESSION_ORDERS";
+
+/// The partition's only consumer.
+const CONSUMER: &str = "billing-p0";
+
+/// Each handler's start and end, in order (`(payload, "start" | "end")`), and the gate that
+/// holds the first run of `first`.
+#[derive(Clone)]
+struct Journal {
+    events: Arc<Mutex<Vec<(String, &'static str)>>>,
+    release: Arc<Semaphore>,
+}
+
+impl Journal {
+    fn new() -> Journal {
+        Journal {
+            events: Arc::default(),
+            release: Arc::new(Semaphore::new(0)),
+        }
+    }
+
+    fn events(&self) -> Vec<(String, &'static str)> {
+        self.events.lock().unwrap().clone()
+    }
+
+    fn push(&self, payload: &str, what: &'static str) {
+        self.events.lock().unwrap().push((payload.to_owned(), what));
+    }
+
+    async fn seen(&self, payload: &str, what: &'static str) {
+        eventually(WITHIN, &format!("`{payload}` {what}"), || {
+            let seen = self
+                .events()
+                .iter()
+                .any(|(p, w)| p == payload && *w == what);
+            async move { seen.then_some(()) }
+        })
+        .await;
+    }
+
+    /// What was recorded of the messages of `payloads`.
+    fn of(&self, payloads: &[&str]) -> Vec<(String, &'static str)> {
+        let events = self.events();
+        events
+            .into_iter()
+            .filter(|(p, _)| payloads.contains(&p.as_str()))
+            .collect()
+    }
+}
+
+/// One partition of `orders.*.paid`, keyed by the member (the `*`), whose handler records each
+/// start and end and holds the first run of `first` until the gate opens.
+fn topology(journal: &Journal) -> Topology {
+    let stream =
+        fixture::stream(STREAM, &["orders.*.paid"]).subject_transform(SubjectTransform::new(
+            "orders.*.paid",
+            "{{partition(1,1)}}.orders.{{wildcard(1)}}.paid",
+        ));
+    let queue = QueueDecl::new("billing")
+        .partitioned(1, &[1])
+        .ack_wait(Duration::from_secs(30));
+    let consumer = fixture::queue("tests::session_orders", &stream, "orders.*.paid", queue);
+    let journal = journal.clone();
+    Topology::new()
+        .stream(stream)
+        .consumer(consumer, move |incoming| {
+            let journal = journal.clone();
+            Box::pin(async move {
+                let payload = String::from_utf8_lossy(incoming.payload()).into_owned();
+                let first_run =
+                    payload == "first" && !journal.events().iter().any(|(p, _)| p == "first");
+                journal.push(&payload, "start");
+                if first_run {
+                    journal.release.acquire().await.expect("open").forget();
+                }
+                journal.push(&payload, "end");
+                Ok::<(), HandlerError>(())
+            })
+        })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_lost_while_a_handler_runs_runs_nothing_of_its_key_beside_it() {
+    session_lost(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_lost_while_a_handler_runs_runs_nothing_of_its_key_beside_it_running_ahead() {
+    session_lost(true).await;
+}
+
+async fn session_lost(early: bool) {
+    let fx = Fixture::start().await;
+    let client = fx.connect().await;
+    let journal = Journal::new();
+    let builder = fixture::fast(Runtime::builder(client.clone()))
+        .partitions_early(early)
+        .topology(topology(&journal));
+    let run = Running::start(builder).await;
+    let js = fx.jetstream().await;
+    let publish = |subject: &'static str, payload: &'static str| {
+        let js = js.clone();
+        async move {
+            js.publish(subject, payload.into())
+                .await
+                .expect("a publish")
+                .await
+                .expect("stored")
+        }
+    };
+    publish("orders.7.paid", "first").await;
+    journal.seen("first", "start").await;
+    // Another key, then the next message of `first`'s.
+    publish("orders.8.paid", "other").await;
+    publish("orders.7.paid", "second").await;
+    let stream = js.get_stream(STREAM).await.expect("the stream");
+    stream
+        .delete_consumer(CONSUMER)
+        .await
+        .expect("the partition's consumer deleted");
+    // Created again by the runtime at its ack floor, it delivers `first` again, to the next
+    // session, while the handler of the first delivery still runs.
+    eventually(
+        WITHIN,
+        "`first` delivered again by the consumer created again",
+        || {
+            let stream = stream.clone();
+            async move {
+                let info = stream.consumer_info(CONSUMER).await.ok()?;
+                (info.delivered.stream_sequence >= 1).then_some(())
+            }
+        },
+    )
+    .await;
+    // It reached the runtime's connection (the server answers a ping after what it sent).
+    client.flush().await.expect("a round trip");
+    let before_release = journal.of(&["first", "second"]);
+    journal.release.add_permits(1);
+    journal.seen("second", "end").await;
+    journal.seen("other", "end").await;
+    let info = stream
+        .consumer_info(CONSUMER)
+        .await
+        .expect("the partition's consumer");
+    let status = run.health.consumers();
+    let handled: u64 = status.iter().map(|c| c.handled).sum();
+    let restarts: u64 = status.iter().map(|c| c.restarts).sum();
+    let early_count: u64 = status.iter().map(|c| c.early).sum();
+    run.stop().await.expect("a clean drain");
+    assert_eq!(
+        before_release,
+        [("first".to_owned(), "start")],
+        "nothing of `first`'s key ran beside its handler"
+    );
+    assert_eq!(
+        journal.of(&["first", "second"]),
+        [
+            ("first".to_owned(), "start"),
+            ("first".to_owned(), "end"),
+            ("second".to_owned(), "start"),
+            ("second".to_owned(), "end"),
+        ],
+        "the key's messages once each, in order, one at a time"
+    );
+    assert_eq!(
+        journal.of(&["other"]),
+        [("other".to_owned(), "start"), ("other".to_owned(), "end")],
+        "the other key's message once"
+    );
+    assert_eq!(
+        info.delivered.consumer_sequence, 3,
+        "the consumer created again delivered `first` (acknowledged without its handler), `other` and `second` once each"
+    );
+    assert_eq!(info.num_ack_pending, 0, "every delivery acknowledged");
+    assert!(restarts >= 1, "the session was lost: {status:?}");
+    assert_eq!(
+        handled, 3,
+        "health counts each message handled once: {status:?}"
+    );
+    if !early {
+        assert_eq!(early_count, 0, "nothing ran early: {status:?}");
+    }
+}
