@@ -12,6 +12,9 @@
 //!
 //! Either way every revision is handled once, in order, no revision is delivered twice, the
 //! consumer is kept (no restart) and the watch says `running` again.
+//!
+//! Beside them, the consumer lost rather than the connection (deleted while the handler runs):
+//! the revision, delivered again by the consumer created again, is still handled once.
 
 mod fixture;
 
@@ -192,4 +195,64 @@ async fn an_ack_lost_with_the_connection_is_sent_again() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_handler_running_through_a_reconnection_acks_through_the_new_connection() {
     assert_seen(&held_ack_across_a_cut(CutWhile::Running).await);
+}
+
+/// Beside the cut: the watch's consumer deleted while the handler of `k.held` runs. The watch
+/// creates it again after the last revision it handled, `k.before`, so the new consumer
+/// delivers `k.held` again to the next session while the first handler still runs; that
+/// delivery waits for the handler, then is acknowledged without calling the handler again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_revision_running_when_the_consumer_is_lost_is_handled_once() {
+    let fx = Fixture::start().await;
+    let gate = Gate::new();
+    let builder = fixture::fast(fx.builder().await).state(gate.clone());
+    let run = Running::start(builder).await;
+    let js = fx.jetstream().await;
+    let store = eventually(WITHIN, "the bucket", || {
+        let js = js.clone();
+        async move { js.get_key_value("WATCHED_ACKS").await.ok() }
+    })
+    .await;
+    let put = |key: &'static str, value: u64| {
+        let store = store.clone();
+        async move {
+            store
+                .put(key, serde_json::to_vec(&value).unwrap().into())
+                .await
+                .expect("a put")
+        }
+    };
+    put("k.before", 1).await;
+    gate.handles("k.before").await;
+    put("k.held", 2).await;
+    eventually(WITHIN, "the handler of `k.held` started", || {
+        let started = *gate.started.lock().unwrap();
+        async move { started.then_some(()) }
+    })
+    .await;
+    let consumer = run.health.consumers()[0].consumer.clone();
+    fixture::delete_consumer(&js, "KV_WATCHED_ACKS", &consumer).await;
+    let stream = js.get_stream("KV_WATCHED_ACKS").await.expect("the stream");
+    // The consumer created again (under the same name) delivered `k.held` again.
+    eventually(WITHIN, "`k.held` delivered again", || {
+        let stream = stream.clone();
+        let consumer = consumer.clone();
+        async move {
+            let info = stream.consumer_info(&consumer).await.ok()?;
+            (info.delivered.consumer_sequence >= 1).then_some(())
+        }
+    })
+    .await;
+    // Two: a second run of `k.held`, were there one, would not stop here but show below.
+    gate.release.add_permits(2);
+    put("k.after", 3).await;
+    gate.handles("k.after").await;
+    let restarts = run.health.consumers()[0].restarts;
+    run.stop().await.expect("a clean drain");
+    assert_eq!(
+        gate.keys(),
+        ["k.before", "k.held", "k.after"],
+        "each once, in order"
+    );
+    assert!(restarts >= 1, "the watch's session was lost");
 }

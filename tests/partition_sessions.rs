@@ -4,7 +4,14 @@
 //! next session, then the messages after it. The next session runs nothing of the key beside
 //! the handler still running: the delivery of that message waits for it, and is acknowledged
 //! without running the handler again; the key's next message follows, in order. The same with
-//! running ahead (`RuntimeBuilder::partitions_early`) off, the default, and on.
+//! running ahead (`RuntimeBuilder::partitions_early`) off and on.
+//!
+//! And the drain beside it: the runtime stopped while that delivery waits and the handler runs
+//! for four times the `ack_wait`, a pull request of the partition's next holder waiting. The
+//! drain waits for the handler, the delivery kept alive meanwhile (the handler's progress acks
+//! reach the consumer created again, which takes them by stream sequence; the drain sends its
+//! own for what waits), then acknowledges it: the next holder is given the message after it,
+//! never that one while it runs here.
 //!
 //! Across replicas, the same holds because the server delivers a partition one message at a
 //! time to the replica it pins; within one replica, sessions follow one another while handlers
@@ -31,18 +38,20 @@ const STREAM: &str = "SESSION_ORDERS";
 const CONSUMER: &str = "billing-p0";
 
 /// Each handler's start and end, in order (`(payload, "start" | "end")`), and the gate that
-/// holds the first run of `first`.
+/// holds the first run of `first`, or how long it works instead.
 #[derive(Clone)]
 struct Journal {
     events: Arc<Mutex<Vec<(String, &'static str)>>>,
     release: Arc<Semaphore>,
+    first_works: Option<Duration>,
 }
 
 impl Journal {
-    fn new() -> Journal {
+    fn new(first_works: Option<Duration>) -> Journal {
         Journal {
             events: Arc::default(),
             release: Arc::new(Semaphore::new(0)),
+            first_works,
         }
     }
 
@@ -76,8 +85,9 @@ impl Journal {
 }
 
 /// One partition of `orders.*.paid`, keyed by the member (the `*`), whose handler records each
-/// start and end and holds the first run of `first` until the gate opens.
-fn topology(journal: &Journal) -> Topology {
+/// start and end and holds the first run of `first` until the gate opens (or works as long as
+/// the journal says).
+fn topology(journal: &Journal, ack_wait: Duration) -> Topology {
     let stream =
         fixture::stream(STREAM, &["orders.*.paid"]).subject_transform(SubjectTransform::new(
             "orders.*.paid",
@@ -85,7 +95,7 @@ fn topology(journal: &Journal) -> Topology {
         ));
     let queue = QueueDecl::new("billing")
         .partitioned(1, &[1])
-        .ack_wait(Duration::from_secs(30));
+        .ack_wait(ack_wait);
     let consumer = fixture::queue("tests::session_orders", &stream, "orders.*.paid", queue);
     let journal = journal.clone();
     Topology::new()
@@ -97,8 +107,11 @@ fn topology(journal: &Journal) -> Topology {
                 let first_run =
                     payload == "first" && !journal.events().iter().any(|(p, _)| p == "first");
                 journal.push(&payload, "start");
-                if first_run {
-                    journal.release.acquire().await.expect("open").forget();
+                match journal.first_works {
+                    // The behaviour under test: a handler that outlasts the ack_wait.
+                    Some(works) if first_run => tokio::time::sleep(works).await,
+                    _ if first_run => journal.release.acquire().await.expect("open").forget(),
+                    _ => {}
                 }
                 journal.push(&payload, "end");
                 Ok::<(), HandlerError>(())
@@ -116,14 +129,14 @@ async fn a_session_lost_while_a_handler_runs_runs_nothing_of_its_key_beside_it_r
     session_lost(true).await;
 }
 
-async fn session_lost(early: bool) {
-    let fx = Fixture::start().await;
-    let client = fx.connect().await;
-    let journal = Journal::new();
-    let builder = fixture::fast(Runtime::builder(client.clone()))
-        .partitions_early(early)
-        .topology(topology(&journal));
-    let run = Running::start(builder).await;
+/// Publishes `first`, waits for its handler, publishes `other` (another key) and `second` (the
+/// same key), then deletes the partition's consumer and waits for the consumer the runtime
+/// creates again to deliver `first` again, to the runtime's connection.
+async fn lose_the_session(
+    fx: &Fixture<nats_topology_testkit::NatsServer>,
+    client: &async_nats::Client,
+    journal: &Journal,
+) -> async_nats::jetstream::stream::Stream {
     let js = fx.jetstream().await;
     let publish = |subject: &'static str, payload: &'static str| {
         let js = js.clone();
@@ -161,14 +174,37 @@ async fn session_lost(early: bool) {
     .await;
     // It reached the runtime's connection (the server answers a ping after what it sent).
     client.flush().await.expect("a round trip");
+    stream
+}
+
+async fn session_lost(early: bool) {
+    let fx = Fixture::start().await;
+    let client = fx.connect().await;
+    let journal = Journal::new(None);
+    let builder = fixture::fast(Runtime::builder(client.clone()))
+        .partitions_early(early)
+        .topology(topology(&journal, Duration::from_secs(30)));
+    let run = Running::start(builder).await;
+    let stream = lose_the_session(&fx, &client, &journal).await;
     let before_release = journal.of(&["first", "second"]);
     journal.release.add_permits(1);
     journal.seen("second", "end").await;
     journal.seen("other", "end").await;
-    let info = stream
-        .consumer_info(CONSUMER)
-        .await
-        .expect("the partition's consumer");
+    // `second` may have run before its delivery: every message delivered and acknowledged.
+    let info = eventually(WITHIN, "every message delivered and acknowledged", || {
+        let stream = stream.clone();
+        async move {
+            let info = stream.consumer_info(CONSUMER).await.ok()?;
+            let done = info.delivered.stream_sequence == 3 && info.num_ack_pending == 0;
+            done.then_some(info)
+        }
+    })
+    .await;
+    eventually(WITHIN, "health counts three messages handled", || {
+        let handled: u64 = run.health.consumers().iter().map(|c| c.handled).sum();
+        async move { (handled >= 3).then_some(()) }
+    })
+    .await;
     let status = run.health.consumers();
     let handled: u64 = status.iter().map(|c| c.handled).sum();
     let restarts: u64 = status.iter().map(|c| c.restarts).sum();
@@ -207,4 +243,83 @@ async fn session_lost(early: bool) {
     if !early {
         assert_eq!(early_count, 0, "nothing ran early: {status:?}");
     }
+}
+
+/// The drain's `ack_wait`: the handler of `first` outlasts it four times, and the pin's time
+/// to live (3 s) beside it.
+const SHORT_ACK_WAIT: Duration = Duration::from_secs(2);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drain_keeps_a_delivery_alive_while_an_earlier_sessions_handler_of_its_key_runs() {
+    let fx = Fixture::start().await;
+    let client = fx.connect().await;
+    let journal = Journal::new(Some(SHORT_ACK_WAIT * 4));
+    let builder = fixture::fast(Runtime::builder(client.clone()))
+        .topology(topology(&journal, SHORT_ACK_WAIT));
+    let run = Running::start(builder).await;
+    let stream = lose_the_session(&fx, &client, &journal).await;
+    // The partition's next holder, as the server sees it: a pull request of its priority group,
+    // pinned once the draining runtime's pin lapses (it pulls no more).
+    let next_holder = fx.connect().await;
+    let pulled = tokio::spawn(pinned_pull(next_holder, Duration::from_secs(9)));
+    // The drain waits for the handler (within the 10 s grace period) while `first`'s delivery
+    // to the new session waits for it.
+    run.stop().await.expect("a clean drain");
+    let pulled = pulled.await.expect("the pull");
+    assert_eq!(
+        pulled.as_deref(),
+        Some("other"),
+        "the next holder was given the message after `first` once `first` was acknowledged, not `first` while its handler ran"
+    );
+    let info = stream
+        .consumer_info(CONSUMER)
+        .await
+        .expect("the partition's consumer");
+    assert_eq!(
+        journal.of(&["first"]),
+        [("first".to_owned(), "start"), ("first".to_owned(), "end")],
+        "`first` handled once"
+    );
+    assert_eq!(
+        (info.delivered.consumer_sequence, info.num_redelivered),
+        (2, 0),
+        "`first` delivered once by the consumer created again (kept alive through the drain, not given again after its ack_wait), then `other` to the next holder"
+    );
+    assert_eq!(
+        info.ack_floor.stream_sequence, 1,
+        "`first` acknowledged without its handler once the handler of its first delivery ended"
+    );
+}
+
+/// The first message the partition's consumer delivers within `expires` to one pull request of
+/// its priority group (`replicas`), as another replica's: its payload.
+async fn pinned_pull(client: async_nats::Client, expires: Duration) -> Option<String> {
+    use futures::StreamExt;
+    let inbox = client.new_inbox();
+    let mut replies = client
+        .subscribe(inbox.clone())
+        .await
+        .expect("a subscription");
+    let request = serde_json::json!({
+        "batch": 1,
+        "expires": expires.as_nanos() as u64,
+        "group": "replicas",
+    });
+    client
+        .publish_with_reply(
+            format!("$JS.API.CONSUMER.MSG.NEXT.{STREAM}.{CONSUMER}"),
+            inbox,
+            request.to_string().into(),
+        )
+        .await
+        .expect("a pull request");
+    client.flush().await.expect("sent");
+    let deadline = tokio::time::Instant::now() + expires;
+    while let Ok(Some(reply)) = tokio::time::timeout_at(deadline, replies.next()).await {
+        // Status replies (a timeout, a heartbeat) carry no payload.
+        if reply.status.is_none() && !reply.payload.is_empty() {
+            return Some(String::from_utf8_lossy(&reply.payload).into_owned());
+        }
+    }
+    None
 }

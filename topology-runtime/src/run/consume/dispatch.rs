@@ -72,14 +72,18 @@ pub(in crate::run) async fn handle(
     // (`settled`).
     let sequence = meta.stream_sequence;
     let last = session.acks.last.as_ref();
+    // (A watch's session begins at the progress of its consumer, created again after a loss:
+    // a revision an earlier session still ran then comes again, and is known from the last
+    // settlements.)
+    let settled_last = || {
+        last.zip(sequence)
+            .and_then(|(last, sequence)| last.settle_again(sequence, meta.published))
+    };
     let again = match session.in_order {
-        true => session
-            .observer
-            .handled_past(sequence)
-            .then_some(AckKind::Ack),
-        false => last
-            .zip(sequence)
-            .and_then(|(last, sequence)| last.settle_again(sequence, meta.published)),
+        true => (session.observer.handled_past(sequence))
+            .then_some(AckKind::Ack)
+            .or_else(settled_last),
+        false => settled_last(),
     };
     if let Some(kind) = again {
         tracing::debug!(

@@ -249,6 +249,7 @@ pub(in crate::run) async fn pump(
     // session's request, which the feed then takes and hands back (see `pull`).
     // So do the handlers an earlier session left running: the partition's next holder must
     // not run their keys beside them.
+    // Meanwhile, what waits (a delivery held by such a handler) is kept alive.
     if matches!(exit, Exit::Drained) && feed.is_partition() {
         let settled = async {
             let handlers = async {
@@ -256,6 +257,18 @@ pub(in crate::run) async fn pump(
                 while in_flight.join_next().await.is_some() {}
             };
             futures::future::join(handlers, OptionFuture::from(early_ended.take())).await
+        };
+        let kept = async {
+            loop {
+                tokio::time::sleep(keep_every).await;
+                keep_waiting(&mut waiting, &session, keep_every).await;
+            }
+        };
+        let settled = async {
+            tokio::select! {
+                _ = settled => {}
+                never = kept => never,
+            }
         };
         if tokio::time::timeout(grace, settled).await.is_err() {
             // Stopped as the grace period stops any handler: their messages are returned by

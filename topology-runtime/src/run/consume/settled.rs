@@ -32,8 +32,11 @@ struct State {
     /// A partition's messages handled before their delivery (`early`), settled when it
     /// comes: two at most wait for it (`early_run`).
     early: Vec<Last>,
-    /// The messages handlers run: stream sequence (`None`: unknown) and stored subject.
-    running: Vec<(Option<u64>, async_nats::Subject)>,
+    /// The messages handlers run: stream sequence (`None`: unknown) and stored subject, with
+    /// the number of the handler's guard ([`Running`]).
+    running: Vec<(Option<u64>, async_nats::Subject, u64)>,
+    /// The number of the next handler's guard.
+    next_guard: u64,
     /// A partition's: where the key is in a stored subject (`Some(None)`: unknown, any two
     /// messages may share it).
     key: Option<Option<&'static [usize]>>,
@@ -72,12 +75,12 @@ pub(in crate::run) enum Again {
 }
 
 /// A handler runs until this drops (it is dropped with a handler stopped).
-pub(in crate::run) struct Running<'a>(&'a LastSettled, Option<u64>);
+pub(in crate::run) struct Running<'a>(&'a LastSettled, u64);
 
 impl Drop for Running<'_> {
     fn drop(&mut self) {
         let mut state = self.0.lock();
-        if let Some(at) = state.running.iter().position(|(s, _)| *s == self.1) {
+        if let Some(at) = state.running.iter().position(|(.., g)| *g == self.1) {
             state.running.swap_remove(at);
         }
     }
@@ -104,8 +107,11 @@ impl LastSettled {
         sequence: Option<u64>,
         subject: &async_nats::Subject,
     ) -> Running<'_> {
-        self.lock().running.push((sequence, subject.clone()));
-        Running(self, sequence)
+        let mut state = self.lock();
+        let guard = state.next_guard;
+        state.next_guard += 1;
+        state.running.push((sequence, subject.clone(), guard));
+        Running(self, guard)
     }
 
     /// Whether a delivery of the message at `sequence`, stored under `subject`, waits: a
@@ -114,7 +120,7 @@ impl LastSettled {
     /// took as settled: see the module documentation).
     pub(in crate::run) fn waits(&self, sequence: Option<u64>, subject: &str) -> bool {
         let state = self.lock();
-        state.running.iter().any(|(running, its_subject)| {
+        state.running.iter().any(|(running, its_subject, _)| {
             let same_message = running.is_some() && *running == sequence;
             let same_key = match state.key {
                 None => false,
@@ -206,7 +212,7 @@ impl LastSettled {
         sequence: u64,
         published: Option<SystemTime>,
     ) -> Option<AckKind> {
-        let runs_it = (self.lock().running.iter()).any(|(s, _)| s.is_none_or(|s| s == sequence));
+        let runs_it = (self.lock().running.iter()).any(|(s, ..)| s.is_none_or(|s| s == sequence));
         if runs_it {
             return None;
         }
