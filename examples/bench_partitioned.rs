@@ -7,7 +7,7 @@
 //! ```text
 //! cargo run --release --example bench_partitioned -- [--keys 1000] [--messages 40000]
 //!     [--naive-messages 2000] [--work-us 1000] [--partitions 16] [--replicas 1,2,4] [--reps 3]
-//!     [--raw-ahead 1] [--early]
+//!     [--raw-ahead 1] [--no-early]
 //! ```
 //!
 //! Each round publishes `--messages` messages over `--keys` keys (round-robin) into a stream
@@ -15,9 +15,9 @@
 //! replica count R starts R runtimes at once (each on its own connection) and times them from
 //! the first message handled until the last, each handler awaiting a `--work-us` sleep:
 //!
-//! - **partitioned**: `key = "{1}"`, `partitions = P` (order per key), at the defaults (each
-//!   message waits for its delivery); `--early`: `partitions_early(true)`, a partition runs
-//!   its next message before its delivery when their keys differ;
+//! - **partitioned**: `key = "{1}"`, `partitions = P` (order per key), at the defaults (a
+//!   partition runs its next message before its delivery when their keys differ);
+//!   `--no-early`: `partitions_early(false)`, each message waits for its delivery;
 //! - **unordered**: a plain queue consumer at concurrency P / R per replica: the same number
 //!   of messages in flight across the group, without the order;
 //! - **max_ack_pending 1**: a plain queue consumer whose server delivers one message at a
@@ -301,9 +301,9 @@ struct Replica {
 }
 
 /// Whether the partitioned replicas of the throughput rounds run a partition's next message
-/// before its delivery (`--early`: `partitions_early(true)`; off by default, as in the
-/// runtime; the join and the takeover keep the default).
-static EARLY: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+/// before its delivery (on by default, as in the runtime; `--no-early`:
+/// `partitions_early(false)`; the join and the takeover keep the default).
+static EARLY: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
 
 async fn start(url: &str, topology: Topology) -> Replica {
     let client = async_nats::connect(url).await.expect("connect");
@@ -563,7 +563,12 @@ async fn main() {
                 )
                 .await;
                 let rate = measured.rate;
-                eprintln!("round {round}: {variant:?} at {replicas} replicas: {rate:.0} msgs/s");
+                let pause = (measured.pause)
+                    .map(|p| format!(", longest pause {p:.2} s"))
+                    .unwrap_or_default();
+                eprintln!(
+                    "round {round}: {variant:?} at {replicas} replicas: {rate:.0} msgs/s{pause}"
+                );
                 rates[r][v].push(rate);
                 saturated[r].extend(measured.saturated);
                 skews.extend(measured.skew);
@@ -596,6 +601,9 @@ async fn main() {
         "\npartitioned consumers: {} keys, {} partitions, {:?} handler, medians of {} rounds (msgs/s)\n",
         args.keys, args.partitions, args.work, args.reps
     );
+    if !EARLY.load(Ordering::Relaxed) {
+        println!("partitioned with partitions_early(false): each message waits for its delivery\n");
+    }
     if args.raw_ahead != 1 {
         println!(
             "raw per partition at max_ack_pending {}: order not kept through a lost ack\n",
