@@ -98,13 +98,12 @@ struct Seen {
     deliveries: u64,
 }
 
-/// The scenario: `k.before` handled; `k.held` held by its handler while the link stalls what
-/// the client sends; the link cut (see [`CutWhile`]) and healed; `k.after` put and handled.
-async fn held_ack_across_a_cut(cut_while: CutWhile) -> Seen {
-    fixture::trace();
-    let fx = Fixture::start().await;
-    let link = Link::start(fx.server.port()).await.expect("a link");
-    let client = connect_in_order(&[link.url()]).await;
+/// The watch running on `client`: `k.before` put and handled, then `k.held` put and its
+/// handler started (held by the gate). Returns the watch, the gate, and how to put a value.
+async fn holding_k_held(
+    fx: &Fixture,
+    client: &async_nats::Client,
+) -> (Running, Gate, async_nats::jetstream::Context, Put) {
     let gate = Gate::new();
     let builder = fixture::fast(Runtime::builder(client.clone())).state(gate.clone());
     let run = Running::start(builder).await;
@@ -114,24 +113,36 @@ async fn held_ack_across_a_cut(cut_while: CutWhile) -> Seen {
         async move { js.get_key_value("WATCHED_ACKS").await.ok() }
     })
     .await;
-    let put = |key: &'static str, value: u64| {
-        let store = store.clone();
-        async move {
-            store
-                .put(key, serde_json::to_vec(&value).unwrap().into())
-                .await
-                .expect("a put")
-        }
-    };
-    put("k.before", 1).await;
+    let put = Put(store);
+    put.put("k.before", 1).await;
     gate.handles("k.before").await;
-
-    put("k.held", 2).await;
+    put.put("k.held", 2).await;
     eventually(WITHIN, "the handler of `k.held` started", || {
         let started = *gate.started.lock().unwrap();
         async move { started.then_some(()) }
     })
     .await;
+    (run, gate, js, put)
+}
+
+/// Puts values into the watched bucket.
+struct Put(async_nats::jetstream::kv::Store);
+
+impl Put {
+    async fn put(&self, key: &str, value: u64) {
+        let value = serde_json::to_vec(&value).unwrap().into();
+        self.0.put(key, value).await.expect("a put");
+    }
+}
+
+/// The scenario: `k.before` handled; `k.held` held by its handler while the link stalls what
+/// the client sends; the link cut (see [`CutWhile`]) and healed; `k.after` put and handled.
+async fn held_ack_across_a_cut(cut_while: CutWhile) -> Seen {
+    fixture::trace();
+    let fx = Fixture::start().await;
+    let link = Link::start(fx.server.port()).await.expect("a link");
+    let client = connect_in_order(&[link.url()]).await;
+    let (run, gate, js, put) = holding_k_held(&fx, &client).await;
     link.stall_one_way(Direction::Forward);
     if cut_while == CutWhile::Acked {
         gate.release.add_permits(1);
@@ -148,7 +159,7 @@ async fn held_ack_across_a_cut(cut_while: CutWhile) -> Seen {
         gate.release.add_permits(1);
         gate.handles("k.held").await;
     }
-    put("k.after", 3).await;
+    put.put("k.after", 3).await;
     gate.handles("k.after").await;
     eventually(WITHIN, "the watch running", || {
         let running = run.health.consumers()[0].state == ConsumerState::Running;
@@ -204,32 +215,7 @@ async fn a_handler_running_through_a_reconnection_acks_through_the_new_connectio
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_revision_running_when_the_consumer_is_lost_is_handled_once() {
     let fx = Fixture::start().await;
-    let gate = Gate::new();
-    let builder = fixture::fast(fx.builder().await).state(gate.clone());
-    let run = Running::start(builder).await;
-    let js = fx.jetstream().await;
-    let store = eventually(WITHIN, "the bucket", || {
-        let js = js.clone();
-        async move { js.get_key_value("WATCHED_ACKS").await.ok() }
-    })
-    .await;
-    let put = |key: &'static str, value: u64| {
-        let store = store.clone();
-        async move {
-            store
-                .put(key, serde_json::to_vec(&value).unwrap().into())
-                .await
-                .expect("a put")
-        }
-    };
-    put("k.before", 1).await;
-    gate.handles("k.before").await;
-    put("k.held", 2).await;
-    eventually(WITHIN, "the handler of `k.held` started", || {
-        let started = *gate.started.lock().unwrap();
-        async move { started.then_some(()) }
-    })
-    .await;
+    let (run, gate, js, put) = holding_k_held(&fx, &fx.connect().await).await;
     let consumer = run.health.consumers()[0].consumer.clone();
     fixture::delete_consumer(&js, "KV_WATCHED_ACKS", &consumer).await;
     let stream = js.get_stream("KV_WATCHED_ACKS").await.expect("the stream");
@@ -245,7 +231,7 @@ async fn a_revision_running_when_the_consumer_is_lost_is_handled_once() {
     .await;
     // Two: a second run of `k.held`, were there one, would not stop here but show below.
     gate.release.add_permits(2);
-    put("k.after", 3).await;
+    put.put("k.after", 3).await;
     gate.handles("k.after").await;
     let restarts = run.health.consumers()[0].restarts;
     run.stop().await.expect("a clean drain");

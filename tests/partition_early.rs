@@ -27,7 +27,7 @@ use std::time::Duration;
 
 use fixture::{Fixture, Running, connect_in_order};
 use futures::StreamExt;
-use nats_topology::model::{QueueDecl, SubjectTransform};
+use nats_topology::model::QueueDecl;
 use nats_topology::{HandlerError, Runtime, Topology};
 use nats_topology_testkit::{Direction, Link, eventually};
 use tokio::sync::Semaphore;
@@ -95,15 +95,8 @@ impl Gate {
 /// One partition of `orders.*.paid`, keyed by the member (the `*`), whose handler records
 /// each payload and holds `held` until the gate opens.
 fn topology(gate: &Gate, ack_wait: Duration) -> Topology {
-    let stream =
-        fixture::stream(STREAM, &["orders.*.paid"]).subject_transform(SubjectTransform::new(
-            "orders.*.paid",
-            "{{partition(1,1)}}.orders.{{wildcard(1)}}.paid",
-        ));
-    let queue = QueueDecl::new("billing")
-        .partitioned(1, &[1])
-        .ack_wait(ack_wait);
-    let consumer = fixture::queue("tests::early_orders", &stream, "orders.*.paid", queue);
+    let queue = QueueDecl::new("billing").ack_wait(ack_wait);
+    let (stream, consumer) = fixture::one_partition(STREAM, "tests::early_orders", queue);
     let gate = gate.clone();
     Topology::new()
         .stream(stream)
@@ -185,16 +178,7 @@ async fn held_ack(next_subject: &'static str, slow_next: bool) {
         .topology(topology(&gate, ack_wait));
     let run = Running::start(builder).await;
     let js = fx.jetstream().await;
-    let publish = |subject: &'static str, payload: &'static str| {
-        let js = js.clone();
-        async move {
-            js.publish(subject, payload.into())
-                .await
-                .expect("a publish")
-                .await
-                .expect("stored")
-        }
-    };
+    let publish = |subject, payload| fixture::stored(&js, subject, payload);
     publish("orders.7.paid", "before").await;
     eventually(WITHIN, "the handler of `before` started", || {
         let started = *gate.before_started.lock().unwrap();
@@ -276,13 +260,8 @@ const MESSAGES: u64 = 300;
 /// A partition of many messages over a few keys, handled with a 2 ms handler; each payload is
 /// its number.
 fn run_topology(handled: Arc<Mutex<Vec<u64>>>) -> Topology {
-    let stream =
-        fixture::stream(STREAM, &["orders.*.paid"]).subject_transform(SubjectTransform::new(
-            "orders.*.paid",
-            "{{partition(1,1)}}.orders.{{wildcard(1)}}.paid",
-        ));
-    let queue = QueueDecl::new("billing").partitioned(1, &[1]);
-    let consumer = fixture::queue("tests::early_orders", &stream, "orders.*.paid", queue);
+    let queue = QueueDecl::new("billing");
+    let (stream, consumer) = fixture::one_partition(STREAM, "tests::early_orders", queue);
     Topology::new()
         .stream(stream)
         .consumer(consumer, move |incoming| {

@@ -24,7 +24,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use fixture::{Fixture, Running};
-use nats_topology::model::{QueueDecl, SubjectTransform};
+use nats_topology::model::QueueDecl;
 use nats_topology::{HandlerError, Runtime, Topology};
 use nats_topology_testkit::eventually;
 use tokio::sync::Semaphore;
@@ -88,15 +88,8 @@ impl Journal {
 /// start and end and holds the first run of `first` until the gate opens (or works as long as
 /// the journal says).
 fn topology(journal: &Journal, ack_wait: Duration) -> Topology {
-    let stream =
-        fixture::stream(STREAM, &["orders.*.paid"]).subject_transform(SubjectTransform::new(
-            "orders.*.paid",
-            "{{partition(1,1)}}.orders.{{wildcard(1)}}.paid",
-        ));
-    let queue = QueueDecl::new("billing")
-        .partitioned(1, &[1])
-        .ack_wait(ack_wait);
-    let consumer = fixture::queue("tests::session_orders", &stream, "orders.*.paid", queue);
+    let queue = QueueDecl::new("billing").ack_wait(ack_wait);
+    let (stream, consumer) = fixture::one_partition(STREAM, "tests::session_orders", queue);
     let journal = journal.clone();
     Topology::new()
         .stream(stream)
@@ -138,16 +131,7 @@ async fn lose_the_session(
     journal: &Journal,
 ) -> async_nats::jetstream::stream::Stream {
     let js = fx.jetstream().await;
-    let publish = |subject: &'static str, payload: &'static str| {
-        let js = js.clone();
-        async move {
-            js.publish(subject, payload.into())
-                .await
-                .expect("a publish")
-                .await
-                .expect("stored")
-        }
-    };
+    let publish = |subject, payload| fixture::stored(&js, subject, payload);
     publish("orders.7.paid", "first").await;
     journal.seen("first", "start").await;
     // Another key, then the next message of `first`'s.
