@@ -32,9 +32,10 @@ struct State {
     /// A partition's messages handled before their delivery (`early`), settled when it
     /// comes: two at most wait for it (`early_run`).
     early: Vec<Last>,
-    /// The messages handlers run: stream sequence (`None`: unknown) and stored subject, with
-    /// the number of the handler's guard ([`Running`]).
-    running: Vec<(Option<u64>, async_nats::Subject, u64)>,
+    /// The messages handlers run: stream sequence (`None`: unknown) and, for a partition,
+    /// stored subject (a copy costs an allocation: others have no key to compare), with the
+    /// number of the handler's guard ([`Running`]).
+    running: Vec<(Option<u64>, Option<async_nats::Subject>, u64)>,
     /// The number of the next handler's guard.
     next_guard: u64,
     /// A partition's: where the key is in a stored subject (`Some(None)`: unknown, any two
@@ -110,7 +111,8 @@ impl LastSettled {
         let mut state = self.lock();
         let guard = state.next_guard;
         state.next_guard += 1;
-        state.running.push((sequence, subject.clone(), guard));
+        let subject = state.key.map(|_| subject.clone());
+        state.running.push((sequence, subject, guard));
         Running(self, guard)
     }
 
@@ -122,10 +124,10 @@ impl LastSettled {
         let state = self.lock();
         state.running.iter().any(|(running, its_subject, _)| {
             let same_message = running.is_some() && *running == sequence;
-            let same_key = match state.key {
-                None => false,
-                Some(None) => true,
-                Some(Some(key)) => !other_key(key, subject, its_subject.as_str()),
+            let same_key = match (state.key, its_subject) {
+                (None, _) => false,
+                (Some(Some(key)), Some(its)) => !other_key(key, subject, its.as_str()),
+                (Some(_), _) => true,
             };
             same_message || same_key
         })
