@@ -215,7 +215,8 @@ async fn a_handler_running_through_a_reconnection_acks_through_the_new_connectio
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_revision_running_when_the_consumer_is_lost_is_handled_once() {
     let fx = Fixture::start().await;
-    let (run, gate, js, put) = holding_k_held(&fx, &fx.connect().await).await;
+    let client = fx.connect().await;
+    let (run, gate, js, put) = holding_k_held(&fx, &client).await;
     let consumer = run.health.consumers()[0].consumer.clone();
     fixture::delete_consumer(&js, "KV_WATCHED_ACKS", &consumer).await;
     let stream = js.get_stream("KV_WATCHED_ACKS").await.expect("the stream");
@@ -229,6 +230,8 @@ async fn a_revision_running_when_the_consumer_is_lost_is_handled_once() {
         }
     })
     .await;
+    // It reached the watch's connection (the server answers a ping after what it sent).
+    client.flush().await.expect("a round trip");
     // Two: a second run of `k.held`, were there one, would not stop here but show below.
     gate.release.add_permits(2);
     put.put("k.after", 3).await;
